@@ -1,0 +1,74 @@
+package datasets
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Synthetic returns n generated samples of the given shape in `classes`
+// classes: every class has a fixed random template (drawn from seed), and
+// a sample is its class's template plus Gaussian noise of standard
+// deviation noise. Different splits share templates but not samples, so a
+// model trained on "train" can be evaluated on "test". It needs no files:
+// quick to learn, for smoke tests and examples.
+func Synthetic(split string, n int, shape []int, classes int, noise float64, seed uint64) (Dataset, error) {
+	size := 1
+	for _, d := range shape {
+		if d <= 0 {
+			return nil, fmt.Errorf("datasets: synthetic: shape %v has a non-positive dimension", shape)
+		}
+		size *= d
+	}
+	if n <= 0 || classes < 2 || len(shape) == 0 || noise < 0 {
+		return nil, fmt.Errorf("datasets: synthetic: want size > 0, classes ≥ 2, a shape and noise ≥ 0; got size %d, classes %d, shape %v, noise %g", n, classes, shape, noise)
+	}
+	var stream uint64
+	switch split {
+	case "train":
+		stream = 1
+	case "test":
+		stream = 2
+	default:
+		return nil, fmt.Errorf("datasets: synthetic: unknown split %q: want \"train\" or \"test\"", split)
+	}
+	tr := rand.New(rand.NewPCG(seed, 0))
+	templates := make([]float32, classes*size)
+	for i := range templates {
+		templates[i] = float32(tr.NormFloat64())
+	}
+	r := rand.New(rand.NewPCG(seed, stream))
+	s := &synthetic{name: fmt.Sprintf("synthetic/%s", split), shape: append([]int(nil), shape...), classes: classes,
+		size: size, x: make([]float32, n*size), labels: make([]int32, n)}
+	for i := 0; i < n; i++ {
+		c := r.IntN(classes)
+		s.labels[i] = int32(c)
+		t := templates[c*size : (c+1)*size]
+		x := s.x[i*size : (i+1)*size]
+		for j := range x {
+			x[j] = t[j] + float32(r.NormFloat64()*noise)
+		}
+	}
+	return s, nil
+}
+
+type synthetic struct {
+	name    string
+	shape   []int
+	classes int
+	size    int
+	x       []float32
+	labels  []int32
+}
+
+func (s *synthetic) Name() string       { return s.name }
+func (s *synthetic) Len() int           { return len(s.labels) }
+func (s *synthetic) SampleShape() []int { return s.shape }
+func (s *synthetic) NumClasses() int    { return s.classes }
+func (s *synthetic) Labels() []int32    { return s.labels[:len(s.labels):len(s.labels)] }
+
+func (s *synthetic) Fill(idx []int, x []float32, y []int32) {
+	for i, j := range idx {
+		copy(x[i*s.size:(i+1)*s.size], s.x[j*s.size:(j+1)*s.size])
+		y[i] = s.labels[j]
+	}
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"fmt"
+
+	"gorun/ops"
+)
+
+// gradRule emits the backward nodes of one forward node. dOut holds the
+// gradients of the node's outputs (nil where an output has none); the rule
+// returns the gradients of its inputs (nil where an input needs none). The
+// builder's grad method creates nodes and their output values.
+type gradRule func(b *builder, n *Node, dOut []*Value) []*Value
+
+// gradRules is the gradient of every differentiable forward op, keyed by
+// the op enum. An op without a rule cannot appear on a path from a
+// parameter to the loss.
+var gradRules = [ops.NumOps]gradRule{
+	ops.Conv2D: func(b *builder, n *Node, d []*Value) []*Value {
+		x, w, bias := n.In[0], n.In[1], n.In[2]
+		out := make([]*Value, 3)
+		if x.needsGrad {
+			out[0] = b.grad(n, ops.Conv2DGradInput, x, d[0], w)
+		}
+		out[1] = b.grad(n, ops.Conv2DGradWeight, w, d[0], x)
+		if bias != nil {
+			out[2] = b.grad(n, ops.Conv2DGradBias, bias, d[0])
+		}
+		return out
+	},
+	ops.Linear: func(b *builder, n *Node, d []*Value) []*Value {
+		x, w, bias := n.In[0], n.In[1], n.In[2]
+		out := make([]*Value, 3)
+		if x.needsGrad {
+			out[0] = b.grad(n, ops.LinearGradInput, x, d[0], w)
+		}
+		out[1] = b.grad(n, ops.LinearGradWeight, w, d[0], x)
+		if bias != nil {
+			out[2] = b.grad(n, ops.LinearGradBias, bias, d[0])
+		}
+		return out
+	},
+	ops.ReLU: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.ReLUGrad, n.In[0], d[0], n.Out[0])}
+	},
+	ops.MaxPool2D: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.MaxPool2DGrad, n.In[0], d[0], n.Out[1])}
+	},
+	ops.Dropout: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.DropoutGrad, n.In[0], d[0], n.Out[1])}
+	},
+	ops.Dropout2D: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.Dropout2DGrad, n.In[0], d[0], n.Out[1])}
+	},
+	ops.Flatten: func(b *builder, n *Node, d []*Value) []*Value {
+		// The gradient of a view is a view of the gradient.
+		return []*Value{b.grad(n, ops.Flatten, n.In[0], d[0])}
+	},
+	ops.LogSoftmax: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.LogSoftmaxGrad, n.In[0], d[0], n.Out[0])}
+	},
+	ops.Softmax: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.SoftmaxGrad, n.In[0], d[0], n.Out[0])}
+	},
+	ops.NLLLoss: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.NLLLossGrad, n.In[0], d[0], n.In[1]), nil}
+	},
+	ops.CrossEntropy: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.CrossEntropyGrad, n.In[0], d[0], n.Out[1], n.In[1]), nil}
+	},
+}
+
+// grad adds a backward node computing the gradient of primal from the
+// given inputs, and returns that gradient. A parameter's gradient becomes
+// its Param.Grad.
+func (b *builder) grad(fwd *Node, op ops.Op, primal *Value, in ...*Value) *Value {
+	name := "grad " + primal.Name
+	v := b.value(name, primal.Shape, primal.Batched)
+	node := &Node{Op: op, Attrs: fwd.Attrs, In: in, Out: []*Value{v}, Layer: fwd.Layer, Pos: fwd.Pos}
+	v.Producer = node
+	b.g.Backward = append(b.g.Backward, node)
+	return v
+}
+
+// differentiate walks the forward nodes in reverse, applying each op's
+// gradient rule, and sums the gradients of values used more than once.
+func (b *builder) differentiate() error {
+	g := b.g
+	g.LossSeed = b.value("loss seed", []int{1}, false)
+	g.Loss.grad = g.LossSeed
+	for i := len(g.Forward) - 1; i >= 0; i-- {
+		n := g.Forward[i]
+		dOut := make([]*Value, len(n.Out))
+		any := false
+		for j, o := range n.Out {
+			dOut[j] = o.grad
+			any = any || o.grad != nil
+		}
+		if !any {
+			continue
+		}
+		rule := gradRules[n.Op]
+		if rule == nil {
+			return &CompileError{Pos: n.Pos, Layer: n.Layer, Err: fmt.Errorf("%s has no gradient rule", n.Op)}
+		}
+		for j, d := range rule(b, n, dOut) {
+			x := n.In[j]
+			if d == nil || x == nil || !x.needsGrad {
+				continue
+			}
+			if x.grad == nil {
+				x.grad = d
+				continue
+			}
+			// A value used twice: its gradient is the sum.
+			sum := b.value("grad "+x.Name, x.Shape, x.Batched)
+			node := &Node{Op: ops.Add, In: []*Value{x.grad, d}, Out: []*Value{sum}, Layer: n.Layer, Pos: n.Pos}
+			sum.Producer = node
+			g.Backward = append(g.Backward, node)
+			x.grad = sum
+		}
+	}
+	for _, p := range g.Params {
+		if p.Value.grad == nil {
+			return &CompileError{Pos: p.Layer.Pos, Layer: p.Layer.Label(),
+				Err: fmt.Errorf("parameter %s does not affect the loss", p.Name)}
+		}
+		p.Grad = p.Value.grad
+	}
+	return nil
+}

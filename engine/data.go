@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"fmt"
+
+	"gorun/datasets"
+	"gorun/datasets/torchrand"
+	"gorun/engine/spec"
+)
+
+type dataInfo struct {
+	sample  []int
+	classes int
+}
+
+// datasetInfo gives a dataset's sample shape and class count without
+// reading it, so that the Plan is checked before any data is read.
+func datasetInfo(d *spec.Data) (dataInfo, error) {
+	switch d.Kind {
+	case "mnist":
+		return dataInfo{sample: []int{1, 28, 28}, classes: 10}, nil
+	case "synthetic":
+		return dataInfo{sample: d.Shape, classes: d.Classes}, nil
+	}
+	return dataInfo{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
+}
+
+// LoadData reads the dataset a Spec names.
+func LoadData(d *spec.Data) (datasets.Dataset, error) {
+	var ds datasets.Dataset
+	var err error
+	switch d.Kind {
+	case "mnist":
+		ds, err = datasets.MNIST(d.Split, d.Dir, d.Normalize[0], d.Normalize[1])
+	case "synthetic":
+		ds, err = datasets.Synthetic(d.Split, d.Size, d.Shape, d.Classes, d.Noise, uint64(d.Seed))
+	default:
+		err = fmt.Errorf("unknown dataset %q", d.Kind)
+	}
+	if err != nil {
+		if d.Pos != "" {
+			return nil, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		return nil, err
+	}
+	info, _ := datasetInfo(d)
+	if !sameShape(ds.SampleShape(), info.sample) || ds.NumClasses() != info.classes {
+		return nil, fmt.Errorf("%s: %s has samples %v and %d classes, the plan expects %v and %d",
+			d.Pos, ds.Name(), ds.SampleShape(), ds.NumClasses(), info.sample, info.classes)
+	}
+	if d.Limit > 0 && d.Limit < ds.Len() {
+		ds = datasets.Subset(ds, d.Limit)
+	}
+	return ds, nil
+}
+
+// Shards computes the epoch's shards: the script's partition strategy, or
+// by default what PyTorch's DistributedSampler does (shuffle with
+// seed+epoch when shuffling, pad by wrapping round to a multiple of the
+// world, then rank r takes every world-th index from r). Shards are checked
+// before use.
+func (p *Plan) Shards(epoch int, ds datasets.Dataset) ([][]int, error) {
+	s := p.Spec
+	world := len(p.Devices)
+	if s.Partition == nil {
+		return stridedShards(ds.Len(), world, s.Seed+int64(epoch), s.Shuffle), nil
+	}
+	ctx := spec.PartitionContext{Size: ds.Len(), World: world, Epoch: epoch, Seed: s.Seed,
+		Labels: ds.Labels(), Weights: p.Cluster.Weights}
+	shards, pad, err := s.Partition.Fn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s, epoch %d: %w", s.Partition.Name, epoch, err)
+	}
+	if err := checkShards(s.Partition.Name, shards, world, ds.Len(), pad); err != nil {
+		return nil, err
+	}
+	return shards, nil
+}
+
+// stridedShards is DistributedSampler(drop_last=False) over n samples.
+func stridedShards(n, world int, seed int64, shuffle bool) [][]int {
+	var order []int
+	if shuffle {
+		order = torchrand.RandPerm(n, uint64(seed))
+	} else {
+		order = make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+	}
+	per := (n + world - 1) / world
+	for i := 0; len(order) < per*world && n > 0; i++ {
+		order = append(order, order[i%n])
+	}
+	shards := make([][]int, world)
+	for r := range shards {
+		shards[r] = make([]int, 0, per)
+		for i := r; i < len(order); i += world {
+			shards[r] = append(shards[r], order[i])
+		}
+	}
+	return shards
+}
+
+// checkShards validates what a partition strategy returned.
+func checkShards(name string, shards [][]int, world, n int, pad bool) error {
+	if len(shards) != world {
+		return fmt.Errorf("partition %s returned %d lists, want one per rank (%d)", name, len(shards), world)
+	}
+	owner := make([]int32, n)
+	for i := range owner {
+		owner[i] = -1
+	}
+	total := 0
+	for r, sh := range shards {
+		total += len(sh)
+		for i, x := range sh {
+			if x < 0 || x >= n {
+				return fmt.Errorf("partition %s: rank %d, position %d: index %d is out of range [0, %d)", name, r, i, x, n)
+			}
+			if o := owner[x]; o >= 0 && !pad {
+				if int(o) == r {
+					return fmt.Errorf("partition %s: rank %d, position %d: index %d appears twice in rank %d's shard (return {\"shards\": ..., \"pad\": True} if repeats are intended)", name, r, i, x, r)
+				}
+				return fmt.Errorf("partition %s: rank %d, position %d: index %d is also in rank %d's shard (return {\"shards\": ..., \"pad\": True} if repeats are intended)", name, r, i, x, o)
+			}
+			owner[x] = int32(r)
+		}
+	}
+	if total == 0 {
+		return fmt.Errorf("partition %s returned no samples at all", name)
+	}
+	return nil
+}
+
+// schedule is one epoch's batches: which slice of its shard each rank
+// feeds at each micro-step.
+type schedule struct {
+	shards [][]int
+	// batch[r] is rank r's micro-batch size.
+	batch []int
+	steps int
+	// policy for unequal shards: "pad", "drop" or "zero".
+	policy string
+	// pad[r] is rank r's shard extended by wrapping round, for "pad".
+	padded [][]int
+}
+
+// newSchedule decides the number of micro-steps of an epoch so that every
+// rank runs the same number (no rank waits forever on a collective):
+//   - pad: as many steps as the longest shard needs; a rank whose shard
+//     would run out before the last step starts again from the beginning of
+//     its shard and feeds full micro-batches to the end; the others feed
+//     what they have left at the last step (as the last, partial batch of
+//     a PyTorch DataLoader);
+//   - drop: as many full steps as the shortest shard allows; the rest of
+//     every shard is skipped this epoch;
+//   - zero: as many steps as the longest shard needs; a rank that has run
+//     out feeds an empty batch and contributes nothing to the gradient.
+//
+// The loss is always divided by the number of samples fed across all ranks
+// in the step, so the gradient is exactly the mean over them.
+func newSchedule(shards [][]int, batch []int, policy string) *schedule {
+	sc := &schedule{shards: shards, batch: batch, policy: policy}
+	longest, shortest := 0, -1
+	for r, sh := range shards {
+		n := (len(sh) + batch[r] - 1) / batch[r]
+		full := len(sh) / batch[r]
+		longest = max(longest, n)
+		if shortest < 0 || full < shortest {
+			shortest = full
+		}
+	}
+	sc.steps = longest
+	if policy == "drop" {
+		sc.steps = shortest
+	}
+	if policy == "pad" {
+		sc.padded = make([][]int, len(shards))
+		for r, sh := range shards {
+			sc.padded[r] = sh
+			if len(sh) == 0 || len(sh) > (sc.steps-1)*batch[r] {
+				continue // it has samples for every step
+			}
+			p := append(make([]int, 0, sc.steps*batch[r]), sh...)
+			for i := 0; len(p) < sc.steps*batch[r]; i++ {
+				p = append(p, sh[i%len(sh)])
+			}
+			sc.padded[r] = p
+		}
+	}
+	return sc
+}
+
+// slice returns rank r's sample indices for micro-step s.
+func (sc *schedule) slice(r, s int) []int {
+	sh := sc.shards[r]
+	if sc.padded != nil {
+		sh = sc.padded[r]
+	}
+	lo := s * sc.batch[r]
+	hi := lo + sc.batch[r]
+	if lo >= len(sh) {
+		return nil
+	}
+	if hi > len(sh) {
+		hi = len(sh)
+	}
+	return sh[lo:hi]
+}
+
+// count is the number of samples all ranks feed at micro-step s.
+func (sc *schedule) count(s int) int {
+	n := 0
+	for r := range sc.shards {
+		n += len(sc.slice(r, s))
+	}
+	return n
+}
+
+// evalRange is rank r's contiguous part of an evaluation set of n samples:
+// every sample is evaluated exactly once across ranks.
+func evalRange(n, world, r int) (lo, hi int) {
+	sizes := SplitBatch(n, world)
+	for i := 0; i < r; i++ {
+		lo += sizes[i]
+	}
+	return lo, lo + sizes[r]
+}

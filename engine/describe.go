@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"gorun/ops"
+)
+
+// Describe writes the Plan as a reader checks it: the run's settings, the
+// parameters, and each device's steps with their op, shapes and layer,
+// where every collective sits and the bytes it moves, and the memory each
+// device needs.
+func (p *Plan) Describe(w io.Writer) error {
+	s := p.Spec
+	ew := &errWriter{w: w}
+	ew.printf("plan for %s\n", s.Script)
+	for _, l := range s.Loads {
+		ew.printf("  load %s\n", l)
+	}
+	ew.printf("  devices %d (%s, %s), global batch %d split %v, accumulate %d, epochs %d, seed %d\n",
+		len(p.Devices), p.Cluster.Backend, p.Cluster.Transport, s.BatchSize, p.LocalBatch, s.Accumulate, s.Epochs, s.Seed)
+	ew.printf("  loss %s, optimizer %s (lr %g), sync %s\n", s.Loss, s.Optimizer.Kind, s.Optimizer.LR, describeSync(p))
+	if s.Partition != nil {
+		ew.printf("  partition %s, unequal shards: %s\n", s.Partition.Name, s.Uneven)
+	} else {
+		ew.printf("  partition: default (DistributedSampler order, shuffle=%v), unequal shards: %s\n", s.Shuffle, s.Uneven)
+	}
+	ew.printf("\nparameters: %d tensors, %d values (%s)\n", len(p.Graph.Params), p.NumParam, humanBytes(int64(p.NumParam)*4))
+	tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
+	for _, prm := range p.Graph.Params {
+		fmt.Fprintf(tw, "  %s\t%v\t%d\n", prm.Name, prm.Value.Shape, prm.Value.Elems())
+	}
+	tw.Flush()
+	if len(p.Devices) > 1 {
+		ew.printf("\ngradient buckets (%s, %g MB):\n", s.Sync.Kind, bucketMB(p))
+		for i, b := range p.Buckets {
+			ew.printf("  bucket %d: %d values (%s), ready after backward step %d: %s\n", i, b.Elems,
+				humanBytes(int64(b.Elems)*4), b.AfterOps+1, paramNames(b))
+		}
+	}
+	for _, prog := range p.Devices {
+		ew.printf("\ndevice %d (rank %d): batch %d, memory %s (buffers %s, scratch %s)\n", prog.Rank, prog.Rank,
+			p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
+			humanBytes(prog.MemoryBytes()-int64(prog.WorkElems)*4), humanBytes(int64(prog.WorkElems)*4))
+		tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\n")
+		var moved int64
+		for i, st := range prog.Steps {
+			switch st.Kind {
+			case CollectiveStep:
+				c := st.Collective
+				what := c.Name
+				if c.Op != "" {
+					what += "(" + c.Op + ")"
+				}
+				if c.Name == "reduce" || c.Name == "broadcast" {
+					what += fmt.Sprintf(" root %d", c.Root)
+				}
+				extra := ""
+				if st.Every > 0 {
+					extra = fmt.Sprintf(", every %d steps", st.Every)
+				}
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\n", i+1, st.Phase, what, c.Buffer.Name,
+					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer)
+				if st.Every == 0 {
+					moved += c.Bytes
+				}
+			default:
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.Op, shapes(st.In), shapes(st.Out), layerAt(st))
+			}
+		}
+		tw.Flush()
+		if len(p.Devices) > 1 {
+			ew.printf("  collectives move %s per step (payload per rank)\n", humanBytes(moved))
+		}
+	}
+	return ew.err
+}
+
+func layerAt(st *Step) string {
+	if st.Pos == "" {
+		return st.Layer
+	}
+	return st.Layer + " (" + string(st.Pos) + ")"
+}
+
+func describeSync(p *Plan) string {
+	s := p.Spec.Sync
+	switch s.Kind {
+	case "allreduce":
+		return fmt.Sprintf("allreduce(op=%s, bucket_mb=%g, overlap=%v)", s.Op, bucketMB(p), s.Overlap)
+	case "parameter_server":
+		return fmt.Sprintf("parameter_server(root=%d)", s.Root)
+	case "local_sgd":
+		return fmt.Sprintf("local_sgd(every=%d)", s.Every)
+	}
+	return string(s.Kind)
+}
+
+func bucketMB(p *Plan) float64 {
+	if p.Cluster.BucketMB > 0 {
+		return p.Cluster.BucketMB
+	}
+	return p.Spec.Sync.BucketMB
+}
+
+func paramNames(b Bucket) string {
+	var names []string
+	for _, prm := range b.Params {
+		names = append(names, prm.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func shapes(bs []*Buffer) string {
+	var parts []string
+	for _, b := range bs {
+		if b == nil {
+			continue
+		}
+		s := fmt.Sprint(b.Max)
+		if b.Idx != nil {
+			s += "i"
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(b)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+var _ = ops.Invalid

@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// device runs one Program. Everything it touches per step was allocated at
+// compile time.
+type device struct {
+	prog *Program
+	comm communicator // nil with one device
+	step int          // optimizer steps taken
+	// shareState is set when every rank holds optimizer state (all but a
+	// parameter server), so resuming broadcasts it too.
+	shareState bool
+	commTime   time.Duration // time in collectives during the current step
+	scalar     [1]float32    // for sumScalar
+}
+
+// runStep runs one micro-batch of the training Program: forward and
+// backward; with last set, also the collectives and the optimizer update.
+// first tells whether gradients are written (true) or accumulated.
+func (d *device) runStep(first, last bool) error {
+	for _, st := range d.prog.Steps {
+		if !last && (st.Phase == PhaseSync || st.Phase == PhaseUpdate) {
+			continue
+		}
+		if st.acc {
+			st.Attrs.Accumulate = !first
+		}
+		if err := d.exec(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exec runs one step.
+func (d *device) exec(st *Step) error {
+	switch st.Kind {
+	case KernelStep:
+		st.kernel(&d.prog.ctx, &st.Attrs, st.kin, st.kout)
+	case CopyStep:
+		copy(st.Out[0].Data[:st.Out[0].Len()], st.In[0].Data[:st.In[0].Len()])
+	case CollectiveStep:
+		return d.collective(st)
+	}
+	return nil
+}
+
+// evalStep runs the forward pass without dropout.
+func (d *device) evalStep() {
+	for _, st := range d.prog.Eval {
+		d.exec(st) // no collectives in evaluation: it cannot fail
+	}
+}
+
+// InitParams fills every parameter as PyTorch's default initialisation
+// does: weights from U(-1/√fan_in, 1/√fan_in) (kaiming_uniform_ with
+// a=√5) and biases from the same range, drawn from an RNG seeded with seed.
+// Every device then receives rank 0's values.
+func (p *Plan) InitParams(seed int64) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	root := p.Devices[0]
+	for i, prm := range p.Graph.Params {
+		bound := 1 / math.Sqrt(float64(prm.FanIn))
+		data := root.Params[i].Data
+		for j := range data {
+			data[j] = float32((rng.Float64()*2 - 1) * bound)
+		}
+	}
+}
+
+// zeroState clears gradients and optimizer state on every device.
+func (p *Plan) zeroState() {
+	for _, prog := range p.Devices {
+		clear(prog.GradArena.Data)
+		for _, st := range prog.State {
+			for _, b := range st {
+				clear(b.Data)
+			}
+		}
+	}
+}
+
+// ParamTensors returns rank 0's parameters by name, for checkpoints.
+func (p *Plan) ParamTensors() (names []string, shapes [][]int, data [][]float32) {
+	root := p.Devices[0]
+	for i, prm := range p.Graph.Params {
+		names = append(names, prm.Name)
+		shapes = append(shapes, prm.Value.Shape)
+		data = append(data, root.Params[i].Data)
+	}
+	return names, shapes, data
+}
+
+// SetParam copies values into parameter name on rank 0 (they reach the
+// other ranks with the first broadcast).
+func (p *Plan) SetParam(name string, shape []int, values []float32) error {
+	for i, prm := range p.Graph.Params {
+		if prm.Name != name {
+			continue
+		}
+		if !sameShape(shape, prm.Value.Shape) {
+			return fmt.Errorf("parameter %s: shape %v, the model has %v", name, shape, prm.Value.Shape)
+		}
+		copy(p.Devices[0].Params[i].Data, values)
+		return nil
+	}
+	return fmt.Errorf("the model has no parameter %s", name)
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

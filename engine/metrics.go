@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"bufio"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// MetricsFile is the name of the metrics log inside a run's --out folder.
+const MetricsFile = "metrics.jsonl"
+
+// metrics writes metrics.jsonl: one JSON object a line, with a "kind" of
+// "step", "epoch", "eval" or "summary". Step lines are written without
+// allocating.
+type metrics struct {
+	f   *os.File
+	w   *bufio.Writer
+	buf []byte
+}
+
+func openMetrics(dir string, appendTo bool) (*metrics, error) {
+	if dir == "" {
+		return &metrics{}, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if appendTo {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	f, err := os.OpenFile(filepath.Join(dir, MetricsFile), flags, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{f: f, w: bufio.NewWriterSize(f, 1<<16), buf: make([]byte, 0, 512)}, nil
+}
+
+// StepMetrics is one optimizer step as metrics.jsonl records it.
+type StepMetrics struct {
+	Step  int     // 1-based optimizer step
+	Epoch int     // 1-based
+	Loss  float64 // mean over the whole global batch
+	LR    float64
+	// SamplesPerS is the step's throughput; CommSeconds the time rank 0
+	// spent in collectives during the step.
+	SamplesPerS float64
+	CommSeconds float64
+	Time        float64 // seconds since the run started
+}
+
+func appendFloat(b []byte, v float64) []byte {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
+
+func (m *metrics) step(s *StepMetrics) error {
+	if m.w == nil {
+		return nil
+	}
+	b := append(m.buf[:0], `{"kind":"step","step":`...)
+	b = strconv.AppendInt(b, int64(s.Step), 10)
+	b = append(b, `,"epoch":`...)
+	b = strconv.AppendInt(b, int64(s.Epoch), 10)
+	b = append(b, `,"loss":`...)
+	b = appendFloat(b, s.Loss)
+	b = append(b, `,"lr":`...)
+	b = appendFloat(b, s.LR)
+	b = append(b, `,"samples_per_s":`...)
+	b = appendFloat(b, s.SamplesPerS)
+	b = append(b, `,"comm_seconds":`...)
+	b = appendFloat(b, s.CommSeconds)
+	b = append(b, `,"time":`...)
+	b = appendFloat(b, s.Time)
+	b = append(b, "}\n"...)
+	m.buf = b
+	_, err := m.w.Write(b)
+	return err
+}
+
+// record writes one non-step line. Non-finite floats become null.
+func (m *metrics) record(kind string, fields map[string]any) error {
+	if m.w == nil {
+		return nil
+	}
+	obj := map[string]any{"kind": kind}
+	for k, v := range fields {
+		if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			v = nil
+		}
+		obj[k] = v
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = m.w.Write(b)
+	return err
+}
+
+func (m *metrics) flush() error {
+	if m.w == nil {
+		return nil
+	}
+	return m.w.Flush()
+}
+
+func (m *metrics) close() error {
+	if m.f == nil {
+		return nil
+	}
+	err := m.w.Flush()
+	if e := m.f.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// PeakRSS returns the process's peak resident set size in bytes (VmHWM),
+// or 0 when the system does not say.
+func PeakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb * 1024
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,155 @@
+// Package spec holds the Spec: the plain Go description of a training run
+// that a script produces and the engine compiles. It is the boundary between
+// script/ (which evaluates Starlark) and engine/ (which never does): every
+// value here is a plain Go value, except Partition, a Go function the script
+// package builds around a Starlark function.
+//
+// Nothing here validates deeply; the engine checks a Spec when it compiles
+// it and reports errors with the Pos recorded on each value.
+package spec
+
+import "fmt"
+
+// Pos is a position in a script, "file:line:col", recorded where a value was
+// declared so that errors found later can point back at it.
+type Pos string
+
+// LayerKind names a kind of layer.
+type LayerKind string
+
+// The layers of the script surface (nn.*).
+const (
+	Sequential LayerKind = "sequential"
+	Conv2D     LayerKind = "conv2d"
+	Linear     LayerKind = "linear"
+	ReLU       LayerKind = "relu"
+	MaxPool2D  LayerKind = "maxpool2d"
+	Dropout    LayerKind = "dropout"
+	Dropout2D  LayerKind = "dropout2d"
+	Flatten    LayerKind = "flatten"
+	LogSoftmax LayerKind = "log_softmax"
+	Softmax    LayerKind = "softmax"
+)
+
+// Layer is one declared layer. Fields not used by its Kind are zero.
+type Layer struct {
+	Kind LayerKind
+	// Name is the name given with name=, or "" for the PyTorch default (the
+	// index within the enclosing sequential).
+	Name string
+	Pos  Pos
+
+	In, Out         int  // conv2d channels, linear features
+	Kernel          int  // conv2d, maxpool2d
+	Stride, Padding int  // conv2d, maxpool2d (Stride)
+	Bias            bool // conv2d, linear
+	P               float64
+
+	Layers []Layer // sequential
+}
+
+// Label is how errors name the layer: its name, or its kind.
+func (l *Layer) Label() string {
+	if l.Name != "" {
+		return fmt.Sprintf("%s %q", l.Kind, l.Name)
+	}
+	return string(l.Kind)
+}
+
+// Data describes a dataset.
+type Data struct {
+	Kind      string // "mnist" or "synthetic"
+	Split     string // "train" or "test"
+	Dir       string // mnist: "" for the copy that ships with the GoMNIST module
+	Normalize [2]float64
+	// Limit keeps only the first Limit samples when > 0.
+	Limit int
+
+	// Synthetic data: Size samples of Shape in Classes classes, template
+	// plus Gaussian noise of std Noise, drawn from Seed.
+	Size    int
+	Shape   []int
+	Classes int
+	Noise   float64
+	Seed    int64
+
+	Pos Pos
+}
+
+// Optimizer describes the optimizer: PyTorch's torch.optim rules.
+type Optimizer struct {
+	Kind                string // "sgd" or "adam"
+	LR                  float64
+	Momentum, Dampening float64 // sgd
+	WeightDecay         float64
+	Nesterov            bool    // sgd
+	Beta1, Beta2, Eps   float64 // adam
+	Pos                 Pos
+}
+
+// SyncKind names a gradient synchronisation strategy.
+type SyncKind string
+
+// The sync strategies (sync.*).
+const (
+	SyncAllReduce       SyncKind = "allreduce"
+	SyncParameterServer SyncKind = "parameter_server"
+	SyncLocalSGD        SyncKind = "local_sgd"
+	SyncNone            SyncKind = "none"
+)
+
+// Sync describes how replicas are kept in step.
+type Sync struct {
+	Kind     SyncKind
+	Op       string  // allreduce: "mean" or "sum"
+	BucketMB float64 // allreduce: bucket size
+	Overlap  bool    // allreduce: start each bucket as soon as it is ready
+	Root     int     // parameter_server
+	Every    int     // local_sgd
+	Pos      Pos
+}
+
+// PartitionContext is what a partition strategy is told.
+type PartitionContext struct {
+	Size   int     // samples in the dataset
+	World  int     // number of ranks
+	Epoch  int     // 0-based epoch
+	Seed   int64   // the run's seed
+	Labels []int32 // the dataset's labels (when the strategy asks for them)
+	// Weights holds per-rank weights from the cluster file, when set.
+	Weights []float64
+}
+
+// Partition is a strategy: Fn returns one list of sample indices per rank,
+// and whether indices repeat across ranks on purpose (padding).
+type Partition struct {
+	Name string // for errors: "strided (partition.star:12:5)"
+	Fn   func(ctx PartitionContext) (shards [][]int, pad bool, err error)
+	Pos  Pos
+}
+
+// Spec is a whole training run as a script declares it.
+type Spec struct {
+	Script string // path of the script
+	Model  Layer  // a Sequential
+	Loss   string // "nll" or "cross_entropy"
+	Data   Data
+	Eval   *Data // nil when no evaluation set
+
+	Partition *Partition // nil: the engine's default (each rank a strided shard)
+	Sync      Sync
+	Optimizer Optimizer
+
+	BatchSize  int // global: each of N devices takes about BatchSize/N
+	Epochs     int
+	Seed       int64
+	MaxSteps   int    // stop after this many optimizer steps; 0: no limit
+	Shuffle    bool   // a new sample order every epoch
+	Accumulate int    // micro-batches per optimizer step (≥ 1)
+	Uneven     string // unequal shards: "pad", "drop" or "zero"
+
+	// Loads lists the files load() statements resolved to, in order.
+	Loads []string
+	// Pos is where train(...) was called.
+	Pos Pos
+}

@@ -1,0 +1,279 @@
+// Package script evaluates a gorun training script (Starlark) and turns what
+// it declares into a spec.Spec. It owns the builtins (nn, optim, data, sync,
+// train), load() resolution and command-line overrides (--set), and nothing
+// after: it never compiles or runs anything.
+//
+// Errors from the script itself come back as *starlark.EvalError (with a
+// Backtrace giving file:line:col of every frame) or syntax.Error; errors
+// found while converting values carry the script position of the value.
+package script
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+
+	"gorun/engine/spec"
+)
+
+// FileReader reads script files. Tests use an in-memory implementation.
+type FileReader interface {
+	ReadFile(path string) ([]byte, error)
+}
+
+// osReader reads from the real file system.
+type osReader struct{}
+
+func (osReader) ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// Override is one --set NAME=VALUE. Name is a train() parameter, or
+// PARAM.FIELD for a field of an optimizer, sync or data value
+// (optimizer.lr=0.05). Value is a Starlark expression; a value that does not
+// evaluate (such as nll) is taken as a string.
+type Override struct {
+	Name, Value string
+}
+
+// ParseOverride parses "NAME=VALUE".
+func ParseOverride(s string) (Override, error) {
+	name, value, ok := strings.Cut(s, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return Override{}, fmt.Errorf("--set %q: want NAME=VALUE", s)
+	}
+	return Override{Name: name, Value: strings.TrimSpace(value)}, nil
+}
+
+type options struct {
+	reader    FileReader
+	overrides []Override
+	path      []string // GORUN_PATH folders
+	library   fs.FS    // the library shipped with gorun (may be nil)
+	maxSteps  uint64
+	extra     starlark.StringDict
+	onThread  func(*starlark.Thread) // tests: called on every new thread
+}
+
+// Option configures Load.
+type Option func(*options)
+
+// WithFileReader reads the script and the files it loads through r.
+func WithFileReader(r FileReader) Option { return func(o *options) { o.reader = r } }
+
+// WithOverrides applies --set overrides to the train(...) call.
+func WithOverrides(ov ...Override) Option {
+	return func(o *options) { o.overrides = append(o.overrides, ov...) }
+}
+
+// WithSearchPath sets the folders load() searches after the loading
+// script's own folder (GORUN_PATH).
+func WithSearchPath(dirs ...string) Option {
+	return func(o *options) { o.path = append(o.path, dirs...) }
+}
+
+// WithLibrary sets the library searched last by load(): the Starlark files
+// shipped inside the gorun binary.
+func WithLibrary(lib fs.FS) Option { return func(o *options) { o.library = lib } }
+
+// WithPredeclared adds names every script sees (tests add assert).
+func WithPredeclared(d starlark.StringDict) Option {
+	return func(o *options) { o.extra = d }
+}
+
+// WithMaxSteps bounds the Starlark computation steps of the script (and of
+// each call of a partition strategy). 0 means the default, 100 million.
+func WithMaxSteps(n uint64) Option { return func(o *options) { o.maxSteps = n } }
+
+// SearchPathFromEnv splits a GORUN_PATH value into folders.
+func SearchPathFromEnv(v string) []string {
+	var dirs []string
+	for _, d := range filepath.SplitList(v) {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// Load evaluates the script at path and returns the Spec its train(...) call
+// declares.
+func Load(path string, opts ...Option) (*spec.Spec, error) {
+	o := options{reader: osReader{}, maxSteps: 100_000_000}
+	for _, f := range opts {
+		f(&o)
+	}
+	src, err := o.reader.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading script: %w", err)
+	}
+	l := &loader{opts: o, cache: map[string]*loadEntry{}}
+	st := &state{overrides: o.overrides, loader: l}
+	thread := l.newThread("main")
+	thread.SetLocal(stateKey, st)
+	if _, err := starlark.ExecFileOptions(fileOptions, thread, path, src, l.predeclared()); err != nil {
+		return nil, err
+	}
+	if st.spec == nil {
+		return nil, fmt.Errorf("%s: the script never called train(...)", path)
+	}
+	st.spec.Script = path
+	st.spec.Loads = l.resolved
+	return st.spec, nil
+}
+
+// fileOptions are the Starlark dialect options for gorun scripts: the
+// features a configuration language benefits from.
+var fileOptions = &syntax.FileOptions{
+	Set:             true,
+	While:           true,
+	TopLevelControl: true,
+	GlobalReassign:  true,
+	Recursion:       true,
+}
+
+const stateKey = "gorun.state"
+
+// state is what one evaluation builds; it lives on the thread.
+type state struct {
+	overrides []Override
+	spec      *spec.Spec
+	loader    *loader
+}
+
+func stateOf(thread *starlark.Thread) *state {
+	st, _ := thread.Local(stateKey).(*state)
+	return st
+}
+
+// predeclared returns the builtins every script sees.
+func predeclared() starlark.StringDict {
+	return starlark.StringDict{
+		"nn":    nnModule,
+		"optim": optimModule,
+		"data":  dataModule,
+		"sync":  syncModule,
+		"train": starlark.NewBuiltin("train", trainBuiltin),
+		// Index helpers implemented in Go, for partition strategies.
+		"shuffle": starlark.NewBuiltin("shuffle", shuffleBuiltin),
+		"argsort": starlark.NewBuiltin("argsort", argsortBuiltin),
+		"fail":    starlark.NewBuiltin("fail", failBuiltin),
+	}
+}
+
+func (l *loader) predeclared() starlark.StringDict {
+	d := predeclared()
+	for k, v := range l.opts.extra {
+		d[k] = v
+	}
+	return d
+}
+
+// loader resolves load() statements.
+type loader struct {
+	opts     options
+	cache    map[string]*loadEntry
+	resolved []string
+}
+
+type loadEntry struct {
+	globals starlark.StringDict
+	err     error
+	loading bool
+}
+
+func (l *loader) newThread(name string) *starlark.Thread {
+	t := &starlark.Thread{
+		Name: name,
+		Load: l.load,
+		Print: func(_ *starlark.Thread, msg string) {
+			fmt.Fprintln(os.Stderr, msg)
+		},
+	}
+	t.SetMaxExecutionSteps(l.opts.maxSteps)
+	if l.opts.onThread != nil {
+		l.opts.onThread(t)
+	}
+	return t
+}
+
+// load resolves module in the loading file's folder, then each GORUN_PATH
+// folder, then the library shipped with gorun.
+func (l *loader) load(thread *starlark.Thread, module string) (starlark.StringDict, error) {
+	from := thread.CallFrame(0).Pos.Filename()
+	key, src, err := l.find(from, module)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := l.cache[key]; ok {
+		if e.loading {
+			return nil, fmt.Errorf("load cycle: %s loads itself", key)
+		}
+		return e.globals, e.err
+	}
+	e := &loadEntry{loading: true}
+	l.cache[key] = e
+	l.resolved = append(l.resolved, fmt.Sprintf("%s -> %s", module, key))
+	child := l.newThread("load " + module)
+	child.SetLocal(stateKey, &state{loader: l}) // train() is not allowed in a loaded file
+	e.globals, e.err = starlark.ExecFileOptions(fileOptions, child, key, src, l.predeclared())
+	e.loading = false
+	return e.globals, e.err
+}
+
+// libraryPrefix marks files that come from the library inside the binary.
+const libraryPrefix = "<gorun>/"
+
+func (l *loader) find(from, module string) (string, []byte, error) {
+	if module == "" || strings.Contains(module, "..") {
+		return "", nil, fmt.Errorf("load(%q): not a valid module name", module)
+	}
+	var tried []string
+	var dirs []string
+	if strings.HasPrefix(from, libraryPrefix) {
+		// A library file loads from the library.
+		dirs = nil
+	} else if from != "" {
+		dirs = append(dirs, filepath.Dir(from))
+	}
+	if filepath.IsAbs(module) {
+		dirs = []string{""}
+	}
+	dirs = append(dirs, l.opts.path...)
+	for _, d := range dirs {
+		p := filepath.Join(d, module)
+		if d == "" {
+			p = module
+		}
+		src, err := l.opts.reader.ReadFile(p)
+		if err == nil {
+			return p, src, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", nil, fmt.Errorf("load(%q): %w", module, err)
+		}
+		tried = append(tried, p)
+	}
+	if l.opts.library != nil {
+		name := strings.TrimPrefix(filepath.ToSlash(module), "/")
+		src, err := fs.ReadFile(l.opts.library, name)
+		if err == nil {
+			return libraryPrefix + name, src, nil
+		}
+		tried = append(tried, libraryPrefix+name+" (shipped with gorun)")
+	}
+	return "", nil, fmt.Errorf("load(%q): not found; tried %s (set GORUN_PATH to add folders)", module, strings.Join(tried, ", "))
+}
+
+// position returns where the builtin being run was called from.
+func position(thread *starlark.Thread) spec.Pos {
+	if thread.CallStackDepth() < 2 {
+		return ""
+	}
+	return spec.Pos(thread.CallFrame(1).Pos.String())
+}

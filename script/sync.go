@@ -1,0 +1,81 @@
+package script
+
+import (
+	"fmt"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+
+	"gorun/engine/spec"
+)
+
+var allreduceMaker = &configMaker{
+	name:   "sync.allreduce",
+	params: []string{"op?", "bucket_mb?", "overlap?"},
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		op := "mean"
+		bucket := number(25)
+		overlap := true
+		if err := unpack(name, kwargs, "op?", &op, "bucket_mb?", &bucket, "overlap?", &overlap); err != nil {
+			return nil, err
+		}
+		if op != "mean" && op != "sum" {
+			return nil, fmt.Errorf("%s: op must be \"mean\" or \"sum\", got %q", name, op)
+		}
+		if bucket <= 0 {
+			return nil, fmt.Errorf("%s: bucket_mb must be positive, got %g", name, float64(bucket))
+		}
+		return spec.Sync{Kind: spec.SyncAllReduce, Op: op, BucketMB: float64(bucket), Overlap: overlap, Pos: position(thread)}, nil
+	},
+}
+
+var parameterServerMaker = &configMaker{
+	name:   "sync.parameter_server",
+	params: []string{"root?"},
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		root := 0
+		if err := unpack(name, kwargs, "root?", &root); err != nil {
+			return nil, err
+		}
+		if root < 0 {
+			return nil, fmt.Errorf("%s: root must be ≥ 0, got %d", name, root)
+		}
+		return spec.Sync{Kind: spec.SyncParameterServer, Root: root, Pos: position(thread)}, nil
+	},
+}
+
+var localSGDMaker = &configMaker{
+	name:   "sync.local_sgd",
+	params: []string{"every?"},
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		every := 1
+		if err := unpack(name, kwargs, "every?", &every); err != nil {
+			return nil, err
+		}
+		if every < 1 {
+			return nil, fmt.Errorf("%s: every must be ≥ 1, got %d", name, every)
+		}
+		return spec.Sync{Kind: spec.SyncLocalSGD, Every: every, Pos: position(thread)}, nil
+	},
+}
+
+var noneMaker = &configMaker{
+	name:   "sync.none",
+	params: nil,
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		if err := unpack(name, kwargs); err != nil {
+			return nil, err
+		}
+		return spec.Sync{Kind: spec.SyncNone, Pos: position(thread)}, nil
+	},
+}
+
+var syncModule = &starlarkstruct.Module{
+	Name: "sync",
+	Members: starlark.StringDict{
+		"allreduce":        allreduceMaker.builtin(),
+		"parameter_server": parameterServerMaker.builtin(),
+		"local_sgd":        localSGDMaker.builtin(),
+		"none":             noneMaker.builtin(),
+	},
+}

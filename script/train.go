@@ -1,0 +1,212 @@
+package script
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.starlark.net/starlark"
+
+	"gorun/engine/spec"
+)
+
+// trainParams are train()'s parameters, each overridable with --set.
+var trainParams = []string{
+	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
+	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven",
+}
+
+func isTrainParam(name string) bool {
+	for _, p := range trainParams {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// trainBuiltin implements train(**kwargs): it records the Spec on the
+// thread's state, after applying --set overrides.
+func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	st := stateOf(thread)
+	if st == nil || st.loader == nil || thread.Name != "main" {
+		return nil, fmt.Errorf("%s: only the main script may call train(...), not a loaded file", b.Name())
+	}
+	if st.spec != nil {
+		return nil, fmt.Errorf("%s: called twice (first at %s)", b.Name(), st.spec.Pos)
+	}
+	if len(args) > 0 {
+		return nil, fmt.Errorf("%s: takes keyword arguments only (train(model = ..., data = ...))", b.Name())
+	}
+	kw, err := applyOverrides(thread, kwargs, st.overrides)
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		model, partition starlark.Value = starlark.None, starlark.None
+		dataV, evalV     starlark.Value = starlark.None, starlark.None
+		syncV, optV      starlark.Value = starlark.None, starlark.None
+		loss             string
+		batch, epochs    = 64, 1
+		seed             int64
+		maxSteps         int
+		shuffle          = true
+		accumulate       = 1
+		uneven           = "pad"
+	)
+	if err := starlark.UnpackArgs(b.Name(), nil, kw,
+		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
+		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
+		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
+		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven); err != nil {
+		return nil, err
+	}
+	s := &spec.Spec{
+		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
+		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Pos: position(thread),
+	}
+	switch m := model.(type) {
+	case *Layer:
+		s.Model = m.L
+		if m.L.Kind != spec.Sequential {
+			s.Model = spec.Layer{Kind: spec.Sequential, Pos: m.L.Pos, Layers: []spec.Layer{m.L}}
+		}
+	default:
+		return nil, fmt.Errorf("%s: model: got %s, want a layer such as nn.sequential(...)", b.Name(), model.Type())
+	}
+	if loss != "nll" && loss != "cross_entropy" {
+		return nil, fmt.Errorf("%s: loss must be \"nll\" or \"cross_entropy\", got %q", b.Name(), loss)
+	}
+	d, err := configOf[spec.Data](b, "data", dataV, "data.mnist(...)")
+	if err != nil {
+		return nil, err
+	}
+	s.Data = d
+	if evalV != starlark.None {
+		e, err := configOf[spec.Data](b, "eval", evalV, "data.mnist(...) or None")
+		if err != nil {
+			return nil, err
+		}
+		s.Eval = &e
+	}
+	if s.Optimizer, err = configOf[spec.Optimizer](b, "optimizer", optV, "optim.sgd(...) or optim.adam(...)"); err != nil {
+		return nil, err
+	}
+	if syncV == starlark.None {
+		s.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: 25, Overlap: true, Pos: s.Pos}
+	} else if s.Sync, err = configOf[spec.Sync](b, "sync", syncV, "sync.allreduce(...), sync.parameter_server(...), sync.local_sgd(...) or sync.none()"); err != nil {
+		return nil, err
+	}
+	if partition != starlark.None {
+		fn, ok := partition.(starlark.Callable)
+		if !ok {
+			return nil, fmt.Errorf("%s: partition: got %s, want a function", b.Name(), partition.Type())
+		}
+		s.Partition = newPartition(st.loader, fn)
+	}
+	switch {
+	case batch < 1:
+		return nil, fmt.Errorf("%s: batch_size must be ≥ 1, got %d", b.Name(), batch)
+	case epochs < 1:
+		return nil, fmt.Errorf("%s: epochs must be ≥ 1, got %d", b.Name(), epochs)
+	case maxSteps < 0:
+		return nil, fmt.Errorf("%s: max_steps must be ≥ 0, got %d", b.Name(), maxSteps)
+	case accumulate < 1:
+		return nil, fmt.Errorf("%s: accumulate must be ≥ 1, got %d", b.Name(), accumulate)
+	case uneven != "pad" && uneven != "drop" && uneven != "zero":
+		return nil, fmt.Errorf("%s: uneven must be \"pad\", \"drop\" or \"zero\", got %q", b.Name(), uneven)
+	}
+	st.spec = s
+	return starlark.None, nil
+}
+
+// configOf extracts the spec value of type T from a Config argument.
+func configOf[T any](b *starlark.Builtin, param string, v starlark.Value, want string) (T, error) {
+	var zero T
+	c, ok := v.(*Config)
+	if ok {
+		if t, ok := c.Value.(T); ok {
+			return t, nil
+		}
+	}
+	return zero, fmt.Errorf("%s: %s: got %s, want %s", b.Name(), param, v.Type(), want)
+}
+
+// applyOverrides returns kwargs with the --set overrides applied in order.
+func applyOverrides(thread *starlark.Thread, kwargs []starlark.Tuple, overrides []Override) ([]starlark.Tuple, error) {
+	kw := append([]starlark.Tuple(nil), kwargs...)
+	find := func(name string) int {
+		for i, t := range kw {
+			if string(t[0].(starlark.String)) == name {
+				return i
+			}
+		}
+		return -1
+	}
+	for _, o := range overrides {
+		param, field, dotted := strings.Cut(o.Name, ".")
+		if !isTrainParam(param) {
+			return nil, fmt.Errorf("--set %s: train() has no parameter %q (it has %s)", o.Name, param, strings.Join(trainParams, ", "))
+		}
+		v, err := evalOverride(thread, o)
+		if err != nil {
+			return nil, err
+		}
+		i := find(param)
+		if dotted {
+			if i < 0 {
+				return nil, fmt.Errorf("--set %s: the script gives no %s to change; set the whole value with --set %s=...", o.Name, param, param)
+			}
+			c, ok := kw[i][1].(*Config)
+			if !ok {
+				return nil, fmt.Errorf("--set %s: %s is a %s, which has no fields to set", o.Name, param, kw[i][1].Type())
+			}
+			nc, err := c.with(thread, field, v)
+			if err != nil {
+				return nil, fmt.Errorf("--set %s: %v", o.Name, err)
+			}
+			v = nc
+		}
+		t := starlark.Tuple{starlark.String(param), v}
+		if i < 0 {
+			kw = append(kw, t)
+		} else {
+			kw[i] = t
+		}
+	}
+	return kw, nil
+}
+
+// evalOverride evaluates an override's value as a Starlark expression with
+// the builtins in scope. A bare word that does not evaluate (nll) is a
+// string; anything else that fails is an error.
+func evalOverride(thread *starlark.Thread, o Override) (starlark.Value, error) {
+	v, err := starlark.EvalOptions(fileOptions, thread, "--set "+o.Name, o.Value, predeclared())
+	if err == nil {
+		return v, nil
+	}
+	if !strings.ContainsAny(o.Value, "()[]{},=") {
+		return starlark.String(o.Value), nil
+	}
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		return nil, fmt.Errorf("--set %s=%s: %s", o.Name, o.Value, ee.Msg)
+	}
+	return nil, fmt.Errorf("--set %s=%s: %v", o.Name, o.Value, err)
+}
+
+func failBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var parts []string
+	for _, a := range args {
+		if s, ok := starlark.AsString(a); ok {
+			parts = append(parts, s)
+		} else {
+			parts = append(parts, a.String())
+		}
+	}
+	if len(kwargs) > 0 {
+		return nil, fmt.Errorf("fail: unexpected keyword arguments")
+	}
+	return nil, errors.New(strings.Join(parts, " "))
+}
