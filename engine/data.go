@@ -54,49 +54,61 @@ func LoadData(d *spec.Data) (datasets.Dataset, error) {
 	return ds, nil
 }
 
-// Shards computes the epoch's shards: the script's partition strategy, or
-// by default what PyTorch's DistributedSampler does (shuffle with
-// seed+epoch when shuffling, pad by wrapping round to a multiple of the
-// world, then rank r takes every world-th index from r). Shards are checked
-// before use.
-func (p *Plan) Shards(epoch int, ds datasets.Dataset) ([][]int, error) {
+// Shards computes the epoch's shards and the policy for unequal shards.
+// With the script's partition strategy, shards are checked and the
+// Spec's policy (uneven) applies. By default, the epoch's order is
+// torch.randperm(n) seeded with seed+epoch (or 0..n-1 without shuffle),
+// each step's global batch is the next batch_size samples of that order,
+// and rank r takes its share (SplitBatch) of it, in rank order: N devices
+// then see exactly the samples one device would, step for step, whatever
+// N, and the last, partial batch is shared out the same way (a rank left
+// without samples feeds none and adds nothing to the gradient).
+func (p *Plan) Shards(epoch int, ds datasets.Dataset) ([][]int, string, error) {
 	s := p.Spec
 	world := len(p.Devices)
 	if s.Partition == nil {
-		return stridedShards(ds.Len(), world, s.Seed+int64(epoch), s.Shuffle), nil
+		return batchShards(ds.Len(), s.BatchSize, world, s.Seed+int64(epoch), s.Shuffle), "zero", nil
 	}
 	ctx := spec.PartitionContext{Size: ds.Len(), World: world, Epoch: epoch, Seed: s.Seed,
 		Labels: ds.Labels(), Weights: p.Cluster.Weights}
 	shards, pad, err := s.Partition.Fn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("partition %s, epoch %d: %w", s.Partition.Name, epoch, err)
+		return nil, "", fmt.Errorf("partition %s, epoch %d: %w", s.Partition.Name, epoch, err)
 	}
 	if err := checkShards(s.Partition.Name, shards, world, ds.Len(), pad); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return shards, nil
+	return shards, s.Uneven, nil
 }
 
-// stridedShards is DistributedSampler(drop_last=False) over n samples.
-func stridedShards(n, world int, seed int64, shuffle bool) [][]int {
-	var order []int
+// epochOrder is the epoch's sample order: torch.randperm(n) for a
+// generator seeded with seed, or 0..n-1.
+func epochOrder(n int, seed int64, shuffle bool) []int {
 	if shuffle {
-		order = torchrand.RandPerm(n, uint64(seed))
-	} else {
-		order = make([]int, n)
-		for i := range order {
-			order[i] = i
-		}
+		return torchrand.RandPerm(n, uint64(seed))
 	}
-	per := (n + world - 1) / world
-	for i := 0; len(order) < per*world && n > 0; i++ {
-		order = append(order, order[i%n])
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
 	}
+	return order
+}
+
+// batchShards cuts the epoch's order into global batches and gives rank r
+// its share of each.
+func batchShards(n, batch, world int, seed int64, shuffle bool) [][]int {
+	order := epochOrder(n, seed, shuffle)
+	split := SplitBatch(batch, world)
 	shards := make([][]int, world)
-	for r := range shards {
-		shards[r] = make([]int, 0, per)
-		for i := r; i < len(order); i += world {
-			shards[r] = append(shards[r], order[i])
+	for lo := 0; lo < n; lo += batch {
+		b := order[lo:min(lo+batch, n)]
+		if len(b) < batch {
+			split = SplitBatch(len(b), world)
+		}
+		off := 0
+		for r := range shards {
+			shards[r] = append(shards[r], b[off:off+split[r]]...)
+			off += split[r]
 		}
 	}
 	return shards

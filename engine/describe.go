@@ -26,7 +26,7 @@ func (p *Plan) Describe(w io.Writer) error {
 	if s.Partition != nil {
 		ew.printf("  partition %s, unequal shards: %s\n", s.Partition.Name, s.Uneven)
 	} else {
-		ew.printf("  partition: default (DistributedSampler order, shuffle=%v), unequal shards: %s\n", s.Shuffle, s.Uneven)
+		ew.printf("  partition: default (each step's global batch from one shuffled order, shared out by rank; shuffle=%v)\n", s.Shuffle)
 	}
 	ew.printf("\nparameters: %d tensors, %d values (%s)\n", len(p.Graph.Params), p.NumParam, humanBytes(int64(p.NumParam)*4))
 	tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
@@ -36,9 +36,16 @@ func (p *Plan) Describe(w io.Writer) error {
 	tw.Flush()
 	if len(p.Devices) > 1 {
 		ew.printf("\ngradient buckets (%s, %g MB):\n", s.Sync.Kind, bucketMB(p))
+		at := map[string]int{}
+		for i, st := range p.Devices[0].Steps {
+			if st.Kind == CollectiveStep {
+				at[st.Collective.Tag] = i + 1
+			}
+		}
 		for i, b := range p.Buckets {
-			ew.printf("  bucket %d: %d values (%s), ready after backward step %d: %s\n", i, b.Elems,
-				humanBytes(int64(b.Elems)*4), b.AfterOps+1, paramNames(b))
+			last := p.Graph.Backward[b.AfterOps]
+			ew.printf("  bucket %d: %d values (%s), step %d, once %s of %s is done: %s\n", i, b.Elems,
+				humanBytes(int64(b.Elems)*4), at[fmt.Sprintf("bucket %d", i)], last.Op, last.Layer, paramNames(b))
 		}
 	}
 	for _, prog := range p.Devices {

@@ -36,7 +36,7 @@ type Bucket struct {
 	Params   []*Param
 	Offset   int // first element in the gradient arena
 	Elems    int
-	AfterOps int // index of the backward node that completes it
+	AfterOps int // index in Graph.Backward of the node that completes it
 }
 
 // Buffer is one planned tensor of a device: its storage, its live shape
@@ -140,8 +140,8 @@ type Program struct {
 	Input, Target, Output, Loss *Buffer
 	Params, Grads               []*Buffer // in Graph.Params order
 	// ParamArena and GradArena hold every parameter and every gradient,
-	// contiguous, in reverse parameter order (the order backward completes
-	// them), so that a bucket or the whole model is one collective.
+	// contiguous, in the order backward completes the gradients, so that a
+	// bucket or the whole model is one collective.
 	ParamArena, GradArena *Buffer
 	// State holds optimizer state buffers, by parameter.
 	State [][]*Buffer
@@ -236,7 +236,8 @@ func checkSync(s *spec.Spec, world int) error {
 }
 
 // planBuckets groups parameter gradients, in the order backward completes
-// them, into buckets of at most the configured size.
+// them, into buckets of at most the configured size; a bucket is placed
+// right after the backward step that completes its last gradient.
 func planBuckets(g *Graph, s *spec.Spec, c Cluster) []Bucket {
 	limitMB := s.Sync.BucketMB
 	if c.BucketMB > 0 {
@@ -246,41 +247,25 @@ func planBuckets(g *Graph, s *spec.Spec, c Cluster) []Bucket {
 		limitMB = 25
 	}
 	limit := int(limitMB * (1 << 20) / 4)
-	// The backward node that completes each parameter's gradient.
-	done := map[*Param]int{}
-	for i, n := range g.Backward {
-		for _, prm := range g.Params {
-			if prm.Grad == n.Out[0] {
-				done[prm] = i
-			}
-		}
-	}
-	order := reverseParams(g)
 	var buckets []Bucket
 	off := 0
-	for _, prm := range order {
-		e := prm.Value.Elems()
-		if len(buckets) == 0 || (buckets[len(buckets)-1].Elems+e > limit && buckets[len(buckets)-1].Elems > 0) {
-			buckets = append(buckets, Bucket{Offset: off})
+	for i, n := range g.Backward {
+		for _, prm := range g.Params {
+			if prm.Grad != n.Out[0] {
+				continue
+			}
+			e := prm.Value.Elems()
+			if len(buckets) == 0 || buckets[len(buckets)-1].Elems+e > limit {
+				buckets = append(buckets, Bucket{Offset: off})
+			}
+			b := &buckets[len(buckets)-1]
+			b.Params = append(b.Params, prm)
+			b.Elems += e
+			b.AfterOps = i
+			off += e
 		}
-		b := &buckets[len(buckets)-1]
-		b.Params = append(b.Params, prm)
-		b.Elems += e
-		if done[prm] > b.AfterOps {
-			b.AfterOps = done[prm]
-		}
-		off += e
 	}
 	return buckets
-}
-
-// reverseParams lists parameters in the order backward finishes them.
-func reverseParams(g *Graph) []*Param {
-	out := make([]*Param, len(g.Params))
-	for i, prm := range g.Params {
-		out[len(out)-1-i] = prm
-	}
-	return out
 }
 
 // newBuffer allocates a float32 (or int32) buffer of the given maximum shape.

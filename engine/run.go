@@ -162,12 +162,12 @@ func (rs *runState) runRanks() error {
 // schedule returns epoch e's batches, computing them once for all ranks.
 func (rs *runState) schedule(e int) (*schedule, error) {
 	rs.schedOnce[e].Do(func() {
-		shards, err := rs.plan.Shards(e, rs.train)
+		shards, policy, err := rs.plan.Shards(e, rs.train)
 		if err != nil {
 			rs.schedErr[e] = err
 			return
 		}
-		rs.schedules[e] = newSchedule(shards, rs.plan.LocalBatch, rs.plan.Spec.Uneven)
+		rs.schedules[e] = newSchedule(shards, rs.plan.LocalBatch, policy)
 	})
 	return rs.schedules[e], rs.schedErr[e]
 }

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"gorun/datasets"
+)
+
+// torchReference runs testdata/torch_mnist.py (the same Net, recipe and
+// batch in PyTorch, one thread per process) once per configuration and
+// caches its samples/s, so a benchmark can report gorun's speed next to
+// PyTorch's measured in the same run. ok is false, with the reason, when
+// /usr/bin/python3 has no torch or MNIST is missing.
+func torchReference(b *testing.B, steps, batch, world int) (float64, bool) {
+	key := fmt.Sprint(steps, batch, world)
+	torchMu.Lock()
+	defer torchMu.Unlock()
+	if r, ok := torchCache[key]; ok {
+		return r, r > 0
+	}
+	torchCache[key] = 0
+	dir, err := datasets.MNISTDefaultDir()
+	if err != nil {
+		b.Logf("SKIP PyTorch reference: %v", err)
+		return 0, false
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		b.Logf("SKIP PyTorch reference: /usr/bin/python3 cannot import torch (install python3-torch)")
+		return 0, false
+	}
+	cmd := exec.Command("/usr/bin/python3", "testdata/torch_mnist.py", "--data", dir,
+		"--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--world", fmt.Sprint(world))
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+	out, err := cmd.Output()
+	if err != nil {
+		b.Logf("SKIP PyTorch reference: torch_mnist.py: %v", err)
+		return 0, false
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var r struct {
+		SamplesPerS float64 `json:"samples_per_s"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		b.Logf("SKIP PyTorch reference: bad output %q", out)
+		return 0, false
+	}
+	torchCache[key] = r.SamplesPerS
+	return r.SamplesPerS, true
+}
+
+var (
+	torchMu    sync.Mutex
+	torchCache = map[string]float64{}
+)
+
+// BenchmarkTrainMNIST measures training steps of the tutorial's Net on
+// MNIST, batch 64, one device, and reports samples/s next to PyTorch 1.13
+// on one thread (the same recipe) measured in the same run, and their
+// ratio. One iteration is one optimizer step; run with -benchtime=300x for
+// a figure over 300 steps.
+func BenchmarkTrainMNIST(b *testing.B) {
+	benchTrain(b, 1, 64)
+}
+
+func benchTrain(b *testing.B, devices, batch int) {
+	s := loadSpec(b, mnistScript, fmt.Sprintf("batch_size=%d", batch), "eval=None")
+	p := compile(b, s, devices)
+	ds, err := LoadData(&s.Data)
+	if err != nil {
+		b.Skipf("SKIP: MNIST not available: %v", err)
+	}
+	steps := max(b.N, 1)
+	const warmup = 10 // steps not timed
+	s.MaxSteps = steps + warmup
+	var t0, t1 float64
+	b.ResetTimer()
+	_, err = p.Run(RunOptions{Train: ds, OnStep: func(m StepMetrics, _ int) {
+		if m.Step == warmup {
+			t0 = m.Time
+		}
+		t1 = m.Time
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	sps := float64(steps*batch) / (t1 - t0)
+	b.ReportMetric((t1-t0)/float64(steps)*1e9, "ns/op")
+	b.ReportMetric(sps, "samples/s")
+	if steps < 100 {
+		return // too short to compare; run with -benchtime=300x
+	}
+	if ref, ok := torchReference(b, 300, batch, devices); ok {
+		b.ReportMetric(ref, "torch_samples/s")
+		b.ReportMetric(sps/ref, "ratio_to_torch")
+	}
+}

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"gorun/ops"
+)
+
+// trained runs tinyScript (no dropout) on the given devices and returns
+// every rank's final parameters.
+func trained(t *testing.T, devices int, sets ...string) [][]float32 {
+	t.Helper()
+	p := compile(t, loadSpec(t, tinyScript, sets...), devices)
+	if _, err := p.Run(RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]float32, devices)
+	for r, prog := range p.Devices {
+		out[r] = append([]float32(nil), prog.ParamArena.Data...)
+	}
+	return out
+}
+
+// TestDataParallelEquivalence: N devices at global batch B end with the
+// same parameters after 20 steps as one device at batch B, for all-reduce
+// (mean) and a parameter server — also when B does not divide by N.
+func TestDataParallelEquivalence(t *testing.T) {
+	for _, batch := range []int{24, 22} {
+		for _, sync := range []string{"sync.allreduce(op='mean')", "sync.allreduce(op='mean', bucket_mb=0.0005)", "sync.parameter_server(root=1)"} {
+			sets := []string{fmt.Sprintf("batch_size=%d", batch), "max_steps=20", "sync=" + sync}
+			one := trained(t, 1, append(sets, "sync=sync.allreduce()")...)[0]
+			for _, n := range []int{2, 3, 4} {
+				ranks := trained(t, n, sets...)
+				if d := maxRelDiff(one, ranks[0]); d > 1e-5 {
+					t.Errorf("batch %d, %s, %d devices: max relative difference to one device %.2e", batch, sync, n, d)
+				}
+				for r := 1; r < n; r++ {
+					if d := maxRelDiff(ranks[0], ranks[r]); d != 0 {
+						t.Errorf("batch %d, %s, %d devices: rank %d differs from rank 0 by %.2e", batch, sync, n, r, d)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAllReduceSumIsNTimesMean: op="sum" without a scale is the classic
+// average_gradients bug: the update is N times the mean's.
+func TestAllReduceSumIsNTimesMean(t *testing.T) {
+	init := trained(t, 1, "max_steps=1", "optimizer=optim.sgd(lr=1e-30)")[0] // the initial parameters, barely moved
+	for _, n := range []int{2, 4} {
+		mean := trained(t, n, "max_steps=1", "optimizer=optim.sgd(lr=0.01)", "batch_size=16", "sync=sync.allreduce(op='mean')")[0]
+		sum := trained(t, n, "max_steps=1", "optimizer=optim.sgd(lr=0.01)", "batch_size=16", "sync=sync.allreduce(op='sum')")[0]
+		var worst float64
+		for i := range init {
+			dm := float64(init[i] - mean[i])
+			ds := float64(init[i] - sum[i])
+			if math.Abs(dm) < 1e-4 {
+				continue
+			}
+			worst = math.Max(worst, math.Abs(ds/dm-float64(n)))
+		}
+		if worst > 1e-2 {
+			t.Errorf("%d devices: sum's update / mean's update is off from %d by up to %.3g", n, n, worst)
+		}
+	}
+}
+
+func TestLocalSGDAndNone(t *testing.T) {
+	// local_sgd(every=5) after 20 steps: the last step averaged, so all
+	// ranks agree; after 18 they do not.
+	ranks := trained(t, 2, "max_steps=20", "sync=sync.local_sgd(every=5)")
+	if d := maxRelDiff(ranks[0], ranks[1]); d != 0 {
+		t.Errorf("local_sgd every 5, after 20 steps: ranks differ by %.2e", d)
+	}
+	ranks = trained(t, 2, "max_steps=18", "sync=sync.local_sgd(every=5)")
+	if d := maxRelDiff(ranks[0], ranks[1]); d == 0 {
+		t.Error("local_sgd every 5, after 18 steps: ranks are identical, want them apart since step 15")
+	}
+	ranks = trained(t, 2, "max_steps=5", "sync=sync.none()")
+	if d := maxRelDiff(ranks[0], ranks[1]); d == 0 {
+		t.Error("sync.none: replicas trained on different data ended identical")
+	}
+}
+
+// TestBucketsOverlapBackward: with small buckets, each bucket's all-reduce
+// sits right after the backward step that completes it, before the
+// backward steps of earlier layers.
+func TestBucketsOverlapBackward(t *testing.T) {
+	p := compile(t, loadSpec(t, mnistScript, "sync=sync.allreduce(bucket_mb=0.01)"), 2)
+	if len(p.Buckets) < 3 {
+		t.Fatalf("%d buckets, want several with bucket_mb=0.01", len(p.Buckets))
+	}
+	prog := p.Devices[0]
+	seen := 0
+	for i, st := range prog.Steps {
+		if st.Kind != CollectiveStep {
+			continue
+		}
+		b := p.Buckets[seen]
+		seen++
+		// The step before computes a gradient of this bucket.
+		prev := prog.Steps[i-1]
+		if prev.Kind != KernelStep || prev.Phase != PhaseBackward {
+			t.Errorf("allreduce %s follows %s, want a backward step", st.Collective.Tag, prev.Op)
+			continue
+		}
+		lo, hi := b.Offset, b.Offset+b.Elems
+		out := prev.Out[0]
+		if out.View != prog.GradArena {
+			t.Errorf("allreduce %s follows %s, which writes no gradient", st.Collective.Tag, prev.Op)
+		}
+		_ = lo
+		_ = hi
+		if seen < len(p.Buckets) {
+			later := false
+			for _, s2 := range prog.Steps[i+1:] {
+				if s2.Phase == PhaseBackward {
+					later = true
+				}
+			}
+			if !later {
+				t.Errorf("bucket %d's allreduce comes after all of backward", seen-1)
+			}
+		}
+		if st.Collective.Bytes != int64(b.Elems)*4 {
+			t.Errorf("bucket %d moves %d bytes, want %d", seen-1, st.Collective.Bytes, b.Elems*4)
+		}
+	}
+	if seen != len(p.Buckets) {
+		t.Errorf("%d collectives for %d buckets", seen, len(p.Buckets))
+	}
+	// Buckets hold gradients in the order backward completes them.
+	if first := p.Buckets[0].Params[0].Name; first != "fc2.weight" {
+		t.Errorf("first bucket starts with %s, want fc2.weight", first)
+	}
+	var b strings.Builder
+	if err := p.Describe(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "allreduce(sum)") || !strings.Contains(b.String(), "collectives move") {
+		t.Errorf("plan does not show the collectives:\n%s", b.String())
+	}
+	_ = ops.Invalid
+}
+
+// TestParameterServerPlan: gradients are reduced to the root, only the
+// root steps the optimizer, and it broadcasts the parameters back.
+func TestParameterServerPlan(t *testing.T) {
+	p := compile(t, loadSpec(t, mnistScript, "sync=sync.parameter_server(root=1)"), 3)
+	for r, prog := range p.Devices {
+		var kinds []string
+		updates := 0
+		for _, st := range prog.Steps {
+			if st.Kind == CollectiveStep {
+				kinds = append(kinds, fmt.Sprintf("%s root %d", st.Collective.Name, st.Collective.Root))
+			}
+			if st.Op == ops.SGDStep {
+				updates++
+			}
+		}
+		if want := "reduce root 1,broadcast root 1"; strings.Join(kinds, ",") != want {
+			t.Errorf("rank %d collectives %q, want %q", r, strings.Join(kinds, ","), want)
+		}
+		if (r == 1) != (updates == 8) || (r != 1 && updates != 0) {
+			t.Errorf("rank %d has %d optimizer steps", r, updates)
+		}
+	}
+	if _, err := Compile(loadSpec(t, mnistScript, "sync=sync.parameter_server(root=3)"), Cluster{Backend: "cpu", Transport: "inproc", Devices: 3, Algorithm: "auto", Timeout: 1}); err == nil ||
+		!strings.Contains(err.Error(), "root 3 is not a rank (the world has 3 devices)") {
+		t.Errorf("root out of range: %v", err)
+	}
+}

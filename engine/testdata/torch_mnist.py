@@ -1,0 +1,117 @@
+# The reference for gorun's training benchmarks: the MNIST Net of PyTorch's
+# distributed tutorial, SGD lr 0.01 momentum 0.5, NLL loss, on MNIST read
+# from the given folder of IDX .gz files. Prints one JSON line:
+#   {"samples_per_s": ..., "samples": ..., "seconds": ..., "world": ...}
+#
+#   python3 torch_mnist.py --data DIR --steps 300 --batch 64            # one process
+#   python3 torch_mnist.py --data DIR --steps 300 --batch 128 --world 2 # DDP over gloo
+#
+# With --world N, N processes each take batch/N samples per step (a global
+# batch, as gorun's batch_size) and average gradients with
+# DistributedDataParallel; each process uses one thread.
+import argparse, gzip, json, os, struct, sys, time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
+        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
+        self.conv2_drop = nn.Dropout2d()
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+
+    def forward(self, x):
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+        x = x.view(-1, 320)
+        x = F.relu(self.fc1(x))
+        x = F.dropout(x, training=self.training)
+        x = self.fc2(x)
+        return F.log_softmax(x, dim=1)
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, n = struct.unpack(">II", data[:8])
+    if magic == 2051:
+        rows, cols = struct.unpack(">II", data[8:16])
+        return np.frombuffer(data, np.uint8, offset=16).reshape(n, 1, rows, cols)
+    return np.frombuffer(data, np.uint8, offset=8).astype(np.int64)
+
+
+def worker(rank, args, result):
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)
+    world = args.world
+    if world > 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(args.port))
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    x = read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))
+    x = (torch.from_numpy(x.astype(np.float32)) / 255 - 0.1307) / 0.3081
+    y = torch.from_numpy(y)
+    model = Net()
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+    local = args.batch // world
+    g = torch.Generator()
+    g.manual_seed(1234)
+    order = torch.randperm(len(y), generator=g)
+    model.train()
+
+    def step(s):
+        idx = order[((s * world + rank) * local) % (len(y) - local):][:local]
+        opt.zero_grad()
+        loss = F.nll_loss(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+
+    for s in range(args.warmup):
+        step(s)
+    if world > 1:
+        torch.distributed.barrier()
+    t0 = time.perf_counter()
+    for s in range(args.steps):
+        step(args.warmup + s)
+    if world > 1:
+        torch.distributed.barrier()
+    dt = time.perf_counter() - t0
+    if rank == 0:
+        result.put({"samples_per_s": args.steps * args.batch / dt, "samples": args.steps * args.batch,
+                    "seconds": dt, "world": world, "torch": torch.__version__})
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--port", type=int, default=29533)
+    args = ap.parse_args()
+    import torch.multiprocessing as mp
+    if args.world == 1:
+        import queue
+        q = queue.Queue()
+        worker(0, args, q)
+    else:
+        ctx = mp.get_context("spawn")
+        q = ctx.SimpleQueue()
+        mp.spawn(worker, args=(args, q), nprocs=args.world, join=True)
+    print(json.dumps(q.get()))
+
+
+if __name__ == "__main__":
+    main()
