@@ -68,7 +68,41 @@ func BenchmarkTrainMNIST(b *testing.B) {
 	benchTrain(b, 1, 64)
 }
 
+// BenchmarkTrainMNISTTwoDevices trains with --devices 2 at global batch
+// 128 (64 per device, DDP-style all-reduce of the mean) and with one
+// device at batch 64, in the same run, and reports the two-device speed as
+// a ratio to one device (2.0 is perfect scaling) and to PyTorch
+// DistributedDataParallel over gloo with two processes. One iteration is
+// one optimizer step of each configuration; use -benchtime=300x.
+func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
+	one := trainSpeed(b, 1, 64)
+	two := trainSpeed(b, 2, 128)
+	b.ReportMetric(two, "samples/s")
+	b.ReportMetric(one, "one_device_samples/s")
+	b.ReportMetric(two/one, "ratio_to_one_device")
+	if b.N >= 100 {
+		if ref, ok := torchReference(b, 300, 128, 2); ok {
+			b.ReportMetric(ref, "ddp_samples/s")
+			b.ReportMetric(two/ref, "ratio_to_ddp")
+		}
+	}
+}
+
 func benchTrain(b *testing.B, devices, batch int) {
+	sps := trainSpeed(b, devices, batch)
+	b.ReportMetric(sps, "samples/s")
+	if b.N < 100 {
+		return // too short to compare; run with -benchtime=300x
+	}
+	if ref, ok := torchReference(b, 300, batch, devices); ok {
+		b.ReportMetric(ref, "torch_samples/s")
+		b.ReportMetric(sps/ref, "ratio_to_torch")
+	}
+}
+
+// trainSpeed trains b.N optimizer steps (after 10 untimed ones) and
+// returns samples/s over the timed steps.
+func trainSpeed(b *testing.B, devices, batch int) float64 {
 	s := loadSpec(b, mnistScript, fmt.Sprintf("batch_size=%d", batch), "eval=None")
 	p := compile(b, s, devices)
 	ds, err := LoadData(&s.Data)
@@ -80,7 +114,7 @@ func benchTrain(b *testing.B, devices, batch int) {
 	s.MaxSteps = steps + warmup
 	var t0, t1 float64
 	b.ResetTimer()
-	_, err = p.Run(RunOptions{Train: ds, OnStep: func(m StepMetrics, _ int) {
+	_, err = p.Run(RunOptions{Train: ds, OnStep: func(m StepMetrics) {
 		if m.Step == warmup {
 			t0 = m.Time
 		}
@@ -90,14 +124,5 @@ func benchTrain(b *testing.B, devices, batch int) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	sps := float64(steps*batch) / (t1 - t0)
-	b.ReportMetric((t1-t0)/float64(steps)*1e9, "ns/op")
-	b.ReportMetric(sps, "samples/s")
-	if steps < 100 {
-		return // too short to compare; run with -benchtime=300x
-	}
-	if ref, ok := torchReference(b, 300, batch, devices); ok {
-		b.ReportMetric(ref, "torch_samples/s")
-		b.ReportMetric(sps/ref, "ratio_to_torch")
-	}
+	return float64(steps*batch) / (t1 - t0)
 }

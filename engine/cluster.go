@@ -54,6 +54,8 @@ func (c *Cluster) Validate() error {
 		return fmt.Errorf("%s: backend \"cuda\" needs a gorun built with -tags cuda", where)
 	case c.Transport != "inproc":
 		return fmt.Errorf("%s: transport %q is not available in this build (inproc only)", where, c.Transport)
+	case c.Algorithm != "auto" && c.Algorithm != "ring" && c.Algorithm != "tree" && c.Algorithm != "direct":
+		return fmt.Errorf("%s: [comm] algorithm must be \"auto\", \"ring\", \"tree\" or \"direct\", got %q", where, c.Algorithm)
 	case c.Timeout <= 0:
 		return fmt.Errorf("%s: timeout must be positive, got %v", where, c.Timeout)
 	case c.Weights != nil && len(c.Weights) != c.Devices:

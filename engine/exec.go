@@ -18,6 +18,53 @@ type device struct {
 	shareState bool
 	commTime   time.Duration // time in collectives during the current step
 	scalar     [1]float32    // for sumScalar
+
+	// With overlap, gradient collectives go to a goroutine of their own
+	// (async) so backward goes on while they run; pending counts those not
+	// yet waited for, and the optimizer waits for them all.
+	async   chan *Step
+	results chan asyncResult
+	pending int
+
+	progress *progress // where this rank's run stands
+}
+
+type asyncResult struct {
+	err error
+	dt  time.Duration
+}
+
+// startAsync starts the device's collective goroutine.
+func (d *device) startAsync() {
+	d.async = make(chan *Step, len(d.prog.Steps))
+	d.results = make(chan asyncResult, len(d.prog.Steps))
+	go func() {
+		for st := range d.async {
+			t0 := time.Now()
+			err := d.collective(st)
+			d.results <- asyncResult{err, time.Since(t0)}
+		}
+	}()
+}
+
+// stopAsync ends the collective goroutine.
+func (d *device) stopAsync() {
+	if d.async != nil {
+		close(d.async)
+	}
+}
+
+// wait waits for every collective in flight and returns the first error.
+func (d *device) wait() error {
+	var first error
+	for ; d.pending > 0; d.pending-- {
+		r := <-d.results
+		d.commTime += r.dt
+		if r.err != nil && first == nil {
+			first = r.err
+		}
+	}
+	return first
 }
 
 // runStep runs one micro-batch of the training Program: forward and
@@ -28,14 +75,25 @@ func (d *device) runStep(first, last bool) error {
 		if !last && (st.Phase == PhaseSync || st.Phase == PhaseUpdate) {
 			continue
 		}
+		if st.Phase == PhaseUpdate && d.pending > 0 {
+			if err := d.wait(); err != nil {
+				return err
+			}
+		}
+		if st.Phase == PhaseSync && d.async != nil {
+			d.async <- st
+			d.pending++
+			continue
+		}
 		if st.acc {
 			st.Attrs.Accumulate = !first
 		}
 		if err := d.exec(st); err != nil {
+			d.wait()
 			return err
 		}
 	}
-	return nil
+	return d.wait()
 }
 
 // exec runs one step.
@@ -46,7 +104,10 @@ func (d *device) exec(st *Step) error {
 	case CopyStep:
 		copy(st.Out[0].Data[:st.Out[0].Len()], st.In[0].Data[:st.In[0].Len()])
 	case CollectiveStep:
-		return d.collective(st)
+		t0 := time.Now()
+		err := d.collective(st)
+		d.commTime += time.Since(t0)
+		return err
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -46,6 +48,8 @@ type StepMetrics struct {
 	Epoch int     // 1-based
 	Loss  float64 // mean over the whole global batch
 	LR    float64
+	// Samples is the step's global batch.
+	Samples int
 	// SamplesPerS is the step's throughput; CommSeconds the time rank 0
 	// spent in collectives during the step.
 	SamplesPerS float64
@@ -142,4 +146,50 @@ func PeakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// trimMetrics rewrites a resumed run's metrics.jsonl (atomically) to what
+// the checkpoint covers: step lines up to its step, epoch and eval lines of
+// the epochs it completed, no summary, and no half-written last line.
+func trimMetrics(dir string, pr *progress) error {
+	path := filepath.Join(dir, MetricsFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var keep []byte
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if len(line) == 0 || line[len(line)-1] != '\n' {
+			continue // a line cut short by a crash
+		}
+		var rec struct {
+			Kind  string `json:"kind"`
+			Step  int    `json:"step"`
+			Epoch int    `json:"epoch"`
+		}
+		if json.Unmarshal(line, &rec) != nil {
+			continue
+		}
+		switch rec.Kind {
+		case "step":
+			if rec.Step > pr.Step {
+				continue
+			}
+		case "epoch", "eval":
+			if rec.Epoch > pr.Epoch {
+				continue
+			}
+		case "summary":
+			continue
+		}
+		keep = append(keep, line...)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, keep, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -148,6 +148,7 @@ type Program struct {
 
 	WorkElems int
 	ctx       ops.Ctx[float32]
+	pcg       *rand.PCG // the state behind ctx.RNG, saved in checkpoints
 	batched   []*Buffer
 	byValue   map[*Value]*Buffer
 }
@@ -380,7 +381,8 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 	}
 	prog.ctx.Work = make([]float32, prog.WorkElems)
-	prog.ctx.RNG = rand.New(rand.NewPCG(uint64(s.Seed), uint64(r)+0x9e3779b97f4a7c15))
+	prog.pcg = rand.NewPCG(uint64(s.Seed), uint64(r)+0x9e3779b97f4a7c15)
+	prog.ctx.RNG = rand.New(prog.pcg)
 
 	// Forward, loss, backward.
 	for _, n := range g.Forward {

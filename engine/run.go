@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,12 +25,17 @@ type RunOptions struct {
 	// Train and Eval replace the datasets the Spec names (tests use this).
 	// Eval is used only when the Spec has an eval set or Eval is set.
 	Train, Eval datasets.Dataset
-	// OnStep, when set, is called by rank 0 after every optimizer step.
-	// It must not block for long.
-	OnStep func(StepMetrics, int)
-	// OnEpoch, when set, is called by rank 0 when an epoch begins, with
-	// the optimizer steps it will take.
-	OnEpoch func(epoch, steps int)
+	// OnEpoch, OnStep and OnEpochEnd, when set, are called by rank 0 when
+	// an epoch begins, after every optimizer step, and when the epoch's
+	// steps are done (before evaluation). They must not block for long.
+	OnEpoch    func(EpochInfo)
+	OnStep     func(StepMetrics)
+	OnEpochEnd func(epoch int)
+	// Init is a safetensors file of initial parameters (--init).
+	Init string
+	// Resume is a run folder to continue from its newest checkpoint
+	// (--resume); Out defaults to it.
+	Resume string
 }
 
 // Result sums a finished run.
@@ -48,6 +54,14 @@ type Result struct {
 	PeakRSSBytes int64
 }
 
+// EpochInfo describes an epoch as it begins.
+type EpochInfo struct {
+	Epoch, Epochs int   // 1-based epoch, of Epochs
+	Steps         int   // optimizer steps in the epoch
+	Samples       int64 // training samples in the epoch, across ranks
+	Done          int64 // samples already done (a resumed epoch)
+}
+
 // runState is what the ranks of one run share.
 type runState struct {
 	plan      *Plan
@@ -62,6 +76,8 @@ type runState struct {
 	schedErr  []error
 	res       Result
 	log       io.Writer
+	resume    *progress // nil for a fresh run
+	best      float64   // best eval accuracy so far
 }
 
 // Run trains the plan: it loads the data, initialises the parameters (seed
@@ -84,23 +100,50 @@ func (p *Plan) Run(opts RunOptions) (*Result, error) {
 			return nil, err
 		}
 	}
-	if rs.metrics, err = openMetrics(opts.Out, false); err != nil {
+	if rs.opts.Out == "" {
+		rs.opts.Out = opts.Resume
+	}
+	p.InitParams(s.Seed)
+	p.zeroState()
+	if opts.Init != "" {
+		if err := p.LoadParams(opts.Init); err != nil {
+			return nil, fmt.Errorf("--init: %w", err)
+		}
+	}
+	for _, prog := range p.Devices {
+		prog.pcg.Seed(uint64(s.Seed), uint64(prog.Rank)+0x9e3779b97f4a7c15)
+	}
+	for _, prog := range p.Devices {
+		rs.devices = append(rs.devices, &device{prog: prog, shareState: s.Sync.Kind != spec.SyncParameterServer})
+	}
+	if opts.Resume != "" {
+		if rs.resume, err = rs.loadCheckpoint(opts.Resume); err != nil {
+			return nil, err
+		}
+		rs.best = rs.resume.BestAccuracy
+		rs.res.Steps = rs.resume.Step
+		rs.res.Samples = rs.resume.Samples
+		if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
+			return nil, err
+		}
+	}
+	if rs.metrics, err = openMetrics(rs.opts.Out, rs.resume != nil); err != nil {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
 	defer rs.metrics.close()
 
-	p.InitParams(s.Seed)
-	p.zeroState()
 	comms, err := p.newComms()
 	if err != nil {
 		return nil, err
 	}
-	for r, prog := range p.Devices {
-		d := &device{prog: prog, shareState: s.Sync.Kind != spec.SyncParameterServer}
+	for r, d := range rs.devices {
 		if comms != nil {
 			d.comm = comms[r]
+			if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Overlap {
+				d.startAsync()
+				defer d.stopAsync()
+			}
 		}
-		rs.devices = append(rs.devices, d)
 	}
 	rs.schedules = make([]*schedule, s.Epochs)
 	rs.schedOnce = make([]sync.Once, s.Epochs)
@@ -177,8 +220,13 @@ func (rs *runState) rankLoop(r int) error {
 	p, s := rs.plan, rs.plan.Spec
 	d := rs.devices[r]
 	prog := d.prog
-	if err := d.broadcastParams(); err != nil {
-		return err
+	world := len(rs.devices)
+	// Every run starts from rank 0's parameters, except a resumed run
+	// whose ranks kept parameters of their own.
+	if rs.resume == nil || !p.perRank() {
+		if err := d.broadcastParams(); err != nil {
+			return err
+		}
 	}
 	sampleElems := 1
 	for _, x := range p.Sample {
@@ -186,10 +234,22 @@ func (rs *runState) rankLoop(r int) error {
 	}
 	scale := 1.0
 	if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Op == "sum" {
-		scale = float64(len(p.Devices)) // each rank's gradient is a local mean
+		scale = float64(world) // each rank's gradient is a local mean
 	}
+	// pr is where this rank stands; rank 0's copy goes into checkpoints.
+	pr := progress{RankLoss: make([]float64, world), RankCount: make([]float64, world)}
+	if rs.resume != nil {
+		pr = *rs.resume
+		pr.RankLoss = append(make([]float64, 0, world), rs.resume.RankLoss...)
+		pr.RankCount = append(make([]float64, 0, world), rs.resume.RankCount...)
+		for len(pr.RankLoss) < world {
+			pr.RankLoss, pr.RankCount = append(pr.RankLoss, 0), append(pr.RankCount, 0)
+		}
+	}
+	d.progress = &pr
+	stopped := func() bool { return s.MaxSteps > 0 && d.step >= s.MaxSteps }
 	var sm StepMetrics
-	for epoch := 0; epoch < s.Epochs; epoch++ {
+	for epoch := pr.Epoch; epoch < s.Epochs && !stopped(); epoch++ {
 		sc, err := rs.schedule(epoch)
 		if err != nil {
 			return err
@@ -197,28 +257,41 @@ func (rs *runState) rankLoop(r int) error {
 		if sc.steps == 0 {
 			return fmt.Errorf("epoch %d has no full step: a shard is smaller than its micro-batch (uneven = %q)", epoch+1, s.Uneven)
 		}
-		optSteps := (sc.steps + s.Accumulate - 1) / s.Accumulate
+		if epoch != pr.Epoch {
+			pr.Epoch, pr.Micro = epoch, 0
+			pr.GlobalLoss, pr.GlobalCount, pr.TrainSeconds = 0, 0, 0
+			clear(pr.RankLoss)
+			clear(pr.RankCount)
+		}
 		if r == 0 {
 			rs.res.Epochs++
 			if rs.opts.OnEpoch != nil {
-				rs.opts.OnEpoch(epoch+1, optSteps)
+				info := EpochInfo{Epoch: epoch + 1, Epochs: s.Epochs, Steps: (sc.steps + s.Accumulate - 1) / s.Accumulate}
+				for m := 0; m < sc.steps; m++ {
+					info.Samples += int64(sc.count(m))
+				}
+				for m := 0; m < pr.Micro; m++ {
+					info.Done += int64(sc.count(m))
+				}
+				rs.opts.OnEpoch(info)
 			}
 		}
-		var epochLoss, epochCount float64 // this rank's
-		var globalLoss, globalCount float64
 		epochStart := time.Now()
-		var trainTime time.Duration
-		for g0 := 0; g0 < sc.steps; g0 += s.Accumulate {
-			if s.MaxSteps > 0 && d.step >= s.MaxSteps {
-				break
-			}
+		for g0 := pr.Micro; g0 < sc.steps && !stopped(); g0 += s.Accumulate {
 			t0 := time.Now()
 			g1 := min(g0+s.Accumulate, sc.steps)
 			total := 0
 			for m := g0; m < g1; m++ {
 				total += sc.count(m)
 			}
-			prog.ctx.LossScale = scale / float64(total)
+			denom := total
+			if p.localLoss() {
+				denom = 0
+				for m := g0; m < g1; m++ {
+					denom += len(sc.slice(r, m))
+				}
+			}
+			prog.ctx.LossScale = scale / float64(max(denom, 1))
 			prog.ctx.Step = d.step + 1
 			d.commTime = 0
 			var local float64
@@ -231,23 +304,28 @@ func (rs *runState) rankLoop(r int) error {
 					return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
 				}
 				local += float64(prog.Loss.Data[0])
-				epochCount += float64(n)
+				pr.RankCount[r] += float64(n)
 			}
 			d.step++
-			// The global loss: the sum of every rank's share.
-			loss := local / scale
-			if len(rs.devices) > 1 {
-				if loss, err = d.sumScalar(local/scale, "loss", d.step); err != nil {
+			pr.Step, pr.Micro = d.step, g1
+			// This rank's summed loss; the step's loss is the mean over
+			// every sample of the step, across ranks.
+			localSum := local * float64(max(denom, 1)) / scale
+			pr.RankLoss[r] += localSum
+			sum := localSum
+			if world > 1 {
+				if sum, err = d.sumScalar(localSum, "loss", d.step); err != nil {
 					return err
 				}
 			}
-			epochLoss += local / scale * float64(total)
-			globalLoss += loss * float64(total)
-			globalCount += float64(total)
+			loss := sum / float64(total)
+			pr.GlobalLoss += sum
+			pr.GlobalCount += float64(total)
 			dt := time.Since(t0)
-			trainTime += dt
+			pr.TrainSeconds += dt.Seconds()
+			pr.Samples += int64(total)
 			if r == 0 {
-				sm = StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: s.Optimizer.LR,
+				sm = StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: s.Optimizer.LR, Samples: total,
 					SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
 					Time: time.Since(rs.start).Seconds()}
 				if err := rs.metrics.step(&sm); err != nil {
@@ -257,62 +335,121 @@ func (rs *runState) rankLoop(r int) error {
 					fmt.Fprintf(rs.log, "epoch %d step %d loss %.4f\n", epoch+1, d.step, loss)
 				}
 				if rs.opts.OnStep != nil {
-					rs.opts.OnStep(sm, optSteps)
+					rs.opts.OnStep(sm)
 				}
 				rs.res.Steps = d.step
-				rs.res.Samples += int64(total)
+				rs.res.Samples = pr.Samples
 				rs.res.FinalLoss = loss
+				rs.res.TrainSeconds += dt.Seconds()
 			}
 		}
-		if r == 0 {
-			rs.res.TrainSeconds += trainTime.Seconds()
+		if r == 0 && rs.opts.OnEpochEnd != nil {
+			rs.opts.OnEpochEnd(epoch + 1)
 		}
-		// Each rank's epoch loss, as the tutorial prints it.
-		rankLoss := math.NaN()
-		if epochCount > 0 {
-			rankLoss = epochLoss / epochCount
+		if pr.Micro < sc.steps {
+			break // stopped by max_steps inside the epoch
 		}
-		if len(rs.devices) > 1 {
-			fmt.Fprintf(rs.log, "rank %d epoch %d loss %.4f\n", r, epoch+1, rankLoss)
+		if err := rs.endEpoch(d, &pr, epoch, time.Since(epochStart)); err != nil {
+			return err
 		}
-		acc, evalLoss := math.NaN(), math.NaN()
-		if rs.eval != nil {
-			if acc, evalLoss, err = rs.evaluate(d); err != nil {
-				return err
-			}
-		}
-		if r == 0 {
-			trainLoss := globalLoss / globalCount
-			secs := time.Since(epochStart).Seconds()
-			if err := rs.metrics.record("epoch", map[string]any{
-				"epoch": epoch + 1, "train_loss": trainLoss, "samples": int64(globalCount),
-				"seconds": secs, "train_seconds": trainTime.Seconds(), "step": d.step,
-			}); err != nil {
-				return err
-			}
-			line := fmt.Sprintf("epoch %d/%d: loss %.4f, %.0f samples/s", epoch+1, s.Epochs, trainLoss, globalCount/trainTime.Seconds())
-			if rs.eval != nil {
-				if err := rs.metrics.record("eval", map[string]any{
-					"epoch": epoch + 1, "step": d.step, "accuracy": acc, "loss": evalLoss, "samples": rs.eval.Len(),
-				}); err != nil {
-					return err
-				}
-				line += fmt.Sprintf(", test accuracy %.4f, test loss %.4f", acc, evalLoss)
-				rs.res.TestAccuracy, rs.res.TestLoss = acc, evalLoss
-			}
-			fmt.Fprintf(rs.log, "%s (%.1fs)\n", line, secs)
-			if err := rs.metrics.flush(); err != nil {
-				return err
-			}
-		}
-		if s.MaxSteps > 0 && d.step >= s.MaxSteps {
-			break
+		pr.Epoch, pr.Micro = epoch+1, 0
+		if err := rs.checkpoint(d, &pr); err != nil {
+			return err
 		}
 	}
-	if r == 0 && rs.eval == nil {
-		rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
+	if pr.Micro > 0 && stopped() {
+		// Stopped inside an epoch: save where it stands so --resume goes on.
+		if err := rs.checkpoint(d, &pr); err != nil {
+			return err
+		}
+	}
+	if r == 0 {
+		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
+			return err
+		}
+		if rs.eval == nil {
+			rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
+		}
 	}
 	return nil
+}
+
+// endEpoch logs the epoch, evaluates and records the results.
+func (rs *runState) endEpoch(d *device, pr *progress, epoch int, took time.Duration) error {
+	s := rs.plan.Spec
+	r := d.prog.Rank
+	// Each rank's epoch loss, as the tutorial prints it.
+	if len(rs.devices) > 1 {
+		rankLoss := math.NaN()
+		if pr.RankCount[r] > 0 {
+			rankLoss = pr.RankLoss[r] / pr.RankCount[r]
+		}
+		fmt.Fprintf(rs.log, "rank %d epoch %d loss %.4f\n", r, epoch+1, rankLoss)
+	}
+	acc, evalLoss := math.NaN(), math.NaN()
+	if rs.eval != nil {
+		var err error
+		if acc, evalLoss, err = rs.evaluate(d); err != nil {
+			return err
+		}
+	}
+	if r != 0 {
+		return nil
+	}
+	trainLoss := pr.GlobalLoss / pr.GlobalCount
+	secs := took.Seconds()
+	if err := rs.metrics.record("epoch", map[string]any{
+		"epoch": epoch + 1, "train_loss": trainLoss, "samples": int64(pr.GlobalCount),
+		"seconds": secs, "train_seconds": pr.TrainSeconds, "step": d.step,
+	}); err != nil {
+		return err
+	}
+	line := fmt.Sprintf("epoch %d/%d: loss %.4f, %.0f samples/s", epoch+1, s.Epochs, trainLoss, pr.GlobalCount/pr.TrainSeconds)
+	if rs.eval != nil {
+		if err := rs.metrics.record("eval", map[string]any{
+			"epoch": epoch + 1, "step": d.step, "accuracy": acc, "loss": evalLoss, "samples": rs.eval.Len(),
+		}); err != nil {
+			return err
+		}
+		line += fmt.Sprintf(", test accuracy %.4f, test loss %.4f", acc, evalLoss)
+		rs.res.TestAccuracy, rs.res.TestLoss = acc, evalLoss
+		if acc > rs.best {
+			rs.best = acc
+			if err := rs.saveParams(BestFile, map[string]string{"step": strconv.Itoa(d.step),
+				"epoch": strconv.Itoa(epoch + 1), "accuracy": fmtF(acc)}); err != nil {
+				return err
+			}
+		}
+	}
+	pr.BestAccuracy = rs.best
+	fmt.Fprintf(rs.log, "%s (%.1fs)\n", line, secs)
+	return rs.metrics.flush()
+}
+
+// checkpoint saves a checkpoint with every rank stopped at a barrier.
+func (rs *runState) checkpoint(d *device, pr *progress) error {
+	if rs.opts.Out == "" {
+		return nil
+	}
+	if err := d.barrier("checkpoint", d.step); err != nil {
+		return err
+	}
+	if d.prog.Rank == 0 {
+		// Every rank's counts: rank 0 holds only its own; the others' are
+		// read from their progress after the barrier.
+		all := *pr
+		all.RankLoss = append([]float64(nil), pr.RankLoss...)
+		all.RankCount = append([]float64(nil), pr.RankCount...)
+		for r, od := range rs.devices {
+			if r > 0 && od.progress != nil {
+				all.RankLoss[r], all.RankCount[r] = od.progress.RankLoss[r], od.progress.RankCount[r]
+			}
+		}
+		if err := rs.saveCheckpoint(&all); err != nil {
+			return fmt.Errorf("checkpoint at step %d: %w", pr.Step, err)
+		}
+	}
+	return d.barrier("checkpoint saved", d.step)
 }
 
 // evaluate runs the forward pass over this rank's part of the eval set and

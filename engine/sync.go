@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"time"
 
 	"gorun/comm"
 	"gorun/engine/spec"
@@ -120,7 +119,6 @@ func (d *device) collective(st *Step) error {
 	if d.comm == nil {
 		return nil
 	}
-	t0 := time.Now()
 	buf := c.Buffer.Data[c.Offset : c.Offset+c.Elems]
 	tag := comm.Tag{Name: c.Tag, Step: d.prog.ctx.Step}
 	var err error
@@ -138,7 +136,6 @@ func (d *device) collective(st *Step) error {
 	default:
 		err = fmt.Errorf("unknown collective %q", c.Name)
 	}
-	d.commTime += time.Since(t0)
 	return err
 }
 
@@ -171,4 +168,12 @@ func (d *device) sumScalar(v float64, what string, step int) (float64, error) {
 		return 0, err
 	}
 	return float64(d.scalar[0]), nil
+}
+
+// barrier waits for every rank.
+func (d *device) barrier(what string, step int) error {
+	if d.comm == nil {
+		return nil
+	}
+	return d.comm.Barrier(comm.Tag{Name: what, Step: step})
 }

@@ -178,8 +178,11 @@ func (op Op) String() string {
 // Attrs holds the static attributes of one op instance. Each op reads only
 // the fields its doc comment names.
 type Attrs struct {
-	Stride, Padding int // Conv2D and its gradients
-	Kernel          int // MaxPool2D (Stride too)
+	// Stride, Padding: Conv2D and its gradients. Kernel and Stride:
+	// MaxPool2D. A zero Stride is PyTorch's default: 1 for Conv2D, Kernel
+	// for MaxPool2D.
+	Stride, Padding int
+	Kernel          int
 	P               float64
 	Accumulate      bool // weight and bias gradients add into their output
 
@@ -214,7 +217,9 @@ func (b *Buf[T]) Len() int {
 
 // Ctx is the per-device state kernels may use.
 type Ctx[T Float] struct {
-	// RNG feeds dropout masks; one per device, seeded by the engine.
+	// RNG feeds dropout masks; one per device, seeded by the engine. When
+	// nil (evaluation), Dropout and Dropout2D are the identity, with masks
+	// of 1.
 	RNG *rand.Rand
 	// LossScale multiplies the summed per-sample losses: 1/global batch.
 	LossScale float64

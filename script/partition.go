@@ -1,8 +1,11 @@
 package script
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"math"
+	"math/big"
+	"slices"
 
 	"go.starlark.net/starlark"
 
@@ -126,42 +129,102 @@ func (c *partitionCtx) Attr(name string) (starlark.Value, error) {
 	return nil, nil
 }
 
-// shuffleBuiltin implements shuffle(n, seed): torch.randperm(n) for a
-// generator seeded with seed, computed in Go.
+// shuffleBuiltin implements shuffle(n, seed, rng = "torch"): a random
+// permutation of 0..n-1, computed in Go.
+//   - rng = "torch": torch.randperm(n) for a torch.Generator seeded with
+//     seed (what DistributedSampler draws; PyTorch keeps the seed's low 32
+//     bits);
+//   - rng = "python": list(range(n)) after random.Random(seed).shuffle in
+//     CPython 3 (what the distributed tutorial's DataPartitioner draws);
+//     any int seed, as Python takes it.
 func shuffleBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var n int
-	var seed int64
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "n", &n, "seed", &seed); err != nil {
+	var seed starlark.Int
+	rng := "torch"
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "n", &n, "seed", &seed, "rng?", &rng); err != nil {
 		return nil, err
 	}
 	if n < 0 {
 		return nil, fmt.Errorf("%s: n must be ≥ 0, got %d", b.Name(), n)
 	}
-	return intList(torchrand.RandPerm(n, uint64(seed))), nil
+	switch rng {
+	case "torch":
+		// Two's complement low 64 bits, as torch.Generator.manual_seed
+		// takes a negative seed.
+		low := new(big.Int).And(seed.BigInt(), new(big.Int).SetUint64(math.MaxUint64))
+		return intList(torchrand.RandPerm(n, low.Uint64())), nil
+	case "python":
+		return intList(torchrand.PyShuffle(n, seed.BigInt())), nil
+	}
+	return nil, fmt.Errorf("%s: rng must be \"torch\" or \"python\", got %q", b.Name(), rng)
 }
 
-// argsortBuiltin implements argsort(values): the indices that sort values,
-// stable (equal values keep their order).
+// argsortBuiltin implements argsort(values): the indices that sort values
+// (ints or floats), stable (equal values keep their order).
 func argsortBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var seq starlark.Indexable
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "values", &seq); err != nil {
 		return nil, err
 	}
 	n := seq.Len()
-	keys := make([]float64, n)
-	for i := range keys {
+	idx := make([]int, n)
+	if ints, ok := int64s(seq); ok {
+		// Sorting (value, position) pairs is stable and faster than
+		// sort.SliceStable; ints are compared exactly.
+		type pair struct{ v, i int64 }
+		ps := make([]pair, n)
+		for i, v := range ints {
+			ps[i] = pair{v, int64(i)}
+		}
+		slices.SortFunc(ps, func(a, c pair) int {
+			if r := cmp.Compare(a.v, c.v); r != 0 {
+				return r
+			}
+			return cmp.Compare(a.i, c.i)
+		})
+		for i, p := range ps {
+			idx[i] = int(p.i)
+		}
+		return intList(idx), nil
+	}
+	type pair struct {
+		v float64
+		i int
+	}
+	ps := make([]pair, n)
+	for i := range ps {
 		f, ok := starlark.AsFloat(seq.Index(i))
 		if !ok {
 			return nil, fmt.Errorf("%s: element %d is %s, want a number", b.Name(), i, seq.Index(i).Type())
 		}
-		keys[i] = f
+		ps[i] = pair{f, i}
 	}
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
+	slices.SortFunc(ps, func(a, c pair) int {
+		if r := cmp.Compare(a.v, c.v); r != 0 { // NaN sorts first
+			return r
+		}
+		return cmp.Compare(a.i, c.i)
+	})
+	for i, p := range ps {
+		idx[i] = p.i
 	}
-	sort.SliceStable(idx, func(a, c int) bool { return keys[idx[a]] < keys[idx[c]] })
 	return intList(idx), nil
+}
+
+// int64s returns seq's elements when every one is an int that fits in an
+// int64.
+func int64s(seq starlark.Indexable) ([]int64, bool) {
+	xs := make([]int64, seq.Len())
+	for i := range xs {
+		v, ok := seq.Index(i).(starlark.Int)
+		if !ok {
+			return nil, false
+		}
+		if xs[i], ok = v.Int64(); !ok {
+			return nil, false
+		}
+	}
+	return xs, true
 }
 
 func intList(xs []int) *starlark.List {

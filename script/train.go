@@ -13,7 +13,7 @@ import (
 // trainParams are train()'s parameters, each overridable with --set.
 var trainParams = []string{
 	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
-	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven",
+	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven", "keep",
 }
 
 func isTrainParam(name string) bool {
@@ -54,17 +54,18 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		shuffle          = true
 		accumulate       = 1
 		uneven           = "pad"
+		keep             = 3
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
 		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
-		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven); err != nil {
+		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep); err != nil {
 		return nil, err
 	}
 	s := &spec.Spec{
 		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
-		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Pos: position(thread),
+		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, Pos: position(thread),
 	}
 	switch m := model.(type) {
 	case *Layer:
@@ -114,6 +115,8 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		return nil, fmt.Errorf("%s: max_steps must be ≥ 0, got %d", b.Name(), maxSteps)
 	case accumulate < 1:
 		return nil, fmt.Errorf("%s: accumulate must be ≥ 1, got %d", b.Name(), accumulate)
+	case keep < 0:
+		return nil, fmt.Errorf("%s: keep must be ≥ 0 (0 keeps every checkpoint), got %d", b.Name(), keep)
 	case uneven != "pad" && uneven != "drop" && uneven != "zero":
 		return nil, fmt.Errorf("%s: uneven must be \"pad\", \"drop\" or \"zero\", got %q", b.Name(), uneven)
 	}

@@ -8,5 +8,5 @@ import "embed"
 // Library holds the shipped .star and .toml files, by path relative to
 // this folder ("partition.star", "examples/mnist.star").
 //
-//go:embed *.star examples/*.star
+//go:embed *.star examples/*.star clusters/*.toml
 var Library embed.FS

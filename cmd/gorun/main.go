@@ -176,10 +176,15 @@ func compile(path string, f *flags) (*engine.Plan, error) {
 	}
 	c := engine.DefaultCluster()
 	if f.cluster != "" {
-		return nil, &usageError{"--cluster: cluster files are not supported by this build yet"}
+		if c, err = engine.LoadCluster(f.cluster); err != nil {
+			return nil, err
+		}
 	}
 	if f.devices != 0 {
 		c.Devices = f.devices
+		if c.Weights != nil && len(c.Weights) != c.Devices {
+			return nil, &usageError{fmt.Sprintf("--devices %d: the cluster file gives weights for %d devices", f.devices, len(c.Weights))}
+		}
 	}
 	return engine.Compile(s, c)
 }

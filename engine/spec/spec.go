@@ -147,6 +147,8 @@ type Spec struct {
 	Shuffle    bool   // a new sample order every epoch
 	Accumulate int    // micro-batches per optimizer step (≥ 1)
 	Uneven     string // unequal shards: "pad", "drop" or "zero"
+	// Keep is how many checkpoints a run folder keeps (0: all).
+	Keep int
 
 	// Loads lists the files load() statements resolved to, in order.
 	Loads []string

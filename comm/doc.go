@@ -1,0 +1,53 @@
+// Package comm is gorun's collectives: broadcast, reduce (reduce_add),
+// all-reduce, all-gather, reduce-scatter and barrier on float32 buffers,
+// between the ranks of a group. It is what torch.cuda.comm and
+// torch.distributed's collectives are to PyTorch.
+//
+// comm belongs to the run phase. The engine decides at compile time where
+// each collective sits in every device's Program and which algorithm it uses
+// (Options.Algorithm, or Auto, whose rule Algorithm.Resolve states so that the
+// Plan can print it); at step time each rank's goroutine calls the collectives
+// of its Program in program order through its Comm.
+//
+// # Algorithms and transports
+//
+// Collectives are algorithms — Ring, Tree and Direct — written against a few
+// point-to-point primitives (send, recv, recv-reduce, flush; local copy and
+// reduce are plain kernels). A transport implements the primitives for one
+// rank and knows nothing of the algorithms; the algorithms know nothing of the
+// transport. The in-process transport (NewInProc) connects ranks that are
+// goroutines of one process through shared memory: a sender publishes a
+// pointer to its buffer and the receiver copies or reduces straight out of
+// it, so no data is staged. An MPI transport will come behind the build tag
+// mpi; NCCL brings its own collectives and implements Communicator directly.
+//
+// # Determinism
+//
+// For a given algorithm, world size and buffer length, every element is
+// reduced in one fixed order, whatever the goroutine scheduling, so results
+// are bit-identical from run to run; after AllReduce every rank holds the
+// same bits, so replicas never drift apart. Different algorithms may round
+// differently. Mean is Sum followed by a division of each element by
+// float32(n), the world size — the same rounding as PyTorch's
+// all_reduce(SUM) followed by tensor /= world_size. (When n is a power of
+// two it is computed as a multiplication by the exact reciprocal 1/n, which
+// rounds identically.) Max and Min propagate NaN, as torch.max does.
+//
+// # Errors
+//
+// Every collective returns nil or a *Error naming the collective (its op
+// and Tag: name and step), the rank(s) involved and the reason, one of
+// ErrTimeout, ErrMismatch, ErrAborted or ErrInvalid, which errors.Is
+// recognises, as well as the cause passed to Group.Abort. A collective waits
+// at most Options.Timeout. When ranks call different collectives at the
+// same point, or the same one with different lengths, roots, ops or tags,
+// the ranks that meet the other call get ErrMismatch, naming both calls,
+// before any data moves between them. Any error fails the whole group:
+// every pending collective on every rank returns, and every later call
+// returns an error at once (wrapping the first failure). Group.Err tells
+// why a group failed.
+//
+// Collectives never panic on bad input (that is ErrInvalid) and allocate
+// nothing in steady state: the only memory they keep is each rank's scratch
+// buffer, which grows to the largest size some algorithm needed and is reused.
+package comm

@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gorun/engine/safetensors"
+	"gorun/engine/spec"
+)
+
+// Checkpoint files, inside a run's --out folder:
+//
+//	checkpoints/step-00000938.safetensors        parameters, PyTorch state_dict names
+//	checkpoints/step-00000938.state.safetensors  optimizer state, RNG states, progress
+//	best.safetensors                             parameters with the best eval accuracy
+//	model.safetensors                            the final parameters
+//
+// Every file is written atomically (temporary file, fsync, rename), the
+// state file first: a checkpoint whose parameter file exists is complete.
+const (
+	CheckpointDir = "checkpoints"
+	BestFile      = "best.safetensors"
+	ModelFile     = "model.safetensors"
+	stateSuffix   = ".state.safetensors"
+	ckptFormat    = "gorun-checkpoint-1"
+)
+
+// checkpointPath is the parameter file of the checkpoint at step.
+func checkpointPath(dir string, step int) string {
+	return filepath.Join(dir, CheckpointDir, fmt.Sprintf("step-%08d.safetensors", step))
+}
+
+func statePath(params string) string {
+	return strings.TrimSuffix(params, ".safetensors") + stateSuffix
+}
+
+// progress is where a run stands: what a checkpoint restores.
+type progress struct {
+	Step  int // optimizer steps taken
+	Epoch int // 0-based epoch under way (or next, when Micro is 0)
+	Micro int // micro-steps of Epoch already done
+	// Accumulators of the epoch under way, so its epoch line is whole.
+	GlobalLoss, GlobalCount, TrainSeconds float64
+	RankLoss, RankCount                   []float64
+	BestAccuracy                          float64
+	Samples                               int64
+}
+
+// paramTensors are rank 0's parameters under their state_dict names.
+func (p *Plan) paramTensors() []safetensors.Tensor {
+	var ts []safetensors.Tensor
+	for i, prm := range p.Graph.Params {
+		ts = append(ts, safetensors.F32(prm.Name, prm.Value.Shape, p.Devices[0].Params[i].Data))
+	}
+	return ts
+}
+
+// perRank reports whether ranks may hold different parameters and
+// optimizer states (independent steps), so a checkpoint keeps every rank's.
+func (p *Plan) perRank() bool { return p.localLoss() }
+
+// saveCheckpoint writes a checkpoint of every rank's state. The ranks must
+// be stopped (the caller holds them at a barrier).
+func (rs *runState) saveCheckpoint(pr *progress) error {
+	p := rs.plan
+	dir := rs.opts.Out
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(dir, CheckpointDir), 0o755); err != nil {
+		return err
+	}
+	var state []safetensors.Tensor
+	for r, d := range rs.devices {
+		prog := d.prog
+		rng, err := prog.pcg.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		state = append(state, safetensors.U8(fmt.Sprintf("rank%d/rng", r), []int{len(rng)}, rng))
+		if r > 0 && p.perRank() {
+			for i, prm := range p.Graph.Params {
+				state = append(state, safetensors.F32(fmt.Sprintf("rank%d/%s", r, prm.Name), prm.Value.Shape, prog.Params[i].Data))
+			}
+		}
+		if r == 0 || p.perRank() || (p.Spec.Sync.Kind == spec.SyncParameterServer && r == p.Spec.Sync.Root) {
+			for i, st := range prog.State {
+				for _, b := range st {
+					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, b.Data))
+				}
+				_ = i
+			}
+		}
+	}
+	meta := map[string]string{
+		"format":        ckptFormat,
+		"step":          strconv.Itoa(pr.Step),
+		"epoch":         strconv.Itoa(pr.Epoch),
+		"micro":         strconv.Itoa(pr.Micro),
+		"devices":       strconv.Itoa(len(rs.devices)),
+		"sync":          string(p.Spec.Sync.Kind),
+		"seed":          strconv.FormatInt(p.Spec.Seed, 10),
+		"global_loss":   fmtF(pr.GlobalLoss),
+		"global_count":  fmtF(pr.GlobalCount),
+		"train_seconds": fmtF(pr.TrainSeconds),
+		"best_accuracy": fmtF(pr.BestAccuracy),
+		"samples":       strconv.FormatInt(pr.Samples, 10),
+		"rank_loss":     fmtFs(pr.RankLoss),
+		"rank_count":    fmtFs(pr.RankCount),
+	}
+	params := checkpointPath(dir, pr.Step)
+	if err := safetensors.WriteFile(statePath(params), state, meta); err != nil {
+		return err
+	}
+	if err := safetensors.WriteFile(params, p.paramTensors(), map[string]string{"format": "pt", "step": meta["step"]}); err != nil {
+		return err
+	}
+	return rs.pruneCheckpoints()
+}
+
+// pruneCheckpoints keeps the newest Keep checkpoints.
+func (rs *runState) pruneCheckpoints() error {
+	keep := rs.plan.Spec.Keep
+	if keep <= 0 {
+		return nil
+	}
+	steps, err := listCheckpoints(rs.opts.Out)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(steps)-keep; i++ {
+		params := checkpointPath(rs.opts.Out, steps[i])
+		for _, f := range []string{params, statePath(params)} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listCheckpoints returns the steps of the complete checkpoints in a run
+// folder, oldest first.
+func listCheckpoints(dir string) ([]int, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, CheckpointDir))
+	if err != nil {
+		return nil, err
+	}
+	var steps []int
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "step-") || !strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, stateSuffix) {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "step-"), ".safetensors"))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(statePath(filepath.Join(dir, CheckpointDir, name))); err == nil {
+			steps = append(steps, n)
+		}
+	}
+	sort.Ints(steps)
+	return steps, nil
+}
+
+// saveParams writes rank 0's parameters to path (model.safetensors,
+// best.safetensors).
+func (rs *runState) saveParams(name string, meta map[string]string) error {
+	if rs.opts.Out == "" {
+		return nil
+	}
+	m := map[string]string{"format": "pt"}
+	for k, v := range meta {
+		m[k] = v
+	}
+	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), rs.plan.paramTensors(), m)
+}
+
+// LoadParams sets the parameters from a safetensors file of PyTorch
+// state_dict names (--init). Like load_state_dict(strict=True), every
+// parameter must be there with its shape, and nothing else.
+func (p *Plan) LoadParams(path string) error {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return p.setParams(path, f, "")
+}
+
+func (p *Plan) setParams(path string, f *safetensors.File, prefix string) error {
+	known := map[string]bool{}
+	for _, prm := range p.Graph.Params {
+		known[prm.Name] = true
+		t, ok := f.Get(prefix + prm.Name)
+		if !ok {
+			return fmt.Errorf("%s: no tensor %q for parameter %s %v", path, prefix+prm.Name, prm.Name, prm.Value.Shape)
+		}
+		v, err := t.Float32s()
+		if err != nil {
+			return fmt.Errorf("%s: parameter %s: %v", path, prm.Name, err)
+		}
+		if err := p.SetParam(prm.Name, t.Shape, v); err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+	}
+	if prefix == "" {
+		for _, name := range f.Names() {
+			if !known[name] {
+				return fmt.Errorf("%s: tensor %q is not a parameter of the model (it has %s)", path, name, paramList(p))
+			}
+		}
+	}
+	return nil
+}
+
+func paramList(p *Plan) string {
+	var names []string
+	for _, prm := range p.Graph.Params {
+		names = append(names, prm.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// loadCheckpoint restores the newest complete checkpoint of a run folder
+// into every rank and returns where the run stood.
+func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
+	p := rs.plan
+	steps, err := listCheckpoints(dir)
+	if err != nil || len(steps) == 0 {
+		return nil, fmt.Errorf("--resume %s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
+	}
+	params := checkpointPath(dir, steps[len(steps)-1])
+	pf, err := safetensors.ReadFile(params)
+	if err != nil {
+		return nil, err
+	}
+	sf, err := safetensors.ReadFile(statePath(params))
+	if err != nil {
+		return nil, err
+	}
+	m := sf.Metadata
+	if m["format"] != ckptFormat {
+		return nil, fmt.Errorf("%s: not a gorun checkpoint state (format %q)", statePath(params), m["format"])
+	}
+	if got := strconv.Itoa(len(rs.devices)); m["devices"] != got {
+		return nil, fmt.Errorf("--resume %s: the checkpoint was made with %s devices, this run has %s", dir, m["devices"], got)
+	}
+	if m["sync"] != string(p.Spec.Sync.Kind) {
+		return nil, fmt.Errorf("--resume %s: the checkpoint was made with sync %s, the script now says %s", dir, m["sync"], p.Spec.Sync.Kind)
+	}
+	if err := p.setParams(params, pf, ""); err != nil {
+		return nil, err
+	}
+	pr := &progress{}
+	var errs []error
+	atoi := func(k string) int {
+		n, err := strconv.Atoi(m[k])
+		errs = append(errs, err)
+		return n
+	}
+	pr.Step, pr.Epoch, pr.Micro = atoi("step"), atoi("epoch"), atoi("micro")
+	pr.GlobalLoss, pr.GlobalCount = parseF(m["global_loss"]), parseF(m["global_count"])
+	pr.TrainSeconds, pr.BestAccuracy = parseF(m["train_seconds"]), parseF(m["best_accuracy"])
+	pr.Samples = int64(atoi("samples"))
+	pr.RankLoss, pr.RankCount = parseFs(m["rank_loss"]), parseFs(m["rank_count"])
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
+	}
+	for r, d := range rs.devices {
+		prog := d.prog
+		if t, ok := sf.Get(fmt.Sprintf("rank%d/rng", r)); ok {
+			if err := prog.pcg.UnmarshalBinary(t.Data); err != nil {
+				return nil, fmt.Errorf("%s: rank %d rng: %v", statePath(params), r, err)
+			}
+		} else {
+			return nil, fmt.Errorf("%s: no RNG state for rank %d", statePath(params), r)
+		}
+		if r > 0 && p.perRank() {
+			for i, prm := range p.Graph.Params {
+				t, ok := sf.Get(fmt.Sprintf("rank%d/%s", r, prm.Name))
+				if !ok {
+					return nil, fmt.Errorf("%s: no parameters for rank %d", statePath(params), r)
+				}
+				v, _ := t.Float32s()
+				copy(prog.Params[i].Data, v)
+			}
+		}
+		for _, st := range prog.State {
+			for _, b := range st {
+				if t, ok := sf.Get(fmt.Sprintf("rank%d/optim/%s", r, b.Name)); ok {
+					v, err := t.Float32s()
+					if err != nil || len(v) != len(b.Data) {
+						return nil, fmt.Errorf("%s: optimizer state %s of rank %d does not fit", statePath(params), b.Name, r)
+					}
+					copy(b.Data, v)
+				}
+			}
+		}
+		d.step = pr.Step
+	}
+	return pr, nil
+}
+
+func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func parseF(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
+
+func fmtFs(fs []float64) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmtF(f))
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseFs(s string) []float64 {
+	if s == "" {
+		return nil
+	}
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		out = append(out, parseF(part))
+	}
+	return out
+}
+
+var _ = rand.NewPCG

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gorun/engine/safetensors"
+)
+
+// dropoutScript is tinyScript with dropout, so that resuming must restore
+// every rank's RNG state too.
+var dropoutScript = strings.Replace(tinyScript, "nn.flatten(),", "nn.dropout2d(0.25), nn.flatten(), nn.dropout(0.25),", 1)
+
+func runIn(t *testing.T, dir, resume string, devices int, sets ...string) *Plan {
+	t.Helper()
+	p := compile(t, loadSpec(t, dropoutScript, sets...), devices)
+	if _, err := p.Run(RunOptions{Out: dir, Resume: resume}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestResumeIsBitIdentical: a run stopped part-way and resumed ends with
+// the parameters of an uninterrupted run, bit for bit.
+func TestResumeIsBitIdentical(t *testing.T) {
+	for _, c := range []struct {
+		devices int
+		sync    string
+		stopAt  string
+	}{
+		{1, "sync.allreduce()", "max_steps=10"}, // inside epoch 1
+		{1, "sync.allreduce()", "max_steps=32"}, // at the end of epoch 1
+		{2, "sync.allreduce()", "max_steps=45"}, // inside epoch 2
+		{2, "sync.parameter_server(root=1)", "max_steps=7"},
+		{2, "sync.local_sgd(every=3)", "max_steps=20"}, // ranks hold their own parameters
+	} {
+		sets := []string{"epochs=3", "sync=" + c.sync, "optimizer=optim.adam(lr=0.01)"}
+		whole := runIn(t, t.TempDir(), "", c.devices, sets...)
+		dir := t.TempDir()
+		runIn(t, dir, "", c.devices, append(sets, c.stopAt)...)
+		resumed := runIn(t, "", dir, c.devices, sets...)
+		for r := range whole.Devices {
+			if d := maxRelDiff(whole.Devices[r].ParamArena.Data, resumed.Devices[r].ParamArena.Data); d != 0 {
+				t.Errorf("%d devices, %s, stopped at %s: rank %d's parameters differ from an uninterrupted run by %.2e",
+					c.devices, c.sync, c.stopAt, r, d)
+			}
+		}
+		// The resumed run's metrics cover every step once.
+		steps := map[float64]int{}
+		epochs := 0
+		for _, rec := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
+			switch rec["kind"] {
+			case "step":
+				steps[rec["step"].(float64)]++
+			case "epoch":
+				epochs++
+			}
+		}
+		if len(steps) != 96 || epochs != 3 {
+			t.Errorf("%d devices, %s: resumed metrics have %d distinct steps and %d epoch lines, want 96 and 3", c.devices, c.sync, len(steps), epochs)
+		}
+		for s, n := range steps {
+			if n != 1 {
+				t.Errorf("step %v logged %d times", s, n)
+			}
+		}
+	}
+}
+
+func TestCheckpointFiles(t *testing.T) {
+	dir := t.TempDir()
+	p := runIn(t, dir, "", 1, "epochs=4", "keep=2")
+	got, err := listCheckpoints(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != 96 || got[1] != 128 {
+		t.Errorf("checkpoints at steps %v, want the last 2 of 4 epochs: [96 128]", got)
+	}
+	// The parameter file holds state_dict names and shapes, rank 0's values.
+	f, err := safetensors.ReadFile(checkpointPath(dir, 128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := strings.Join(f.Names(), ","); names != "conv.bias,conv.weight,fc.bias,fc.weight" {
+		t.Errorf("checkpoint tensors %s", names)
+	}
+	w, _ := f.Get("conv.weight")
+	if len(w.Shape) != 4 || w.Shape[0] != 3 || w.Shape[1] != 1 || w.Shape[2] != 3 {
+		t.Errorf("conv.weight shape %v", w.Shape)
+	}
+	for _, name := range []string{ModelFile, BestFile} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	model, err := safetensors.ReadFile(filepath.Join(dir, ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, _ := model.Get("fc.weight")
+	v, _ := mw.Float32s()
+	if d := maxRelDiff(v, p.Devices[0].Params[2].Data); d != 0 || p.Graph.Params[2].Name != "fc.weight" {
+		t.Errorf("model.safetensors differs from the final parameters")
+	}
+
+	// A checkpoint cut short (state written, parameters not) is skipped:
+	// resuming uses the newest complete one.
+	params := checkpointPath(dir, 200)
+	st, err := os.ReadFile(statePath(checkpointPath(dir, 128)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(statePath(params), st, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := listCheckpoints(dir); got[len(got)-1] != 128 {
+		t.Errorf("an incomplete checkpoint counts: %v", got)
+	}
+}
+
+func TestInitAndResumeErrors(t *testing.T) {
+	dir := t.TempDir()
+	runIn(t, dir, "", 1, "max_steps=3")
+	model := filepath.Join(dir, ModelFile)
+
+	// --init with the right file works and starts from those weights.
+	p := compile(t, loadSpec(t, dropoutScript, "max_steps=1", "optimizer=optim.sgd(lr=1e-30)"), 1)
+	if _, err := p.Run(RunOptions{Init: model}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := safetensors.ReadFile(model)
+	w, _ := f.Get("fc.weight")
+	v, _ := w.Float32s()
+	if d := maxRelDiff(v, p.Devices[0].Params[2].Data); d > 1e-6 {
+		t.Errorf("--init: fc.weight differs from the file by %.2e", d)
+	}
+
+	// A model with another shape: the error names the parameter.
+	other := strings.Replace(dropoutScript, "nn.conv2d(1, 3,", "nn.conv2d(1, 5,", 1)
+	other = strings.Replace(other, "nn.linear(48, 4", "nn.linear(80, 4", 1)
+	p = compile(t, loadSpec(t, other), 1)
+	_, err := p.Run(RunOptions{Init: model})
+	if err == nil || !strings.Contains(err.Error(), "parameter conv.weight: shape [3 1 3 3], the model has [5 1 3 3]") {
+		t.Errorf("--init with other shapes: %v", err)
+	}
+	// Resuming with another device count is refused, naming both.
+	p = compile(t, loadSpec(t, dropoutScript), 2)
+	_, err = p.Run(RunOptions{Resume: dir})
+	if err == nil || !strings.Contains(err.Error(), "made with 1 devices, this run has 2") {
+		t.Errorf("--resume on 2 devices: %v", err)
+	}
+	p = compile(t, loadSpec(t, dropoutScript), 1)
+	if _, err = p.Run(RunOptions{Resume: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no complete checkpoint") {
+		t.Errorf("--resume of an empty folder: %v", err)
+	}
+}

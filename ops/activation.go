@@ -1,0 +1,137 @@
+package ops
+
+import "math"
+
+// relu: in x; out y = max(x, 0). A NaN stays NaN, as in PyTorch.
+func relu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	for i, v := range x {
+		if v < 0 {
+			v = 0
+		}
+		y[i] = v
+	}
+}
+
+// reluGrad: in dy, y; out dx = dy where y > 0, else 0.
+func reluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy := live(in[0])
+	y := in[1].Data[:len(dy)]
+	dx := out[0].Data[:len(dy)]
+	for i, g := range dy {
+		if !(y[i] > 0) {
+			g = 0
+		}
+		dx[i] = g
+	}
+}
+
+// flatten: in x[N,...]; out y[N,prod(...)]. The engine makes y alias x, and
+// then there is nothing to do; otherwise x is copied.
+func flatten[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	if !same(x, y) {
+		copy(y, x)
+	}
+}
+
+// add: in a, b (same shape); out a + b. The output may alias an input.
+func add[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := in[1].Data[:len(x)]
+	z := out[0].Data[:len(x)]
+	for i, v := range x {
+		z[i] = v + y[i]
+	}
+}
+
+// rowMax returns the largest element of row (NaN when row holds one).
+func rowMax[T Float](row []T) T {
+	m := row[0]
+	for _, v := range row[1:] {
+		if v > m || v != v {
+			m = v
+		}
+	}
+	return m
+}
+
+// expSum returns Σ exp(v - m) over row, in float64.
+func expSum[T Float](row []T, m T) float64 {
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v - m))
+	}
+	return s
+}
+
+// logSoftmax: in x[N,C]; out y[N,C] = x - max - log Σ exp(x - max), per row.
+func logSoftmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, y := in[0], out[0]
+	n, k := x.Shape[0], x.Shape[1]
+	for r := 0; r < n; r++ {
+		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
+		m := rowMax(xr)
+		ls := T(math.Log(expSum(xr, m)))
+		for j, v := range xr {
+			yr[j] = v - m - ls
+		}
+	}
+}
+
+// logSoftmaxGrad: in dy, y (the LogSoftmax output); out dx = dy - exp(y)·Σdy,
+// per row.
+func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, y, dx := in[0], in[1], out[0]
+	n, k := dy.Shape[0], dy.Shape[1]
+	for r := 0; r < n; r++ {
+		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
+		var s float64
+		for _, g := range gr {
+			s += float64(g)
+		}
+		for j, g := range gr {
+			dr[j] = g - T(math.Exp(float64(yr[j]))*s)
+		}
+	}
+}
+
+// softmax: in x[N,C]; out y[N,C] = exp(x - max) / Σ exp(x - max), per row.
+func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, y := in[0], out[0]
+	n, k := x.Shape[0], x.Shape[1]
+	for r := 0; r < n; r++ {
+		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
+		m := rowMax(xr)
+		var s float64
+		for j, v := range xr {
+			e := math.Exp(float64(v - m))
+			s += e
+			yr[j] = T(e)
+		}
+		inv := 1 / s
+		for j, v := range yr {
+			yr[j] = T(float64(v) * inv)
+		}
+	}
+}
+
+// softmaxGrad: in dy, y (the Softmax output); out dx = y·(dy - Σ dy·y), per
+// row.
+func softmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, y, dx := in[0], in[1], out[0]
+	n, k := dy.Shape[0], dy.Shape[1]
+	for r := 0; r < n; r++ {
+		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
+		var s float64
+		for j, g := range gr {
+			s += float64(g) * float64(yr[j])
+		}
+		st := T(s)
+		for j, g := range gr {
+			dr[j] = yr[j] * (g - st)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package ops
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestKernelTablesComplete(t *testing.T) {
+	for op := Op(1); int(op) < NumOps; op++ {
+		if Kernels32[op] == nil || Kernels64[op] == nil {
+			t.Errorf("%v has no kernel", op)
+		}
+	}
+	if Kernels32[Invalid] != nil || Kernels64[Invalid] != nil {
+		t.Error("Invalid has a kernel")
+	}
+}
+
+// TestKernelsDoNotAllocate makes one representative call of every kernel,
+// in float32 and float64, and requires no allocation.
+func TestKernelsDoNotAllocate(t *testing.T) {
+	seen := map[Op]bool{}
+	allocs32 := checkAllocs(t, &Kernels32, seen)
+	allocs64 := checkAllocs(t, &Kernels64, seen)
+	for op := Op(1); int(op) < NumOps; op++ {
+		if !seen[op] {
+			t.Errorf("%v: no allocation check", op)
+		}
+	}
+	for _, a := range append(allocs32, allocs64...) {
+		t.Error(a)
+	}
+}
+
+func checkAllocs[T Float](t *testing.T, k *[NumOps]Kernel[T], seen map[Op]bool) []string {
+	var bad []string
+	measure := func(name string, op Op, c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+		seen[op] = true
+		if n := testing.AllocsPerRun(3, func() { k[op](c, a, in, out) }); n != 0 {
+			bad = append(bad, name+": "+op.String()+" allocates")
+		}
+	}
+	for i := range gradCases {
+		gc := &gradCases[i]
+		f := newFixture(t, gc, k)
+		f.c.RNG = rand.New(rand.NewPCG(1, 1))
+		measure(gc.name, gc.op, f.c, &gc.attrs, f.in, f.out)
+		for j, st := range gc.bwd {
+			measure(gc.name, st.op, f.c, &gc.attrs, f.bin[j], []*Buf[T]{f.bout[j]})
+		}
+	}
+	buf := func(n int) *Buf[T] { return &Buf[T]{Shape: []int{n}, Data: make([]T, n)} }
+	p, g, s1, s2 := buf(100), buf(100), buf(100), buf(100)
+	c := &Ctx[T]{Step: 2}
+	measure("add", Add, c, &Attrs{}, []*Buf[T]{p, g}, []*Buf[T]{s1})
+	measure("sgd", SGDStep, c, &Attrs{LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 0.1}, []*Buf[T]{p, g, s1}, nil)
+	measure("adam", AdamStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
+	return bad
+}

@@ -1,0 +1,413 @@
+package ops
+
+// Convolution is lowered to one matrix multiply over the whole batch
+// (im2col): the input is unrolled into col[K×L], K = C·KH·KW rows (ordered
+// as the weight's C, KH, KW) and L = N·OH·OW columns (ordered N, OH, OW), so
+// that W[O×K]·col is the output in [O, N, OH, OW] order. The scratch
+// (Ctx.Work) holds col and one [O×L] matrix: the product before it is
+// permuted to [N, O, OH, OW] (forward), or the output gradient permuted to
+// [O, N·OH·OW] (backward). See Workspace.
+
+// convGeom is the geometry of one convolution.
+type convGeom struct {
+	n, c, h, w int // input [N C H W]
+	o, kh, kw  int // weight [O C KH KW]
+	oh, ow     int // output [N O OH OW]
+	s, p       int // stride, padding
+}
+
+// k is the number of rows of col: C·KH·KW.
+func (g *convGeom) k() int { return g.c * g.kh * g.kw }
+
+// l is the number of columns of col: N·OH·OW.
+func (g *convGeom) l() int { return g.n * g.oh * g.ow }
+
+// convWork is the scratch a convolution kernel needs: col[K×L] and one
+// [O×L] matrix.
+func convWork(k, o, l int) int { return (k + o) * l }
+
+// geomFwd derives the geometry from the input and weight shapes.
+func geomFwd(a *Attrs, x, w []int) convGeom {
+	g := convGeom{n: x[0], c: x[1], h: x[2], w: x[3], o: w[0], kh: w[2], kw: w[3], s: convStride(a), p: a.Padding}
+	g.oh = (g.h+2*g.p-g.kh)/g.s + 1
+	g.ow = (g.w+2*g.p-g.kw)/g.s + 1
+	return g
+}
+
+// geomBwd derives the geometry from the output-gradient, input and weight
+// shapes.
+func geomBwd(a *Attrs, dy, x, w []int) convGeom {
+	return convGeom{n: dy[0], c: x[1], h: x[2], w: x[3], o: w[0], kh: w[2], kw: w[3], oh: dy[2], ow: dy[3], s: convStride(a), p: a.Padding}
+}
+
+// conv2D: in x[N,C,H,W], w[O,C,KH,KW], optional b[O]; out y[N,O,OH,OW].
+func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, w, b, y := in[0], in[1], optIn(in, 2), out[0]
+	g := geomFwd(a, x.Shape, w.Shape)
+	k, l, plane := g.k(), g.l(), g.oh*g.ow
+	col := c.Work[:k*l]
+	im2col(&g, x.Data, col)
+	if g.n == 1 {
+		// [O, N·OH·OW] is already [N, O, OH, OW].
+		yd := y.Data[:g.o*l]
+		matmul(false, false, g.o, l, k, 1, w.Data, k, col, l, 0, yd, l)
+		if b != nil {
+			for o, bv := range b.Data[:g.o] {
+				addScalar(yd[o*plane:][:plane], bv)
+			}
+		}
+		return
+	}
+	tmp := c.Work[k*l:][:g.o*l]
+	matmul(false, false, g.o, l, k, 1, w.Data, k, col, l, 0, tmp, l)
+	for n := 0; n < g.n; n++ {
+		for o := 0; o < g.o; o++ {
+			dst := y.Data[(n*g.o+o)*plane:][:plane]
+			src := tmp[o*l+n*plane:][:plane]
+			if b == nil {
+				copy(dst, src)
+				continue
+			}
+			bv := b.Data[o]
+			for i, v := range src {
+				dst[i] = v + bv
+			}
+		}
+	}
+}
+
+// conv2DGradInput: in dy[N,O,OH,OW], w[O,C,KH,KW]; out dx[N,C,H,W].
+func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, w, dx := in[0], in[1], out[0]
+	g := geomBwd(a, dy.Shape, dx.Shape, w.Shape)
+	k, l := g.k(), g.l()
+	dyT := permuteDy(&g, dy.Data, c.Work[k*l:][:g.o*l])
+	dcol := c.Work[:k*l]
+	matmul(true, false, k, l, g.o, 1, w.Data, k, dyT, l, 0, dcol, l)
+	dxd := dx.Data[:g.n*g.c*g.h*g.w]
+	clear(dxd)
+	col2im(&g, dcol, dxd)
+}
+
+// conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C,KH,KW].
+func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, x, dw := in[0], in[1], out[0]
+	g := geomBwd(a, dy.Shape, x.Shape, dw.Shape)
+	k, l := g.k(), g.l()
+	col := c.Work[:k*l]
+	im2col(&g, x.Data, col)
+	dyT := permuteDy(&g, dy.Data, c.Work[k*l:][:g.o*l])
+	var beta T
+	if a.Accumulate {
+		beta = 1
+	}
+	matmul(false, true, g.o, k, l, 1, dyT, l, col, l, beta, dw.Data[:g.o*k], k)
+}
+
+// conv2DGradBias: in dy[N,O,OH,OW]; out db[O].
+func conv2DGradBias[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, db := in[0], out[0]
+	n, o := dy.Shape[0], dy.Shape[1]
+	plane := prod(dy.Shape[2:])
+	for j := 0; j < o; j++ {
+		var s float64
+		for i := 0; i < n; i++ {
+			s += float64(sum(dy.Data[(i*o+j)*plane:][:plane]))
+		}
+		if a.Accumulate {
+			db.Data[j] += T(s)
+		} else {
+			db.Data[j] = T(s)
+		}
+	}
+}
+
+// permuteDy returns dy[N,O,OH,OW] as an [O, N·OH·OW] matrix, written into
+// buf unless N is 1 (then dy already has that layout).
+func permuteDy[T Float](g *convGeom, dy, buf []T) []T {
+	plane := g.oh * g.ow
+	if g.n == 1 {
+		return dy[:g.o*plane]
+	}
+	l := g.l()
+	for n := 0; n < g.n; n++ {
+		for o := 0; o < g.o; o++ {
+			copy(buf[o*l+n*plane:][:plane], dy[(n*g.o+o)*plane:][:plane])
+		}
+	}
+	return buf
+}
+
+// span returns the range [lo, hi) of output positions i in [0, n) whose
+// input position i·s+off lies in [0, size).
+func span(off, s, size, n int) (lo, hi int) {
+	if off < 0 {
+		lo = (-off + s - 1) / s
+	}
+	if last := size - 1 - off; last >= 0 {
+		hi = last/s + 1
+	}
+	hi = min(hi, n)
+	lo = min(lo, hi)
+	return lo, hi
+}
+
+// im2col unrolls x[N,C,H,W] into col[K×L], zero where
+// the window reaches into the padding.
+//
+// Most rows of col are shifted copies of rows already written, still in
+// cache: output row oy of kernel row ki reads what output row oy+1 of kernel
+// row ki-s read, and output column ox of kernel column kj reads what output
+// column ox+1 of kernel column kj-s read. So such a row is one long copy of
+// an earlier row, shifted by one output row (or one element), after which
+// the positions the shift got wrong (each sample's last output row, or each
+// output row's last column) are written from x. Only the first s×s kernel
+// positions of each channel are built output row by output row.
+func im2col[T Float](g *convGeom, x, col []T) {
+	l, plane, hw, ow, oh, s := g.l(), g.oh*g.ow, g.h*g.w, g.ow, g.oh, g.s
+	chw := g.c * hw
+	for ci := 0; ci < g.c; ci++ {
+		for ki := 0; ki < g.kh; ki++ {
+			r0 := (ci*g.kh + ki) * g.kw // the row of (ci, ki, 0)
+			if shiftsRows(g, ki) {
+				for r := r0; r < r0+g.kw; r++ {
+					copy(col[r*l:][:l-ow], col[(r-s*g.kw)*l+ow:][:l-ow])
+				}
+				// Each sample's last output row reads input row iy, for
+				// every kernel column: one pass over x.
+				iy := (oh-1)*s - g.p + ki
+				for n := 0; n < g.n; n++ {
+					src := x[n*chw+ci*hw:][:hw]
+					for kj := 0; kj < g.kw; kj++ {
+						off := kj - g.p
+						lo, hi := span(off, s, g.w, ow)
+						im2colRow(g, src, col[(r0+kj)*l+n*plane+plane-ow:][:ow], iy, off, lo, hi)
+					}
+				}
+				continue
+			}
+			for kj := 0; kj < g.kw; kj++ {
+				r := r0 + kj
+				row := col[r*l:][:l]
+				off := kj - g.p // output column ox reads input column ox·s + off
+				if !shiftsColumns(g, kj) {
+					lo, hi := span(off, s, g.w, ow)
+					for n := 0; n < g.n; n++ {
+						src := x[n*chw+ci*hw:][:hw]
+						dst := row[n*plane:][:plane]
+						for oy := 0; oy < oh; oy++ {
+							im2colRow(g, src, dst[oy*ow:][:ow], oy*s-g.p+ki, off, lo, hi)
+						}
+					}
+					continue
+				}
+				copy(row[:l-1], col[(r-s)*l+1:][:l-1])
+				// Output rows [ylo, yhi) of the last column read input
+				// column ix; the others read padding.
+				ix := (ow-1)*s + off
+				ylo, yhi := span(ki-g.p, s, g.h, oh)
+				if ix < 0 || ix >= g.w {
+					ylo, yhi = 0, 0
+				}
+				for n := 0; n < g.n; n++ {
+					d := row[n*plane+ow-1:][:plane-ow+1]
+					for oy := 0; oy < ylo; oy++ {
+						d[oy*ow] = 0
+					}
+					if ylo < yhi {
+						src := x[n*chw+ci*hw:][:hw]
+						iy := ylo*s - g.p + ki
+						for oy := ylo; oy < yhi; oy++ {
+							d[oy*ow] = src[iy*g.w+ix]
+							iy += s
+						}
+					}
+					for oy := max(yhi, ylo); oy < oh; oy++ {
+						d[oy*ow] = 0
+					}
+				}
+			}
+		}
+	}
+}
+
+// shiftsRows reports whether im2col builds the rows of kernel row ki by
+// shifting those of kernel row ki-s.
+func shiftsRows(g *convGeom, ki int) bool { return ki >= g.s && g.oh > 1 }
+
+// shiftsColumns reports whether im2col builds the row of kernel column kj
+// (in a kernel row that shiftsRows does not cover) by shifting that of
+// kernel column kj-s.
+func shiftsColumns(g *convGeom, kj int) bool { return kj >= g.s && g.ow > 1 }
+
+// im2colRow fills d, one output row of a sample's part of a col row, from
+// input row iy of the plane src; lo, hi is span(off, s, W, OW).
+func im2colRow[T Float](g *convGeom, src, d []T, iy, off, lo, hi int) {
+	if iy < 0 || iy >= g.h || lo == hi {
+		clear(d)
+		return
+	}
+	if lo > 0 {
+		clear(d[:lo])
+	}
+	if hi < len(d) {
+		clear(d[hi:])
+	}
+	srow := src[iy*g.w:][:g.w]
+	if g.s == 1 {
+		copyRun(d[lo:hi], srow[lo+off:])
+	} else {
+		gather(d[lo:hi], srow[lo*g.s+off:], g.s)
+	}
+}
+
+// col2im adds col[K×L] into dx[N,C,H,W]: the adjoint of
+// im2col, which it mirrors in reverse order. A shifted row first sends the
+// positions im2col wrote from x to dx, then adds the rest into the row it
+// was copied from. col is used as scratch and left changed. dx must be
+// cleared first.
+func col2im[T Float](g *convGeom, col, dx []T) {
+	l, plane, hw, ow, oh, s := g.l(), g.oh*g.ow, g.h*g.w, g.ow, g.oh, g.s
+	chw := g.c * hw
+	for ci := g.c - 1; ci >= 0; ci-- {
+		for ki := g.kh - 1; ki >= 0; ki-- {
+			r0 := (ci*g.kh + ki) * g.kw
+			if shiftsRows(g, ki) {
+				iy := (oh-1)*s - g.p + ki
+				for n := 0; n < g.n; n++ {
+					dst := dx[n*chw+ci*hw:][:hw]
+					for kj := 0; kj < g.kw; kj++ {
+						off := kj - g.p
+						lo, hi := span(off, s, g.w, ow)
+						last := col[(r0+kj)*l+n*plane+plane-ow:][:ow]
+						col2imRow(g, last, dst, iy, off, lo, hi)
+						clear(last)
+					}
+				}
+				for r := r0; r < r0+g.kw; r++ {
+					addRun(col[(r-s*g.kw)*l+ow:][:l-ow], col[r*l:][:l-ow])
+				}
+				continue
+			}
+			for kj := g.kw - 1; kj >= 0; kj-- {
+				r := r0 + kj
+				row := col[r*l:][:l]
+				off := kj - g.p
+				if !shiftsColumns(g, kj) {
+					lo, hi := span(off, s, g.w, ow)
+					for n := 0; n < g.n; n++ {
+						dst := dx[n*chw+ci*hw:][:hw]
+						src := row[n*plane:][:plane]
+						for oy := 0; oy < oh; oy++ {
+							col2imRow(g, src[oy*ow:][:ow], dst, oy*s-g.p+ki, off, lo, hi)
+						}
+					}
+					continue
+				}
+				ix := (ow-1)*s + off
+				ylo, yhi := span(ki-g.p, s, g.h, oh)
+				if ix < 0 || ix >= g.w {
+					ylo, yhi = 0, 0
+				}
+				for n := 0; n < g.n; n++ {
+					d := row[n*plane+ow-1:][:plane-ow+1]
+					if ylo < yhi {
+						dst := dx[n*chw+ci*hw:][:hw]
+						iy := ylo*s - g.p + ki
+						for oy := ylo; oy < yhi; oy++ {
+							dst[iy*g.w+ix] += d[oy*ow]
+							iy += s
+						}
+					}
+					for oy := 0; oy < oh; oy++ {
+						d[oy*ow] = 0
+					}
+				}
+				addRun(col[(r-s)*l+1:][:l-1], row[:l-1])
+			}
+		}
+	}
+}
+
+// col2imRow adds d, one output row of a sample's part of a col row, into
+// input row iy of the plane dst.
+func col2imRow[T Float](g *convGeom, d, dst []T, iy, off, lo, hi int) {
+	if iy < 0 || iy >= g.h || lo == hi {
+		return
+	}
+	drow := dst[iy*g.w:][:g.w]
+	if g.s == 1 {
+		addRun(drow[lo+off:], d[lo:hi])
+	} else {
+		scatterAdd(drow[lo*g.s+off:], d[lo:hi], g.s)
+	}
+}
+
+// copyRun copies s into d, which is short (one output row): a plain loop
+// beats copy's call for such runs.
+func copyRun[T Float](d, s []T) {
+	s = s[:len(d)]
+	i := 0
+	for ; i+4 <= len(d); i += 4 {
+		dd, ss := d[i:i+4:i+4], s[i:i+4:i+4]
+		dd[0], dd[1], dd[2], dd[3] = ss[0], ss[1], ss[2], ss[3]
+	}
+	for ; i < len(d); i++ {
+		d[i] = s[i]
+	}
+}
+
+// gather sets d[i] = s[i·stride].
+func gather[T Float](d, s []T, stride int) {
+	_ = s[(len(d)-1)*stride]
+	for i := range d {
+		d[i] = s[i*stride]
+	}
+}
+
+// addRun adds s into d.
+func addRun[T Float](d, s []T) {
+	d = d[:len(s)]
+	i := 0
+	for ; i+4 <= len(s); i += 4 {
+		dd, ss := d[i:i+4:i+4], s[i:i+4:i+4]
+		dd[0] += ss[0]
+		dd[1] += ss[1]
+		dd[2] += ss[2]
+		dd[3] += ss[3]
+	}
+	for ; i < len(s); i++ {
+		d[i] += s[i]
+	}
+}
+
+// scatterAdd adds s[i] into d[i·stride].
+func scatterAdd[T Float](d, s []T, stride int) {
+	_ = d[(len(s)-1)*stride]
+	for i, v := range s {
+		d[i*stride] += v
+	}
+}
+
+// sum adds up s in T with four accumulators.
+func sum[T Float](s []T) T {
+	var a0, a1, a2, a3 T
+	i := 0
+	for ; i+4 <= len(s); i += 4 {
+		a0 += s[i]
+		a1 += s[i+1]
+		a2 += s[i+2]
+		a3 += s[i+3]
+	}
+	for ; i < len(s); i++ {
+		a0 += s[i]
+	}
+	return (a0 + a1) + (a2 + a3)
+}
+
+// addScalar adds v to every element of s.
+func addScalar[T Float](s []T, v T) {
+	for i := range s {
+		s[i] += v
+	}
+}

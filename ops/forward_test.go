@@ -1,0 +1,311 @@
+package ops
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// Forward values on cases small enough to work out by hand.
+
+func buf64(shape []int, data ...float64) *Buf[float64] {
+	if len(data) == 0 {
+		data = make([]float64, prod(shape))
+	}
+	return &Buf[float64]{Shape: shape, Data: data}
+}
+
+func idx64(shape []int, idx ...int32) *Buf[float64] {
+	if len(idx) == 0 {
+		idx = make([]int32, prod(shape))
+	}
+	return &Buf[float64]{Shape: shape, Idx: idx}
+}
+
+func run64(op Op, a *Attrs, c *Ctx[float64], in, out []*Buf[float64]) {
+	if c == nil {
+		c = &Ctx[float64]{LossScale: 1, Step: 1}
+	}
+	call(&Kernels64, c, op, a, in, out)
+}
+
+func expectData(t *testing.T, what string, got []float64, want ...float64) {
+	t.Helper()
+	for i, w := range want {
+		if g := got[i]; !(math.Abs(g-w) <= 1e-12*(1+math.Abs(w))) && !(math.IsNaN(g) && math.IsNaN(w)) {
+			t.Errorf("%s = %v, want %v", what, got[:len(want)], want)
+			return
+		}
+	}
+}
+
+func TestConv2DForward(t *testing.T) {
+	x := buf64([]int{1, 1, 3, 3}, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+	// Cross-correlation, not convolution: y[i,j] = x[i,j] - x[i+1,j+1].
+	w := buf64([]int{1, 1, 2, 2}, 1, 0, 0, -1)
+	y := buf64([]int{1, 1, 2, 2})
+	run64(Conv2D, &Attrs{}, nil, []*Buf[float64]{x, w, buf64([]int{1}, 0.5)}, []*Buf[float64]{y})
+	expectData(t, "conv2d", y.Data, -3.5, -3.5, -3.5, -3.5)
+
+	// Stride 2, padding 1, all-ones 2×2 kernel: each output sums the part
+	// of its window inside the image.
+	ones := buf64([]int{1, 1, 2, 2}, 1, 1, 1, 1)
+	y = buf64([]int{1, 1, 2, 2})
+	run64(Conv2D, &Attrs{Stride: 2, Padding: 1}, nil, []*Buf[float64]{x, ones, nil}, []*Buf[float64]{y})
+	expectData(t, "conv2d stride 2 padding 1", y.Data, 1, 2+3, 4+7, 5+6+8+9)
+
+	// Two samples, two input channels, two output channels, 1×1 kernel.
+	x2 := buf64([]int{2, 2, 1, 2}, 1, 2, 3, 4, 5, 6, 7, 8)
+	w2 := buf64([]int{2, 2, 1, 1}, 1, 10, -1, 0)
+	y2 := buf64([]int{2, 2, 1, 2})
+	run64(Conv2D, &Attrs{}, nil, []*Buf[float64]{x2, w2, buf64([]int{2}, 0, 100)}, []*Buf[float64]{y2})
+	expectData(t, "conv2d batch 2", y2.Data, 31, 42, 99, 98, 75, 86, 95, 94)
+}
+
+func TestLinearForward(t *testing.T) {
+	x := buf64([]int{2, 2}, 1, 2, 3, 4)
+	w := buf64([]int{3, 2}, 1, 0, 0, 1, 1, 1)
+	y := buf64([]int{2, 3})
+	run64(Linear, nil, nil, []*Buf[float64]{x, w, buf64([]int{3}, 0.5, 0, -1)}, []*Buf[float64]{y})
+	expectData(t, "linear", y.Data, 1.5, 2, 2, 3.5, 4, 6)
+	run64(Linear, nil, nil, []*Buf[float64]{x, w, nil}, []*Buf[float64]{y})
+	expectData(t, "linear without bias", y.Data, 1, 2, 3, 3, 4, 7)
+	clear(y.Data)
+	run64(Linear, nil, nil, []*Buf[float64]{x, w}, []*Buf[float64]{y}) // bias left off the end
+	expectData(t, "linear with two inputs", y.Data, 1, 2, 3, 3, 4, 7)
+}
+
+func TestReLUForward(t *testing.T) {
+	x := buf64([]int{5}, -1, 0, 2, math.NaN(), math.Inf(-1))
+	y := buf64([]int{5})
+	run64(ReLU, nil, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "relu", y.Data, 0, 0, 2, math.NaN(), 0)
+	dx := buf64([]int{5})
+	run64(ReLUGrad, nil, nil, []*Buf[float64]{buf64([]int{5}, 1, 2, 3, 4, 5), y}, []*Buf[float64]{dx})
+	expectData(t, "relu_grad", dx.Data, 0, 0, 3, 0, 0)
+}
+
+func TestMaxPool2DForward(t *testing.T) {
+	// Ties: the first maximum in row-major window order wins, as PyTorch.
+	x := buf64([]int{1, 1, 2, 6},
+		1, 3, 3, 0, 0, 0,
+		3, 2, 0, 0, 0, 0)
+	y, idx := buf64([]int{1, 1, 1, 3}), idx64([]int{1, 1, 1, 3})
+	run64(MaxPool2D, &Attrs{Kernel: 2}, nil, []*Buf[float64]{x}, []*Buf[float64]{y, idx})
+	expectData(t, "maxpool2d", y.Data, 3, 3, 0)
+	if want := []int32{1, 2, 4}; !slices.Equal(idx.Idx, want) {
+		t.Errorf("maxpool2d index = %v, want %v", idx.Idx, want)
+	}
+	// The general path (kernel 2, stride 1) breaks ties the same way, and
+	// floor mode drops the last column for kernel 2, stride 2 on width 5.
+	y, idx = buf64([]int{1, 1, 1, 5}), idx64([]int{1, 1, 1, 5})
+	run64(MaxPool2D, &Attrs{Kernel: 2, Stride: 1}, nil, []*Buf[float64]{x}, []*Buf[float64]{y, idx})
+	expectData(t, "maxpool2d stride 1", y.Data, 3, 3, 3, 0, 0)
+	if want := []int32{1, 1, 2, 3, 4}; !slices.Equal(idx.Idx, want) {
+		t.Errorf("maxpool2d stride 1 index = %v, want %v", idx.Idx, want)
+	}
+	x5 := buf64([]int{1, 1, 2, 5}, 1, 2, 3, 4, 99, 5, 6, 7, 8, 99)
+	y, idx = buf64([]int{1, 1, 1, 2}), idx64([]int{1, 1, 1, 2})
+	run64(MaxPool2D, &Attrs{Kernel: 2}, nil, []*Buf[float64]{x5}, []*Buf[float64]{y, idx})
+	expectData(t, "maxpool2d floor", y.Data, 6, 8)
+	// Overlapping windows send both gradients to a shared maximum.
+	y, idx = buf64([]int{1, 1, 1, 2}), idx64([]int{1, 1, 1, 2})
+	xo2 := buf64([]int{1, 1, 2, 3}, 0, 5, 1, 0, 0, 0)
+	run64(MaxPool2D, &Attrs{Kernel: 2, Stride: 1}, nil, []*Buf[float64]{xo2}, []*Buf[float64]{y, idx})
+	dx := buf64([]int{1, 1, 2, 3})
+	run64(MaxPool2DGrad, nil, nil, []*Buf[float64]{buf64([]int{1, 1, 1, 2}, 1, 10), idx}, []*Buf[float64]{dx})
+	expectData(t, "maxpool2d_grad overlapping", dx.Data, 0, 11, 0, 0, 0, 0)
+}
+
+func TestSoftmaxForward(t *testing.T) {
+	// Rows [0, ln 3] and the same shifted by 1000 (stable: no overflow).
+	x := buf64([]int{2, 2}, 0, math.Log(3), 1000, 1000+math.Log(3))
+	y := buf64([]int{2, 2})
+	run64(Softmax, nil, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "softmax", y.Data, 0.25, 0.75, 0.25, 0.75)
+	run64(LogSoftmax, nil, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "log_softmax", y.Data, math.Log(0.25), math.Log(0.75), math.Log(0.25), math.Log(0.75))
+}
+
+func TestLossForward(t *testing.T) {
+	c := &Ctx[float64]{LossScale: 0.5}
+	logp := buf64([]int{2, 2}, -1, -2, -3, -4)
+	target := idx64([]int{2}, 1, 0)
+	loss := buf64([]int{1})
+	run64(NLLLoss, nil, c, []*Buf[float64]{logp, target}, []*Buf[float64]{loss})
+	expectData(t, "nll_loss", loss.Data, 2.5) // -0.5·(-2 - 3)
+	dx := buf64([]int{2, 2})
+	run64(NLLLossGrad, nil, c, []*Buf[float64]{buf64([]int{1}, 2), target}, []*Buf[float64]{dx})
+	expectData(t, "nll_loss_grad", dx.Data, 0, -1, -1, 0)
+
+	logits := buf64([]int{1, 2}, 0, math.Log(3))
+	probs := buf64([]int{1, 2})
+	c.LossScale = 1
+	run64(CrossEntropy, nil, c, []*Buf[float64]{logits, idx64([]int{1}, 1)}, []*Buf[float64]{loss, probs})
+	expectData(t, "cross_entropy", loss.Data, -math.Log(0.75))
+	expectData(t, "cross_entropy probs", probs.Data, 0.25, 0.75)
+	dx = buf64([]int{1, 2})
+	run64(CrossEntropyGrad, nil, c, []*Buf[float64]{buf64([]int{1}, 1), probs, idx64([]int{1}, 1)}, []*Buf[float64]{dx})
+	expectData(t, "cross_entropy_grad", dx.Data, 0.25, -0.25)
+}
+
+func TestLossTargetOutOfRange(t *testing.T) {
+	defer func() {
+		if r := recover(); r != "nll_loss: target 3 out of range [0, 2)" {
+			t.Errorf("panic %v", r)
+		}
+	}()
+	run64(NLLLoss, nil, nil, []*Buf[float64]{buf64([]int{1, 2}), idx64([]int{1}, 3)}, []*Buf[float64]{buf64([]int{1})})
+}
+
+func TestDropout(t *testing.T) {
+	const n = 10000
+	x := buf64([]int{100, 100})
+	for i := range x.Data {
+		x.Data[i] = float64(i%7) + 1
+	}
+	y, mask := buf64([]int{100, 100}), buf64([]int{100, 100})
+	c := &Ctx[float64]{RNG: rand.New(rand.NewPCG(1, 2))}
+	run64(Dropout, &Attrs{P: 0.3}, c, []*Buf[float64]{x}, []*Buf[float64]{y, mask})
+	kept := 0
+	for i, m := range mask.Data {
+		switch m {
+		case 0:
+		case 1 / 0.7:
+			kept++
+		default:
+			t.Fatalf("mask[%d] = %v, want 0 or 1/0.7", i, m)
+		}
+		if y.Data[i] != x.Data[i]*m {
+			t.Fatalf("y[%d] = %v, want x·mask = %v", i, y.Data[i], x.Data[i]*m)
+		}
+	}
+	if f := float64(kept) / n; math.Abs(f-0.7) > 0.02 {
+		t.Errorf("kept %.3f of the elements, want about 0.7", f)
+	}
+	// The same RNG state gives the same mask.
+	mask2 := buf64([]int{100, 100})
+	c.RNG = rand.New(rand.NewPCG(1, 2))
+	run64(Dropout, &Attrs{P: 0.3}, c, []*Buf[float64]{x}, []*Buf[float64]{y, mask2})
+	if !slices.Equal(mask.Data, mask2.Data) {
+		t.Error("dropout is not deterministic given the RNG state")
+	}
+	// p = 0 and a nil RNG (evaluation) are the identity; p = 1 drops all.
+	for _, tc := range []struct {
+		p    float64
+		rng  *rand.Rand
+		want float64
+	}{{0, c.RNG, 1}, {0.5, nil, 1}, {1, c.RNG, 0}} {
+		c.RNG = tc.rng
+		run64(Dropout, &Attrs{P: tc.p}, c, []*Buf[float64]{x}, []*Buf[float64]{y, mask})
+		for i, m := range mask.Data {
+			if m != tc.want || y.Data[i] != x.Data[i]*tc.want {
+				t.Fatalf("p=%v rng=%v: mask[%d] = %v, y = %v", tc.p, tc.rng != nil, i, m, y.Data[i])
+			}
+		}
+	}
+}
+
+func TestDropout2D(t *testing.T) {
+	x := buf64([]int{8, 16, 2, 3})
+	for i := range x.Data {
+		x.Data[i] = float64(i) + 1
+	}
+	y, mask := buf64(x.Shape), buf64([]int{8, 16})
+	c := &Ctx[float64]{RNG: rand.New(rand.NewPCG(3, 4))}
+	run64(Dropout2D, &Attrs{P: 0.5}, c, []*Buf[float64]{x}, []*Buf[float64]{y, mask})
+	kept := 0
+	for p, m := range mask.Data {
+		if m != 0 && m != 2 {
+			t.Fatalf("mask[%d] = %v, want 0 or 2", p, m)
+		}
+		if m == 2 {
+			kept++
+		}
+		for i := p * 6; i < (p+1)*6; i++ {
+			if y.Data[i] != x.Data[i]*m {
+				t.Fatalf("channel %d: y[%d] = %v, want %v", p, i, y.Data[i], x.Data[i]*m)
+			}
+		}
+	}
+	if kept == 0 || kept == len(mask.Data) {
+		t.Errorf("kept %d of %d channels", kept, len(mask.Data))
+	}
+}
+
+func TestFlattenAndAdd(t *testing.T) {
+	x := buf64([]int{2, 1, 2}, 1, 2, 3, 4)
+	y := buf64([]int{2, 2})
+	run64(Flatten, nil, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "flatten (copy)", y.Data, 1, 2, 3, 4)
+	alias := &Buf[float64]{Shape: []int{2, 2}, Data: x.Data}
+	run64(Flatten, nil, nil, []*Buf[float64]{x}, []*Buf[float64]{alias})
+	expectData(t, "flatten (alias)", alias.Data, 1, 2, 3, 4)
+
+	z := buf64([]int{2, 2})
+	run64(Add, nil, nil, []*Buf[float64]{y, buf64([]int{2, 2}, 10, 20, 30, 40)}, []*Buf[float64]{z})
+	expectData(t, "add", z.Data, 11, 22, 33, 44)
+	run64(Add, nil, nil, []*Buf[float64]{z, z}, []*Buf[float64]{z})
+	expectData(t, "add in place", z.Data, 22, 44, 66, 88)
+}
+
+// TestInPlace checks the kernels documented as safe to run with their
+// output over their first input.
+func TestInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 3))
+	rnd := func(shape ...int) *Buf[float64] {
+		b := buf64(shape)
+		for i := range b.Data {
+			b.Data[i] = 2*r.Float64() - 1
+		}
+		return b
+	}
+	dup := func(b *Buf[float64]) *Buf[float64] {
+		return &Buf[float64]{Shape: clone(b.Shape), Data: slices.Clone(b.Data)}
+	}
+	mask := rnd(3, 4, 2, 2)
+	for i := range mask.Data {
+		mask.Data[i] = float64(i % 2)
+	}
+	for _, tc := range []struct {
+		op Op
+		in []*Buf[float64]
+	}{
+		{ReLU, []*Buf[float64]{rnd(3, 4, 2, 2)}},
+		{ReLUGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4, 2, 2)}},
+		{Add, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}},
+		{DropoutGrad, []*Buf[float64]{rnd(3, 4, 2, 2), mask}},
+		{Dropout2DGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4)}},
+		{LogSoftmax, []*Buf[float64]{rnd(3, 4)}},
+		{Softmax, []*Buf[float64]{rnd(3, 4)}},
+		{LogSoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}},
+		{SoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}},
+	} {
+		want := buf64(tc.in[0].Shape)
+		var in []*Buf[float64]
+		for _, b := range tc.in {
+			in = append(in, dup(b))
+		}
+		run64(tc.op, &Attrs{}, nil, in, []*Buf[float64]{want})
+		run64(tc.op, &Attrs{}, nil, tc.in, []*Buf[float64]{tc.in[0]})
+		if !slices.Equal(tc.in[0].Data, want.Data) {
+			t.Errorf("%v in place: %v, want %v", tc.op, tc.in[0].Data, want.Data)
+		}
+	}
+	for _, op := range []Op{Dropout, Dropout2D} {
+		x := rnd(3, 4, 2, 2)
+		m1, m2 := buf64(x.Shape), buf64(x.Shape)
+		if op == Dropout2D {
+			m1, m2 = buf64([]int{3, 4}), buf64([]int{3, 4})
+		}
+		want := buf64(x.Shape)
+		c := &Ctx[float64]{RNG: rand.New(rand.NewPCG(1, 1))}
+		run64(op, &Attrs{P: 0.5}, c, []*Buf[float64]{x}, []*Buf[float64]{want, m1})
+		c.RNG = rand.New(rand.NewPCG(1, 1))
+		run64(op, &Attrs{P: 0.5}, c, []*Buf[float64]{x}, []*Buf[float64]{x, m2})
+		if !slices.Equal(x.Data, want.Data) {
+			t.Errorf("%v in place: %v, want %v", op, x.Data, want.Data)
+		}
+	}
+}

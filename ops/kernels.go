@@ -1,0 +1,74 @@
+package ops
+
+import "unsafe"
+
+// Kernels32 holds the float32 kernel of every op, indexed by Op. It is never
+// modified; Kernels32[Invalid] is nil.
+//
+// Every kernel writes all live elements of its outputs (weight and bias
+// gradients with Attrs.Accumulate add into them instead), so outputs need
+// no clearing beforehand. The elementwise and row-wise kernels (ReLU,
+// ReLUGrad, Add, Dropout, Dropout2D, DropoutGrad, Dropout2DGrad,
+// LogSoftmax, Softmax, LogSoftmaxGrad, SoftmaxGrad) may write output 0 over
+// input 0; every other kernel needs outputs distinct from its inputs.
+var Kernels32 = kernels[float32]()
+
+// Kernels64 holds the float64 kernel of every op, indexed by Op, for
+// finite-difference gradient checks. It is never modified; Kernels64[Invalid]
+// is nil.
+var Kernels64 = kernels[float64]()
+
+func kernels[T Float]() [NumOps]Kernel[T] {
+	return [NumOps]Kernel[T]{
+		Conv2D:       conv2D[T],
+		Linear:       linear[T],
+		ReLU:         relu[T],
+		MaxPool2D:    maxPool2D[T],
+		Dropout:      dropout[T],
+		Dropout2D:    dropout2D[T],
+		Flatten:      flatten[T],
+		LogSoftmax:   logSoftmax[T],
+		Softmax:      softmax[T],
+		NLLLoss:      nllLoss[T],
+		CrossEntropy: crossEntropy[T],
+
+		Conv2DGradInput:  conv2DGradInput[T],
+		Conv2DGradWeight: conv2DGradWeight[T],
+		Conv2DGradBias:   conv2DGradBias[T],
+		LinearGradInput:  linearGradInput[T],
+		LinearGradWeight: linearGradWeight[T],
+		LinearGradBias:   linearGradBias[T],
+		ReLUGrad:         reluGrad[T],
+		MaxPool2DGrad:    maxPool2DGrad[T],
+		DropoutGrad:      dropoutGrad[T],
+		Dropout2DGrad:    dropout2DGrad[T],
+		LogSoftmaxGrad:   logSoftmaxGrad[T],
+		SoftmaxGrad:      softmaxGrad[T],
+		NLLLossGrad:      nllLossGrad[T],
+		CrossEntropyGrad: crossEntropyGrad[T],
+		Add:              add[T],
+
+		SGDStep:  sgdStep[T],
+		AdamStep: adamStep[T],
+	}
+}
+
+// optIn returns input i, or nil when it is absent.
+func optIn[T Float](in []*Buf[T], i int) *Buf[T] {
+	if i < len(in) {
+		return in[i]
+	}
+	return nil
+}
+
+// live returns the first b.Len() elements of b.Data.
+func live[T Float](b *Buf[T]) []T { return b.Data[:b.Len()] }
+
+// same reports whether two slices start at the same element.
+func same[T Float](a, b []T) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
+
+// view reinterprets s as a slice of E, a type of the same size (T's
+// underlying type).
+func view[E float32 | float64, T Float](s []T) []E {
+	return unsafe.Slice((*E)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
+}

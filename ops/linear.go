@@ -1,0 +1,53 @@
+package ops
+
+// linear: in x[N,I], w[O,I], optional b[O]; out y[N,O] = x·wᵀ + b.
+func linear[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, w, b, y := in[0], in[1], optIn(in, 2), out[0]
+	n, i, o := x.Shape[0], x.Shape[1], w.Shape[0]
+	yd := y.Data[:n*o]
+	var beta T
+	if b != nil {
+		bd := b.Data[:o]
+		for r := 0; r < n; r++ {
+			copy(yd[r*o:][:o], bd)
+		}
+		beta = 1
+	}
+	matmul(false, true, n, o, i, 1, x.Data, i, w.Data, i, beta, yd, o)
+}
+
+// linearGradInput: in dy[N,O], w[O,I]; out dx[N,I] = dy·w.
+func linearGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, w, dx := in[0], in[1], out[0]
+	n, o, i := dy.Shape[0], w.Shape[0], w.Shape[1]
+	matmul(false, false, n, i, o, 1, dy.Data, o, w.Data, i, 0, dx.Data[:n*i], i)
+}
+
+// linearGradWeight: in dy[N,O], x[N,I]; out dw[O,I] = dyᵀ·x.
+func linearGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, x, dw := in[0], in[1], out[0]
+	n, o, i := dy.Shape[0], dy.Shape[1], x.Shape[1]
+	var beta T
+	if a.Accumulate {
+		beta = 1
+	}
+	matmul(true, false, o, i, n, 1, dy.Data, o, x.Data, i, beta, dw.Data[:o*i], i)
+}
+
+// linearGradBias: in dy[N,O]; out db[O] = Σₙ dy.
+func linearGradBias[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, db := in[0], out[0]
+	n, o := dy.Shape[0], dy.Shape[1]
+	g := dy.Data[:n*o]
+	for j := range db.Data[:o] {
+		var s float64 // in float64: the batch may be large
+		for r := j; r < len(g); r += o {
+			s += float64(g[r])
+		}
+		if a.Accumulate {
+			db.Data[j] += T(s)
+		} else {
+			db.Data[j] = T(s)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package ops
+
+import "math"
+
+// The optimizer kernels follow PyTorch 1.13's single-tensor implementations
+// (torch/optim/sgd.py _single_tensor_sgd, adam.py _single_tensor_adam)
+// operation by operation, with the hyper-parameters rounded to T as PyTorch
+// rounds Python scalars to the tensor's dtype. PyTorch's CPU kernels (built
+// for AVX2 and later) compute add(x, alpha=a) and addcmul as fused
+// multiply-adds; fma does the same here, so float32 results are
+// bit-identical to PyTorch's on such machines.
+
+// sgdStep: in param, grad, momentum buffer (unused, and may be nil, when
+// Momentum is 0). Updates param and the buffer in place:
+//
+//	d = grad + wd·param
+//	buf = d (Step 1) or momentum·buf + (1-dampening)·d
+//	d = nesterov ? d + momentum·buf : buf
+//	param -= lr·d
+func sgdStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	p := live(in[0])
+	g := in[1].Data[:len(p)]
+	wd, negLR := T(a.WeightDecay), T(-a.LR)
+	decay := a.WeightDecay != 0
+	if a.Momentum == 0 {
+		for i, d := range g {
+			if decay {
+				d = fma(wd, p[i], d)
+			}
+			p[i] = fma(negLR, d, p[i])
+		}
+		return
+	}
+	buf := in[2].Data[:len(p)]
+	mom, damp := T(a.Momentum), T(1-a.Dampening)
+	first := c.Step <= 1
+	for i, d := range g {
+		if decay {
+			d = fma(wd, p[i], d) // d_p.add(param, alpha=wd)
+		}
+		b := d // torch.clone(d_p)
+		if !first {
+			b = fma(damp, d, buf[i]*mom) // buf.mul_(momentum).add_(d_p, alpha=1-dampening)
+		}
+		buf[i] = b
+		if a.Nesterov {
+			d = fma(mom, b, d) // d_p.add(buf, alpha=momentum)
+		} else {
+			d = b
+		}
+		p[i] = fma(negLR, d, p[i]) // param.add_(d_p, alpha=-lr)
+	}
+}
+
+// adamStep: in param, grad, m, v. Updates all but grad in place (t =
+// Ctx.Step):
+//
+//	g = grad + wd·param
+//	m = β1·m + (1-β1)·g
+//	v = β2·v + (1-β2)·g²
+//	param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps)
+func adamStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	p := live(in[0])
+	g := in[1].Data[:len(p)]
+	m := in[2].Data[:len(p)]
+	v := in[3].Data[:len(p)]
+	step := float64(c.Step)
+	bc1 := 1 - math.Pow(a.Beta1, step)
+	bc2 := 1 - math.Pow(a.Beta2, step)
+	negStep := T(-(a.LR / bc1))
+	bc2Sqrt := T(math.Sqrt(bc2))
+	b1, c1 := T(a.Beta1), T(1-a.Beta1)
+	b2, c2 := T(a.Beta2), T(1-a.Beta2)
+	wd, eps := T(a.WeightDecay), T(a.Eps)
+	decay := a.WeightDecay != 0
+	for i, gi := range g {
+		if decay {
+			gi = fma(wd, p[i], gi) // grad.add(param, alpha=wd)
+		}
+		mi := fma(c1, gi, m[i]*b1)    // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
+		vi := fma(c2*gi, gi, v[i]*b2) // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
+		m[i], v[i] = mi, vi
+		denom := T(math.Sqrt(float64(vi)))/bc2Sqrt + eps // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+		p[i] += negStep * mi / denom                     // param.addcdiv_(exp_avg, denom, value=-step_size)
+	}
+}
+
+// fma returns a·b + c rounded once (for float32, through float64: the
+// product is exact there, so this is float32's fused multiply-add except in
+// vanishingly rare double-rounding cases).
+func fma[T Float](a, b, c T) T {
+	return T(math.FMA(float64(a), float64(b), float64(c)))
+}

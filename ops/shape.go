@@ -1,0 +1,235 @@
+package ops
+
+import "fmt"
+
+// Infer returns the output shapes of forward op for input shapes in, or an
+// error that says what was expected and what came. in holds one shape per
+// input, in the order of the op's doc comment; an absent optional bias is nil
+// (or left off the end). The result includes every output: MaxPool2D's index,
+// the dropout masks, CrossEntropy's probabilities. Loss outputs are [1].
+//
+// a may be nil for ops without attributes. Zero-valued strides take
+// PyTorch's defaults: 1 for Conv2D, Kernel for MaxPool2D.
+func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
+	info := op.Info()
+	if !info.Forward {
+		return nil, fmt.Errorf("%v: not a forward op, it has no shape rule", op)
+	}
+	if a == nil {
+		a = &Attrs{}
+	}
+	if len(in) != info.NumIn && !(info.OptionalLast && len(in) == info.NumIn-1) {
+		if info.OptionalLast {
+			return nil, fmt.Errorf("%v: got %d inputs, want %d or %d", op, len(in), info.NumIn-1, info.NumIn)
+		}
+		return nil, fmt.Errorf("%v: got %d inputs, want %d", op, len(in), info.NumIn)
+	}
+	for i, s := range in {
+		if s == nil {
+			if info.OptionalLast && i == info.NumIn-1 {
+				continue
+			}
+			return nil, fmt.Errorf("%v: %s is missing", op, inputName(op, i))
+		}
+		if len(s) == 0 {
+			return nil, fmt.Errorf("%v: %s has no dimensions", op, inputName(op, i))
+		}
+		for _, d := range s {
+			if d < 1 {
+				return nil, fmt.Errorf("%v: %s shape %v has a dimension below 1", op, inputName(op, i), s)
+			}
+		}
+	}
+	switch op {
+	case Conv2D:
+		return inferConv2D(a, in)
+	case Linear:
+		return inferLinear(in)
+	case ReLU:
+		return [][]int{clone(in[0])}, nil
+	case MaxPool2D:
+		return inferMaxPool2D(a, in[0])
+	case Dropout:
+		if err := checkP(op, a.P); err != nil {
+			return nil, err
+		}
+		return [][]int{clone(in[0]), clone(in[0])}, nil
+	case Dropout2D:
+		if err := checkP(op, a.P); err != nil {
+			return nil, err
+		}
+		x := in[0]
+		if len(x) != 4 {
+			return nil, fmt.Errorf("dropout2d: input must be [N C H W], got %v", x)
+		}
+		return [][]int{clone(x), {x[0], x[1]}}, nil
+	case Flatten:
+		x := in[0]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("flatten: input must be [N ...] with at least 2 dimensions, got %v", x)
+		}
+		return [][]int{{x[0], prod(x[1:])}}, nil
+	case LogSoftmax, Softmax:
+		if len(in[0]) != 2 {
+			return nil, fmt.Errorf("%v: input must be [N C], got %v", op, in[0])
+		}
+		return [][]int{clone(in[0])}, nil
+	case NLLLoss, CrossEntropy:
+		x, t := in[0], in[1]
+		if len(x) != 2 {
+			return nil, fmt.Errorf("%v: input must be [N C], got %v", op, x)
+		}
+		if len(t) != 1 {
+			return nil, fmt.Errorf("%v: target must be [N], got %v", op, t)
+		}
+		if t[0] != x[0] {
+			return nil, fmt.Errorf("%v: target has %d samples, input has %d (target shape %v, input shape %v)", op, t[0], x[0], t, x)
+		}
+		if op == NLLLoss {
+			return [][]int{{1}}, nil
+		}
+		return [][]int{{1}, clone(x)}, nil
+	}
+	return nil, fmt.Errorf("%v: no shape rule", op)
+}
+
+func inferConv2D(a *Attrs, in [][]int) ([][]int, error) {
+	x, w := in[0], in[1]
+	if len(x) != 4 {
+		return nil, fmt.Errorf("conv2d: input must be [N C H W], got %v", x)
+	}
+	if len(w) != 4 {
+		return nil, fmt.Errorf("conv2d: weight must be [O C KH KW], got %v", w)
+	}
+	if x[1] != w[1] {
+		return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+	}
+	if b := optShape(in, 2); b != nil && (len(b) != 1 || b[0] != w[0]) {
+		return nil, fmt.Errorf("conv2d: bias must be [%d], one per output channel of weight %v, got %v", w[0], w, b)
+	}
+	s, p := convStride(a), a.Padding
+	if s < 1 {
+		return nil, fmt.Errorf("conv2d: stride must be at least 1, got %d", s)
+	}
+	if p < 0 {
+		return nil, fmt.Errorf("conv2d: padding must not be negative, got %d", p)
+	}
+	if x[2]+2*p < w[2] || x[3]+2*p < w[3] {
+		msg := fmt.Sprintf("conv2d: kernel %d×%d does not fit input %d×%d", w[2], w[3], x[2], x[3])
+		if p > 0 {
+			msg += fmt.Sprintf(" with padding %d", p)
+		}
+		return nil, fmt.Errorf("%s", msg)
+	}
+	oh := (x[2]+2*p-w[2])/s + 1
+	ow := (x[3]+2*p-w[3])/s + 1
+	return [][]int{{x[0], w[0], oh, ow}}, nil
+}
+
+func inferLinear(in [][]int) ([][]int, error) {
+	x, w := in[0], in[1]
+	if len(x) != 2 {
+		return nil, fmt.Errorf("linear: input must be [N features], got %v", x)
+	}
+	if len(w) != 2 {
+		return nil, fmt.Errorf("linear: weight must be [out in], got %v", w)
+	}
+	if x[1] != w[1] {
+		return nil, fmt.Errorf("linear: input has %d features, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+	}
+	if b := optShape(in, 2); b != nil && (len(b) != 1 || b[0] != w[0]) {
+		return nil, fmt.Errorf("linear: bias must be [%d], one per output feature of weight %v, got %v", w[0], w, b)
+	}
+	return [][]int{{x[0], w[0]}}, nil
+}
+
+func inferMaxPool2D(a *Attrs, x []int) ([][]int, error) {
+	if len(x) != 4 {
+		return nil, fmt.Errorf("maxpool2d: input must be [N C H W], got %v", x)
+	}
+	k, s := a.Kernel, poolStride(a)
+	if k < 1 {
+		return nil, fmt.Errorf("maxpool2d: kernel must be at least 1, got %d", k)
+	}
+	if s < 1 {
+		return nil, fmt.Errorf("maxpool2d: stride must be at least 1, got %d", s)
+	}
+	if x[2] < k || x[3] < k {
+		return nil, fmt.Errorf("maxpool2d: kernel %d does not fit input %d×%d", k, x[2], x[3])
+	}
+	y := []int{x[0], x[1], (x[2]-k)/s + 1, (x[3]-k)/s + 1}
+	return [][]int{y, clone(y)}, nil
+}
+
+func checkP(op Op, p float64) error {
+	if !(p >= 0 && p <= 1) {
+		return fmt.Errorf("%v: p must be in [0, 1], got %v", op, p)
+	}
+	return nil
+}
+
+// inputName names input i of op in error messages.
+func inputName(op Op, i int) string {
+	switch op {
+	case Conv2D, Linear:
+		return [...]string{"input", "weight", "bias"}[i]
+	case NLLLoss, CrossEntropy:
+		return [...]string{"input", "target"}[i]
+	}
+	return "input"
+}
+
+// Workspace returns how many elements of scratch (Ctx.Work) op's kernel
+// needs for input shapes in and output shapes out, given at the planned
+// maximum batch; a kernel run on a smaller live batch needs no more. Most
+// ops need none.
+//
+// Conv2D, Conv2DGradInput and Conv2DGradWeight lower the whole batch into
+// one matrix multiply and need (C·KH·KW + O)·N·OH·OW elements.
+func Workspace(op Op, a *Attrs, in, out [][]int) int {
+	switch op {
+	case Conv2D: // in x, w; out y
+		x, w, y := in[0], in[1], out[0]
+		return convWork(w[1]*w[2]*w[3], w[0], x[0]*y[2]*y[3])
+	case Conv2DGradInput: // in dy, w
+		dy, w := in[0], in[1]
+		return convWork(w[1]*w[2]*w[3], w[0], dy[0]*dy[2]*dy[3])
+	case Conv2DGradWeight: // in dy, x; out dw
+		dy, dw := in[0], out[0]
+		return convWork(dw[1]*dw[2]*dw[3], dw[0], dy[0]*dy[2]*dy[3])
+	}
+	return 0
+}
+
+// convStride is Conv2D's stride; 0 means PyTorch's default, 1.
+func convStride(a *Attrs) int {
+	if a.Stride == 0 {
+		return 1
+	}
+	return a.Stride
+}
+
+// poolStride is MaxPool2D's stride; 0 means PyTorch's default, the kernel.
+func poolStride(a *Attrs) int {
+	if a.Stride == 0 {
+		return a.Kernel
+	}
+	return a.Stride
+}
+
+func optShape(in [][]int, i int) []int {
+	if i < len(in) {
+		return in[i]
+	}
+	return nil
+}
+
+func clone(s []int) []int { return append([]int(nil), s...) }
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}

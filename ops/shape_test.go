@@ -1,0 +1,141 @@
+package ops
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestInfer(t *testing.T) {
+	for _, tc := range []struct {
+		op   Op
+		a    Attrs
+		in   [][]int
+		want [][]int
+	}{
+		{Conv2D, Attrs{}, [][]int{{64, 1, 28, 28}, {10, 1, 5, 5}, {10}}, [][]int{{64, 10, 24, 24}}},
+		{Conv2D, Attrs{Stride: 1}, [][]int{{64, 10, 12, 12}, {20, 10, 5, 5}}, [][]int{{64, 20, 8, 8}}},
+		{Conv2D, Attrs{Stride: 2, Padding: 1}, [][]int{{2, 3, 7, 8}, {4, 3, 3, 3}, nil}, [][]int{{2, 4, 4, 4}}},
+		{Linear, Attrs{}, [][]int{{64, 320}, {50, 320}, {50}}, [][]int{{64, 50}}},
+		{ReLU, Attrs{}, [][]int{{3, 4, 5}}, [][]int{{3, 4, 5}}},
+		{MaxPool2D, Attrs{Kernel: 2}, [][]int{{64, 10, 24, 24}}, [][]int{{64, 10, 12, 12}, {64, 10, 12, 12}}},
+		{MaxPool2D, Attrs{Kernel: 3, Stride: 2}, [][]int{{1, 1, 7, 8}}, [][]int{{1, 1, 3, 3}, {1, 1, 3, 3}}},
+		{MaxPool2D, Attrs{Kernel: 2}, [][]int{{1, 1, 5, 5}}, [][]int{{1, 1, 2, 2}, {1, 1, 2, 2}}},
+		{Dropout, Attrs{P: 0.5}, [][]int{{64, 50}}, [][]int{{64, 50}, {64, 50}}},
+		{Dropout2D, Attrs{P: 0.5}, [][]int{{64, 20, 8, 8}}, [][]int{{64, 20, 8, 8}, {64, 20}}},
+		{Flatten, Attrs{}, [][]int{{64, 20, 4, 4}}, [][]int{{64, 320}}},
+		{LogSoftmax, Attrs{}, [][]int{{64, 10}}, [][]int{{64, 10}}},
+		{Softmax, Attrs{}, [][]int{{64, 10}}, [][]int{{64, 10}}},
+		{NLLLoss, Attrs{}, [][]int{{64, 10}, {64}}, [][]int{{1}}},
+		{CrossEntropy, Attrs{}, [][]int{{64, 10}, {64}}, [][]int{{1}, {64, 10}}},
+	} {
+		got, err := Infer(tc.op, &tc.a, tc.in)
+		if err != nil {
+			t.Errorf("%v %v: %v", tc.op, tc.in, err)
+			continue
+		}
+		if !slices.EqualFunc(got, tc.want, slices.Equal) {
+			t.Errorf("%v %v: got %v, want %v", tc.op, tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestInferDoesNotAliasInputs(t *testing.T) {
+	in := []int{2, 3}
+	out, err := Infer(ReLU, nil, [][]int{in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out[0][0] = 99
+	if in[0] != 2 {
+		t.Error("Infer's output shares memory with its input")
+	}
+}
+
+func TestInferErrors(t *testing.T) {
+	for _, tc := range []struct {
+		op   Op
+		a    Attrs
+		in   [][]int
+		want string
+	}{
+		{Linear, Attrs{}, [][]int{{64, 320}, {50, 300}, {50}},
+			"linear: input has 320 features, weight expects 300 (input shape [64 320], weight shape [50 300])"},
+		{Linear, Attrs{}, [][]int{{64, 4, 80}, {50, 320}},
+			"linear: input must be [N features], got [64 4 80]"},
+		{Linear, Attrs{}, [][]int{{64, 320}, {50, 320}, {10}},
+			"linear: bias must be [50], one per output feature of weight [50 320], got [10]"},
+		{Conv2D, Attrs{}, [][]int{{64, 3, 28, 28}, {10, 1, 5, 5}},
+			"conv2d: input has 3 channels, weight expects 1 (input shape [64 3 28 28], weight shape [10 1 5 5])"},
+		{Conv2D, Attrs{}, [][]int{{64, 28, 28}, {10, 1, 5, 5}},
+			"conv2d: input must be [N C H W], got [64 28 28]"},
+		{Conv2D, Attrs{}, [][]int{{64, 1, 28, 28}, {10, 5, 5}},
+			"conv2d: weight must be [O C KH KW], got [10 5 5]"},
+		{Conv2D, Attrs{}, [][]int{{64, 1, 28, 28}, {10, 1, 5, 5}, {20}},
+			"conv2d: bias must be [10], one per output channel of weight [10 1 5 5], got [20]"},
+		{Conv2D, Attrs{}, [][]int{{64, 1, 3, 3}, {10, 1, 5, 5}},
+			"conv2d: kernel 5×5 does not fit input 3×3"},
+		{Conv2D, Attrs{Padding: 1}, [][]int{{64, 1, 2, 2}, {10, 1, 5, 5}},
+			"conv2d: kernel 5×5 does not fit input 2×2 with padding 1"},
+		{Conv2D, Attrs{Stride: -1}, [][]int{{64, 1, 28, 28}, {10, 1, 5, 5}},
+			"conv2d: stride must be at least 1, got -1"},
+		{Conv2D, Attrs{Padding: -2}, [][]int{{64, 1, 28, 28}, {10, 1, 5, 5}},
+			"conv2d: padding must not be negative, got -2"},
+		{Conv2D, Attrs{}, [][]int{{64, 1, 28, 28}},
+			"conv2d: got 1 inputs, want 2 or 3"},
+		{Conv2D, Attrs{}, [][]int{{64, 1, 28, 28}, nil},
+			"conv2d: weight is missing"},
+		{Conv2D, Attrs{}, [][]int{{64, 0, 28, 28}, {10, 0, 5, 5}},
+			"conv2d: input shape [64 0 28 28] has a dimension below 1"},
+		{MaxPool2D, Attrs{Kernel: 2}, [][]int{{64, 20, 1, 1}},
+			"maxpool2d: kernel 2 does not fit input 1×1"},
+		{MaxPool2D, Attrs{}, [][]int{{64, 20, 8, 8}},
+			"maxpool2d: kernel must be at least 1, got 0"},
+		{MaxPool2D, Attrs{Kernel: 2}, [][]int{{64, 320}},
+			"maxpool2d: input must be [N C H W], got [64 320]"},
+		{Dropout, Attrs{P: 1.5}, [][]int{{64, 50}},
+			"dropout: p must be in [0, 1], got 1.5"},
+		{Dropout2D, Attrs{P: 0.5}, [][]int{{64, 50}},
+			"dropout2d: input must be [N C H W], got [64 50]"},
+		{Flatten, Attrs{}, [][]int{{64}},
+			"flatten: input must be [N ...] with at least 2 dimensions, got [64]"},
+		{LogSoftmax, Attrs{}, [][]int{{64, 10, 3}},
+			"log_softmax: input must be [N C], got [64 10 3]"},
+		{NLLLoss, Attrs{}, [][]int{{64, 10, 3}, {64}},
+			"nll_loss: input must be [N C], got [64 10 3]"},
+		{NLLLoss, Attrs{}, [][]int{{64, 10}, {32}},
+			"nll_loss: target has 32 samples, input has 64 (target shape [32], input shape [64 10])"},
+		{CrossEntropy, Attrs{}, [][]int{{64, 10}, {64, 1}},
+			"cross_entropy: target must be [N], got [64 1]"},
+		{ReLU, Attrs{}, [][]int{{1}, {1}},
+			"relu: got 2 inputs, want 1"},
+		{ReLUGrad, Attrs{}, [][]int{{1}, {1}},
+			"relu_grad: not a forward op, it has no shape rule"},
+	} {
+		_, err := Infer(tc.op, &tc.a, tc.in)
+		if err == nil {
+			t.Errorf("%v %v: no error, want %q", tc.op, tc.in, tc.want)
+		} else if err.Error() != tc.want {
+			t.Errorf("%v %v:\n got %q\nwant %q", tc.op, tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestWorkspace(t *testing.T) {
+	x, w, y := []int{64, 1, 28, 28}, []int{10, 1, 5, 5}, []int{64, 10, 24, 24}
+	want := (25 + 10) * 64 * 24 * 24
+	for _, tc := range []struct {
+		op      Op
+		in, out [][]int
+	}{
+		{Conv2D, [][]int{x, w, {10}}, [][]int{y}},
+		{Conv2DGradInput, [][]int{y, w}, [][]int{x}},
+		{Conv2DGradWeight, [][]int{y, x}, [][]int{w}},
+	} {
+		if got := Workspace(tc.op, &Attrs{}, tc.in, tc.out); got != want {
+			t.Errorf("Workspace(%v) = %d, want %d", tc.op, got, want)
+		}
+	}
+	if got := Workspace(Linear, &Attrs{}, [][]int{{64, 320}, {50, 320}}, [][]int{{64, 50}}); got != 0 {
+		t.Errorf("Workspace(linear) = %d, want 0", got)
+	}
+}
