@@ -86,6 +86,7 @@ type runState struct {
 func (p *Plan) Run(opts RunOptions) (*Result, error) {
 	s := p.Spec
 	rs := &runState{plan: p, opts: opts, train: opts.Train, eval: opts.Eval, log: opts.Log, start: time.Now()}
+	rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
 	if rs.log == nil {
 		rs.log = io.Discard
 	}
@@ -346,11 +347,12 @@ func (rs *runState) rankLoop(r int) error {
 		if r == 0 && rs.opts.OnEpochEnd != nil {
 			rs.opts.OnEpochEnd(epoch + 1)
 		}
-		if pr.Micro < sc.steps {
-			break // stopped by max_steps inside the epoch
-		}
+		// The epoch's results, also for an epoch cut short by max_steps.
 		if err := rs.endEpoch(d, &pr, epoch, time.Since(epochStart)); err != nil {
 			return err
+		}
+		if pr.Micro < sc.steps {
+			break // stopped by max_steps inside the epoch
 		}
 		pr.Epoch, pr.Micro = epoch+1, 0
 		if err := rs.checkpoint(d, &pr); err != nil {
@@ -366,9 +368,6 @@ func (rs *runState) rankLoop(r int) error {
 	if r == 0 {
 		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
 			return err
-		}
-		if rs.eval == nil {
-			rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@
 //
 //	gorun [flags] SCRIPT.star              train
 //	gorun plan [flags] SCRIPT.star         print the compiled Plan
+//	gorun plot [-o DIR] RUN_DIR...         draw loss and accuracy curves
 //	gorun launch --cluster C.toml SCRIPT   start a multi-process run (needs -tags mpi)
 //
 // Flags may come before or after the script. Exit status: 0 on success, 1
@@ -13,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 
@@ -20,6 +22,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"gorun/engine"
+	"gorun/engine/plot"
 	"gorun/engine/spec"
 	"gorun/script"
 	"gorun/scripts"
@@ -49,7 +52,8 @@ type flags struct {
 
 const usage = `usage:
   gorun [flags] SCRIPT.star              train the model SCRIPT declares
-  gorun plan [flags] SCRIPT.star         print the compiled Plan
+  gorun plan [flags] SCRIPT.star         print the compiled Plan (--dot FILE: Graphviz too)
+  gorun plot [-o DIR] RUN_DIR...         draw loss and accuracy curves of runs (PNG)
   gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
 
 flags (before or after SCRIPT):
@@ -137,6 +141,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		switch args[0] {
 		case "plan", "launch", "train":
 			cmd, args = args[0], args[1:]
+		case "plot":
+			return plotCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help", "-help":
 			fmt.Fprint(stdout, usage)
 			newFlagSet(&flags{}, stdout).PrintDefaults()
@@ -162,6 +168,11 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		plan, err := compile(pos[0], &f)
 		if err != nil {
 			return err
+		}
+		if f.dot != "" {
+			if err := writeDot(plan, f.dot); err != nil {
+				return err
+			}
 		}
 		return plan.Describe(stdout)
 	}
@@ -203,20 +214,93 @@ func train(path string, f *flags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := stdout
+	out := f.out
+	if out == "" {
+		out = f.resume
+	}
+	opts := engine.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume}
 	if f.quiet {
-		log = io.Discard
+		opts.Log = io.Discard
+	} else if isTerminal(stdout) && !f.verbose {
+		bar := newProgress(stdout)
+		opts.OnEpoch, opts.OnStep, opts.OnEpochEnd = bar.epoch, bar.step, bar.epochEnd
 	}
-	if f.init != "" || f.resume != "" {
-		return &usageError{"--init and --resume are not supported by this build yet"}
-	}
-	res, err := plan.Run(engine.RunOptions{Out: f.out, Log: log, Verbose: f.verbose})
+	res, err := plan.Run(opts)
 	if err != nil {
 		return err
 	}
+	if out != "" {
+		if files, err := drawRuns([]string{out}, out); err != nil {
+			fmt.Fprintf(stderr, "gorun: plots: %v\n", err)
+		} else if !f.quiet {
+			fmt.Fprintf(stdout, "plots: %s\n", strings.Join(files, ", "))
+		}
+	}
 	if !f.quiet {
-		fmt.Fprintf(stdout, "done: %d steps, %.0f samples/s, test accuracy %.4f, %.1fs\n",
-			res.Steps, res.TrainSamplesPerS, res.TestAccuracy, res.WallSeconds)
+		acc := "no eval set"
+		if !math.IsNaN(res.TestAccuracy) {
+			acc = fmt.Sprintf("test accuracy %.4f", res.TestAccuracy)
+		}
+		fmt.Fprintf(stdout, "done: %d steps, %.0f samples/s, %s, %.1fs wall\n",
+			res.Steps, res.TrainSamplesPerS, acc, res.WallSeconds)
 	}
 	return nil
+}
+
+// writeDot writes the Plan as Graphviz to path.
+func writeDot(plan *engine.Plan, path string) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--dot: %w", err)
+	}
+	if err := plan.Dot(fh); err != nil {
+		fh.Close()
+		return fmt.Errorf("--dot: %w", err)
+	}
+	return fh.Close()
+}
+
+// plotCmd is `gorun plot [-o DIR] RUN_DIR...`.
+func plotCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gorun plot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	outDir := fs.String("o", "", "folder for the PNG files (default: the first RUN_DIR)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gorun plot [-o DIR] RUN_DIR...  (several runs are drawn on one figure)")
+		fs.PrintDefaults()
+	}
+	dirs, err := parseArgs(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	if len(dirs) == 0 {
+		return &usageError{"plot needs at least one run folder (the --out of a run)"}
+	}
+	if *outDir == "" {
+		*outDir = dirs[0]
+	}
+	files, err := drawRuns(dirs, *outDir)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		fmt.Fprintln(stdout, f)
+	}
+	return nil
+}
+
+// drawRuns reads the runs' metrics and writes their plots into outDir.
+func drawRuns(dirs []string, outDir string) ([]string, error) {
+	var runs []*plot.Run
+	for _, d := range dirs {
+		r, err := plot.ReadRun(d)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
+	}
+	return plot.Write(runs, outDir)
 }

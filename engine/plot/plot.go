@@ -24,6 +24,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -202,6 +203,7 @@ func runColor(i int) color.RGBA {
 // newPlot returns a figure with a title, axis labels and a light grid.
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
+	p.Y.Tick.Marker = valueTicks{}
 	p.Title.Text = title
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
@@ -301,6 +303,39 @@ func accuracy(runs []*Run, names []string) (*plot.Plot, error) {
 		return nil, nil
 	}
 	return p, nil
+}
+
+// valueTicks are gonum's default ticks, labelled with as many decimals as
+// it takes for neighbouring labels to differ (gonum's own labels can print
+// 2.32 and 2.28 both as "2.3").
+type valueTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (valueTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := (plot.DefaultTicks{}).Ticks(min, max)
+	var vals []float64
+	for _, t := range ticks {
+		if t.Label != "" {
+			vals = append(vals, t.Value)
+		}
+	}
+	for prec := 0; prec <= 8; prec++ {
+		distinct := true
+		for i := 1; i < len(vals); i++ {
+			if strconv.FormatFloat(vals[i], 'f', prec, 64) == strconv.FormatFloat(vals[i-1], 'f', prec, 64) {
+				distinct = false
+			}
+		}
+		if distinct {
+			for i := range ticks {
+				if ticks[i].Label != "" {
+					ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', prec, 64)
+				}
+			}
+			break
+		}
+	}
+	return ticks
 }
 
 // integerTicks marks whole numbers only, for epoch axes: gonum's default

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"gorun/engine"
+)
+
+// isTerminal reports whether w is a terminal (a progress bar makes sense).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progress draws a bar per epoch, counting samples, with the loss, the
+// speed and the time left. It is used only on a terminal; elsewhere the
+// engine's one line per epoch is the output.
+type progress struct {
+	w     io.Writer
+	bar   *progressbar.ProgressBar
+	title string
+}
+
+func newProgress(w io.Writer) *progress { return &progress{w: w} }
+
+func (p *progress) epoch(e engine.EpochInfo) {
+	p.title = fmt.Sprintf("epoch %d/%d", e.Epoch, e.Epochs)
+	p.bar = progressbar.NewOptions64(e.Samples,
+		progressbar.OptionSetWriter(p.w),
+		progressbar.OptionSetDescription(p.title),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("samples"),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(100_000_000), // 100ms
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetWidth(30),
+	)
+	if e.Done > 0 {
+		p.bar.Set64(e.Done)
+	}
+}
+
+func (p *progress) step(m engine.StepMetrics) {
+	if p.bar == nil {
+		return
+	}
+	if m.Step%10 == 0 {
+		p.bar.Describe(fmt.Sprintf("%s loss %.4f", p.title, m.Loss))
+	}
+	p.bar.Add(m.Samples)
+}
+
+func (p *progress) epochEnd(int) {
+	if p.bar != nil {
+		p.bar.Finish()
+		p.bar.Clear()
+		p.bar = nil
+	}
+}
