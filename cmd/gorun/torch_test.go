@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gorun/datasets"
+)
+
+// TestCheckpointLoadsInPyTorch trains the tutorial's Net briefly, then
+// loads model.safetensors into the same Net written in PyTorch with
+// load_state_dict(strict=True) and checks that PyTorch's test accuracy and
+// loss on 2,000 test images equal gorun's.
+func TestCheckpointLoadsInPyTorch(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch, numpy").Run(); err != nil {
+		t.Skip("SKIP: /usr/bin/python3 with torch and numpy not found; install python3-torch python3-numpy")
+	}
+	mnist, err := datasets.MNISTDefaultDir()
+	if err != nil {
+		t.Skipf("SKIP: MNIST not found: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	code, stdout, stderr := gorun(t, "../../scripts/examples/mnist.star", "--set", "epochs=1", "--set", "max_steps=100",
+		"--set", "eval=data.mnist(split='test', limit=2000)", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var acc, loss float64
+	metrics, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(metrics), "\n") {
+		var rec struct {
+			Kind           string
+			Accuracy, Loss float64
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Kind == "eval" {
+			acc, loss = rec.Accuracy, rec.Loss
+		}
+	}
+	if acc == 0 {
+		t.Fatalf("no eval line in metrics.jsonl:\n%s", metrics)
+	}
+	cmd := exec.Command("/usr/bin/python3", "../../engine/testdata/torch_load.py", filepath.Join(out, "model.safetensors"), mnist, "2000")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("PyTorch could not load the checkpoint: %v\n%s", err, b)
+	}
+	var got struct{ Accuracy, Loss float64 }
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if math.Abs(got.Accuracy-acc) > 1e-3 || math.Abs(got.Loss-loss) > 1e-3 {
+		t.Errorf("PyTorch: accuracy %.4f loss %.4f; gorun: accuracy %.4f loss %.4f", got.Accuracy, got.Loss, acc, loss)
+	}
+}
