@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"gorun/ops"
 )
@@ -172,5 +173,61 @@ func TestParameterServerPlan(t *testing.T) {
 	if _, err := Compile(loadSpec(t, mnistScript, "sync=sync.parameter_server(root=3)"), Cluster{Backend: "cpu", Transport: "inproc", Devices: 3, Algorithm: "auto", Timeout: 1}); err == nil ||
 		!strings.Contains(err.Error(), "root 3 is not a rank (the world has 3 devices)") {
 		t.Errorf("root out of range: %v", err)
+	}
+}
+
+// TestRankFailuresDoNotHang: a rank that skips a collective is caught as
+// a mismatch at once; a rank that stalls makes the others fail after the
+// cluster's timeout, with an error naming the collective, the step and the
+// rank that did not arrive.
+func TestRankFailuresDoNotHang(t *testing.T) {
+	for _, overlap := range []string{"True", "False"} {
+		c := DefaultCluster()
+		c.Devices = 2
+		c.Timeout = 200 * time.Millisecond
+		p, err := Compile(loadSpec(t, tinyScript, "sync=sync.allreduce(overlap="+overlap+")"), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Rank 1 skips its gradient all-reduce.
+		var steps []*Step
+		for _, st := range p.Devices[1].Steps {
+			if st.Kind != CollectiveStep {
+				steps = append(steps, st)
+			}
+		}
+		p.Devices[1].Steps = steps
+		_, err = p.Run(RunOptions{})
+		if err == nil {
+			t.Fatal("a run with a rank skipping a collective succeeded")
+		}
+		for _, want := range []string{"mismatched collectives", `rank 0 called allreduce "bucket 0" at step 1`, "rank 1 called"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("overlap=%s: error %q does not mention %q", overlap, err, want)
+			}
+		}
+
+		// Rank 0 stalls after step 1 for longer than the timeout.
+		p, err = Compile(loadSpec(t, tinyScript, "sync=sync.allreduce(overlap="+overlap+")"), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = p.Run(RunOptions{OnStep: func(m StepMetrics) {
+			if m.Step == 1 {
+				time.Sleep(600 * time.Millisecond)
+			}
+		}})
+		if err == nil {
+			t.Fatal("a run with a stalled rank succeeded")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("the failure took %v", d)
+		}
+		for _, want := range []string{"rank 1: ", "timed out after 200ms waiting for rank 0", "at step 2"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("overlap=%s: error %q does not mention %q", overlap, err, want)
+			}
+		}
 	}
 }
