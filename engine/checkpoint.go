@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -90,11 +89,10 @@ func (rs *runState) saveCheckpoint(pr *progress) error {
 			}
 		}
 		if r == 0 || p.perRank() || (p.Spec.Sync.Kind == spec.SyncParameterServer && r == p.Spec.Sync.Root) {
-			for i, st := range prog.State {
+			for _, st := range prog.State {
 				for _, b := range st {
 					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, b.Data))
 				}
-				_ = i
 			}
 		}
 	}
@@ -333,5 +331,3 @@ func parseFs(s string) []float64 {
 	}
 	return out
 }
-
-var _ = rand.NewPCG

@@ -5,8 +5,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-
-	"gorun/ops"
 )
 
 // Describe writes the Plan as a reader checks it: the run's settings, the
@@ -167,5 +165,3 @@ func (e *errWriter) Write(b []byte) (int, error) {
 }
 
 func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
-
-var _ = ops.Invalid

@@ -147,17 +147,6 @@ func (p *Plan) zeroState() {
 	}
 }
 
-// ParamTensors returns rank 0's parameters by name, for checkpoints.
-func (p *Plan) ParamTensors() (names []string, shapes [][]int, data [][]float32) {
-	root := p.Devices[0]
-	for i, prm := range p.Graph.Params {
-		names = append(names, prm.Name)
-		shapes = append(shapes, prm.Value.Shape)
-		data = append(data, root.Params[i].Data)
-	}
-	return names, shapes, data
-}
-
 // SetParam copies values into parameter name on rank 0 (they reach the
 // other ranks with the first broadcast).
 func (p *Plan) SetParam(name string, shape []int, values []float32) error {

@@ -109,13 +109,10 @@ func TestBucketsOverlapBackward(t *testing.T) {
 			t.Errorf("allreduce %s follows %s, want a backward step", st.Collective.Tag, prev.Op)
 			continue
 		}
-		lo, hi := b.Offset, b.Offset+b.Elems
 		out := prev.Out[0]
 		if out.View != prog.GradArena {
 			t.Errorf("allreduce %s follows %s, which writes no gradient", st.Collective.Tag, prev.Op)
 		}
-		_ = lo
-		_ = hi
 		if seen < len(p.Buckets) {
 			later := false
 			for _, s2 := range prog.Steps[i+1:] {
@@ -145,7 +142,6 @@ func TestBucketsOverlapBackward(t *testing.T) {
 	if !strings.Contains(b.String(), "allreduce(sum)") || !strings.Contains(b.String(), "collectives move") {
 		t.Errorf("plan does not show the collectives:\n%s", b.String())
 	}
-	_ = ops.Invalid
 }
 
 // TestParameterServerPlan: gradients are reduced to the root, only the
@@ -229,5 +225,64 @@ func TestRankFailuresDoNotHang(t *testing.T) {
 				t.Errorf("overlap=%s: error %q does not mention %q", overlap, err, want)
 			}
 		}
+	}
+}
+
+// TestTwoDeviceStepAllocatesNothing: a training step on two devices, with
+// its overlapped gradient all-reduce and the loss all-reduce, allocates
+// nothing (on either rank).
+func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
+	p := compile(t, loadSpec(t, mnistScript), 2)
+	comms, err := p.newComms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := newMNISTLike(256)
+	var devs []*device
+	for r, prog := range p.Devices {
+		d := &device{prog: prog, comm: comms[r]}
+		d.startAsync()
+		defer d.stopAsync()
+		devs = append(devs, d)
+	}
+	sc := newSchedule(batchShards(ds.Len(), 64, 2, 1, true), p.LocalBatch, "zero")
+	step := func(d *device, s int) error {
+		idx := sc.slice(d.prog.Rank, s%sc.steps)
+		d.prog.SetBatch(len(idx))
+		ds.Fill(idx, d.prog.Input.Data, d.prog.Target.Idx)
+		d.prog.ctx.LossScale = 1.0 / 64
+		d.prog.ctx.Step = s + 1
+		if err := d.runStep(true, true); err != nil {
+			return err
+		}
+		_, err := d.sumScalar(float64(d.prog.Loss.Data[0]), "loss", s+1)
+		return err
+	}
+	const runs = 20
+	done := make(chan error, 1)
+	go func() {
+		for s := 0; s < runs+2; s++ {
+			if err := step(devs[1], s); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	s := 0
+	if err := step(devs[0], s); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(runs, func() {
+		s++
+		if err := step(devs[0], s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if allocs != 0 {
+		t.Errorf("a two-device training step allocates %.1f times", allocs)
 	}
 }
