@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"slices"
 
 	"go.starlark.net/starlark"
@@ -159,56 +160,115 @@ func shuffleBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 	return nil, fmt.Errorf("%s: rng must be \"torch\" or \"python\", got %q", b.Name(), rng)
 }
 
-// argsortBuiltin implements argsort(values): the indices that sort values
-// (ints or floats), stable (equal values keep their order).
+// argsortBuiltin implements argsort(values, *then): the indices that sort
+// values (ints or floats), stable (equal values keep their order); lists
+// given after it break ties in turn, as numpy.lexsort with its keys in
+// reverse: argsort(labels, order) sorts by label, then by order.
 func argsortBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var seq starlark.Indexable
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "values", &seq); err != nil {
-		return nil, err
+	if len(args) == 0 && len(kwargs) == 1 && kwargs[0][0] == starlark.String("values") {
+		args, kwargs = starlark.Tuple{kwargs[0][1]}, nil // argsort(values = xs)
 	}
-	n := seq.Len()
-	idx := make([]int, n)
-	if ints, ok := int64s(seq); ok {
-		// Sorting (value, position) pairs is stable and faster than
-		// sort.SliceStable; ints are compared exactly.
-		type pair struct{ v, i int64 }
-		ps := make([]pair, n)
-		for i, v := range ints {
-			ps[i] = pair{v, int64(i)}
-		}
-		slices.SortFunc(ps, func(a, c pair) int {
-			if r := cmp.Compare(a.v, c.v); r != 0 {
-				return r
-			}
-			return cmp.Compare(a.i, c.i)
-		})
-		for i, p := range ps {
-			idx[i] = int(p.i)
-		}
-		return intList(idx), nil
+	if len(kwargs) > 0 {
+		return nil, fmt.Errorf("%s: unexpected keyword argument %s", b.Name(), kwargs[0][0])
 	}
-	type pair struct {
-		v float64
-		i int
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%s: missing argument for values", b.Name())
 	}
-	ps := make([]pair, n)
-	for i := range ps {
-		f, ok := starlark.AsFloat(seq.Index(i))
+	keys := make([]starlark.Indexable, len(args))
+	for k, a := range args {
+		seq, ok := a.(starlark.Indexable)
 		if !ok {
-			return nil, fmt.Errorf("%s: element %d is %s, want a number", b.Name(), i, seq.Index(i).Type())
+			return nil, fmt.Errorf("%s: argument %d is %s, want a list of numbers", b.Name(), k+1, a.Type())
 		}
-		ps[i] = pair{f, i}
+		if seq.Len() != args[0].(starlark.Indexable).Len() {
+			return nil, fmt.Errorf("%s: argument %d has %d values, argument 1 has %d", b.Name(), k+1, seq.Len(), args[0].(starlark.Indexable).Len())
+		}
+		keys[k] = seq
 	}
-	slices.SortFunc(ps, func(a, c pair) int {
-		if r := cmp.Compare(a.v, c.v); r != 0 { // NaN sorts first
-			return r
+	idx := make([]int, keys[0].Len())
+	for i := range idx {
+		idx[i] = i
+	}
+	// Least significant key first: each pass is stable.
+	for k := len(keys) - 1; k >= 0; k-- {
+		if ints, ok := int64s(keys[k]); ok {
+			sortByInts(ints, idx)
+			continue
 		}
-		return cmp.Compare(a.i, c.i)
-	})
-	for i, p := range ps {
-		idx[i] = p.i
+		floats, err := float64s(keys[k])
+		if err != nil {
+			return nil, fmt.Errorf("%s: argument %d: %v", b.Name(), k+1, err)
+		}
+		sortByFloats(floats, idx)
 	}
 	return intList(idx), nil
+}
+
+// sortByInts reorders idx stably by xs[idx[j]], by a least significant
+// digit radix sort of xs - min(xs): one counting pass when the values span
+// no more than about 2n (labels, permutations), a few 16-bit passes for
+// wider ones; linear in len(idx) either way.
+func sortByInts(xs []int64, idx []int) {
+	n := len(idx)
+	if n == 0 {
+		return
+	}
+	lo := slices.Min(xs)
+	span := uint64(slices.Max(xs)) - uint64(lo) // exact in two's complement
+	width := 64 - bits.LeadingZeros64(span)     // bits of the widest key
+	passes := 1
+	if span > uint64(2*n+1024) {
+		passes = (width + 15) / 16
+		width = (width + passes - 1) / passes // bits per digit
+	}
+	keys := make([]uint64, len(xs))
+	for i, x := range xs {
+		keys[i] = uint64(x) - uint64(lo)
+	}
+	tmp := make([]int, n)
+	count := make([]int, 1<<width+1)
+	mask := uint64(1)<<width - 1
+	for p := 0; p < passes; p++ {
+		shift := uint(p * width)
+		clear(count)
+		for _, i := range idx {
+			count[keys[i]>>shift&mask+1]++
+		}
+		for d := 1; d < len(count); d++ {
+			count[d] += count[d-1]
+		}
+		for _, i := range idx {
+			d := keys[i] >> shift & mask
+			tmp[count[d]] = i
+			count[d]++
+		}
+		idx, tmp = tmp, idx
+	}
+	if passes%2 == 1 {
+		copy(tmp, idx) // the result is in the caller's slice
+	}
+}
+
+// sortByFloats reorders idx stably by xs[idx[j]]; NaN sorts first.
+func sortByFloats(xs []float64, idx []int) {
+	type pair struct {
+		v float64
+		j int // position in idx, for stability
+	}
+	ps := make([]pair, len(idx))
+	for j, i := range idx {
+		ps[j] = pair{xs[i], j}
+	}
+	slices.SortFunc(ps, func(a, c pair) int {
+		if r := cmp.Compare(a.v, c.v); r != 0 {
+			return r
+		}
+		return cmp.Compare(a.j, c.j)
+	})
+	old := slices.Clone(idx)
+	for j, p := range ps {
+		idx[j] = old[p.j]
+	}
 }
 
 // int64s returns seq's elements when every one is an int that fits in an
@@ -225,6 +285,19 @@ func int64s(seq starlark.Indexable) ([]int64, bool) {
 		}
 	}
 	return xs, true
+}
+
+// float64s returns seq's elements as floats.
+func float64s(seq starlark.Indexable) ([]float64, error) {
+	xs := make([]float64, seq.Len())
+	for i := range xs {
+		f, ok := starlark.AsFloat(seq.Index(i))
+		if !ok {
+			return nil, fmt.Errorf("element %d is %s, want a number", i, seq.Index(i).Type())
+		}
+		xs[i] = f
+	}
+	return xs, nil
 }
 
 func intList(xs []int) *starlark.List {

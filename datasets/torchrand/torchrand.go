@@ -1,7 +1,11 @@
 // Package torchrand reproduces PyTorch's CPU random generator (mt19937, as
 // torch.Generator.manual_seed sets it up) and torch.randperm on it, so that
 // samplers written for gorun produce the very index lists PyTorch's
-// DistributedSampler does for the same seed and epoch.
+// DistributedSampler does for the same seed and epoch; and, on the same
+// mt19937, CPython's random.Random (seeding, getrandbits, shuffle), so that
+// the distributed tutorial's DataPartitioner can be reproduced too. Both
+// are checked against golden files written by PyTorch 1.13 and CPython 3
+// (testdata/gen_*.py).
 package torchrand
 
 // MT19937 is the 32-bit Mersenne Twister, seeded as PyTorch seeds it.
