@@ -59,7 +59,7 @@ func LoadData(d *spec.Data) (datasets.Dataset, error) {
 // Spec's policy (uneven) applies. By default, the epoch's order is
 // torch.randperm(n) seeded with seed+epoch (or 0..n-1 without shuffle),
 // each step's global batch is the next batch_size samples of that order,
-// and rank r takes its share (SplitBatch) of it, in rank order: N devices
+// and rank r takes its share (SplitBatch, by the cluster's weights) of it, in rank order: N devices
 // then see exactly the samples one device would, step for step, whatever
 // N, and the last, partial batch is shared out the same way (a rank left
 // without samples feeds none and adds nothing to the gradient).
@@ -67,7 +67,7 @@ func (p *Plan) Shards(epoch int, ds datasets.Dataset) ([][]int, string, error) {
 	s := p.Spec
 	world := len(p.Devices)
 	if s.Partition == nil {
-		return batchShards(ds.Len(), s.BatchSize, world, s.Seed+int64(epoch), s.Shuffle), "zero", nil
+		return batchShards(ds.Len(), s.BatchSize, p.Cluster.Weights, world, s.Seed+int64(epoch), s.Shuffle), "zero", nil
 	}
 	ctx := spec.PartitionContext{Size: ds.Len(), World: world, Epoch: epoch, Seed: s.Seed,
 		Labels: ds.Labels(), Weights: p.Cluster.Weights}
@@ -96,14 +96,14 @@ func epochOrder(n int, seed int64, shuffle bool) []int {
 
 // batchShards cuts the epoch's order into global batches and gives rank r
 // its share of each.
-func batchShards(n, batch, world int, seed int64, shuffle bool) [][]int {
+func batchShards(n, batch int, weights []float64, world int, seed int64, shuffle bool) [][]int {
 	order := epochOrder(n, seed, shuffle)
-	split := SplitBatch(batch, world)
+	split := SplitBatch(batch, weights, world)
 	shards := make([][]int, world)
 	for lo := 0; lo < n; lo += batch {
 		b := order[lo:min(lo+batch, n)]
 		if len(b) < batch {
-			split = SplitBatch(len(b), world)
+			split = SplitBatch(len(b), weights, world)
 		}
 		off := 0
 		for r := range shards {
@@ -230,10 +230,10 @@ func (sc *schedule) count(s int) int {
 	return n
 }
 
-// evalRange is rank r's contiguous part of an evaluation set of n samples:
-// every sample is evaluated exactly once across ranks.
-func evalRange(n, world, r int) (lo, hi int) {
-	sizes := SplitBatch(n, world)
+// evalRange is rank r's contiguous part of an evaluation set of n samples,
+// shared as batches are: every sample is evaluated exactly once across ranks.
+func evalRange(n int, weights []float64, world, r int) (lo, hi int) {
+	sizes := SplitBatch(n, weights, world)
 	for i := 0; i < r; i++ {
 		lo += sizes[i]
 	}

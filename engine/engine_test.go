@@ -438,7 +438,7 @@ func TestStepAllocatesNothing(t *testing.T) {
 	d := &device{prog: p.Devices[0]}
 	prog := d.prog
 	ds := newMNISTLike(256)
-	sc := newSchedule(batchShards(ds.Len(), 64, 1, 1, true), p.LocalBatch, "zero")
+	sc := newSchedule(batchShards(ds.Len(), 64, nil, 1, 1, true), p.LocalBatch, "zero")
 	step := 0
 	run := func() {
 		idx := sc.slice(0, step%sc.steps)

@@ -20,8 +20,11 @@ type Plan struct {
 	// Sample is the shape of one sample; Classes the number of classes.
 	Sample  []int
 	Classes int
-	// LocalBatch[r] is rank r's share of the global batch.
+	// LocalBatch[r] is rank r's share of the global batch (by the
+	// cluster's weights, when it has some); MaxBatch the largest, which
+	// every device's buffers are planned for.
 	LocalBatch []int
+	MaxBatch   int
 	// Buckets are the gradient buckets, in the order their all-reduce runs.
 	Buckets  []Bucket
 	Devices  []*Program
@@ -187,11 +190,17 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) {
 		return nil, fmt.Errorf("%s: batch_size %d is smaller than the %d devices: every device needs at least one sample", s.Pos, s.BatchSize, world)
 	}
 	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes}
-	p.LocalBatch = SplitBatch(s.BatchSize, world)
+	p.LocalBatch = SplitBatch(s.BatchSize, c.Weights, world)
+	for r, b := range p.LocalBatch {
+		if b == 0 {
+			return nil, fmt.Errorf("%s: batch_size %d shared by the weights %v gives rank %d no samples", s.Pos, s.BatchSize, c.Weights, r)
+		}
+		p.MaxBatch = max(p.MaxBatch, b)
+	}
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, s.Loss, p.LocalBatch[0], info.sample, info.classes)
+	g, err := BuildGraph(&s.Model, s.Loss, p.MaxBatch, info.sample, info.classes)
 	if err != nil {
 		return nil, err
 	}
@@ -210,15 +219,43 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) {
 	return p, nil
 }
 
-// SplitBatch splits a global batch over n ranks: each takes B/n and the
-// first B mod n ranks one more, so shares differ by at most one.
-func SplitBatch(global, n int) []int {
+// SplitBatch shares total samples among ranks in proportion to weights
+// (equal shares when weights is nil), by largest remainder: each rank gets
+// the floor of its quota, and the samples left go one each to the ranks
+// with the largest fractions, lower ranks first on ties. With equal
+// weights, rank r takes total/n, plus one when r < total mod n.
+func SplitBatch(total int, weights []float64, n int) []int {
 	out := make([]int, n)
-	for r := range out {
-		out[r] = global / n
-		if r < global%n {
-			out[r]++
+	if weights == nil {
+		for r := range out {
+			out[r] = total / n
+			if r < total%n {
+				out[r]++
+			}
 		}
+		return out
+	}
+	var sum float64
+	for _, w := range weights {
+		sum += w
+	}
+	frac := make([]float64, n)
+	left := total
+	for r := range out {
+		q := float64(total) * weights[r] / sum
+		out[r] = int(q)
+		frac[r] = q - float64(out[r])
+		left -= out[r]
+	}
+	for ; left > 0; left-- {
+		best := 0
+		for r := range frac {
+			if frac[r] > frac[best] {
+				best = r
+			}
+		}
+		out[best]++
+		frac[best] = -1
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"gorun/comm"
 	"gorun/datasets"
 	"gorun/engine/spec"
 )
@@ -90,6 +91,7 @@ func (p *Plan) Run(opts RunOptions) (*Result, error) {
 	if rs.log == nil {
 		rs.log = io.Discard
 	}
+	rs.log = &lockedWriter{w: rs.log} // ranks log from their own goroutines
 	var err error
 	if rs.train == nil {
 		if rs.train, err = LoadData(&s.Data); err != nil {
@@ -150,6 +152,17 @@ func (p *Plan) Run(opts RunOptions) (*Result, error) {
 	rs.schedOnce = make([]sync.Once, s.Epochs)
 	rs.schedErr = make([]error, s.Epochs)
 
+	// The first epoch's shards are computed (and a strategy's mistakes
+	// reported) before any rank starts.
+	first := 0
+	if rs.resume != nil {
+		first = rs.resume.Epoch
+	}
+	if first < s.Epochs {
+		if _, err := rs.schedule(first); err != nil {
+			return nil, err
+		}
+	}
 	if err := rs.runRanks(); err != nil {
 		return nil, err
 	}
@@ -200,7 +213,18 @@ func (rs *runState) runRanks() error {
 		}(r)
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	// Report the failures that caused the others (ranks aborted because
+	// another failed say nothing new).
+	var causes []error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, comm.ErrAborted) {
+			causes = append(causes, err)
+		}
+	}
+	if len(causes) == 0 {
+		return errors.Join(errs...)
+	}
+	return errors.Join(causes...)
 }
 
 // schedule returns epoch e's batches, computing them once for all ranks.
@@ -458,8 +482,8 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 	p := rs.plan
 	prog := d.prog
 	world := len(rs.devices)
-	lo, hi := evalRange(rs.eval.Len(), world, prog.Rank)
-	batch := p.LocalBatch[0]
+	lo, hi := evalRange(rs.eval.Len(), p.Cluster.Weights, world, prog.Rank)
+	batch := p.MaxBatch
 	sampleElems := len(prog.Input.Data) / batch
 	classes := p.Classes
 	idx := make([]int, batch)
@@ -498,4 +522,16 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 	}
 	n := float64(rs.eval.Len())
 	return correct / n, lossSum / n, nil
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

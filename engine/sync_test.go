@@ -245,7 +245,7 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 		defer d.stopAsync()
 		devs = append(devs, d)
 	}
-	sc := newSchedule(batchShards(ds.Len(), 64, 2, 1, true), p.LocalBatch, "zero")
+	sc := newSchedule(batchShards(ds.Len(), 64, nil, 2, 1, true), p.LocalBatch, "zero")
 	step := func(d *device, s int) error {
 		idx := sc.slice(d.prog.Rank, s%sc.steps)
 		d.prog.SetBatch(len(idx))
@@ -284,5 +284,53 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("a two-device training step allocates %.1f times", allocs)
+	}
+}
+
+func TestSplitBatch(t *testing.T) {
+	cases := []struct {
+		total   int
+		weights []float64
+		n       int
+		want    string
+	}{
+		{64, nil, 3, "[22 21 21]"},
+		{7, nil, 4, "[2 2 2 1]"},
+		{64, []float64{1, 3}, 2, "[16 48]"},
+		{10, []float64{1, 1, 1}, 3, "[4 3 3]"},
+		{100, []float64{0.5, 0.3, 0.2}, 3, "[50 30 20]"},
+		{5, []float64{2, 1}, 2, "[3 2]"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprint(SplitBatch(c.total, c.weights, c.n)); got != c.want {
+			t.Errorf("SplitBatch(%d, %v, %d) = %s, want %s", c.total, c.weights, c.n, got, c.want)
+		}
+	}
+}
+
+// TestWeightedDevices: with cluster weights, each device's share of the
+// global batch follows its weight, training still equals one device, and a
+// share of zero is refused at compile time.
+func TestWeightedDevices(t *testing.T) {
+	c := DefaultCluster()
+	c.Devices, c.Weights = 2, []float64{1, 3}
+	s := loadSpec(t, tinyScript, "max_steps=20")
+	p, err := Compile(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(p.LocalBatch) != "[4 12]" || p.MaxBatch != 12 {
+		t.Fatalf("local batches %v (max %d), want [4 12]", p.LocalBatch, p.MaxBatch)
+	}
+	if _, err := p.Run(RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one := trained(t, 1, "max_steps=20")[0]
+	if d := maxRelDiff(one, p.Devices[1].ParamArena.Data); d > 1e-5 {
+		t.Errorf("weighted devices differ from one device by %.2e", d)
+	}
+	c.Weights = []float64{1, 100}
+	if _, err := Compile(loadSpec(t, tinyScript), c); err == nil || !strings.Contains(err.Error(), "gives rank 0 no samples") {
+		t.Errorf("a zero share: %v", err)
 	}
 }

@@ -91,6 +91,11 @@ func (m memFS) ReadFile(path string) ([]byte, error) {
 }
 
 const netScript = `
+batch = 32
+
+def halves(ctx):
+    return [list(range(0, ctx.size // 2)), list(range(ctx.size // 2, ctx.size))]
+
 model = nn.sequential(
     nn.conv2d(1, 10, kernel = 5, name = "conv1"),
     nn.relu(),
@@ -103,7 +108,7 @@ train(
     loss = "nll",
     data = data.mnist(),
     optimizer = optim.sgd(lr = 0.01, momentum = 0.5),
-    batch_size = 32,
+    batch_size = batch,
 )
 `
 
@@ -119,8 +124,8 @@ func TestSpecValues(t *testing.T) {
 	if c.Kind != spec.Conv2D || c.Name != "conv1" || c.In != 1 || c.Out != 10 || c.Kernel != 5 || c.Stride != 1 || !c.Bias {
 		t.Errorf("conv1 = %+v", c)
 	}
-	if c.Pos != "/w/train.star:3:14" {
-		t.Errorf("conv1 declared at %q, want /w/train.star:3:14", c.Pos)
+	if c.Pos != "/w/train.star:8:14" {
+		t.Errorf("conv1 declared at %q, want /w/train.star:8:14", c.Pos)
 	}
 	if s.Optimizer.Kind != "sgd" || s.Optimizer.LR != 0.01 || s.Optimizer.Momentum != 0.5 {
 		t.Errorf("optimizer = %+v", s.Optimizer)
@@ -157,6 +162,8 @@ func TestOverrides(t *testing.T) {
 		{[]string{"data.limit=100"}, func(s *spec.Spec) bool { return s.Data.Limit == 100 }},
 		{[]string{"sync=sync.local_sgd(every=4)"}, func(s *spec.Spec) bool { return s.Sync.Kind == spec.SyncLocalSGD && s.Sync.Every == 4 }},
 		{[]string{"max_steps=10"}, func(s *spec.Spec) bool { return s.MaxSteps == 10 }},
+		{[]string{"batch_size=batch * 2"}, func(s *spec.Spec) bool { return s.BatchSize == 64 }},
+		{[]string{"partition=halves"}, func(s *spec.Spec) bool { return s.Partition != nil && strings.HasPrefix(s.Partition.Name, "halves") }},
 	}
 	for _, c := range cases {
 		var ov []Override

@@ -182,10 +182,20 @@ func applyOverrides(thread *starlark.Thread, kwargs []starlark.Tuple, overrides 
 }
 
 // evalOverride evaluates an override's value as a Starlark expression with
-// the builtins in scope. A bare word that does not evaluate (nll) is a
-// string; anything else that fails is an error.
+// the builtins and the script's globals (those defined or loaded before
+// train(...) is called) in scope, so --set partition=strided works after
+// load("partition.star", "strided"). A bare word that does not evaluate
+// (nll) is a string; anything else that fails is an error.
 func evalOverride(thread *starlark.Thread, o Override) (starlark.Value, error) {
-	v, err := starlark.EvalOptions(fileOptions, thread, "--set "+o.Name, o.Value, predeclared())
+	env := stateOf(thread).loader.predeclared()
+	if thread.CallStackDepth() > 1 {
+		if fn, ok := thread.DebugFrame(1).Callable().(*starlark.Function); ok {
+			for k, v := range fn.Globals() {
+				env[k] = v
+			}
+		}
+	}
+	v, err := starlark.EvalOptions(fileOptions, thread, "--set "+o.Name, o.Value, env)
 	if err == nil {
 		return v, nil
 	}

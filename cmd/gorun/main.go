@@ -127,6 +127,11 @@ func reportError(w io.Writer, err error) {
 	var se syntax.Error
 	switch {
 	case errors.As(err, &ee):
+		// What the error was wrapped in (say, the partition strategy and
+		// epoch) comes first, then the Starlark backtrace.
+		if outer := strings.TrimSuffix(err.Error(), ee.Error()); outer != err.Error() && outer != "" {
+			fmt.Fprintf(w, "gorun: %s\n", strings.TrimSuffix(outer, ": "))
+		}
 		fmt.Fprintf(w, "gorun: %s\n", ee.Backtrace())
 	case errors.As(err, &se):
 		fmt.Fprintf(w, "gorun: %s: %s\n", se.Pos, se.Msg)
