@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -520,4 +521,42 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// TestSchedulePolicies: unequal shards still give every rank the same
+// number of steps, as the uneven policy says.
+func TestSchedulePolicies(t *testing.T) {
+	shards := [][]int{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {10, 11, 12, 13}} // 10 and 4 samples
+	batch := []int{3, 3}
+	cases := []struct {
+		policy string
+		steps  int
+		rank1  string // rank 1's batches
+	}{
+		{"pad", 4, "[10 11 12] [13 10 11] [12 13 10] [11 12 13]"},
+		{"drop", 1, "[10 11 12]"},
+		{"zero", 4, "[10 11 12] [13] [] []"},
+	}
+	for _, c := range cases {
+		sc := newSchedule(shards, batch, c.policy)
+		if sc.steps != c.steps {
+			t.Errorf("%s: %d steps, want %d", c.policy, sc.steps, c.steps)
+		}
+		var got []string
+		for s := 0; s < sc.steps; s++ {
+			got = append(got, fmt.Sprint(sc.slice(1, s)))
+		}
+		if g := strings.Join(got, " "); g != c.rank1 {
+			t.Errorf("%s: rank 1 feeds %s, want %s", c.policy, g, c.rank1)
+		}
+		if c.policy == "zero" && sc.count(3) != 1 {
+			t.Errorf("zero: the last step feeds %d samples, want 1 (rank 0's last)", sc.count(3))
+		}
+	}
+	// The default sharing: every sample once, each step's global batch
+	// the next batch_size samples of one order.
+	sh := batchShards(10, 4, nil, 3, 0, false)
+	if fmt.Sprint(sh) != "[[0 1 4 5 8] [2 6 9] [3 7]]" {
+		t.Errorf("batchShards(10, 4, 3 ranks) = %v", sh)
+	}
 }
