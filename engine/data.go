@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"gorun/datasets"
 	"gorun/datasets/torchrand"
@@ -44,7 +45,7 @@ func LoadData(d *spec.Data) (datasets.Dataset, error) {
 		return nil, err
 	}
 	info, _ := datasetInfo(d)
-	if !sameShape(ds.SampleShape(), info.sample) || ds.NumClasses() != info.classes {
+	if !slices.Equal(ds.SampleShape(), info.sample) || ds.NumClasses() != info.classes {
 		return nil, fmt.Errorf("%s: %s has samples %v and %d classes, the plan expects %v and %d",
 			d.Pos, ds.Name(), ds.SampleShape(), ds.NumClasses(), info.sample, info.classes)
 	}

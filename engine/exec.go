@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -154,23 +155,11 @@ func (p *Plan) SetParam(name string, shape []int, values []float32) error {
 		if prm.Name != name {
 			continue
 		}
-		if !sameShape(shape, prm.Value.Shape) {
+		if !slices.Equal(shape, prm.Value.Shape) {
 			return fmt.Errorf("parameter %s: shape %v, the model has %v", name, shape, prm.Value.Shape)
 		}
 		copy(p.Devices[0].Params[i].Data, values)
 		return nil
 	}
 	return fmt.Errorf("the model has no parameter %s", name)
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

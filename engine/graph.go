@@ -97,8 +97,9 @@ func (b *builder) value(name string, shape []int, batched bool) *Value {
 }
 
 // BuildGraph infers every shape of the model for the given per-device
-// maximum batch and sample shape, then differentiates the loss.
-func BuildGraph(model *spec.Layer, loss string, batch int, sample []int, classes int) (*Graph, error) {
+// maximum batch and sample shape, then differentiates the loss; lossPos is
+// where the loss was chosen (the train(...) call).
+func BuildGraph(model *spec.Layer, loss string, lossPos spec.Pos, batch int, sample []int, classes int) (*Graph, error) {
 	g := &Graph{}
 	b := &builder{g: g}
 	g.Input = b.value("input", append([]int{batch}, sample...), true)
@@ -111,7 +112,7 @@ func BuildGraph(model *spec.Layer, loss string, batch int, sample []int, classes
 		return nil, err
 	}
 	g.Output = out
-	if err := b.loss(loss, classes, model); err != nil {
+	if err := b.loss(loss, lossPos, classes); err != nil {
 		return nil, err
 	}
 	if err := b.differentiate(); err != nil {
@@ -238,10 +239,10 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 	return nil
 }
 
-func (b *builder) loss(loss string, classes int, model *spec.Layer) error {
+func (b *builder) loss(loss string, pos spec.Pos, classes int) error {
 	g := b.g
 	out := g.Output
-	node := &Node{Layer: "loss " + strconv.Quote(loss), Pos: model.Pos}
+	node := &Node{Layer: "loss " + strconv.Quote(loss), Pos: pos}
 	switch loss {
 	case "nll":
 		node.Op = ops.NLLLoss
@@ -251,7 +252,7 @@ func (b *builder) loss(loss string, classes int, model *spec.Layer) error {
 		return fmt.Errorf("unknown loss %q (want \"nll\" or \"cross_entropy\")", loss)
 	}
 	if len(out.Shape) != 2 || out.Shape[1] != classes {
-		return &CompileError{Pos: model.Pos, Layer: node.Layer,
+		return &CompileError{Pos: pos, Layer: node.Layer,
 			Err: fmt.Errorf("the model's output has shape %v, want [N %d] (one score per class of the dataset)", out.Shape, classes)}
 	}
 	if err := b.apply(node, []*Value{out, g.Target}, "loss"); err != nil {

@@ -200,7 +200,7 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, s.Loss, p.MaxBatch, info.sample, info.classes)
+	g, err := BuildGraph(&s.Model, s.Loss, s.Pos, p.MaxBatch, info.sample, info.classes)
 	if err != nil {
 		return nil, err
 	}
