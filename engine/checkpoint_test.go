@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"gorun/engine/safetensors"
@@ -155,5 +156,40 @@ func TestInitAndResumeErrors(t *testing.T) {
 	p = compile(t, loadSpec(t, dropoutScript), 1)
 	if _, err = p.Run(RunOptions{Resume: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no complete checkpoint") {
 		t.Errorf("--resume of an empty folder: %v", err)
+	}
+}
+
+// TestInterruptSavesAndResumes: an interrupt stops every rank after the
+// same step and saves a checkpoint; resuming ends where an uninterrupted
+// run ends.
+func TestInterruptSavesAndResumes(t *testing.T) {
+	for _, devices := range []int{1, 2} {
+		sets := []string{"epochs=2"}
+		whole := runIn(t, t.TempDir(), "", devices, sets...)
+		dir := t.TempDir()
+		p := compile(t, loadSpec(t, dropoutScript, sets...), devices)
+		var stop atomic.Bool
+		res, err := p.Run(RunOptions{Out: dir, Interrupt: &stop, OnStep: func(m StepMetrics) {
+			if m.Step == 13 {
+				stop.Store(true)
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The request comes after step 13; step 14 is under way, and every
+		// rank stops after it.
+		if !res.Interrupted || res.Steps != 14 {
+			t.Fatalf("%d devices: interrupted %v after %d steps, want after 14", devices, res.Interrupted, res.Steps)
+		}
+		if got, _ := listCheckpoints(dir); len(got) == 0 || got[len(got)-1] != 14 {
+			t.Fatalf("%d devices: checkpoints %v, want one at step 14", devices, got)
+		}
+		resumed := runIn(t, "", dir, devices, sets...)
+		for r := range whole.Devices {
+			if d := maxRelDiff(whole.Devices[r].ParamArena.Data, resumed.Devices[r].ParamArena.Data); d != 0 {
+				t.Errorf("%d devices: rank %d differs after interrupt and resume by %.2e", devices, r, d)
+			}
+		}
 	}
 }

@@ -18,7 +18,7 @@ type device struct {
 	// parameter server), so resuming broadcasts it too.
 	shareState bool
 	commTime   time.Duration // time in collectives during the current step
-	scalar     [1]float32    // for sumScalar
+	scalar     [2]float32    // for sum2
 
 	// With overlap, gradient collectives go to a goroutine of their own
 	// (async) so backward goes on while they run; pending counts those not
@@ -27,7 +27,8 @@ type device struct {
 	results chan asyncResult
 	pending int
 
-	progress *progress // where this rank's run stands
+	progress    *progress // where this rank's run stands
+	interrupted bool      // the ranks agreed to stop (RunOptions.Interrupt)
 }
 
 type asyncResult struct {

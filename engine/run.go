@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorun/comm"
@@ -37,13 +38,17 @@ type RunOptions struct {
 	// Resume is a run folder to continue from its newest checkpoint
 	// (--resume); Out defaults to it.
 	Resume string
+	// Interrupt, when set and true, stops the run after the step under
+	// way (every rank after the same step) and saves a checkpoint; the
+	// CLI sets it on SIGINT and SIGTERM.
+	Interrupt *atomic.Bool
 }
 
 // Result sums a finished run.
 type Result struct {
 	Steps        int     // optimizer steps taken
 	Epochs       int     // epochs begun
-	Samples      int64   // training samples fed
+	Samples      int64   // training samples fed by this process (a resumed run: since resuming)
 	TrainSeconds float64 // time in training steps (evaluation excluded)
 	WallSeconds  float64
 	// TrainSamplesPerS is Samples / TrainSeconds.
@@ -53,6 +58,8 @@ type Result struct {
 	// FinalLoss is the last step's loss.
 	FinalLoss    float64
 	PeakRSSBytes int64
+	// Interrupted is set when RunOptions.Interrupt stopped the run.
+	Interrupted bool
 }
 
 // EpochInfo describes an epoch as it begins.
@@ -125,7 +132,6 @@ func (p *Plan) Run(opts RunOptions) (*Result, error) {
 		}
 		rs.best = rs.resume.BestAccuracy
 		rs.res.Steps = rs.resume.Step
-		rs.res.Samples = rs.resume.Samples
 		if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
 			return nil, err
 		}
@@ -272,7 +278,7 @@ func (rs *runState) rankLoop(r int) error {
 		}
 	}
 	d.progress = &pr
-	stopped := func() bool { return s.MaxSteps > 0 && d.step >= s.MaxSteps }
+	stopped := func() bool { return d.interrupted || (s.MaxSteps > 0 && d.step >= s.MaxSteps) }
 	var sm StepMetrics
 	for epoch := pr.Epoch; epoch < s.Epochs && !stopped(); epoch++ {
 		sc, err := rs.schedule(epoch)
@@ -337,12 +343,16 @@ func (rs *runState) rankLoop(r int) error {
 			// every sample of the step, across ranks.
 			localSum := local * float64(max(denom, 1)) / scale
 			pr.RankLoss[r] += localSum
-			sum := localSum
-			if world > 1 {
-				if sum, err = d.sumScalar(localSum, "loss", d.step); err != nil {
-					return err
-				}
+			// The loss sum and any stop request, agreed by every rank.
+			stop := 0.0
+			if rs.opts.Interrupt != nil && rs.opts.Interrupt.Load() {
+				stop = 1
 			}
+			sum, stops, err := d.sum2(localSum, stop, "loss", d.step)
+			if err != nil {
+				return err
+			}
+			d.interrupted = stops > 0
 			loss := sum / float64(total)
 			pr.GlobalLoss += sum
 			pr.GlobalCount += float64(total)
@@ -363,7 +373,7 @@ func (rs *runState) rankLoop(r int) error {
 					rs.opts.OnStep(sm)
 				}
 				rs.res.Steps = d.step
-				rs.res.Samples = pr.Samples
+				rs.res.Samples += int64(total) // this process's, for its speed
 				rs.res.FinalLoss = loss
 				rs.res.TrainSeconds += dt.Seconds()
 			}
@@ -371,7 +381,11 @@ func (rs *runState) rankLoop(r int) error {
 		if r == 0 && rs.opts.OnEpochEnd != nil {
 			rs.opts.OnEpochEnd(epoch + 1)
 		}
-		// The epoch's results, also for an epoch cut short by max_steps.
+		// The epoch's results, also for an epoch cut short by max_steps
+		// (but not by an interrupt, which wants out quickly).
+		if d.interrupted {
+			break
+		}
 		if err := rs.endEpoch(d, &pr, epoch, time.Since(epochStart)); err != nil {
 			return err
 		}
@@ -390,6 +404,7 @@ func (rs *runState) rankLoop(r int) error {
 		}
 	}
 	if r == 0 {
+		rs.res.Interrupted = d.interrupted
 		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
 			return err
 		}
@@ -512,13 +527,8 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 			}
 		}
 	}
-	if world > 1 {
-		if correct, err = d.sumScalar(correct, "eval correct", d.step); err != nil {
-			return 0, 0, err
-		}
-		if lossSum, err = d.sumScalar(lossSum, "eval loss", d.step); err != nil {
-			return 0, 0, err
-		}
+	if correct, lossSum, err = d.sum2(correct, lossSum, "eval", d.step); err != nil {
+		return 0, 0, err
 	}
 	n := float64(rs.eval.Len())
 	return correct / n, lossSum / n, nil

@@ -161,13 +161,16 @@ func (d *device) broadcastParams() error {
 	return nil
 }
 
-// sumScalar adds v over all ranks.
-func (d *device) sumScalar(v float64, what string, step int) (float64, error) {
-	d.scalar[0] = float32(v)
-	if err := d.comm.AllReduce(d.scalar[:], comm.Sum, comm.Tag{Name: what, Step: step}); err != nil {
-		return 0, err
+// sum2 adds a and b over all ranks, in one collective.
+func (d *device) sum2(a, b float64, what string, step int) (float64, float64, error) {
+	if d.comm == nil {
+		return a, b, nil
 	}
-	return float64(d.scalar[0]), nil
+	d.scalar = [2]float32{float32(a), float32(b)}
+	if err := d.comm.AllReduce(d.scalar[:], comm.Sum, comm.Tag{Name: what, Step: step}); err != nil {
+		return 0, 0, err
+	}
+	return float64(d.scalar[0]), float64(d.scalar[1]), nil
 }
 
 // barrier waits for every rank.

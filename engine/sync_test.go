@@ -255,7 +255,7 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 		if err := d.runStep(true, true); err != nil {
 			return err
 		}
-		_, err := d.sumScalar(float64(d.prog.Loss.Data[0]), "loss", s+1)
+		_, _, err := d.sum2(float64(d.prog.Loss.Data[0]), 0, "loss", s+1)
 		return err
 	}
 	const runs = 20

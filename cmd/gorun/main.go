@@ -6,7 +6,8 @@
 //	gorun launch --cluster C.toml SCRIPT   start a multi-process run (needs -tags mpi)
 //
 // Flags may come before or after the script. Exit status: 0 on success, 1
-// when the script or the run fails, 2 on a usage error.
+// when the script or the run fails, 2 on a usage error, 130 when a signal
+// (Ctrl-C, SIGTERM) stopped the run after saving a checkpoint.
 package main
 
 import (
@@ -16,7 +17,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -31,6 +35,11 @@ import (
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// interrupted is a run stopped by a signal (exit status 130).
+type interrupted struct{ msg string }
+
+func (e *interrupted) Error() string { return e.msg }
 
 // usageError is a problem with the command line (exit status 2).
 type usageError struct{ msg string }
@@ -116,6 +125,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)
 		return 2
+	}
+	var ie *interrupted
+	if errors.As(err, &ie) {
+		fmt.Fprintf(stderr, "gorun: %v\n", err)
+		return 130
 	}
 	reportError(stderr, err)
 	return 1
@@ -230,9 +244,31 @@ func train(path string, f *flags, stdout, stderr io.Writer) error {
 		bar := newProgress(stdout)
 		opts.OnEpoch, opts.OnStep, opts.OnEpochEnd = bar.epoch, bar.step, bar.epochEnd
 	}
+	// Ctrl-C (or SIGTERM) stops after the step under way with a
+	// checkpoint; a second one kills as usual.
+	var stop atomic.Bool
+	opts.Interrupt = &stop
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-sigs; ok {
+			stop.Store(true)
+			fmt.Fprintln(stderr, "\ngorun: stopping after this step (interrupt again to kill)")
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+		}
+	}()
 	res, err := plan.Run(opts)
+	signal.Stop(sigs)
+	close(sigs)
 	if err != nil {
 		return err
+	}
+	if res.Interrupted {
+		msg := fmt.Sprintf("interrupted after step %d", res.Steps)
+		if out != "" {
+			msg += fmt.Sprintf("; checkpoint saved: continue with --resume %s", out)
+		}
+		return &interrupted{msg}
 	}
 	if out != "" {
 		if files, err := drawRuns([]string{out}, out); err != nil {
