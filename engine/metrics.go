@@ -116,6 +116,7 @@ func (m *metrics) flush() error {
 	return m.w.Flush()
 }
 
+// close flushes and closes the file; closing twice is harmless.
 func (m *metrics) close() error {
 	if m.f == nil {
 		return nil
@@ -124,6 +125,7 @@ func (m *metrics) close() error {
 	if e := m.f.Close(); err == nil {
 		err = e
 	}
+	m.f, m.w = nil, nil
 	return err
 }
 

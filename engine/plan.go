@@ -342,7 +342,7 @@ func (prog *Program) view(name string, v *Value, src *Buffer) *Buffer {
 
 // compileProgram allocates rank r's buffers and lays out its steps.
 func (p *Plan) compileProgram(r int) (*Program, error) {
-	g, s := p.Graph, p.Spec
+	g := p.Graph
 	prog := &Program{Rank: r, byValue: map[*Value]*Buffer{}}
 
 	// Parameter gradients live in one arena, in bucket order.
@@ -418,7 +418,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 	}
 	prog.ctx.Work = make([]float32, prog.WorkElems)
-	prog.pcg = rand.NewPCG(uint64(s.Seed), uint64(r)+0x9e3779b97f4a7c15)
+	prog.pcg = &rand.PCG{} // seeded by Run
 	prog.ctx.RNG = rand.New(prog.pcg)
 
 	// Forward, loss, backward.

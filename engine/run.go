@@ -121,9 +121,8 @@ func (p *Plan) Run(opts RunOptions) (*Result, error) {
 		}
 	}
 	for _, prog := range p.Devices {
+		// Each device's dropout RNG: from the seed, a stream per rank.
 		prog.pcg.Seed(uint64(s.Seed), uint64(prog.Rank)+0x9e3779b97f4a7c15)
-	}
-	for _, prog := range p.Devices {
 		rs.devices = append(rs.devices, &device{prog: prog, shareState: s.Sync.Kind != spec.SyncParameterServer})
 	}
 	if opts.Resume != "" {

@@ -334,3 +334,37 @@ func TestWeightedDevices(t *testing.T) {
 		t.Errorf("a zero share: %v", err)
 	}
 }
+
+// TestAccumulateAcrossDevices: two devices accumulating 3 micro-batches of
+// a global 8 per optimizer step (collectives only after the third) equal
+// one device stepping on batches of 24.
+func TestAccumulateAcrossDevices(t *testing.T) {
+	one := trained(t, 1, "batch_size=24", "max_steps=10")[0]
+	two := trained(t, 2, "batch_size=8", "accumulate=3", "max_steps=10")
+	if d := maxRelDiff(one, two[0]); d > 1e-5 {
+		t.Errorf("2 devices × accumulate 3 × 8 vs one device × 24: max relative difference %.2e", d)
+	}
+}
+
+func TestInitFollowsPyTorch(t *testing.T) {
+	p := compile(t, loadSpec(t, mnistScript), 1)
+	p.InitParams(5)
+	for i, prm := range p.Graph.Params {
+		bound := 1 / math.Sqrt(float64(prm.FanIn))
+		var sq float64
+		for _, v := range p.Devices[0].Params[i].Data {
+			if math.Abs(float64(v)) > bound {
+				t.Fatalf("%s: %g outside ±1/√fan_in = ±%g", prm.Name, v, bound)
+			}
+			sq += float64(v) * float64(v)
+		}
+		n := float64(len(p.Devices[0].Params[i].Data))
+		// U(-b, b) has variance b²/3; allow for sampling error.
+		if got, want := sq/n, bound*bound/3; n >= 250 && math.Abs(got-want) > 0.2*want {
+			t.Errorf("%s: variance %.3g, want about %.3g", prm.Name, got, want)
+		}
+	}
+	if fan := p.Graph.Params[2].FanIn; p.Graph.Params[2].Name != "conv2.weight" || fan != 250 {
+		t.Errorf("conv2.weight fan-in %d, want 10·5·5 = 250", fan)
+	}
+}
