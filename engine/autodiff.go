@@ -16,30 +16,8 @@ type gradRule func(b *builder, n *Node, dOut []*Value) []*Value
 // the op enum. An op without a rule cannot appear on a path from a
 // parameter to the loss.
 var gradRules = [ops.NumOps]gradRule{
-	ops.Conv2D: func(b *builder, n *Node, d []*Value) []*Value {
-		x, w, bias := n.In[0], n.In[1], n.In[2]
-		out := make([]*Value, 3)
-		if x.needsGrad {
-			out[0] = b.grad(n, ops.Conv2DGradInput, x, d[0], w)
-		}
-		out[1] = b.grad(n, ops.Conv2DGradWeight, w, d[0], x)
-		if bias != nil {
-			out[2] = b.grad(n, ops.Conv2DGradBias, bias, d[0])
-		}
-		return out
-	},
-	ops.Linear: func(b *builder, n *Node, d []*Value) []*Value {
-		x, w, bias := n.In[0], n.In[1], n.In[2]
-		out := make([]*Value, 3)
-		if x.needsGrad {
-			out[0] = b.grad(n, ops.LinearGradInput, x, d[0], w)
-		}
-		out[1] = b.grad(n, ops.LinearGradWeight, w, d[0], x)
-		if bias != nil {
-			out[2] = b.grad(n, ops.LinearGradBias, bias, d[0])
-		}
-		return out
-	},
+	ops.Conv2D: affineRule(ops.Conv2DGradInput, ops.Conv2DGradWeight, ops.Conv2DGradBias),
+	ops.Linear: affineRule(ops.LinearGradInput, ops.LinearGradWeight, ops.LinearGradBias),
 	ops.ReLU: func(b *builder, n *Node, d []*Value) []*Value {
 		return []*Value{b.grad(n, ops.ReLUGrad, n.In[0], d[0], n.Out[0])}
 	},
@@ -68,6 +46,24 @@ var gradRules = [ops.NumOps]gradRule{
 	ops.CrossEntropy: func(b *builder, n *Node, d []*Value) []*Value {
 		return []*Value{b.grad(n, ops.CrossEntropyGrad, n.In[0], d[0], n.Out[1], n.In[1]), nil}
 	},
+}
+
+// affineRule is the gradient of an op y = f(x, w) + b linear in x and in w
+// (conv2d, linear): dx from dy and w (only when x needs it), dw from dy and
+// x, db from dy.
+func affineRule(dx, dw, db ops.Op) gradRule {
+	return func(b *builder, n *Node, d []*Value) []*Value {
+		x, w, bias := n.In[0], n.In[1], n.In[2]
+		out := make([]*Value, 3)
+		if x.needsGrad {
+			out[0] = b.grad(n, dx, x, d[0], w)
+		}
+		out[1] = b.grad(n, dw, w, d[0], x)
+		if bias != nil {
+			out[2] = b.grad(n, db, bias, d[0])
+		}
+		return out
+	}
 }
 
 // grad adds a backward node computing the gradient of primal from the
