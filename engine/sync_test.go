@@ -368,3 +368,24 @@ func TestInitFollowsPyTorch(t *testing.T) {
 		t.Errorf("conv2.weight fan-in %d, want 10·5·5 = 250", fan)
 	}
 }
+
+// TestUnevenShardsTrain: with shards of 100 and 30 samples, every policy
+// trains to the end without a hang, "zero" feeding empty micro-batches.
+func TestUnevenShardsTrain(t *testing.T) {
+	src := strings.Replace(tinyScript, "    batch_size = 16,", `    batch_size = 20,
+    partition = lambda ctx: [list(range(0, 100)), list(range(100, 130))],`, 1)
+	for _, policy := range []string{"pad", "drop", "zero"} {
+		p := compile(t, loadSpec(t, src, "uneven="+policy, "epochs=1"), 2)
+		res, err := p.Run(RunOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", policy, err)
+		}
+		want := map[string]int{"pad": 10, "drop": 3, "zero": 10}[policy]
+		if res.Steps != want || math.IsNaN(res.FinalLoss) {
+			t.Errorf("%s: %d steps (want %d), final loss %v", policy, res.Steps, want, res.FinalLoss)
+		}
+		if d := maxRelDiff(p.Devices[0].ParamArena.Data, p.Devices[1].ParamArena.Data); d != 0 {
+			t.Errorf("%s: replicas differ by %.2e", policy, d)
+		}
+	}
+}

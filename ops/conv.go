@@ -44,6 +44,9 @@ func geomBwd(a *Attrs, dy, x, w []int) convGeom {
 func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, w, b, y := in[0], in[1], optIn(in, 2), out[0]
 	g := geomFwd(a, x.Shape, w.Shape)
+	if g.n == 0 {
+		return // an empty batch: no output
+	}
 	k, l, plane := g.k(), g.l(), g.oh*g.ow
 	col := c.Work[:k*l]
 	im2col(&g, x.Data, col)
@@ -80,6 +83,9 @@ func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, w, dx := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, dx.Shape, w.Shape)
+	if g.n == 0 {
+		return // an empty batch: no output
+	}
 	k, l := g.k(), g.l()
 	dyT := permuteDy(&g, dy.Data, c.Work[k*l:][:g.o*l])
 	dcol := c.Work[:k*l]
@@ -93,6 +99,13 @@ func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, dw := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, x.Shape, dw.Shape)
+	if g.n == 0 {
+		// An empty batch contributes nothing to the gradient.
+		if !a.Accumulate {
+			clear(dw.Data[:dw.Len()])
+		}
+		return
+	}
 	k, l := g.k(), g.l()
 	col := c.Work[:k*l]
 	im2col(&g, x.Data, col)
