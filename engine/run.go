@@ -241,6 +241,11 @@ func (rs *runState) schedule(e int) (*schedule, error) {
 			return
 		}
 		rs.schedules[e] = newSchedule(shards, rs.plan.LocalBatch, policy)
+		// Ranks stay within a step of each other (every step ends with a
+		// collective), so none still reads the schedule of two epochs ago.
+		if e >= 2 {
+			rs.schedules[e-2] = nil
+		}
 	})
 	return rs.schedules[e], rs.schedErr[e]
 }
