@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"io"
-	"strings"
 )
 
 // Dot writes the Plan as a Graphviz digraph: one cluster per device with
@@ -24,19 +23,28 @@ func (p *Plan) Dot(w io.Writer) error {
 			switch st.Kind {
 			case CollectiveStep:
 				c := st.Collective
-				label := fmt.Sprintf("%s %s\\n%s\\n%s/step", c.Name, c.Op, c.Tag, humanBytes(c.Bytes))
+				label := fmt.Sprintf("%s %s\n%s\n%s/step", c.Name, c.Op, c.Tag, humanBytes(c.Bytes))
 				if st.Every > 0 {
-					label += fmt.Sprintf("\\nevery %d steps", st.Every)
+					label += fmt.Sprintf("\nevery %d steps", st.Every)
 				}
 				ew.printf("    %s [label=%q, shape=hexagon, style=filled, fillcolor=orange];\n", id, label)
-				if src, ok := writer[c.Buffer]; ok {
-					ew.printf("    %s -> %s;\n", src, id)
+				// It follows the steps that wrote its part of the arena, and
+				// whatever reads that part next follows it.
+				seen := map[string]bool{}
+				for _, b := range prog.Buffers {
+					if b.View != c.Buffer || b.Offset+len(b.Data) <= c.Offset || b.Offset >= c.Offset+c.Elems {
+						continue
+					}
+					if src, ok := writer[b]; ok && !seen[src] {
+						seen[src] = true
+						ew.printf("    %s -> %s;\n", src, id)
+					}
+					writer[b] = id
 				}
-				writer[c.Buffer] = id
 			default:
 				fill := map[Phase]string{PhaseForward: "lightblue", PhaseBackward: "lightpink", PhaseUpdate: "palegreen"}[st.Phase]
 				ew.printf("    %s [label=%q, shape=box, style=filled, fillcolor=%s];\n", id,
-					fmt.Sprintf("%s\\n%s\\n%s", st.Op, dotShapes(st.Out), strings.ReplaceAll(st.Layer, `"`, `'`)), fill)
+					fmt.Sprintf("%s\n%s\n%s", st.Op, dotShapes(st.Out), st.Layer), fill)
 				seen := map[string]bool{}
 				for _, b := range st.In {
 					if b == nil {
@@ -51,7 +59,7 @@ func (p *Plan) Dot(w io.Writer) error {
 					writer[root(b)] = id
 				}
 				if st.Phase == PhaseUpdate && len(st.In) > 0 {
-					writer[root(st.In[0])] = id
+					writer[root(st.In[0])] = id // optimizers update their parameter in place
 				}
 			}
 		}

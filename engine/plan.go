@@ -53,8 +53,10 @@ type Buffer struct {
 	Batched bool
 	// Dense is the gorgonia tensor that owns the memory (nil for views).
 	Dense *tensor.Dense
-	// View is the buffer whose memory this one shares, if any.
-	View *Buffer
+	// View is the buffer whose memory this one shares, if any; a view of a
+	// parameter or gradient arena starts at element Offset of it.
+	View   *Buffer
+	Offset int
 }
 
 // Bytes is the memory the buffer owns (0 for a view).
@@ -378,7 +380,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 				if v.Param != nil {
 					arena = prog.ParamArena
 				}
-				b = &Buffer{Name: v.Name, Value: v, Max: v.Shape, View: arena}
+				b = &Buffer{Name: v.Name, Value: v, Max: v.Shape, View: arena, Offset: off}
 				b.Shape = append([]int(nil), v.Shape...)
 				b.Data = arena.Data[off : off+v.Elems()]
 				prog.Buffers = append(prog.Buffers, b)
