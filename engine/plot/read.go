@@ -176,12 +176,7 @@ func ReadRun(dir string) (*Run, error) {
 				Step: l.Step, Epoch: orZero(l.Epoch), Loss: l.Loss, LR: l.LR,
 				SamplesPerS: l.SamplesPerS, CommSeconds: l.CommSeconds, Time: l.Time,
 			}
-			if i, ok := steps[s.Step]; ok {
-				r.Steps[i] = s
-			} else {
-				steps[s.Step] = len(r.Steps)
-				r.Steps = append(r.Steps, s)
-			}
+			upsert(steps, &r.Steps, s.Step, s)
 		case "epoch":
 			if l.Epoch == missing {
 				return nil, fmt.Errorf("plot: %s:%d: epoch line without \"epoch\"", path, n)
@@ -190,12 +185,7 @@ func ReadRun(dir string) (*Run, error) {
 				Epoch: l.Epoch, Step: orZero(l.Step), TrainLoss: l.TrainLoss,
 				Samples: orZero(l.Samples), Seconds: l.Seconds, TrainSeconds: l.TrainSeconds,
 			}
-			if i, ok := epochs[e.Epoch]; ok {
-				r.Epochs[i] = e
-			} else {
-				epochs[e.Epoch] = len(r.Epochs)
-				r.Epochs = append(r.Epochs, e)
-			}
+			upsert(epochs, &r.Epochs, e.Epoch, e)
 		case "eval":
 			if l.Epoch == missing {
 				return nil, fmt.Errorf("plot: %s:%d: eval line without \"epoch\"", path, n)
@@ -204,13 +194,7 @@ func ReadRun(dir string) (*Run, error) {
 				Epoch: l.Epoch, Step: orZero(l.Step), Accuracy: l.Accuracy,
 				Loss: l.Loss, Samples: orZero(l.Samples),
 			}
-			k := evalKey{e.Epoch, e.Step}
-			if i, ok := evals[k]; ok {
-				r.Evals[i] = e
-			} else {
-				evals[k] = len(r.Evals)
-				r.Evals = append(r.Evals, e)
-			}
+			upsert(evals, &r.Evals, evalKey{e.Epoch, e.Step}, e)
 		case "summary":
 			var m map[string]any
 			if err := json.Unmarshal(b, &m); err != nil {
@@ -234,4 +218,15 @@ func ReadRun(dir string) (*Run, error) {
 		return a.Step < b.Step
 	})
 	return r, nil
+}
+
+// upsert puts v at key in list: in place of the earlier entry with that
+// key (a resumed run logs some lines twice; the last wins), else appended.
+func upsert[K comparable, T any](index map[K]int, list *[]T, key K, v T) {
+	if i, ok := index[key]; ok {
+		(*list)[i] = v
+		return
+	}
+	index[key] = len(*list)
+	*list = append(*list, v)
 }
