@@ -146,20 +146,21 @@ func checkShards(name string, shards [][]int, world, n int, pad bool) error {
 	return nil
 }
 
-// schedule is one epoch's batches: which slice of its shard each rank
+// Schedule is one epoch's batches: which slice of its shard each rank
 // feeds at each micro-step.
-type schedule struct {
+type Schedule struct {
 	shards [][]int
 	// batch[r] is rank r's micro-batch size.
 	batch []int
-	steps int
+	// Steps is the number of micro-steps of the epoch.
+	Steps int
 	// policy for unequal shards: "pad", "drop" or "zero".
 	policy string
 	// pad[r] is rank r's shard extended by wrapping round, for "pad".
 	padded [][]int
 }
 
-// newSchedule decides the number of micro-steps of an epoch so that every
+// NewSchedule decides the number of micro-steps of an epoch so that every
 // rank runs the same number (no rank waits forever on a collective):
 //   - pad: as many steps as the longest shard needs; a rank whose shard
 //     would run out before the last step starts again from the beginning of
@@ -173,8 +174,8 @@ type schedule struct {
 //
 // The loss is always divided by the number of samples fed across all ranks
 // in the step, so the gradient is exactly the mean over them.
-func newSchedule(shards [][]int, batch []int, policy string) *schedule {
-	sc := &schedule{shards: shards, batch: batch, policy: policy}
+func NewSchedule(shards [][]int, batch []int, policy string) *Schedule {
+	sc := &Schedule{shards: shards, batch: batch, policy: policy}
 	longest, shortest := 0, -1
 	for r, sh := range shards {
 		n := (len(sh) + batch[r] - 1) / batch[r]
@@ -184,19 +185,19 @@ func newSchedule(shards [][]int, batch []int, policy string) *schedule {
 			shortest = full
 		}
 	}
-	sc.steps = longest
+	sc.Steps = longest
 	if policy == "drop" {
-		sc.steps = shortest
+		sc.Steps = shortest
 	}
 	if policy == "pad" {
 		sc.padded = make([][]int, len(shards))
 		for r, sh := range shards {
 			sc.padded[r] = sh
-			if len(sh) == 0 || len(sh) > (sc.steps-1)*batch[r] {
+			if len(sh) == 0 || len(sh) > (sc.Steps-1)*batch[r] {
 				continue // it has samples for every step
 			}
-			p := append(make([]int, 0, sc.steps*batch[r]), sh...)
-			for i := 0; len(p) < sc.steps*batch[r]; i++ {
+			p := append(make([]int, 0, sc.Steps*batch[r]), sh...)
+			for i := 0; len(p) < sc.Steps*batch[r]; i++ {
 				p = append(p, sh[i%len(sh)])
 			}
 			sc.padded[r] = p
@@ -205,8 +206,8 @@ func newSchedule(shards [][]int, batch []int, policy string) *schedule {
 	return sc
 }
 
-// slice returns rank r's sample indices for micro-step s.
-func (sc *schedule) slice(r, s int) []int {
+// Slice returns rank r's sample indices for micro-step s.
+func (sc *Schedule) Slice(r, s int) []int {
 	sh := sc.shards[r]
 	if sc.padded != nil {
 		sh = sc.padded[r]
@@ -222,18 +223,18 @@ func (sc *schedule) slice(r, s int) []int {
 	return sh[lo:hi]
 }
 
-// count is the number of samples all ranks feed at micro-step s.
-func (sc *schedule) count(s int) int {
+// Count is the number of samples all ranks feed at micro-step s.
+func (sc *Schedule) Count(s int) int {
 	n := 0
 	for r := range sc.shards {
-		n += len(sc.slice(r, s))
+		n += len(sc.Slice(r, s))
 	}
 	return n
 }
 
-// evalRange is rank r's contiguous part of an evaluation set of n samples,
+// EvalRange is rank r's contiguous part of an evaluation set of n samples,
 // shared as batches are: every sample is evaluated exactly once across ranks.
-func evalRange(n int, weights []float64, world, r int) (lo, hi int) {
+func EvalRange(n int, weights []float64, world, r int) (lo, hi int) {
 	sizes := SplitBatch(n, weights, world)
 	for i := 0; i < r; i++ {
 		lo += sizes[i]

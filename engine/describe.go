@@ -47,9 +47,9 @@ func (p *Plan) Describe(w io.Writer) error {
 		}
 	}
 	for _, prog := range p.Devices {
-		ew.printf("\ndevice %d (rank %d): batch %d, memory %s (buffers %s, scratch %s)\n", prog.Rank, prog.Rank,
-			p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
-			humanBytes(prog.MemoryBytes()-int64(prog.WorkElems)*4), humanBytes(int64(prog.WorkElems)*4))
+		ew.printf("\ndevice %d (rank %d, %s): batch %d, memory %s in one arena (buffers %s, scratch %s)\n", prog.Rank, prog.Rank,
+			p.Cluster.Backend, p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
+			humanBytes(prog.MemoryBytes()-int64(prog.WorkElems())*4), humanBytes(int64(prog.WorkElems())*4))
 		tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\n")
 		var moved int64
@@ -127,7 +127,7 @@ func shapes(bs []*Buffer) string {
 			continue
 		}
 		s := fmt.Sprint(b.Max)
-		if b.Idx != nil {
+		if b.DType == Int32 {
 			s += "i"
 		}
 		parts = append(parts, s)

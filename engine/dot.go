@@ -32,7 +32,8 @@ func (p *Plan) Dot(w io.Writer) error {
 				// whatever reads that part next follows it.
 				seen := map[string]bool{}
 				for _, b := range prog.Buffers {
-					if b.View != c.Buffer || b.Offset+len(b.Data) <= c.Offset || b.Offset >= c.Offset+c.Elems {
+					rel := b.Offset - c.Buffer.Offset // b's place in the arena
+					if b.View != c.Buffer || rel+b.Elems() <= c.Offset || rel >= c.Offset+c.Elems {
 						continue
 					}
 					if src, ok := writer[b]; ok && !seen[src] {

@@ -2,11 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 
-	"gorgonia.org/tensor"
-
-	"gorun/comm"
 	"gorun/engine/spec"
 	"gorun/ops"
 )
@@ -30,7 +28,6 @@ type Plan struct {
 	Devices  []*Program
 	NumParam int // scalar parameters
 
-	group *comm.Group // the in-process group of a running plan
 }
 
 // Bucket is a group of parameter gradients synchronised by one collective.
@@ -42,21 +39,50 @@ type Bucket struct {
 	AfterOps int // index in Graph.Backward of the node that completes it
 }
 
-// Buffer is one planned tensor of a device: its storage, its live shape
-// (the embedded ops.Buf) and its planned maximum shape.
+// DType is a buffer's element type.
+type DType uint8
+
+// The element types of buffers; both take 4 bytes.
+const (
+	Float32 DType = iota
+	Int32         // targets, pooling indices
+)
+
+func (t DType) String() string {
+	if t == Int32 {
+		return "int32"
+	}
+	return "float32"
+}
+
+// Buffer is one planned tensor of a device: an id, an element type, a
+// planned maximum shape and where its memory lies in its Program's arena.
+// It holds no memory: a backend allocates the arena when it loads the
+// Program and gives each buffer its part.
 type Buffer struct {
-	ops.Buf[float32]
+	// ID is the buffer's index in Program.Buffers.
+	ID    int
 	Name  string
-	Value *Value // nil for optimizer state and scratch
-	// Max is the shape at the planned maximum batch.
+	Value *Value // nil for optimizer state, scratch and the arenas
+	DType DType
+	// Max is the shape at the planned maximum batch; Batched buffers have
+	// the batch as their first dimension, which each step sets.
 	Max     []int
 	Batched bool
-	// Dense is the gorgonia tensor that owns the memory (nil for views).
-	Dense *tensor.Dense
-	// View is the buffer whose memory this one shares, if any; a view of a
-	// parameter or gradient arena starts at element Offset of it.
-	View   *Buffer
+	// Offset is the buffer's first element in the Program's arena (every
+	// element takes 4 bytes).
 	Offset int
+	// View is the buffer whose memory this one shares, if any.
+	View *Buffer
+}
+
+// Elems is the number of elements at the planned maximum shape.
+func (b *Buffer) Elems() int {
+	n := 1
+	for _, d := range b.Max {
+		n *= d
+	}
+	return n
 }
 
 // Bytes is the memory the buffer owns (0 for a view).
@@ -64,10 +90,7 @@ func (b *Buffer) Bytes() int64 {
 	if b.View != nil {
 		return 0
 	}
-	if b.Idx != nil {
-		return int64(len(b.Idx)) * 4
-	}
-	return int64(len(b.Data)) * 4
+	return int64(b.Elems()) * 4
 }
 
 // Phase says when a step runs.
@@ -110,13 +133,13 @@ type Step struct {
 	// Every, when > 0, runs the step only on optimizer steps that are a
 	// multiple of it (local SGD's averaging).
 	Every int
-
-	// acc is the Accumulate variant's attrs, used after the first
-	// micro-batch of an accumulated step.
-	acc    bool
-	kin    []*ops.Buf[float32]
-	kout   []*ops.Buf[float32]
-	kernel ops.Kernel[float32]
+	// Acc is set on steps that sum over the micro-batches of an optimizer
+	// step (parameter gradients, the loss): they run with
+	// Attrs.Accumulate after the first micro-batch.
+	Acc bool
+	// ID is the step's index in its Program's Steps, or len(Steps) plus its
+	// index in Eval: backends keep what they prepare per step by it.
+	ID int
 }
 
 // Collective is a comm step: which collective, on which part of which
@@ -135,8 +158,11 @@ type Collective struct {
 
 // Program is everything one device runs: its buffers and its steps.
 type Program struct {
-	Rank    int
-	Buffers []*Buffer
+	Rank int
+	// Buffers are every buffer of the device, by ID; ArenaElems is the
+	// size of the arena that holds them (4-byte elements).
+	Buffers    []*Buffer
+	ArenaElems int
 	// Steps of one training step, in order; Eval the forward pass for
 	// evaluation (dropout off).
 	Steps []*Step
@@ -150,29 +176,23 @@ type Program struct {
 	ParamArena, GradArena *Buffer
 	// State holds optimizer state buffers, by parameter.
 	State [][]*Buffer
+	// Work is the scratch space kernels share (nil when none needs any);
+	// LossSeed holds 1, the gradient of the loss with respect to itself.
+	Work, LossSeed *Buffer
 
-	WorkElems int
-	ctx       ops.Ctx[float32]
-	pcg       *rand.PCG // the state behind ctx.RNG, saved in checkpoints
-	batched   []*Buffer
-	byValue   map[*Value]*Buffer
+	byValue map[*Value]*Buffer // while compiling
 }
 
-// MemoryBytes is the memory the program's buffers and scratch take.
-func (p *Program) MemoryBytes() int64 {
-	var n int64
-	for _, b := range p.Buffers {
-		n += b.Bytes()
+// WorkElems is the size of the scratch space.
+func (p *Program) WorkElems() int {
+	if p.Work == nil {
+		return 0
 	}
-	return n + int64(p.WorkElems)*4
+	return p.Work.Elems()
 }
 
-// SetBatch sets the live batch size of every batched buffer.
-func (p *Program) SetBatch(n int) {
-	for _, b := range p.batched {
-		b.Shape[0] = n
-	}
-}
+// MemoryBytes is the memory the program's arena takes.
+func (p *Program) MemoryBytes() int64 { return int64(p.ArenaElems) * 4 }
 
 // Compile turns a Spec into a Plan for a cluster. It checks every shape,
 // places every collective and allocates every buffer; no data is read.
@@ -308,37 +328,27 @@ func planBuckets(g *Graph, s *spec.Spec, c Cluster) []Bucket {
 	return buckets
 }
 
-// newBuffer allocates a float32 (or int32) buffer of the given maximum shape.
+// arenaAlign keeps every buffer's start on a 64-byte boundary.
+const arenaAlign = 16
+
+// newBuffer plans a buffer of its own memory of the given maximum shape.
 func (prog *Program) newBuffer(name string, v *Value, shape []int, batched, isInt bool) *Buffer {
-	b := &Buffer{Name: name, Value: v, Max: append([]int(nil), shape...), Batched: batched}
-	b.Shape = append([]int(nil), shape...)
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
+	b := &Buffer{ID: len(prog.Buffers), Name: name, Value: v, Max: append([]int(nil), shape...), Batched: batched}
 	if isInt {
-		b.Dense = tensor.New(tensor.WithShape(n), tensor.Of(tensor.Int32))
-		b.Idx = b.Dense.Data().([]int32)
-	} else {
-		b.Dense = tensor.New(tensor.WithShape(max(n, 1)), tensor.Of(tensor.Float32))
-		b.Data = b.Dense.Data().([]float32)[:n]
+		b.DType = Int32
 	}
+	b.Offset = prog.ArenaElems
+	prog.ArenaElems += (max(b.Elems(), 1) + arenaAlign - 1) / arenaAlign * arenaAlign
 	prog.Buffers = append(prog.Buffers, b)
-	if batched {
-		prog.batched = append(prog.batched, b)
-	}
 	return b
 }
 
-// view makes a buffer sharing src's memory with another shape.
-func (prog *Program) view(name string, v *Value, src *Buffer) *Buffer {
-	b := &Buffer{Name: name, Value: v, Max: append([]int(nil), v.Shape...), Batched: v.Batched, View: src}
-	b.Shape = append([]int(nil), v.Shape...)
-	b.Data, b.Idx = src.Data, src.Idx
+// view plans a buffer sharing src's memory from element off of it, with
+// another shape.
+func (prog *Program) view(name string, v *Value, src *Buffer, off int, shape []int, batched bool) *Buffer {
+	b := &Buffer{ID: len(prog.Buffers), Name: name, Value: v, DType: src.DType, Max: append([]int(nil), shape...),
+		Batched: batched, View: src, Offset: src.Offset + off}
 	prog.Buffers = append(prog.Buffers, b)
-	if v.Batched {
-		prog.batched = append(prog.batched, b)
-	}
 	return b
 }
 
@@ -373,17 +383,14 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		var b *Buffer
 		switch {
 		case v.Producer != nil && v.Producer.Op == ops.Flatten:
-			b = prog.view(v.Name, v, prog.byValue[v.Producer.In[0]])
+			b = prog.view(v.Name, v, prog.byValue[v.Producer.In[0]], 0, v.Shape, v.Batched)
 		default:
 			if off, ok := arenaAt[v]; ok {
 				arena := prog.GradArena
 				if v.Param != nil {
 					arena = prog.ParamArena
 				}
-				b = &Buffer{Name: v.Name, Value: v, Max: v.Shape, View: arena, Offset: off}
-				b.Shape = append([]int(nil), v.Shape...)
-				b.Data = arena.Data[off : off+v.Elems()]
-				prog.Buffers = append(prog.Buffers, b)
+				b = prog.view(v.Name, v, arena, off, v.Shape, false)
 			} else {
 				b = prog.newBuffer(v.Name, v, v.Shape, v.Batched, v.Int)
 			}
@@ -398,7 +405,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 	prog.Target = prog.byValue[g.Target]
 	prog.Output = prog.byValue[g.Output]
 	prog.Loss = prog.byValue[g.Loss]
-	prog.byValue[g.LossSeed].Data[0] = 1
+	prog.LossSeed = prog.byValue[g.LossSeed]
 	for _, prm := range g.Params {
 		prog.Params = append(prog.Params, prog.byValue[prm.Value])
 		prog.Grads = append(prog.Grads, prog.byValue[prm.Grad])
@@ -414,23 +421,24 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 		return out
 	}
+	work := 0
 	for _, n := range append(append([]*Node(nil), g.Forward...), g.Backward...) {
-		if w := ops.Workspace(n.Op, &n.Attrs, shapes(n.In), shapes(n.Out)); w > prog.WorkElems {
-			prog.WorkElems = w
-		}
+		work = max(work, ops.Workspace(n.Op, &n.Attrs, shapes(n.In), shapes(n.Out)))
 	}
-	prog.ctx.Work = make([]float32, prog.WorkElems)
-	prog.pcg = &rand.PCG{} // seeded by Run
-	prog.ctx.RNG = rand.New(prog.pcg)
+	if work > 0 {
+		prog.Work = prog.newBuffer("scratch", nil, []int{work}, false, false)
+	}
 
 	// Forward, loss, backward.
 	for _, n := range g.Forward {
-		prog.Steps = append(prog.Steps, prog.kernelStep(n, PhaseForward))
+		st := prog.kernelStep(n, PhaseForward)
+		st.Acc = n.Out[0] == g.Loss // the step's loss sums its micro-batches
+		prog.Steps = append(prog.Steps, st)
 	}
 	for i, n := range g.Backward {
 		st := prog.kernelStep(n, PhaseBackward)
 		if _, isGrad := gradAt[n.Out[0]]; isGrad {
-			st.acc = true
+			st.Acc = true
 		}
 		prog.Steps = append(prog.Steps, st)
 		prog.Steps = append(prog.Steps, p.syncAfter(prog, i)...)
@@ -450,8 +458,17 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 			prog.Eval = append(prog.Eval, st)
 			continue
 		}
-		prog.Eval = append(prog.Eval, prog.kernelStep(n, PhaseForward))
+		st := prog.kernelStep(n, PhaseForward)
+		st.Acc = n.Out[0] == g.Loss // the loss sums every evaluation batch
+		prog.Eval = append(prog.Eval, st)
 	}
+	for i, st := range prog.Steps {
+		st.ID = i
+	}
+	for i, st := range prog.Eval {
+		st.ID = len(prog.Steps) + i
+	}
+	prog.byValue = nil
 	return prog, nil
 }
 
@@ -467,24 +484,7 @@ func (prog *Program) kernelStep(n *Node, phase Phase) *Step {
 	for _, v := range n.Out {
 		st.Out = append(st.Out, prog.byValue[v])
 	}
-	st.bind()
 	return st
-}
-
-// bind prepares the kernel's argument slices once, so running the step
-// allocates nothing.
-func (st *Step) bind() {
-	st.kernel = ops.Kernels32[st.Op]
-	st.kin = make([]*ops.Buf[float32], len(st.In))
-	for i, b := range st.In {
-		if b != nil {
-			st.kin[i] = &b.Buf
-		}
-	}
-	st.kout = make([]*ops.Buf[float32], len(st.Out))
-	for i, b := range st.Out {
-		st.kout[i] = &b.Buf
-	}
 }
 
 // optimizerSteps appends one optimizer step per parameter.
@@ -514,8 +514,27 @@ func (p *Plan) optimizerSteps(prog *Program) error {
 		default:
 			return fmt.Errorf("%s: unknown optimizer %q", o.Pos, o.Kind)
 		}
-		st.bind()
 		prog.Steps = append(prog.Steps, st)
 	}
 	return nil
+}
+
+// InitialParams returns the parameter arena's first values as PyTorch's
+// default initialisation draws them: weights from U(-1/√fan_in, 1/√fan_in)
+// (kaiming_uniform_ with a=√5) and biases from the same range, parameter
+// after parameter in the model's order, from an RNG seeded with seed. The
+// runner uploads them to rank 0, which broadcasts them.
+func (p *Plan) InitialParams(seed int64) []float32 {
+	prog := p.Devices[0]
+	out := make([]float32, prog.ParamArena.Elems())
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	for i, prm := range p.Graph.Params {
+		b := prog.Params[i]
+		bound := 1 / math.Sqrt(float64(prm.FanIn))
+		data := out[b.Offset-prog.ParamArena.Offset:][:b.Elems()]
+		for j := range data {
+			data[j] = float32((rng.Float64()*2 - 1) * bound)
+		}
+	}
+	return out
 }

@@ -18,7 +18,17 @@ func nllLoss[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		checkTarget(NLLLoss, ti, k)
 		s += float64(x.Data[i*k+int(ti)])
 	}
-	out[0].Data[0] = T(-c.LossScale * s)
+	setLoss(a, out[0], -c.LossScale*s)
+}
+
+// setLoss writes a loss, or adds it with Attrs.Accumulate (the micro-batches
+// of one optimizer step, the batches of an evaluation).
+func setLoss[T Float](a *Attrs, out *Buf[T], v float64) {
+	if a != nil && a.Accumulate {
+		out.Data[0] = T(float64(out.Data[0]) + v)
+	} else {
+		out.Data[0] = T(v)
+	}
 }
 
 // nllLossGrad: in dloss[1], target[N] (Idx); out dx[N,C], zero except
@@ -52,7 +62,7 @@ func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			pr[j] = T(math.Exp(float64(v-m)) * inv)
 		}
 	}
-	out[0].Data[0] = T(-c.LossScale * loss)
+	setLoss(a, out[0], -c.LossScale*loss)
 }
 
 // crossEntropyGrad: in dloss[1], probs[N,C], target[N] (Idx); out dx[N,C] =

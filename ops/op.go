@@ -59,6 +59,9 @@ const (
 	// softmax(logits), kept for the backward pass.
 	CrossEntropy
 
+	// NLLLoss and CrossEntropy honour Attrs.Accumulate: when set they add
+	// the loss into their output instead of overwriting it.
+
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
 
@@ -184,7 +187,7 @@ type Attrs struct {
 	Stride, Padding int
 	Kernel          int
 	P               float64
-	Accumulate      bool // weight and bias gradients add into their output
+	Accumulate      bool // weight and bias gradients and losses add into their output
 
 	// Optimizer hyper-parameters.
 	LR, Momentum, Dampening, WeightDecay float64

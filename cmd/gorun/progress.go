@@ -2,13 +2,12 @@ package main
 
 import (
 	"fmt"
+	"gorun/engine/runner"
 	"io"
 	"os"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
-
-	"gorun/engine"
 )
 
 // isTerminal reports whether w is a terminal (a progress bar makes sense).
@@ -28,7 +27,7 @@ type progress struct {
 
 func newProgress(w io.Writer) *progress { return &progress{w: w} }
 
-func (p *progress) epoch(e engine.EpochInfo) {
+func (p *progress) epoch(e runner.EpochInfo) {
 	p.title = fmt.Sprintf("epoch %d/%d", e.Epoch, e.Epochs)
 	p.bar = progressbar.NewOptions64(e.Samples,
 		progressbar.OptionSetWriter(p.w),
@@ -46,7 +45,7 @@ func (p *progress) epoch(e engine.EpochInfo) {
 	}
 }
 
-func (p *progress) step(m engine.StepMetrics) {
+func (p *progress) step(m runner.StepMetrics) {
 	if p.bar == nil {
 		return
 	}

@@ -2,23 +2,22 @@ package main
 
 import (
 	"bytes"
+	"gorun/engine/runner"
 	"strings"
 	"testing"
 	"time"
-
-	"gorun/engine"
 )
 
 func TestProgressBar(t *testing.T) {
 	var b bytes.Buffer
 	p := newProgress(&b)
-	p.epoch(engine.EpochInfo{Epoch: 2, Epochs: 3, Steps: 10, Samples: 640})
+	p.epoch(runner.EpochInfo{Epoch: 2, Epochs: 3, Steps: 10, Samples: 640})
 	for i := 1; i <= 9; i++ {
-		p.step(engine.StepMetrics{Step: 10 + i, Loss: 0.25, Samples: 64})
+		p.step(runner.StepMetrics{Step: 10 + i, Loss: 0.25, Samples: 64})
 		time.Sleep(15 * time.Millisecond)
 	}
 	time.Sleep(120 * time.Millisecond) // past the bar's redraw throttle
-	p.step(engine.StepMetrics{Step: 20, Loss: 0.125, Samples: 64})
+	p.step(runner.StepMetrics{Step: 20, Loss: 0.125, Samples: 64})
 	out := b.String()
 	for _, want := range []string{"epoch 2/3 loss 0.1250", "/640,", "samples/s"} {
 		if !strings.Contains(out, want) {
@@ -31,9 +30,9 @@ func TestProgressBar(t *testing.T) {
 	}
 	// A resumed epoch starts part-way.
 	b.Reset()
-	p.epoch(engine.EpochInfo{Epoch: 1, Epochs: 1, Samples: 100, Done: 60})
+	p.epoch(runner.EpochInfo{Epoch: 1, Epochs: 1, Samples: 100, Done: 60})
 	time.Sleep(120 * time.Millisecond)
-	p.step(engine.StepMetrics{Step: 7, Loss: 1, Samples: 10})
+	p.step(runner.StepMetrics{Step: 7, Loss: 1, Samples: 10})
 	if !strings.Contains(b.String(), "70/100") {
 		t.Errorf("resumed bar: %q", b.String())
 	}

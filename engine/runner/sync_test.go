@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"fmt"
@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"gorun/comm"
+	"gorun/engine"
+	"gorun/engine/backend"
+	"gorun/engine/backend/cpu"
 	"gorun/ops"
 )
 
@@ -15,14 +19,11 @@ import (
 func trained(t *testing.T, devices int, sets ...string) [][]float32 {
 	t.Helper()
 	p := compile(t, loadSpec(t, tinyScript, sets...), devices)
-	if _, err := p.Run(RunOptions{}); err != nil {
+	res, err := Run(p, RunOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([][]float32, devices)
-	for r, prog := range p.Devices {
-		out[r] = append([]float32(nil), prog.ParamArena.Data...)
-	}
-	return out
+	return res.Params
 }
 
 // TestDataParallelEquivalence: N devices at global batch B end with the
@@ -98,14 +99,14 @@ func TestBucketsOverlapBackward(t *testing.T) {
 	prog := p.Devices[0]
 	seen := 0
 	for i, st := range prog.Steps {
-		if st.Kind != CollectiveStep {
+		if st.Kind != engine.CollectiveStep {
 			continue
 		}
 		b := p.Buckets[seen]
 		seen++
 		// The step before computes a gradient of this bucket.
 		prev := prog.Steps[i-1]
-		if prev.Kind != KernelStep || prev.Phase != PhaseBackward {
+		if prev.Kind != engine.KernelStep || prev.Phase != engine.PhaseBackward {
 			t.Errorf("allreduce %s follows %s, want a backward step", st.Collective.Tag, prev.Op)
 			continue
 		}
@@ -116,7 +117,7 @@ func TestBucketsOverlapBackward(t *testing.T) {
 		if seen < len(p.Buckets) {
 			later := false
 			for _, s2 := range prog.Steps[i+1:] {
-				if s2.Phase == PhaseBackward {
+				if s2.Phase == engine.PhaseBackward {
 					later = true
 				}
 			}
@@ -152,7 +153,7 @@ func TestParameterServerPlan(t *testing.T) {
 		var kinds []string
 		updates := 0
 		for _, st := range prog.Steps {
-			if st.Kind == CollectiveStep {
+			if st.Kind == engine.CollectiveStep {
 				kinds = append(kinds, fmt.Sprintf("%s root %d", st.Collective.Name, st.Collective.Root))
 			}
 			if st.Op == ops.SGDStep {
@@ -166,7 +167,7 @@ func TestParameterServerPlan(t *testing.T) {
 			t.Errorf("rank %d has %d optimizer steps", r, updates)
 		}
 	}
-	if _, err := Compile(loadSpec(t, mnistScript, "sync=sync.parameter_server(root=3)"), Cluster{Backend: "cpu", Transport: "inproc", Devices: 3, Algorithm: "auto", Timeout: 1}); err == nil ||
+	if _, err := engine.Compile(loadSpec(t, mnistScript, "sync=sync.parameter_server(root=3)"), engine.Cluster{Backend: "cpu", Transport: "inproc", Devices: 3, Algorithm: "auto", Timeout: 1}); err == nil ||
 		!strings.Contains(err.Error(), "root 3 is not a rank (the world has 3 devices)") {
 		t.Errorf("root out of range: %v", err)
 	}
@@ -178,22 +179,22 @@ func TestParameterServerPlan(t *testing.T) {
 // rank that did not arrive.
 func TestRankFailuresDoNotHang(t *testing.T) {
 	for _, overlap := range []string{"True", "False"} {
-		c := DefaultCluster()
+		c := engine.DefaultCluster()
 		c.Devices = 2
 		c.Timeout = 200 * time.Millisecond
-		p, err := Compile(loadSpec(t, tinyScript, "sync=sync.allreduce(overlap="+overlap+")"), c)
+		p, err := engine.Compile(loadSpec(t, tinyScript, "sync=sync.allreduce(overlap="+overlap+")"), c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Rank 1 skips its gradient all-reduce.
-		var steps []*Step
+		var steps []*engine.Step
 		for _, st := range p.Devices[1].Steps {
-			if st.Kind != CollectiveStep {
+			if st.Kind != engine.CollectiveStep {
 				steps = append(steps, st)
 			}
 		}
 		p.Devices[1].Steps = steps
-		_, err = p.Run(RunOptions{})
+		_, err = Run(p, RunOptions{})
 		if err == nil {
 			t.Fatal("a run with a rank skipping a collective succeeded")
 		}
@@ -204,12 +205,12 @@ func TestRankFailuresDoNotHang(t *testing.T) {
 		}
 
 		// Rank 0 stalls after step 1 for longer than the timeout.
-		p, err = Compile(loadSpec(t, tinyScript, "sync=sync.allreduce(overlap="+overlap+")"), c)
+		p, err = engine.Compile(loadSpec(t, tinyScript, "sync=sync.allreduce(overlap="+overlap+")"), c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err = p.Run(RunOptions{OnStep: func(m StepMetrics) {
+		_, err = Run(p, RunOptions{OnStep: func(m StepMetrics) {
 			if m.Step == 1 {
 				time.Sleep(600 * time.Millisecond)
 			}
@@ -233,29 +234,55 @@ func TestRankFailuresDoNotHang(t *testing.T) {
 // nothing (on either rank).
 func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 	p := compile(t, loadSpec(t, mnistScript), 2)
-	comms, err := p.newComms()
+	g, err := comm.NewInProc(2, comm.Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ds := newMNISTLike(256)
 	var devs []*device
-	for r, prog := range p.Devices {
-		d := &device{prog: prog, comm: comms[r]}
+	var bdevs []backend.Device
+	var host []comm.Communicator
+	var data []backend.Data
+	for r := range p.Devices {
+		d, _ := testDevice(t, p, r, 1)
+		d.host = g.Rank(r)
+		devs, bdevs, host = append(devs, d), append(bdevs, d.dev), append(host, d.host)
+		dd, err := d.dev.LoadData(ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, dd)
+	}
+	colls, err := cpu.Backend{}.Connect(bdevs, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, d := range devs {
+		d.coll = colls[r]
 		d.startAsync()
 		defer d.stopAsync()
-		devs = append(devs, d)
 	}
-	sc := newSchedule(batchShards(ds.Len(), 64, nil, 2, 1, true), p.LocalBatch, "zero")
+	shards, _, err := p.Shards(0, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := engine.NewSchedule(shards, p.LocalBatch, "zero")
 	step := func(d *device, s int) error {
-		idx := sc.slice(d.prog.Rank, s%sc.steps)
-		d.prog.SetBatch(len(idx))
-		ds.Fill(idx, d.prog.Input.Data, d.prog.Target.Idx)
-		d.prog.ctx.LossScale = 1.0 / 64
-		d.prog.ctx.Step = s + 1
+		idx := sc.Slice(d.rank, s%sc.Steps)
+		d.dev.SetBatch(len(idx))
+		if err := d.dev.Gather(data[d.rank], idx, d.prog.Input, d.prog.Target); err != nil {
+			return err
+		}
+		d.rc.LossScale = 1.0 / 64
+		d.rc.Step = s + 1
 		if err := d.runStep(true, true); err != nil {
 			return err
 		}
-		_, _, err := d.sum2(float64(d.prog.Loss.Data[0]), 0, "loss", s+1)
+		l, err := d.readLoss()
+		if err != nil {
+			return err
+		}
+		_, _, err = d.sum2(l, 0, "loss", s+1)
 		return err
 	}
 	const runs = 20
@@ -302,8 +329,8 @@ func TestSplitBatch(t *testing.T) {
 		{5, []float64{2, 1}, 2, "[3 2]"},
 	}
 	for _, c := range cases {
-		if got := fmt.Sprint(SplitBatch(c.total, c.weights, c.n)); got != c.want {
-			t.Errorf("SplitBatch(%d, %v, %d) = %s, want %s", c.total, c.weights, c.n, got, c.want)
+		if got := fmt.Sprint(engine.SplitBatch(c.total, c.weights, c.n)); got != c.want {
+			t.Errorf("engine.SplitBatch(%d, %v, %d) = %s, want %s", c.total, c.weights, c.n, got, c.want)
 		}
 	}
 }
@@ -312,25 +339,26 @@ func TestSplitBatch(t *testing.T) {
 // global batch follows its weight, training still equals one device, and a
 // share of zero is refused at compile time.
 func TestWeightedDevices(t *testing.T) {
-	c := DefaultCluster()
+	c := engine.DefaultCluster()
 	c.Devices, c.Weights = 2, []float64{1, 3}
 	s := loadSpec(t, tinyScript, "max_steps=20")
-	p, err := Compile(s, c)
+	p, err := engine.Compile(s, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(p.LocalBatch) != "[4 12]" || p.MaxBatch != 12 {
 		t.Fatalf("local batches %v (max %d), want [4 12]", p.LocalBatch, p.MaxBatch)
 	}
-	if _, err := p.Run(RunOptions{}); err != nil {
+	res, err := Run(p, RunOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	one := trained(t, 1, "max_steps=20")[0]
-	if d := maxRelDiff(one, p.Devices[1].ParamArena.Data); d > 1e-5 {
+	if d := maxRelDiff(one, res.Params[1]); d > 1e-5 {
 		t.Errorf("weighted devices differ from one device by %.2e", d)
 	}
 	c.Weights = []float64{1, 100}
-	if _, err := Compile(loadSpec(t, tinyScript), c); err == nil || !strings.Contains(err.Error(), "gives rank 0 no samples") {
+	if _, err := engine.Compile(loadSpec(t, tinyScript), c); err == nil || !strings.Contains(err.Error(), "gives rank 0 no samples") {
 		t.Errorf("a zero share: %v", err)
 	}
 }
@@ -348,17 +376,19 @@ func TestAccumulateAcrossDevices(t *testing.T) {
 
 func TestInitFollowsPyTorch(t *testing.T) {
 	p := compile(t, loadSpec(t, mnistScript), 1)
-	p.InitParams(5)
+	init := p.InitialParams(5)
 	for i, prm := range p.Graph.Params {
 		bound := 1 / math.Sqrt(float64(prm.FanIn))
 		var sq float64
-		for _, v := range p.Devices[0].Params[i].Data {
+		b := p.Devices[0].Params[i]
+		vals := init[b.Offset-p.Devices[0].ParamArena.Offset:][:b.Elems()]
+		for _, v := range vals {
 			if math.Abs(float64(v)) > bound {
 				t.Fatalf("%s: %g outside ±1/√fan_in = ±%g", prm.Name, v, bound)
 			}
 			sq += float64(v) * float64(v)
 		}
-		n := float64(len(p.Devices[0].Params[i].Data))
+		n := float64(len(vals))
 		// U(-b, b) has variance b²/3; allow for sampling error.
 		if got, want := sq/n, bound*bound/3; n >= 250 && math.Abs(got-want) > 0.2*want {
 			t.Errorf("%s: variance %.3g, want about %.3g", prm.Name, got, want)
@@ -376,7 +406,7 @@ func TestUnevenShardsTrain(t *testing.T) {
     partition = lambda ctx: [list(range(0, 100)), list(range(100, 130))],`, 1)
 	for _, policy := range []string{"pad", "drop", "zero"} {
 		p := compile(t, loadSpec(t, src, "uneven="+policy, "epochs=1"), 2)
-		res, err := p.Run(RunOptions{})
+		res, err := Run(p, RunOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", policy, err)
 		}
@@ -384,7 +414,7 @@ func TestUnevenShardsTrain(t *testing.T) {
 		if res.Steps != want || math.IsNaN(res.FinalLoss) {
 			t.Errorf("%s: %d steps (want %d), final loss %v", policy, res.Steps, want, res.FinalLoss)
 		}
-		if d := maxRelDiff(p.Devices[0].ParamArena.Data, p.Devices[1].ParamArena.Data); d != 0 {
+		if d := maxRelDiff(res.Params[0], res.Params[1]); d != 0 {
 			t.Errorf("%s: replicas differ by %.2e", policy, d)
 		}
 	}

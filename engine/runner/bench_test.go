@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"gorun/datasets"
+	"gorun/engine"
 )
 
 // torchReference runs testdata/torch_mnist.py (the same Net, recipe and
@@ -105,7 +106,7 @@ func benchTrain(b *testing.B, devices, batch int) {
 func trainSpeed(b *testing.B, devices, batch int) float64 {
 	s := loadSpec(b, mnistScript, fmt.Sprintf("batch_size=%d", batch), "eval=None")
 	p := compile(b, s, devices)
-	ds, err := LoadData(&s.Data)
+	ds, err := engine.LoadData(&s.Data)
 	if err != nil {
 		b.Skipf("SKIP: MNIST not available: %v", err)
 	}
@@ -114,7 +115,7 @@ func trainSpeed(b *testing.B, devices, batch int) float64 {
 	s.MaxSteps = steps + warmup
 	var t0, t1 float64
 	b.ResetTimer()
-	_, err = p.Run(RunOptions{Train: ds, OnStep: func(m StepMetrics) {
+	_, err = Run(p, RunOptions{Train: ds, OnStep: func(m StepMetrics) {
 		if m.Step == warmup {
 			t0 = m.Time
 		}

@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"os"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"gorun/engine"
 	"gorun/engine/safetensors"
 )
 
@@ -14,13 +15,21 @@ import (
 // every rank's RNG state too.
 var dropoutScript = strings.Replace(tinyScript, "nn.flatten(),", "nn.dropout2d(0.25), nn.flatten(), nn.dropout(0.25),", 1)
 
-func runIn(t *testing.T, dir, resume string, devices int, sets ...string) *Plan {
+func runIn(t *testing.T, dir, resume string, devices int, sets ...string) *Result {
 	t.Helper()
 	p := compile(t, loadSpec(t, dropoutScript, sets...), devices)
-	if _, err := p.Run(RunOptions{Out: dir, Resume: resume}); err != nil {
+	res, err := Run(p, RunOptions{Out: dir, Resume: resume})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return res
+}
+
+// paramOf is parameter i of rank r's final parameters in res.
+func paramOf(p *engine.Plan, res *Result, r, i int) []float32 {
+	prog := p.Devices[r]
+	b := prog.Params[i]
+	return res.Params[r][b.Offset-prog.ParamArena.Offset:][:b.Elems()]
 }
 
 // TestResumeIsBitIdentical: a run stopped part-way and resumed ends with
@@ -42,8 +51,8 @@ func TestResumeIsBitIdentical(t *testing.T) {
 		dir := t.TempDir()
 		runIn(t, dir, "", c.devices, append(sets, c.stopAt)...)
 		resumed := runIn(t, "", dir, c.devices, sets...)
-		for r := range whole.Devices {
-			if d := maxRelDiff(whole.Devices[r].ParamArena.Data, resumed.Devices[r].ParamArena.Data); d != 0 {
+		for r := range whole.Params {
+			if d := maxRelDiff(whole.Params[r], resumed.Params[r]); d != 0 {
 				t.Errorf("%d devices, %s, stopped at %s: rank %d's parameters differ from an uninterrupted run by %.2e",
 					c.devices, c.sync, c.stopAt, r, d)
 			}
@@ -72,7 +81,8 @@ func TestResumeIsBitIdentical(t *testing.T) {
 
 func TestCheckpointFiles(t *testing.T) {
 	dir := t.TempDir()
-	p := runIn(t, dir, "", 1, "epochs=4", "keep=2")
+	p := compile(t, loadSpec(t, dropoutScript, "epochs=4", "keep=2"), 1)
+	res := runIn(t, dir, "", 1, "epochs=4", "keep=2")
 	got, err := listCheckpoints(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +113,7 @@ func TestCheckpointFiles(t *testing.T) {
 	}
 	mw, _ := model.Get("fc.weight")
 	v, _ := mw.Float32s()
-	if d := maxRelDiff(v, p.Devices[0].Params[2].Data); d != 0 || p.Graph.Params[2].Name != "fc.weight" {
+	if d := maxRelDiff(v, paramOf(p, res, 0, 2)); d != 0 || p.Graph.Params[2].Name != "fc.weight" {
 		t.Errorf("model.safetensors differs from the final parameters")
 	}
 
@@ -129,13 +139,14 @@ func TestInitAndResumeErrors(t *testing.T) {
 
 	// --init with the right file works and starts from those weights.
 	p := compile(t, loadSpec(t, dropoutScript, "max_steps=1", "optimizer=optim.sgd(lr=1e-30)"), 1)
-	if _, err := p.Run(RunOptions{Init: model}); err != nil {
+	res, err := Run(p, RunOptions{Init: model})
+	if err != nil {
 		t.Fatal(err)
 	}
 	f, _ := safetensors.ReadFile(model)
 	w, _ := f.Get("fc.weight")
 	v, _ := w.Float32s()
-	if d := maxRelDiff(v, p.Devices[0].Params[2].Data); d > 1e-6 {
+	if d := maxRelDiff(v, paramOf(p, res, 0, 2)); d > 1e-6 {
 		t.Errorf("--init: fc.weight differs from the file by %.2e", d)
 	}
 
@@ -143,18 +154,18 @@ func TestInitAndResumeErrors(t *testing.T) {
 	other := strings.Replace(dropoutScript, "nn.conv2d(1, 3,", "nn.conv2d(1, 5,", 1)
 	other = strings.Replace(other, "nn.linear(48, 4", "nn.linear(80, 4", 1)
 	p = compile(t, loadSpec(t, other), 1)
-	_, err := p.Run(RunOptions{Init: model})
+	_, err = Run(p, RunOptions{Init: model})
 	if err == nil || !strings.Contains(err.Error(), "parameter conv.weight: shape [3 1 3 3], the model has [5 1 3 3]") {
 		t.Errorf("--init with other shapes: %v", err)
 	}
 	// Resuming with another device count is refused, naming both.
 	p = compile(t, loadSpec(t, dropoutScript), 2)
-	_, err = p.Run(RunOptions{Resume: dir})
+	_, err = Run(p, RunOptions{Resume: dir})
 	if err == nil || !strings.Contains(err.Error(), "made with 1 devices, this run has 2") {
 		t.Errorf("--resume on 2 devices: %v", err)
 	}
 	p = compile(t, loadSpec(t, dropoutScript), 1)
-	if _, err = p.Run(RunOptions{Resume: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no complete checkpoint") {
+	if _, err = Run(p, RunOptions{Resume: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no complete checkpoint") {
 		t.Errorf("--resume of an empty folder: %v", err)
 	}
 }
@@ -169,7 +180,7 @@ func TestInterruptSavesAndResumes(t *testing.T) {
 		dir := t.TempDir()
 		p := compile(t, loadSpec(t, dropoutScript, sets...), devices)
 		var stop atomic.Bool
-		res, err := p.Run(RunOptions{Out: dir, Interrupt: &stop, OnStep: func(m StepMetrics) {
+		res, err := Run(p, RunOptions{Out: dir, Interrupt: &stop, OnStep: func(m StepMetrics) {
 			if m.Step == 13 {
 				stop.Store(true)
 			}
@@ -186,8 +197,8 @@ func TestInterruptSavesAndResumes(t *testing.T) {
 			t.Fatalf("%d devices: checkpoints %v, want one at step 14", devices, got)
 		}
 		resumed := runIn(t, "", dir, devices, sets...)
-		for r := range whole.Devices {
-			if d := maxRelDiff(whole.Devices[r].ParamArena.Data, resumed.Devices[r].ParamArena.Data); d != 0 {
+		for r := range whole.Params {
+			if d := maxRelDiff(whole.Params[r], resumed.Params[r]); d != 0 {
 				t.Errorf("%d devices: rank %d differs after interrupt and resume by %.2e", devices, r, d)
 			}
 		}

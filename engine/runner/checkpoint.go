@@ -1,14 +1,16 @@
-package engine
+package runner
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"gorun/engine"
 	"gorun/engine/safetensors"
 	"gorun/engine/spec"
 )
@@ -51,18 +53,38 @@ type progress struct {
 	Samples                               int64
 }
 
-// paramTensors are rank 0's parameters under their state_dict names.
-func (p *Plan) paramTensors() []safetensors.Tensor {
-	var ts []safetensors.Tensor
-	for i, prm := range p.Graph.Params {
-		ts = append(ts, safetensors.F32(prm.Name, prm.Value.Shape, p.Devices[0].Params[i].Data))
+// params reads device d's parameters, by Graph.Params.
+func (rs *runState) params(d *device) ([][]float32, error) {
+	arena := d.prog.ParamArena
+	all := make([]float32, arena.Elems())
+	if err := d.dev.DownloadF32(arena, 0, all); err != nil {
+		return nil, err
 	}
-	return ts
+	out := make([][]float32, len(d.prog.Params))
+	for i, b := range d.prog.Params {
+		out[i] = all[b.Offset-arena.Offset:][:b.Elems()]
+	}
+	return out, nil
 }
 
-// perRank reports whether ranks may hold different parameters and
-// optimizer states (independent steps), so a checkpoint keeps every rank's.
-func (p *Plan) perRank() bool { return p.localLoss() }
+// paramTensors are rank 0's parameters under their state_dict names.
+func (rs *runState) paramTensors() ([]safetensors.Tensor, error) {
+	vals, err := rs.params(rs.devices[0])
+	if err != nil {
+		return nil, err
+	}
+	var ts []safetensors.Tensor
+	for i, prm := range rs.plan.Graph.Params {
+		ts = append(ts, safetensors.F32(prm.Name, prm.Value.Shape, vals[i]))
+	}
+	return ts, nil
+}
+
+// download reads a whole float buffer of device d.
+func download(d *device, b *engine.Buffer) ([]float32, error) {
+	v := make([]float32, b.Elems())
+	return v, d.dev.DownloadF32(b, 0, v)
+}
 
 // saveCheckpoint writes a checkpoint of every rank's state. The ranks must
 // be stopped (the caller holds them at a barrier).
@@ -78,20 +100,28 @@ func (rs *runState) saveCheckpoint(pr *progress) error {
 	var state []safetensors.Tensor
 	for r, d := range rs.devices {
 		prog := d.prog
-		rng, err := prog.pcg.MarshalBinary()
+		rng, err := d.dev.RNGState()
 		if err != nil {
 			return err
 		}
 		state = append(state, safetensors.U8(fmt.Sprintf("rank%d/rng", r), []int{len(rng)}, rng))
-		if r > 0 && p.perRank() {
+		if r > 0 && p.LocalLoss() {
+			vals, err := rs.params(d)
+			if err != nil {
+				return err
+			}
 			for i, prm := range p.Graph.Params {
-				state = append(state, safetensors.F32(fmt.Sprintf("rank%d/%s", r, prm.Name), prm.Value.Shape, prog.Params[i].Data))
+				state = append(state, safetensors.F32(fmt.Sprintf("rank%d/%s", r, prm.Name), prm.Value.Shape, vals[i]))
 			}
 		}
-		if r == 0 || p.perRank() || (p.Spec.Sync.Kind == spec.SyncParameterServer && r == p.Spec.Sync.Root) {
+		if r == 0 || p.LocalLoss() || (p.Spec.Sync.Kind == spec.SyncParameterServer && r == p.Spec.Sync.Root) {
 			for _, st := range prog.State {
 				for _, b := range st {
-					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, b.Data))
+					v, err := download(d, b)
+					if err != nil {
+						return err
+					}
+					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, v))
 				}
 			}
 		}
@@ -116,7 +146,11 @@ func (rs *runState) saveCheckpoint(pr *progress) error {
 	if err := safetensors.WriteFile(statePath(params), state, meta); err != nil {
 		return err
 	}
-	if err := safetensors.WriteFile(params, p.paramTensors(), map[string]string{"format": "pt", "step": meta["step"]}); err != nil {
+	ts, err := rs.paramTensors()
+	if err != nil {
+		return err
+	}
+	if err := safetensors.WriteFile(params, ts, map[string]string{"format": "pt", "step": meta["step"]}); err != nil {
 		return err
 	}
 	return rs.pruneCheckpoints()
@@ -178,21 +212,28 @@ func (rs *runState) saveParams(name string, meta map[string]string) error {
 	for k, v := range meta {
 		m[k] = v
 	}
-	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), rs.plan.paramTensors(), m)
+	ts, err := rs.paramTensors()
+	if err != nil {
+		return err
+	}
+	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, m)
 }
 
-// LoadParams sets the parameters from a safetensors file of PyTorch
+// loadParams sets rank 0's parameters from a safetensors file of PyTorch
 // state_dict names (--init). Like load_state_dict(strict=True), every
 // parameter must be there with its shape, and nothing else.
-func (p *Plan) LoadParams(path string) error {
+func (rs *runState) loadParams(path string) error {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	return p.setParams(path, f, "")
+	return rs.setParams(rs.devices[0], path, f, "")
 }
 
-func (p *Plan) setParams(path string, f *safetensors.File, prefix string) error {
+// setParams uploads the parameters of a safetensors file (names prefixed
+// with prefix) to device d.
+func (rs *runState) setParams(d *device, path string, f *safetensors.File, prefix string) error {
+	p := rs.plan
 	known := map[string]bool{}
 	for _, prm := range p.Graph.Params {
 		known[prm.Name] = true
@@ -204,7 +245,7 @@ func (p *Plan) setParams(path string, f *safetensors.File, prefix string) error 
 		if err != nil {
 			return fmt.Errorf("%s: parameter %s: %v", path, prm.Name, err)
 		}
-		if err := p.SetParam(prm.Name, t.Shape, v); err != nil {
+		if err := setParam(d, prm.Name, t.Shape, v); err != nil {
 			return fmt.Errorf("%s: %v", path, err)
 		}
 	}
@@ -218,7 +259,21 @@ func (p *Plan) setParams(path string, f *safetensors.File, prefix string) error 
 	return nil
 }
 
-func paramList(p *Plan) string {
+// setParam uploads values into parameter name of device d.
+func setParam(d *device, name string, shape []int, values []float32) error {
+	for i, b := range d.prog.Params {
+		if b.Value.Param.Name != name {
+			continue
+		}
+		if !slices.Equal(shape, b.Max) {
+			return fmt.Errorf("parameter %s: shape %v, the model has %v", name, shape, b.Max)
+		}
+		return d.dev.UploadF32(d.prog.ParamArena, b.Offset-d.prog.ParamArena.Offset, values[:d.prog.Params[i].Elems()])
+	}
+	return fmt.Errorf("the model has no parameter %s", name)
+}
+
+func paramList(p *engine.Plan) string {
 	var names []string
 	for _, prm := range p.Graph.Params {
 		names = append(names, prm.Name)
@@ -253,7 +308,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if m["sync"] != string(p.Spec.Sync.Kind) {
 		return nil, fmt.Errorf("--resume %s: the checkpoint was made with sync %s, the script now says %s", dir, m["sync"], p.Spec.Sync.Kind)
 	}
-	if err := p.setParams(params, pf, ""); err != nil {
+	if err := rs.setParams(rs.devices[0], params, pf, ""); err != nil {
 		return nil, err
 	}
 	pr := &progress{}
@@ -274,30 +329,27 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	for r, d := range rs.devices {
 		prog := d.prog
 		if t, ok := sf.Get(fmt.Sprintf("rank%d/rng", r)); ok {
-			if err := prog.pcg.UnmarshalBinary(t.Data); err != nil {
+			if err := d.dev.SetRNGState(t.Data); err != nil {
 				return nil, fmt.Errorf("%s: rank %d rng: %v", statePath(params), r, err)
 			}
 		} else {
 			return nil, fmt.Errorf("%s: no RNG state for rank %d", statePath(params), r)
 		}
-		if r > 0 && p.perRank() {
-			for i, prm := range p.Graph.Params {
-				t, ok := sf.Get(fmt.Sprintf("rank%d/%s", r, prm.Name))
-				if !ok {
-					return nil, fmt.Errorf("%s: no parameters for rank %d", statePath(params), r)
-				}
-				v, _ := t.Float32s()
-				copy(prog.Params[i].Data, v)
+		if r > 0 && p.LocalLoss() {
+			if err := rs.setParams(d, statePath(params), sf, fmt.Sprintf("rank%d/", r)); err != nil {
+				return nil, fmt.Errorf("%s: parameters of rank %d: %v", statePath(params), r, err)
 			}
 		}
 		for _, st := range prog.State {
 			for _, b := range st {
 				if t, ok := sf.Get(fmt.Sprintf("rank%d/optim/%s", r, b.Name)); ok {
 					v, err := t.Float32s()
-					if err != nil || len(v) != len(b.Data) {
+					if err != nil || len(v) != b.Elems() {
 						return nil, fmt.Errorf("%s: optimizer state %s of rank %d does not fit", statePath(params), b.Name, r)
 					}
-					copy(b.Data, v)
+					if err := d.dev.UploadF32(b, 0, v); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
@@ -330,4 +382,31 @@ func parseFs(s string) []float64 {
 		out = append(out, parseF(part))
 	}
 	return out
+}
+
+// checkpoint saves a checkpoint with every rank stopped at a barrier: after
+// every epoch, and where a run stops inside one.
+func (rs *runState) checkpoint(d *device, pr *progress) error {
+	if rs.opts.Out == "" {
+		return nil
+	}
+	if err := d.barrier("checkpoint", d.step); err != nil {
+		return err
+	}
+	if d.rank == 0 {
+		// Every rank's counts: rank 0 holds only its own; the others' are
+		// read from their progress after the barrier.
+		all := *pr
+		all.RankLoss = append([]float64(nil), pr.RankLoss...)
+		all.RankCount = append([]float64(nil), pr.RankCount...)
+		for r, od := range rs.devices {
+			if r > 0 && od.progress != nil {
+				all.RankLoss[r], all.RankCount[r] = od.progress.RankLoss[r], od.progress.RankCount[r]
+			}
+		}
+		if err := rs.saveCheckpoint(&all); err != nil {
+			return fmt.Errorf("checkpoint at step %d: %w", pr.Step, err)
+		}
+	}
+	return d.barrier("checkpoint saved", d.step)
 }

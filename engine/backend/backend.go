@@ -1,0 +1,187 @@
+// Package backend is the seam between a compiled Plan and the devices that
+// run it. The Plan (package engine) is immutable and device-neutral: its
+// buffers are ids with a dtype, a planned maximum shape and an offset in
+// their Program's arena; its steps name ops. A Backend opens Devices; a
+// Device allocates one Program's arena from its tensor.Engine (host memory
+// on the CPU, device memory on a GPU), runs its kernel and copy steps, moves
+// data in and out, owns the dropout RNG, and — through Connect — runs the
+// collectives of a group of devices over their own memory.
+//
+// The runner (package engine/runner) drives Devices; it never touches
+// buffer memory itself. Backends register themselves by name: "cpu" is
+// always there (package engine/backend/cpu), "cuda" only in a gorun built
+// with -tags cuda.
+package backend
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"gorgonia.org/tensor"
+
+	"gorun/comm"
+	"gorun/datasets"
+	"gorun/engine"
+	"gorun/ops"
+)
+
+// Backend opens devices of one kind.
+type Backend interface {
+	// Name is the cluster file's backend name: "cpu", "cuda".
+	Name() string
+	// Supports reports whether the backend has a kernel for op (forward,
+	// backward or optimizer). Every backend must support every op but
+	// Invalid; a test enumerates the op set against each backend.
+	Supports(op ops.Op) bool
+	// Open opens the device that runs this process's index-th Program
+	// (0-based). A backend with fewer physical devices than Programs may
+	// place several on one (replicas); the error says so when it cannot.
+	Open(index int, opts Options) (Device, error)
+	// Connect joins local devices (one per Program of this process, in
+	// rank order) into a group for collectives over their buffers. host
+	// holds each device's host communicator (in-process or MPI), which a
+	// backend without collectives of its own runs them through.
+	Connect(devs []Device, host []comm.Communicator) ([]Collectives, error)
+}
+
+// Options are the settings a device is opened with (from the cluster
+// file).
+type Options struct {
+	// Eager runs every step on its own, never as a captured graph.
+	Eager bool
+	// Libraries overrides where shared libraries are looked for, by name
+	// ("cublas", "nccl"): a path to try before the defaults.
+	Libraries map[string]string
+}
+
+// RunCtx is what a step needs from the run besides its buffers.
+type RunCtx struct {
+	// LossScale multiplies the summed per-sample losses.
+	LossScale float64
+	// Step is the 1-based optimizer step.
+	Step int
+	// First is true on the first micro-batch of an optimizer step: steps
+	// that accumulate across micro-batches (Step.Acc) overwrite their
+	// output instead of adding into it.
+	First bool
+	// Last is true on the last micro-batch of an optimizer step: only then
+	// do the sync and update phases run.
+	Last bool
+}
+
+// Device holds one Program's buffers and runs its kernel and copy steps.
+// A Device is used by one goroutine at a time, except that Collectives of
+// a group may run on a goroutine of their own while the device computes
+// (overlap); a backend makes that safe (streams and events on a GPU).
+type Device interface {
+	// Name says which device this is ("cpu:0", "cuda:1 (NVIDIA H200)").
+	Name() string
+	// Engine is the tensor.Engine whose memory holds the device's buffers.
+	Engine() tensor.Engine
+	// Load allocates prog's arena from Engine and prepares every step of
+	// prog.Steps and prog.Eval. A Device loads one Program.
+	Load(prog *engine.Program) error
+	// Tensor is buffer b as a gorgonia tensor of its planned maximum shape,
+	// its memory on the device.
+	Tensor(b *engine.Buffer) *tensor.Dense
+	// SetBatch sets the live batch (first dimension) of every batched
+	// buffer for the steps that follow.
+	SetBatch(n int)
+	// Exec runs one kernel or copy step.
+	Exec(st *engine.Step, rc *RunCtx) error
+	// UploadF32 and UploadI32 copy src into buffer b from element off on;
+	// DownloadF32 and DownloadI32 copy out of it. They wait for the work
+	// queued before them that touches b.
+	UploadF32(b *engine.Buffer, off int, src []float32) error
+	UploadI32(b *engine.Buffer, off int, src []int32) error
+	DownloadF32(b *engine.Buffer, off int, dst []float32) error
+	DownloadI32(b *engine.Buffer, off int, dst []int32) error
+	// Zero clears a buffer.
+	Zero(b *engine.Buffer) error
+	// LoadData makes a dataset resident on the device (once per run);
+	// Gather fills the live batch of input and target with the samples
+	// idx of it (len(idx) ≤ the planned batch; on a GPU only the indices
+	// travel).
+	LoadData(ds datasets.Dataset) (Data, error)
+	Gather(d Data, idx []int, input, target *engine.Buffer) error
+	// SeedRNG seeds the dropout RNG; RNGState and SetRNGState save and
+	// restore it (checkpoints).
+	SeedRNG(seed, stream uint64)
+	RNGState() ([]byte, error)
+	SetRNGState(state []byte) error
+	// Sync waits until the device has finished all work queued so far.
+	Sync() error
+	// Close frees the device's memory.
+	Close() error
+}
+
+// Replayer is a Device that can run a whole training micro-batch as one
+// launch (a captured CUDA graph), collectives included. The runner uses it
+// unless Options.Eager is set.
+type Replayer interface {
+	Device
+	// RunTrain runs prog.Steps for one micro-batch as rc describes (the
+	// sync and update phases only when rc.Last), with coll for the
+	// collective steps.
+	RunTrain(prog *engine.Program, rc *RunCtx, coll Collectives) error
+}
+
+// Data is a dataset resident on a device.
+type Data interface {
+	Len() int
+}
+
+// Collectives are one device's collectives over its own buffers: the
+// k-th calls of every device of a group form one collective. off and n
+// are elements of b.
+type Collectives interface {
+	AllReduce(b *engine.Buffer, off, n int, op comm.ReduceOp, t comm.Tag) error
+	Reduce(b *engine.Buffer, off, n, root int, op comm.ReduceOp, t comm.Tag) error
+	Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) error
+}
+
+var (
+	mu       sync.Mutex
+	backends = map[string]Backend{}
+)
+
+// Register makes a backend available under its name. A second backend of
+// the same name replaces the first.
+func Register(b Backend) {
+	mu.Lock()
+	defer mu.Unlock()
+	backends[b.Name()] = b
+}
+
+// Get returns the backend of a name; the error says how to get a gorun
+// that has it.
+func Get(name string) (Backend, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if b, ok := backends[name]; ok {
+		return b, nil
+	}
+	have := namesLocked()
+	if name == "cuda" {
+		return nil, fmt.Errorf("backend \"cuda\" is not in this gorun (it has %s): build one with `make build-cuda` (go build -tags cuda; needs cgo, CUDA's cuda.h and libcuda.so from nvidia-cuda-dev, and an NVIDIA GPU and driver to run)", strings.Join(have, ", "))
+	}
+	return nil, fmt.Errorf("unknown backend %q (this gorun has %s)", name, strings.Join(have, ", "))
+}
+
+// Names lists the registered backends, sorted.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	return namesLocked()
+}
+
+func namesLocked() []string {
+	var names []string
+	for n := range backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,332 @@
+// Package cpu is gorun's default backend: a Program's buffers live in one
+// host arena (a gorgonia.org/tensor tensor whose memory comes from the
+// backend's tensor.Engine), and its steps run the CPU kernels of package
+// ops. Collectives run through the host communicators (in-process shared
+// memory or MPI) directly on the arena.
+//
+// Importing the package registers the backend as "cpu".
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"unsafe"
+
+	"gorgonia.org/tensor"
+
+	"gorun/comm"
+	"gorun/datasets"
+	"gorun/engine"
+	"gorun/engine/backend"
+	"gorun/ops"
+)
+
+func init() { backend.Register(Backend{}) }
+
+// Backend opens CPU devices; every Program of the process gets one.
+type Backend struct{}
+
+// Name is "cpu".
+func (Backend) Name() string { return "cpu" }
+
+// Supports reports whether ops has a CPU kernel for op.
+func (Backend) Supports(op ops.Op) bool { return int(op) < ops.NumOps && ops.Kernels32[op] != nil }
+
+// Open returns a CPU device; the index only names it.
+func (Backend) Open(index int, _ backend.Options) (backend.Device, error) {
+	d := &Device{index: index, eng: Engine{}}
+	d.pcg = &rand.PCG{}
+	d.ctx.RNG = rand.New(d.pcg)
+	return d, nil
+}
+
+// Connect runs each device's collectives through its host communicator,
+// on the device's arena.
+func (Backend) Connect(devs []backend.Device, host []comm.Communicator) ([]backend.Collectives, error) {
+	if len(devs) != len(host) {
+		return nil, fmt.Errorf("cpu: %d devices and %d communicators", len(devs), len(host))
+	}
+	out := make([]backend.Collectives, len(devs))
+	for i, dv := range devs {
+		d, ok := dv.(*Device)
+		if !ok {
+			return nil, fmt.Errorf("cpu: device %s is not a CPU device", dv.Name())
+		}
+		out[i] = &collectives{d: d, c: host[i]}
+	}
+	return out, nil
+}
+
+// Engine is the CPU backend's tensor.Engine: gorgonia's standard engine,
+// whose memory is Go heap memory.
+type Engine struct{ tensor.StdEng }
+
+// Device is one CPU device: a Program's arena and the kernels' context.
+type Device struct {
+	index int
+	eng   Engine
+	prog  *engine.Program
+	arena *tensor.Dense
+	f32   []float32 // the arena's memory as floats
+	i32   []int32   // the same memory as int32
+	bufs  []ops.Buf[float32]
+	tens  []*tensor.Dense
+	// bound holds each step's kernel arguments, by Step.ID, so running a
+	// step allocates nothing.
+	bound   []bound
+	batched []int // IDs of batched buffers
+	ctx     ops.Ctx[float32]
+	pcg     *rand.PCG // the state behind ctx.RNG
+}
+
+type bound struct {
+	kernel   ops.Kernel[float32]
+	attrs    ops.Attrs // Accumulate false
+	accAttrs ops.Attrs // Accumulate true
+	in, out  []*ops.Buf[float32]
+}
+
+var _ backend.Device = (*Device)(nil)
+
+// Name is "cpu:INDEX".
+func (d *Device) Name() string { return fmt.Sprintf("cpu:%d", d.index) }
+
+// Engine returns the device's tensor.Engine.
+func (d *Device) Engine() tensor.Engine { return d.eng }
+
+// Load allocates the program's arena and binds every step to its kernel.
+func (d *Device) Load(prog *engine.Program) error {
+	if d.prog != nil {
+		return fmt.Errorf("%s: a device loads one program", d.Name())
+	}
+	d.prog = prog
+	d.arena = tensor.New(tensor.WithShape(max(prog.ArenaElems, 1)), tensor.Of(tensor.Float32), tensor.WithEngine(d.eng))
+	d.f32 = d.arena.Data().([]float32)[:prog.ArenaElems]
+	d.i32 = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(d.f32))), len(d.f32))
+	d.bufs = make([]ops.Buf[float32], len(prog.Buffers))
+	d.tens = make([]*tensor.Dense, len(prog.Buffers))
+	for i, b := range prog.Buffers {
+		kb := &d.bufs[i]
+		kb.Shape = append([]int(nil), b.Max...)
+		lo, hi := b.Offset, b.Offset+b.Elems()
+		if b.DType == engine.Int32 {
+			kb.Idx = d.i32[lo:hi:hi]
+			d.tens[i] = tensor.New(tensor.WithShape(tshape(b.Max)...), tensor.WithBacking(kb.Idx))
+		} else {
+			kb.Data = d.f32[lo:hi:hi]
+			d.tens[i] = tensor.New(tensor.WithShape(tshape(b.Max)...), tensor.WithBacking(kb.Data))
+		}
+		if b.Batched {
+			d.batched = append(d.batched, i)
+		}
+	}
+	if prog.Work != nil {
+		d.ctx.Work = d.bufs[prog.Work.ID].Data
+	}
+	d.bufs[prog.LossSeed.ID].Data[0] = 1
+	n := 0
+	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
+		for _, st := range steps {
+			n = max(n, st.ID+1)
+		}
+	}
+	d.bound = make([]bound, n)
+	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
+		for _, st := range steps {
+			if st.Kind != engine.KernelStep {
+				continue
+			}
+			k := ops.Kernels32[st.Op]
+			if k == nil {
+				return fmt.Errorf("%s: no CPU kernel for op %s", d.Name(), st.Op)
+			}
+			bd := bound{kernel: k, attrs: st.Attrs, accAttrs: st.Attrs}
+			bd.attrs.Accumulate, bd.accAttrs.Accumulate = false, true
+			bd.in = make([]*ops.Buf[float32], len(st.In))
+			for i, b := range st.In {
+				if b != nil {
+					bd.in[i] = &d.bufs[b.ID]
+				}
+			}
+			bd.out = make([]*ops.Buf[float32], len(st.Out))
+			for i, b := range st.Out {
+				bd.out[i] = &d.bufs[b.ID]
+			}
+			d.bound[st.ID] = bd
+		}
+	}
+	return nil
+}
+
+// tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
+func tshape(s []int) []int {
+	if len(s) == 0 {
+		return []int{1}
+	}
+	return s
+}
+
+// Tensor is buffer b's tensor, over the arena.
+func (d *Device) Tensor(b *engine.Buffer) *tensor.Dense { return d.tens[b.ID] }
+
+// Buf is buffer b as the kernels see it: its memory and live shape. Tests
+// and host-side tools read and write it directly on a CPU device.
+func (d *Device) Buf(b *engine.Buffer) *ops.Buf[float32] { return &d.bufs[b.ID] }
+
+// SetBatch sets the live batch of every batched buffer.
+func (d *Device) SetBatch(n int) {
+	for _, id := range d.batched {
+		d.bufs[id].Shape[0] = n
+	}
+}
+
+// Exec runs a kernel or copy step.
+func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
+	switch st.Kind {
+	case engine.KernelStep:
+		bd := &d.bound[st.ID]
+		d.ctx.LossScale = rc.LossScale
+		d.ctx.Step = rc.Step
+		a := &bd.attrs
+		if st.Acc && !rc.First {
+			a = &bd.accAttrs
+		}
+		bd.kernel(&d.ctx, a, bd.in, bd.out)
+	case engine.CopyStep:
+		in, out := &d.bufs[st.In[0].ID], &d.bufs[st.Out[0].ID]
+		n := in.Len()
+		if in.Idx != nil {
+			copy(out.Idx[:n], in.Idx[:n])
+		} else {
+			copy(out.Data[:n], in.Data[:n])
+		}
+	default:
+		return fmt.Errorf("%s: step %d (%s) is not a kernel or copy step", d.Name(), st.ID, st.Layer)
+	}
+	return nil
+}
+
+func (d *Device) span(b *engine.Buffer, off, n int) (int, int, error) {
+	if off < 0 || n < 0 || off+n > b.Elems() {
+		return 0, 0, fmt.Errorf("%s: elements [%d:%d] of buffer %s (%d elements)", d.Name(), off, off+n, b.Name, b.Elems())
+	}
+	return b.Offset + off, b.Offset + off + n, nil
+}
+
+// UploadF32 copies src into b from element off.
+func (d *Device) UploadF32(b *engine.Buffer, off int, src []float32) error {
+	lo, hi, err := d.span(b, off, len(src))
+	if err == nil {
+		copy(d.f32[lo:hi], src)
+	}
+	return err
+}
+
+// UploadI32 copies src into b from element off.
+func (d *Device) UploadI32(b *engine.Buffer, off int, src []int32) error {
+	lo, hi, err := d.span(b, off, len(src))
+	if err == nil {
+		copy(d.i32[lo:hi], src)
+	}
+	return err
+}
+
+// DownloadF32 copies b's elements from off into dst.
+func (d *Device) DownloadF32(b *engine.Buffer, off int, dst []float32) error {
+	lo, hi, err := d.span(b, off, len(dst))
+	if err == nil {
+		copy(dst, d.f32[lo:hi])
+	}
+	return err
+}
+
+// DownloadI32 copies b's elements from off into dst.
+func (d *Device) DownloadI32(b *engine.Buffer, off int, dst []int32) error {
+	lo, hi, err := d.span(b, off, len(dst))
+	if err == nil {
+		copy(dst, d.i32[lo:hi])
+	}
+	return err
+}
+
+// Zero clears b.
+func (d *Device) Zero(b *engine.Buffer) error {
+	clear(d.f32[b.Offset : b.Offset+b.Elems()])
+	return nil
+}
+
+type hostData struct{ datasets.Dataset }
+
+// LoadData keeps the dataset where it is: CPU kernels read host memory.
+func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) { return hostData{ds}, nil }
+
+// Gather fills the live batch of input and target with samples idx.
+func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buffer) error {
+	h, ok := data.(hostData)
+	if !ok {
+		return fmt.Errorf("%s: data was not loaded by a CPU device", d.Name())
+	}
+	n := len(idx)
+	if n > input.Max[0] {
+		return fmt.Errorf("%s: %d samples for a batch of %d", d.Name(), n, input.Max[0])
+	}
+	per := input.Elems() / input.Max[0]
+	h.Fill(idx, d.bufs[input.ID].Data[:n*per], d.bufs[target.ID].Idx[:n])
+	return nil
+}
+
+// SeedRNG seeds the dropout RNG (a PCG).
+func (d *Device) SeedRNG(seed, stream uint64) { d.pcg.Seed(seed, stream) }
+
+// RNGState is the dropout RNG's state.
+func (d *Device) RNGState() ([]byte, error) { return d.pcg.MarshalBinary() }
+
+// SetRNGState restores the dropout RNG's state.
+func (d *Device) SetRNGState(b []byte) error { return d.pcg.UnmarshalBinary(b) }
+
+// Sync returns at once: CPU kernels are done when Exec returns.
+func (d *Device) Sync() error { return nil }
+
+// Close drops the arena.
+func (d *Device) Close() error {
+	d.arena, d.f32, d.i32, d.bufs, d.tens = nil, nil, nil, nil, nil
+	return nil
+}
+
+// collectives run a CPU device's collectives through its host communicator.
+type collectives struct {
+	d *Device
+	c comm.Communicator
+}
+
+func (c *collectives) span(b *engine.Buffer, off, n int) ([]float32, error) {
+	lo, hi, err := c.d.span(b, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return c.d.f32[lo:hi], nil
+}
+
+func (c *collectives) AllReduce(b *engine.Buffer, off, n int, op comm.ReduceOp, t comm.Tag) error {
+	buf, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	return c.c.AllReduce(buf, op, t)
+}
+
+func (c *collectives) Reduce(b *engine.Buffer, off, n, root int, op comm.ReduceOp, t comm.Tag) error {
+	buf, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	return c.c.Reduce(buf, root, op, t)
+}
+
+func (c *collectives) Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) error {
+	buf, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	return c.c.Broadcast(buf, root, t)
+}

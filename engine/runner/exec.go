@@ -1,0 +1,220 @@
+package runner
+
+import (
+	"fmt"
+	"time"
+
+	"gorun/comm"
+	"gorun/engine"
+	"gorun/engine/backend"
+)
+
+// device is the step executor of one rank: it walks its Program's steps on
+// a backend Device, hands collectives to its group and keeps the run state
+// the Plan must not hold (optimizer step, accumulate flags, RNG on the
+// device). Everything it touches per step is allocated before the first.
+type device struct {
+	rank int
+	prog *engine.Program
+	dev  backend.Device
+	// coll runs collectives over the device's buffers and host over host
+	// values (losses, counts); both nil with one device.
+	coll backend.Collectives
+	host comm.Communicator
+	rc   backend.RunCtx
+	step int // optimizer steps taken
+	// eager is set when the device must run step by step even if it can
+	// replay a whole micro-batch.
+	eager bool
+	// shareState is set when every rank holds optimizer state (all but a
+	// parameter server), so resuming broadcasts it too.
+	shareState bool
+	commTime   time.Duration // time in collectives during the current step
+	scalar     [2]float32    // for sum2
+	loss       [1]float32    // the loss read back once per optimizer step
+
+	// With overlap, gradient collectives go to a goroutine of their own
+	// (async) so backward goes on while they run; pending counts those not
+	// yet waited for, and the optimizer waits for them all.
+	async   chan *engine.Step
+	results chan asyncResult
+	pending int
+
+	progress    *progress // where this rank's run stands
+	interrupted bool      // the ranks agreed to stop (RunOptions.Interrupt)
+	train, eval backend.Data
+	out         []float32 // evaluation outputs read back
+	labels      []int32   // evaluation targets read back
+}
+
+type asyncResult struct {
+	err error
+	dt  time.Duration
+}
+
+// startAsync starts the device's collective goroutine.
+func (d *device) startAsync() {
+	d.async = make(chan *engine.Step, len(d.prog.Steps))
+	d.results = make(chan asyncResult, len(d.prog.Steps))
+	go func() {
+		for st := range d.async {
+			t0 := time.Now()
+			err := d.collective(st)
+			d.results <- asyncResult{err, time.Since(t0)}
+		}
+	}()
+}
+
+// stopAsync ends the collective goroutine.
+func (d *device) stopAsync() {
+	if d.async != nil {
+		close(d.async)
+	}
+}
+
+// wait waits for every collective in flight and returns the first error.
+func (d *device) wait() error {
+	var first error
+	for ; d.pending > 0; d.pending-- {
+		r := <-d.results
+		d.commTime += r.dt
+		if r.err != nil && first == nil {
+			first = r.err
+		}
+	}
+	return first
+}
+
+// runStep runs one micro-batch of the training Program: forward and
+// backward; with last set, also the collectives and the optimizer update.
+// first tells whether gradients and the loss are written (true) or
+// accumulated.
+func (d *device) runStep(first, last bool) error {
+	d.rc.First, d.rc.Last = first, last
+	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
+		return r.RunTrain(d.prog, &d.rc, d.coll)
+	}
+	for _, st := range d.prog.Steps {
+		if !last && (st.Phase == engine.PhaseSync || st.Phase == engine.PhaseUpdate) {
+			continue
+		}
+		if st.Phase == engine.PhaseUpdate && d.pending > 0 {
+			if err := d.wait(); err != nil {
+				return err
+			}
+		}
+		if st.Phase == engine.PhaseSync && d.async != nil {
+			d.async <- st
+			d.pending++
+			continue
+		}
+		if err := d.exec(st); err != nil {
+			d.wait()
+			return err
+		}
+	}
+	return d.wait()
+}
+
+// exec runs one step.
+func (d *device) exec(st *engine.Step) error {
+	if st.Kind == engine.CollectiveStep {
+		t0 := time.Now()
+		err := d.collective(st)
+		d.commTime += time.Since(t0)
+		return err
+	}
+	if err := d.dev.Exec(st, &d.rc); err != nil {
+		return fmt.Errorf("%s: %w", st.Layer, err)
+	}
+	return nil
+}
+
+// evalBatch runs the forward pass without dropout on the live batch; first
+// starts the evaluation's loss sum.
+func (d *device) evalBatch(first bool) error {
+	d.rc.First = first
+	for _, st := range d.prog.Eval {
+		if err := d.exec(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// collective runs a collective step.
+func (d *device) collective(st *engine.Step) error {
+	c := st.Collective
+	if st.Every > 0 && d.rc.Step%st.Every != 0 {
+		return nil
+	}
+	if d.coll == nil {
+		return nil
+	}
+	tag := comm.Tag{Name: c.Tag, Step: d.rc.Step}
+	switch c.Name {
+	case "allreduce":
+		op := comm.Sum
+		if c.Op == "mean" {
+			op = comm.Mean
+		}
+		return d.coll.AllReduce(c.Buffer, c.Offset, c.Elems, op, tag)
+	case "reduce":
+		return d.coll.Reduce(c.Buffer, c.Offset, c.Elems, c.Root, comm.Sum, tag)
+	case "broadcast":
+		return d.coll.Broadcast(c.Buffer, c.Offset, c.Elems, c.Root, tag)
+	}
+	return fmt.Errorf("unknown collective %q", c.Name)
+}
+
+// broadcastParams sends rank 0's parameters (and optimizer state) to
+// every rank: every run starts with it.
+func (d *device) broadcastParams() error {
+	if d.coll == nil {
+		return nil
+	}
+	arena := d.prog.ParamArena
+	if err := d.coll.Broadcast(arena, 0, arena.Elems(), 0, comm.Tag{Name: "initial parameters"}); err != nil {
+		return err
+	}
+	if !d.shareState {
+		return nil
+	}
+	for i, st := range d.prog.State {
+		for _, b := range st {
+			if err := d.coll.Broadcast(b, 0, b.Elems(), 0, comm.Tag{Name: fmt.Sprintf("optimizer state %d", i)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sum2 adds a and b over all ranks, in one collective of host values.
+func (d *device) sum2(a, b float64, what string, step int) (float64, float64, error) {
+	if d.host == nil {
+		return a, b, nil
+	}
+	d.scalar = [2]float32{float32(a), float32(b)}
+	if err := d.host.AllReduce(d.scalar[:], comm.Sum, comm.Tag{Name: what, Step: step}); err != nil {
+		return 0, 0, err
+	}
+	return float64(d.scalar[0]), float64(d.scalar[1]), nil
+}
+
+// barrier waits for every rank.
+func (d *device) barrier(what string, step int) error {
+	if d.host == nil {
+		return nil
+	}
+	return d.host.Barrier(comm.Tag{Name: what, Step: step})
+}
+
+// readLoss reads the loss buffer: the sum of the micro-batches' scaled
+// losses since the last First.
+func (d *device) readLoss() (float64, error) {
+	if err := d.dev.DownloadF32(d.prog.Loss, 0, d.loss[:]); err != nil {
+		return 0, err
+	}
+	return float64(d.loss[0]), nil
+}

@@ -1,0 +1,630 @@
+// Package runner is the run half of gorun's engine: it takes a compiled
+// Plan (package engine) and trains it. It opens a backend Device per
+// Program of this process (package engine/backend), joins them into a
+// group for collectives, feeds each rank its shard, and drives the epochs:
+//
+//   - the step executor (exec.go) walks a Program's steps on its Device,
+//     with gradient collectives overlapping backward;
+//   - the epoch loop (run.go) decides each optimizer step's micro-batches,
+//     loss scale and stop requests;
+//   - the observer (observe.go) turns rank 0's steps and epochs into
+//     metrics.jsonl lines, log lines and callbacks;
+//   - the checkpoint policy (checkpoint.go) saves, prunes and restores
+//     checkpoints, best and final parameters.
+//
+// The runner never touches buffer memory: it moves data through the
+// Device (upload, download, gather).
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorun/comm"
+	"gorun/datasets"
+	"gorun/engine"
+	"gorun/engine/backend"
+	_ "gorun/engine/backend/cpu" // the default backend
+	"gorun/engine/spec"
+)
+
+// RunOptions are the run's settings that are not in the script.
+type RunOptions struct {
+	// Out is the run folder (metrics.jsonl, checkpoints); "" writes nothing.
+	Out string
+	// Log receives one line per epoch (and per rank when there are
+	// several); nil discards them.
+	Log io.Writer
+	// Verbose adds a line per optimizer step to Log.
+	Verbose bool
+	// Train and Eval replace the datasets the Spec names (tests use this).
+	// Eval is used only when the Spec has an eval set or Eval is set.
+	Train, Eval datasets.Dataset
+	// OnEpoch, OnStep and OnEpochEnd, when set, are called by rank 0 when
+	// an epoch begins, after every optimizer step, and when the epoch's
+	// steps are done (before evaluation). They must not block for long.
+	OnEpoch    func(EpochInfo)
+	OnStep     func(StepMetrics)
+	OnEpochEnd func(epoch int)
+	// Init is a safetensors file of initial parameters (--init).
+	Init string
+	// Resume is a run folder to continue from its newest checkpoint
+	// (--resume); Out defaults to it.
+	Resume string
+	// Interrupt, when set and true, stops the run after the step under
+	// way (every rank after the same step) and saves a checkpoint; the
+	// CLI sets it on SIGINT and SIGTERM.
+	Interrupt *atomic.Bool
+	// Backend overrides the cluster's backend name (tests).
+	Backend string
+	// Eager runs every step on its own on backends that can replay a whole
+	// step as one launch (CUDA graphs).
+	Eager bool
+	// Libraries are paths to try first for a backend's shared libraries,
+	// by name ("cublas", "nccl").
+	Libraries map[string]string
+}
+
+// Result sums a finished run.
+type Result struct {
+	Steps        int     // optimizer steps taken
+	Epochs       int     // epochs begun
+	Samples      int64   // training samples fed by this process (a resumed run: since resuming)
+	TrainSeconds float64 // time in training steps (evaluation excluded)
+	WallSeconds  float64
+	// TrainSamplesPerS is Samples / TrainSeconds.
+	TrainSamplesPerS float64
+	// TestAccuracy and TestLoss are from the last evaluation (NaN if none).
+	TestAccuracy, TestLoss float64
+	// FinalLoss is the last step's loss.
+	FinalLoss    float64
+	PeakRSSBytes int64
+	// Interrupted is set when RunOptions.Interrupt stopped the run.
+	Interrupted bool
+	// Params holds each local rank's final parameter arena, in the
+	// Program's arena order (Program.Params give each parameter's place).
+	Params [][]float32
+}
+
+// EpochInfo describes an epoch as it begins.
+type EpochInfo struct {
+	Epoch, Epochs int   // 1-based epoch, of Epochs
+	Steps         int   // optimizer steps in the epoch
+	Samples       int64 // training samples in the epoch, across ranks
+	Done          int64 // samples already done (a resumed epoch)
+}
+
+// runState is what the ranks of one run share.
+type runState struct {
+	plan      *engine.Plan
+	opts      RunOptions
+	train     datasets.Dataset
+	eval      datasets.Dataset
+	devices   []*device
+	backend   backend.Backend
+	group     *comm.Group // the in-process group, with several devices
+	metrics   *metrics
+	start     time.Time
+	schedules []*engine.Schedule
+	schedOnce []sync.Once
+	schedErr  []error
+	res       Result
+	log       io.Writer
+	resume    *progress // nil for a fresh run
+	best      float64   // best eval accuracy so far
+}
+
+// Run trains the plan: it loads the data, opens the devices, initialises
+// the parameters (seed from the Spec), broadcasts them from rank 0, and
+// runs every epoch, evaluating after each when there is an eval set.
+func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
+	s := p.Spec
+	rs := &runState{plan: p, opts: opts, train: opts.Train, eval: opts.Eval, log: opts.Log, start: time.Now()}
+	rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
+	if rs.log == nil {
+		rs.log = io.Discard
+	}
+	rs.log = &lockedWriter{w: rs.log} // ranks log from their own goroutines
+	var err error
+	if rs.train == nil {
+		if rs.train, err = engine.LoadData(&s.Data); err != nil {
+			return nil, err
+		}
+	}
+	if rs.eval == nil && s.Eval != nil {
+		if rs.eval, err = engine.LoadData(s.Eval); err != nil {
+			return nil, err
+		}
+	}
+	if rs.opts.Out == "" {
+		rs.opts.Out = opts.Resume
+	}
+	if err := rs.openDevices(); err != nil {
+		return nil, err
+	}
+	defer rs.closeDevices()
+	if err := rs.initParams(); err != nil {
+		return nil, err
+	}
+	if opts.Resume != "" {
+		if rs.resume, err = rs.loadCheckpoint(opts.Resume); err != nil {
+			return nil, err
+		}
+		rs.best = rs.resume.BestAccuracy
+		rs.res.Steps = rs.resume.Step
+		if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
+			return nil, err
+		}
+	}
+	if rs.metrics, err = openMetrics(rs.opts.Out, rs.resume != nil); err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	defer rs.metrics.close()
+	if err := rs.connect(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, d := range rs.devices {
+			d.stopAsync()
+		}
+	}()
+	rs.schedules = make([]*engine.Schedule, s.Epochs)
+	rs.schedOnce = make([]sync.Once, s.Epochs)
+	rs.schedErr = make([]error, s.Epochs)
+
+	// The first epoch's shards are computed (and a strategy's mistakes
+	// reported) before any rank starts.
+	first := 0
+	if rs.resume != nil {
+		first = rs.resume.Epoch
+	}
+	if first < s.Epochs {
+		if _, err := rs.schedule(first); err != nil {
+			return nil, err
+		}
+	}
+	if err := rs.runRanks(); err != nil {
+		return nil, err
+	}
+	if err := rs.finalParams(); err != nil {
+		return nil, err
+	}
+	return &rs.res, rs.summary()
+}
+
+// openDevices opens a backend device per Program, loads its Program and
+// makes the datasets resident on it.
+func (rs *runState) openDevices() error {
+	p, s := rs.plan, rs.plan.Spec
+	name := p.Cluster.Backend
+	if rs.opts.Backend != "" {
+		name = rs.opts.Backend
+	}
+	if name == "" {
+		name = "cpu"
+	}
+	be, err := backend.Get(name)
+	if err != nil {
+		return clusterErr(p, err)
+	}
+	rs.backend = be
+	bopts := backend.Options{Eager: rs.opts.Eager, Libraries: rs.opts.Libraries}
+	for _, prog := range p.Devices {
+		dev, err := be.Open(prog.Rank, bopts)
+		if err != nil {
+			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
+		}
+		d := &device{rank: prog.Rank, prog: prog, dev: dev, eager: bopts.Eager,
+			shareState: s.Sync.Kind != spec.SyncParameterServer}
+		rs.devices = append(rs.devices, d)
+		if err := dev.Load(prog); err != nil {
+			return fmt.Errorf("%s: %w", dev.Name(), err)
+		}
+		// Each device's dropout RNG: from the seed, a stream per rank.
+		dev.SeedRNG(uint64(s.Seed), uint64(prog.Rank)+0x9e3779b97f4a7c15)
+		if d.train, err = dev.LoadData(rs.train); err != nil {
+			return fmt.Errorf("%s: training data: %w", dev.Name(), err)
+		}
+		if rs.eval != nil {
+			if d.eval, err = dev.LoadData(rs.eval); err != nil {
+				return fmt.Errorf("%s: evaluation data: %w", dev.Name(), err)
+			}
+			d.out = make([]float32, prog.Output.Elems())
+			d.labels = make([]int32, prog.Target.Elems())
+		}
+	}
+	return nil
+}
+
+func clusterErr(p *engine.Plan, err error) error {
+	if p.Cluster.File != "" {
+		return fmt.Errorf("%s: %w", p.Cluster.File, err)
+	}
+	return err
+}
+
+func (rs *runState) closeDevices() {
+	for _, d := range rs.devices {
+		d.dev.Close()
+	}
+}
+
+// initParams sets rank 0's parameters as PyTorch initialises them (or
+// from --init) and clears gradients and optimizer state everywhere.
+func (rs *runState) initParams() error {
+	p := rs.plan
+	for _, d := range rs.devices {
+		if err := d.dev.Zero(d.prog.GradArena); err != nil {
+			return err
+		}
+		for _, st := range d.prog.State {
+			for _, b := range st {
+				if err := d.dev.Zero(b); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	root := rs.devices[0]
+	if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
+		return err
+	}
+	if rs.opts.Init != "" {
+		if err := rs.loadParams(rs.opts.Init); err != nil {
+			return fmt.Errorf("--init: %w", err)
+		}
+	}
+	return nil
+}
+
+// connect joins the devices into a group for collectives, and starts the
+// collective goroutines that overlap backward.
+func (rs *runState) connect() error {
+	p, s := rs.plan, rs.plan.Spec
+	n := len(rs.devices)
+	if n == 1 {
+		return nil
+	}
+	alg, err := comm.ParseAlgorithm(p.Cluster.Algorithm)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	g, err := comm.NewInProc(n, comm.Options{Algorithm: alg, Timeout: p.Cluster.Timeout})
+	if err != nil {
+		return err
+	}
+	rs.group = g
+	host := make([]comm.Communicator, n)
+	devs := make([]backend.Device, n)
+	for r, d := range rs.devices {
+		host[r], devs[r] = g.Rank(r), d.dev
+		d.host = host[r]
+	}
+	colls, err := rs.backend.Connect(devs, host)
+	if err != nil {
+		return err
+	}
+	for r, d := range rs.devices {
+		d.coll = colls[r]
+		if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Overlap {
+			d.startAsync()
+		}
+	}
+	return nil
+}
+
+// abort releases every rank waiting in a collective after one failed.
+func (rs *runState) abort(err error) {
+	if rs.group != nil {
+		rs.group.Abort(err)
+	}
+}
+
+// runRanks runs every rank's loop, each in its own goroutine when there are
+// several. The first error aborts the others' collectives so none hangs.
+func (rs *runState) runRanks() error {
+	n := len(rs.devices)
+	if n == 1 {
+		return rs.rankLoop(rs.devices[0])
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			if err := rs.rankLoop(rs.devices[r]); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				rs.abort(errs[r])
+			}
+		}(r)
+	}
+	wg.Wait()
+	// Report the failures that caused the others (ranks aborted because
+	// another failed say nothing new).
+	var causes []error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, comm.ErrAborted) {
+			causes = append(causes, err)
+		}
+	}
+	if len(causes) == 0 {
+		return errors.Join(errs...)
+	}
+	return errors.Join(causes...)
+}
+
+// schedule returns epoch e's batches, computing them once for all ranks.
+func (rs *runState) schedule(e int) (*engine.Schedule, error) {
+	rs.schedOnce[e].Do(func() {
+		shards, policy, err := rs.plan.Shards(e, rs.train)
+		if err != nil {
+			rs.schedErr[e] = err
+			return
+		}
+		rs.schedules[e] = engine.NewSchedule(shards, rs.plan.LocalBatch, policy)
+		// Ranks stay within a step of each other (every step ends with a
+		// collective), so none still reads the schedule of two epochs ago.
+		if e >= 2 {
+			rs.schedules[e-2] = nil
+		}
+	})
+	return rs.schedules[e], rs.schedErr[e]
+}
+
+// rankLoop is one rank's whole run: the initial broadcast, the epochs, and
+// the final parameters.
+func (rs *runState) rankLoop(d *device) error {
+	p, s := rs.plan, rs.plan.Spec
+	// Every run starts from rank 0's parameters, except a resumed run
+	// whose ranks kept parameters of their own.
+	if rs.resume == nil || !p.LocalLoss() {
+		if err := d.broadcastParams(); err != nil {
+			return err
+		}
+	}
+	pr := rs.startProgress()
+	d.progress = pr
+	for epoch := pr.Epoch; epoch < s.Epochs && !rs.stopped(d); epoch++ {
+		done, err := rs.runEpoch(d, pr, epoch)
+		if err != nil {
+			return err
+		}
+		if !done {
+			break
+		}
+	}
+	if pr.Micro > 0 && rs.stopped(d) {
+		// Stopped inside an epoch: save where it stands so --resume goes on.
+		if err := rs.checkpoint(d, pr); err != nil {
+			return err
+		}
+	}
+	if d.rank == 0 {
+		rs.res.Interrupted = d.interrupted
+		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startProgress is where a rank starts: the beginning, or the checkpoint
+// it resumes.
+func (rs *runState) startProgress() *progress {
+	world := len(rs.devices)
+	pr := &progress{RankLoss: make([]float64, world), RankCount: make([]float64, world)}
+	if rs.resume != nil {
+		*pr = *rs.resume
+		pr.RankLoss = append(make([]float64, 0, world), rs.resume.RankLoss...)
+		pr.RankCount = append(make([]float64, 0, world), rs.resume.RankCount...)
+		for len(pr.RankLoss) < world {
+			pr.RankLoss, pr.RankCount = append(pr.RankLoss, 0), append(pr.RankCount, 0)
+		}
+	}
+	return pr
+}
+
+// stopped reports whether the rank is to stop: interrupted, or max_steps
+// reached.
+func (rs *runState) stopped(d *device) bool {
+	s := rs.plan.Spec
+	return d.interrupted || (s.MaxSteps > 0 && d.step >= s.MaxSteps)
+}
+
+// runEpoch runs one epoch's optimizer steps, then (unless interrupted) its
+// evaluation and checkpoint. It reports whether the epoch ran to its end.
+func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
+	s := rs.plan.Spec
+	sc, err := rs.schedule(epoch)
+	if err != nil {
+		return false, err
+	}
+	if sc.Steps == 0 {
+		return false, fmt.Errorf("epoch %d has no full step: a shard is smaller than its micro-batch (uneven = %q)", epoch+1, s.Uneven)
+	}
+	if epoch != pr.Epoch {
+		pr.Epoch, pr.Micro = epoch, 0
+		pr.GlobalLoss, pr.GlobalCount, pr.TrainSeconds = 0, 0, 0
+		clear(pr.RankLoss)
+		clear(pr.RankCount)
+	}
+	if d.rank == 0 {
+		rs.epochBegins(sc, pr, epoch)
+	}
+	epochStart := time.Now()
+	for g0 := pr.Micro; g0 < sc.Steps && !rs.stopped(d); g0 += s.Accumulate {
+		if err := rs.optimizerStep(d, pr, sc, epoch, g0, min(g0+s.Accumulate, sc.Steps)); err != nil {
+			return false, err
+		}
+	}
+	if d.rank == 0 && rs.opts.OnEpochEnd != nil {
+		rs.opts.OnEpochEnd(epoch + 1)
+	}
+	// The epoch's results, also for an epoch cut short by max_steps (but
+	// not by an interrupt, which wants out quickly).
+	if d.interrupted {
+		return false, nil
+	}
+	if err := rs.endEpoch(d, pr, epoch, time.Since(epochStart)); err != nil {
+		return false, err
+	}
+	if pr.Micro < sc.Steps {
+		return false, nil // stopped by max_steps inside the epoch
+	}
+	pr.Epoch, pr.Micro = epoch+1, 0
+	return true, rs.checkpoint(d, pr)
+}
+
+// optimizerStep runs micro-steps [g0, g1) of the epoch's schedule as one
+// optimizer step: the micro-batches' forward and backward passes, the
+// collectives and the update; then the ranks agree on the step's loss and
+// on whether to stop.
+func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, epoch, g0, g1 int) error {
+	p, s := rs.plan, rs.plan.Spec
+	t0 := time.Now()
+	total := 0
+	for m := g0; m < g1; m++ {
+		total += sc.Count(m)
+	}
+	denom := total
+	if p.LocalLoss() {
+		denom = 0
+		for m := g0; m < g1; m++ {
+			denom += len(sc.Slice(d.rank, m))
+		}
+	}
+	scale := 1.0
+	if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Op == "sum" {
+		scale = float64(len(rs.devices)) // each rank's gradient is a local mean
+	}
+	d.rc.LossScale = scale / float64(max(denom, 1))
+	d.rc.Step = d.step + 1
+	d.commTime = 0
+	for m := g0; m < g1; m++ {
+		idx := sc.Slice(d.rank, m)
+		d.dev.SetBatch(len(idx))
+		if err := d.dev.Gather(d.train, idx, d.prog.Input, d.prog.Target); err != nil {
+			return err
+		}
+		if err := d.runStep(m == g0, m == g1-1); err != nil {
+			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+		}
+		pr.RankCount[d.rank] += float64(len(idx))
+	}
+	// The loss sums the micro-batches on the device: read once a step.
+	local, err := d.readLoss()
+	if err != nil {
+		return err
+	}
+	d.step++
+	pr.Step, pr.Micro = d.step, g1
+	// This rank's summed loss; the step's loss is the mean over every
+	// sample of the step, across ranks.
+	localSum := local * float64(max(denom, 1)) / scale
+	pr.RankLoss[d.rank] += localSum
+	// The loss sum and any stop request, agreed by every rank.
+	stop := 0.0
+	if rs.opts.Interrupt != nil && rs.opts.Interrupt.Load() {
+		stop = 1
+	}
+	sum, stops, err := d.sum2(localSum, stop, "loss", d.step)
+	if err != nil {
+		return err
+	}
+	d.interrupted = stops > 0
+	pr.GlobalLoss += sum
+	pr.GlobalCount += float64(total)
+	dt := time.Since(t0)
+	pr.TrainSeconds += dt.Seconds()
+	pr.Samples += int64(total)
+	if d.rank == 0 {
+		return rs.stepDone(d, epoch, sum/float64(total), total, dt)
+	}
+	return nil
+}
+
+// evaluate runs the forward pass over this rank's part of the eval set and
+// returns the accuracy and mean loss over the whole set (every sample
+// counted once across ranks).
+func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
+	p := rs.plan
+	prog := d.prog
+	lo, hi := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, len(rs.devices), prog.Rank)
+	batch := p.MaxBatch
+	classes := p.Classes
+	idx := make([]int, batch)
+	labels := rs.eval.Labels()
+	d.rc.LossScale = 1
+	var correct float64
+	for i := lo; i < hi; i += batch {
+		n := min(batch, hi-i)
+		for j := 0; j < n; j++ {
+			idx[j] = i + j
+		}
+		d.dev.SetBatch(n)
+		if err := d.dev.Gather(d.eval, idx[:n], prog.Input, prog.Target); err != nil {
+			return 0, 0, err
+		}
+		if err := d.evalBatch(i == lo); err != nil {
+			return 0, 0, err
+		}
+		out := d.out[:n*classes]
+		if err := d.dev.DownloadF32(prog.Output, 0, out); err != nil {
+			return 0, 0, err
+		}
+		for j := 0; j < n; j++ {
+			row := out[j*classes : (j+1)*classes]
+			best := 0
+			for c := 1; c < classes; c++ {
+				if row[c] > row[best] {
+					best = c
+				}
+			}
+			if int32(best) == labels[idx[j]] {
+				correct++
+			}
+		}
+	}
+	var lossSum float64
+	if hi > lo {
+		if lossSum, err = d.readLoss(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if correct, lossSum, err = d.sum2(correct, lossSum, "eval", d.step); err != nil {
+		return 0, 0, err
+	}
+	n := float64(rs.eval.Len())
+	return correct / n, lossSum / n, nil
+}
+
+// finalParams reads every local rank's final parameters into the Result.
+func (rs *runState) finalParams() error {
+	for _, d := range rs.devices {
+		v := make([]float32, d.prog.ParamArena.Elems())
+		if err := d.dev.DownloadF32(d.prog.ParamArena, 0, v); err != nil {
+			return err
+		}
+		rs.res.Params = append(rs.res.Params, v)
+	}
+	return nil
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
