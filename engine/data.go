@@ -66,7 +66,7 @@ func LoadData(d *spec.Data) (datasets.Dataset, error) {
 // without samples feeds none and adds nothing to the gradient).
 func (p *Plan) Shards(epoch int, ds datasets.Dataset) ([][]int, string, error) {
 	s := p.Spec
-	world := len(p.Devices)
+	world := p.World
 	if s.Partition == nil {
 		return batchShards(ds.Len(), s.BatchSize, p.Cluster.Weights, world, s.Seed+int64(epoch), s.Shuffle), "zero", nil
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"gorun/engine/spec"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -19,7 +20,11 @@ func (p *Plan) Describe(w io.Writer) error {
 		ew.printf("  load %s\n", l)
 	}
 	ew.printf("  devices %d (%s, %s), global batch %d split %v, accumulate %d, epochs %d, seed %d\n",
-		len(p.Devices), p.Cluster.Backend, p.Cluster.Transport, s.BatchSize, p.LocalBatch, s.Accumulate, s.Epochs, s.Seed)
+		p.World, p.Cluster.Backend, p.Cluster.Transport, s.BatchSize, p.LocalBatch, s.Accumulate, s.Epochs, s.Seed)
+	if procs := p.Cluster.ProcessCount(); procs > 1 {
+		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives reduce in memory inside a process, then once across processes (%s)\n",
+			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
+	}
 	ew.printf("  loss %s, optimizer %s (lr %g), sync %s\n", s.Loss, s.Optimizer.Kind, s.Optimizer.LR, describeSync(p))
 	if s.Partition != nil {
 		ew.printf("  partition %s, unequal shards: %s\n", s.Partition.Name, s.Uneven)
@@ -32,7 +37,7 @@ func (p *Plan) Describe(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%v\t%d\n", prm.Name, prm.Value.Shape, prm.Value.Elems())
 	}
 	tw.Flush()
-	if len(p.Devices) > 1 {
+	if p.World > 1 {
 		ew.printf("\ngradient buckets (%s, %g MB):\n", s.Sync.Kind, bucketMB(p))
 		at := map[string]int{}
 		for i, st := range p.Devices[0].Steps {
@@ -51,7 +56,7 @@ func (p *Plan) Describe(w io.Writer) error {
 			p.Cluster.Backend, p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
 			humanBytes(prog.MemoryBytes()-int64(prog.WorkElems())*4), humanBytes(int64(prog.WorkElems())*4))
 		tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\n")
+		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\tstream\n")
 		var moved int64
 		for i, st := range prog.Steps {
 			switch st.Kind {
@@ -68,21 +73,32 @@ func (p *Plan) Describe(w io.Writer) error {
 				if st.Every > 0 {
 					extra = fmt.Sprintf(", every %d steps", st.Every)
 				}
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\n", i+1, st.Phase, what, c.Buffer.Name,
-					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer)
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, what, c.Buffer.Name,
+					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st))
 				if st.Every == 0 {
 					moved += c.Bytes
 				}
 			default:
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.Op, shapes(st.In), shapes(st.Out), layerAt(st))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.Op, shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st))
 			}
 		}
 		tw.Flush()
-		if len(p.Devices) > 1 {
+		if p.World > 1 {
 			ew.printf("  collectives move %s per step (payload per rank)\n", humanBytes(moved))
 		}
 	}
 	return ew.err
+}
+
+// Stream says where a step runs on its device: "compute" for kernels and
+// copies; "comm" for collectives that overlap the backward pass (a stream
+// of their own on a GPU, a goroutine of their own on the CPU); "compute"
+// too for collectives that run in order with the kernels.
+func Stream(p *Plan, st *Step) string {
+	if st.Kind == CollectiveStep && st.Phase == PhaseSync && p.Spec.Sync.Kind == spec.SyncAllReduce && p.Spec.Sync.Overlap {
+		return "comm"
+	}
+	return "compute"
 }
 
 func layerAt(st *Step) string {

@@ -13,7 +13,7 @@ import (
 func (p *Plan) Dot(w io.Writer) error {
 	ew := &errWriter{w: w}
 	ew.printf("digraph plan {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n")
-	ew.printf("  label=%q;\n", fmt.Sprintf("%s: %d devices, global batch %d, %d parameters", p.Spec.Script, len(p.Devices), p.Spec.BatchSize, p.NumParam))
+	ew.printf("  label=%q;\n", fmt.Sprintf("%s: %d devices, global batch %d, %d parameters", p.Spec.Script, p.World, p.Spec.BatchSize, p.NumParam))
 	for _, prog := range p.Devices {
 		ew.printf("  subgraph cluster_%d {\n    label=%q;\n", prog.Rank,
 			fmt.Sprintf("device %d: batch %d, memory %s", prog.Rank, p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes())))

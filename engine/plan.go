@@ -24,8 +24,14 @@ type Plan struct {
 	LocalBatch []int
 	MaxBatch   int
 	// Buckets are the gradient buckets, in the order their all-reduce runs.
-	Buckets  []Bucket
+	Buckets []Bucket
+	// Devices are this process's Programs, one per local device, in rank
+	// order; World is the number of devices (ranks) of the whole run, and
+	// Process this process's index (its devices are ranks
+	// Process·len(Devices) on).
 	Devices  []*Program
+	World    int
+	Process  int
 	NumParam int // scalar parameters
 
 }
@@ -194,11 +200,21 @@ func (p *Program) WorkElems() int {
 // MemoryBytes is the memory the program's arena takes.
 func (p *Program) MemoryBytes() int64 { return int64(p.ArenaElems) * 4 }
 
-// Compile turns a Spec into a Plan for a cluster. It checks every shape,
-// places every collective and allocates every buffer; no data is read.
-func Compile(s *spec.Spec, c Cluster) (*Plan, error) {
+// Compile turns a Spec into a Plan for a cluster, for the cluster's first
+// process (the only one of a single-process run). It checks every shape,
+// places every collective and plans every buffer; no data is read.
+func Compile(s *spec.Spec, c Cluster) (*Plan, error) { return CompileProcess(s, c, 0) }
+
+// CompileProcess is Compile for process proc of the cluster's
+// ProcessCount(): the Plan holds the Programs of that process's devices
+// only (global ranks proc·Devices … proc·Devices+Devices-1), planned for the
+// whole world.
+func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if proc < 0 || proc >= c.ProcessCount() {
+		return nil, fmt.Errorf("process %d is not one of the cluster's %d processes", proc, c.ProcessCount())
 	}
 	info, err := datasetInfo(&s.Data)
 	if err != nil {
@@ -207,11 +223,11 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) {
 	if s.Accumulate < 1 {
 		s.Accumulate = 1
 	}
-	world := c.Devices
+	world := c.World()
 	if s.BatchSize < world {
 		return nil, fmt.Errorf("%s: batch_size %d is smaller than the %d devices: every device needs at least one sample", s.Pos, s.BatchSize, world)
 	}
-	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes}
+	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, World: world, Process: proc}
 	p.LocalBatch = SplitBatch(s.BatchSize, c.Weights, world)
 	for r, b := range p.LocalBatch {
 		if b == 0 {
@@ -231,7 +247,7 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) {
 		p.NumParam += prm.Value.Elems()
 	}
 	p.Buckets = planBuckets(g, s, c)
-	for r := 0; r < world; r++ {
+	for r := proc * c.Devices; r < (proc+1)*c.Devices; r++ {
 		prog, err := p.compileProgram(r)
 		if err != nil {
 			return nil, err
@@ -443,10 +459,12 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Steps = append(prog.Steps, st)
 		prog.Steps = append(prog.Steps, p.syncAfter(prog, i)...)
 	}
-	if p.Spec.Sync.Kind != spec.SyncParameterServer || r == p.Spec.Sync.Root || len(p.LocalBatch) == 1 {
-		if err := p.optimizerSteps(prog); err != nil {
-			return nil, err
-		}
+	// Every rank plans optimizer state; a parameter server's other ranks
+	// run no update, and their state buffers only carry the root's to
+	// rank 0 when a checkpoint is written.
+	update := p.Spec.Sync.Kind != spec.SyncParameterServer || r == p.Spec.Sync.Root || p.World == 1
+	if err := p.optimizerSteps(prog, update); err != nil {
+		return nil, err
 	}
 	prog.Steps = append(prog.Steps, p.postUpdate(prog)...)
 
@@ -487,8 +505,9 @@ func (prog *Program) kernelStep(n *Node, phase Phase) *Step {
 	return st
 }
 
-// optimizerSteps appends one optimizer step per parameter.
-func (p *Plan) optimizerSteps(prog *Program) error {
+// optimizerSteps plans the optimizer state of every parameter and, with
+// update set, appends one optimizer step per parameter.
+func (p *Plan) optimizerSteps(prog *Program, update bool) error {
 	o := p.Spec.Optimizer
 	prog.State = make([][]*Buffer, len(prog.Params))
 	for i, prm := range p.Graph.Params {
@@ -514,7 +533,9 @@ func (p *Plan) optimizerSteps(prog *Program) error {
 		default:
 			return fmt.Errorf("%s: unknown optimizer %q", o.Pos, o.Kind)
 		}
-		prog.Steps = append(prog.Steps, st)
+		if update {
+			prog.Steps = append(prog.Steps, st)
+		}
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 // global batch (gradients combined across ranks).
 func (p *Plan) LocalLoss() bool {
 	k := p.Spec.Sync.Kind
-	return len(p.Devices) > 1 && (k == spec.SyncLocalSGD || k == spec.SyncNone)
+	return p.World > 1 && (k == spec.SyncLocalSGD || k == spec.SyncNone)
 }
 
 // syncAfter returns the collectives to place right after backward node i:
@@ -20,7 +20,7 @@ func (p *Plan) LocalLoss() bool {
 // backward node.
 func (p *Plan) syncAfter(prog *Program, i int) []*Step {
 	s := p.Spec
-	if len(p.LocalBatch) == 1 {
+	if p.World == 1 {
 		return nil
 	}
 	var name string
@@ -56,7 +56,7 @@ func (p *Plan) syncAfter(prog *Program, i int) []*Step {
 // averages parameters every K steps.
 func (p *Plan) postUpdate(prog *Program) []*Step {
 	s := p.Spec
-	if len(p.LocalBatch) == 1 {
+	if p.World == 1 {
 		return nil
 	}
 	elems := prog.ParamArena.Elems()

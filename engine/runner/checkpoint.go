@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"gorun/comm"
 	"gorun/engine"
 	"gorun/engine/safetensors"
 	"gorun/engine/spec"
@@ -86,9 +89,10 @@ func download(d *device, b *engine.Buffer) ([]float32, error) {
 	return v, d.dev.DownloadF32(b, 0, v)
 }
 
-// saveCheckpoint writes a checkpoint of every rank's state. The ranks must
-// be stopped (the caller holds them at a barrier).
-func (rs *runState) saveCheckpoint(pr *progress) error {
+// saveCheckpoint writes a checkpoint of every rank's state, on rank 0,
+// from what gatherState brought there. The ranks must be stopped (the
+// caller holds them at a barrier).
+func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
 	p := rs.plan
 	dir := rs.opts.Out
 	if dir == "" {
@@ -98,40 +102,32 @@ func (rs *runState) saveCheckpoint(pr *progress) error {
 		return err
 	}
 	var state []safetensors.Tensor
-	for r, d := range rs.devices {
-		prog := d.prog
-		rng, err := d.dev.RNGState()
-		if err != nil {
-			return err
-		}
-		state = append(state, safetensors.U8(fmt.Sprintf("rank%d/rng", r), []int{len(rng)}, rng))
+	for r := 0; r < p.World; r++ {
+		state = append(state, safetensors.U8(fmt.Sprintf("rank%d/rng", r), []int{len(g.rng[r])}, g.rng[r]))
 		if r > 0 && p.LocalLoss() {
-			vals, err := rs.params(d)
-			if err != nil {
-				return err
-			}
 			for i, prm := range p.Graph.Params {
-				state = append(state, safetensors.F32(fmt.Sprintf("rank%d/%s", r, prm.Name), prm.Value.Shape, vals[i]))
+				b := d.prog.Params[i]
+				v := g.params[r][b.Offset-d.prog.ParamArena.Offset:][:b.Elems()]
+				state = append(state, safetensors.F32(fmt.Sprintf("rank%d/%s", r, prm.Name), prm.Value.Shape, v))
 			}
 		}
-		if r == 0 || p.LocalLoss() || (p.Spec.Sync.Kind == spec.SyncParameterServer && r == p.Spec.Sync.Root) {
-			for _, st := range prog.State {
+		if vals, ok := g.state[r]; ok {
+			k := 0
+			for _, st := range d.prog.State {
 				for _, b := range st {
-					v, err := download(d, b)
-					if err != nil {
-						return err
-					}
-					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, v))
+					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, vals[k]))
+					k++
 				}
 			}
 		}
 	}
+	pr.RankLoss, pr.RankCount = g.rankLoss, g.rankCount
 	meta := map[string]string{
 		"format":        ckptFormat,
 		"step":          strconv.Itoa(pr.Step),
 		"epoch":         strconv.Itoa(pr.Epoch),
 		"micro":         strconv.Itoa(pr.Micro),
-		"devices":       strconv.Itoa(len(rs.devices)),
+		"devices":       strconv.Itoa(p.World),
 		"sync":          string(p.Spec.Sync.Kind),
 		"seed":          strconv.FormatInt(p.Spec.Seed, 10),
 		"global_loss":   fmtF(pr.GlobalLoss),
@@ -302,7 +298,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if m["format"] != ckptFormat {
 		return nil, fmt.Errorf("%s: not a gorun checkpoint state (format %q)", statePath(params), m["format"])
 	}
-	if got := strconv.Itoa(len(rs.devices)); m["devices"] != got {
+	if got := strconv.Itoa(p.World); m["devices"] != got {
 		return nil, fmt.Errorf("--resume %s: the checkpoint was made with %s devices, this run has %s", dir, m["devices"], got)
 	}
 	if m["sync"] != string(p.Spec.Sync.Kind) {
@@ -326,8 +322,8 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
 	}
-	for r, d := range rs.devices {
-		prog := d.prog
+	for _, d := range rs.devices {
+		prog, r := d.prog, d.rank
 		if t, ok := sf.Get(fmt.Sprintf("rank%d/rng", r)); ok {
 			if err := d.dev.SetRNGState(t.Data); err != nil {
 				return nil, fmt.Errorf("%s: rank %d rng: %v", statePath(params), r, err)
@@ -385,7 +381,10 @@ func parseFs(s string) []float64 {
 }
 
 // checkpoint saves a checkpoint with every rank stopped at a barrier: after
-// every epoch, and where a run stops inside one.
+// every epoch, and where a run stops inside one. Every rank takes part:
+// what rank 0 writes of the others (RNG states, loss counts, their own
+// parameters and optimizer state where ranks differ) travels to it through
+// collectives, so ranks may be goroutines or processes alike.
 func (rs *runState) checkpoint(d *device, pr *progress) error {
 	if rs.opts.Out == "" {
 		return nil
@@ -393,20 +392,132 @@ func (rs *runState) checkpoint(d *device, pr *progress) error {
 	if err := d.barrier("checkpoint", d.step); err != nil {
 		return err
 	}
+	g, err := rs.gatherState(d, pr)
+	if err != nil {
+		return fmt.Errorf("checkpoint at step %d: %w", pr.Step, err)
+	}
 	if d.rank == 0 {
-		// Every rank's counts: rank 0 holds only its own; the others' are
-		// read from their progress after the barrier.
 		all := *pr
-		all.RankLoss = append([]float64(nil), pr.RankLoss...)
-		all.RankCount = append([]float64(nil), pr.RankCount...)
-		for r, od := range rs.devices {
-			if r > 0 && od.progress != nil {
-				all.RankLoss[r], all.RankCount[r] = od.progress.RankLoss[r], od.progress.RankCount[r]
-			}
-		}
-		if err := rs.saveCheckpoint(&all); err != nil {
+		if err := rs.saveCheckpoint(d, &all, g); err != nil {
 			return fmt.Errorf("checkpoint at step %d: %w", pr.Step, err)
 		}
 	}
 	return d.barrier("checkpoint saved", d.step)
+}
+
+// gathered is every rank's state as rank 0 writes it into a checkpoint.
+type gathered struct {
+	rng                 [][]byte  // by rank
+	rankLoss, rankCount []float64 // by rank
+	params              [][]float32
+	// state[r] holds rank r's optimizer state buffers (Program.State,
+	// flattened), for the ranks whose state the checkpoint keeps.
+	state map[int][][]float32
+}
+
+// rngWords bounds a device's RNG state (bytes in float32 words).
+const rngWords = 32
+
+// gatherState brings every rank's checkpoint state to every rank (rank 0
+// uses it): one all-gather of the RNG states and loss counts, all-gathers
+// of parameters and optimizer state when ranks hold their own (local SGD,
+// no sync), and a broadcast of a parameter server's optimizer state from
+// its root.
+func (rs *runState) gatherState(d *device, pr *progress) (*gathered, error) {
+	p := rs.plan
+	world := p.World
+	g := &gathered{state: map[int][][]float32{}}
+	rng, err := d.dev.RNGState()
+	if err != nil {
+		return nil, err
+	}
+	if len(rng) > 4*(rngWords-1) {
+		return nil, fmt.Errorf("%s: RNG state of %d bytes (at most %d)", d.dev.Name(), len(rng), 4*(rngWords-1))
+	}
+	const words = rngWords + 4
+	send := make([]float32, words)
+	send[0] = float32(len(rng))
+	for i := 0; i < len(rng); i += 4 {
+		var w [4]byte
+		copy(w[:], rng[i:])
+		send[1+i/4] = math.Float32frombits(binary.LittleEndian.Uint32(w[:]))
+	}
+	send[rngWords], send[rngWords+1] = splitF64(pr.RankLoss[d.rank])
+	send[rngWords+2], send[rngWords+3] = splitF64(pr.RankCount[d.rank])
+	all, err := d.gather(send, "checkpoint state")
+	if err != nil {
+		return nil, err
+	}
+	for r := 0; r < world; r++ {
+		w := all[r*words:][:words]
+		b := make([]byte, 4*(rngWords-1))
+		for i := 0; i < rngWords-1; i++ {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(w[1+i]))
+		}
+		g.rng = append(g.rng, b[:int(w[0])])
+		g.rankLoss = append(g.rankLoss, joinF64(w[rngWords], w[rngWords+1]))
+		g.rankCount = append(g.rankCount, joinF64(w[rngWords+2], w[rngWords+3]))
+	}
+	var local [][]float32
+	for _, st := range d.prog.State {
+		for _, b := range st {
+			v, err := download(d, b)
+			if err != nil {
+				return nil, err
+			}
+			local = append(local, v)
+		}
+	}
+	g.state[0] = local
+	switch {
+	case p.LocalLoss():
+		// Every rank keeps parameters and optimizer state of its own.
+		arena, err := download(d, d.prog.ParamArena)
+		if err != nil {
+			return nil, err
+		}
+		allp, err := d.gather(arena, "checkpoint parameters")
+		if err != nil {
+			return nil, err
+		}
+		n := len(arena)
+		for r := 0; r < world; r++ {
+			g.params = append(g.params, allp[r*n:][:n])
+		}
+		for k, v := range local {
+			allv, err := d.gather(v, fmt.Sprintf("checkpoint optimizer state %d", k))
+			if err != nil {
+				return nil, err
+			}
+			for r := 0; r < world; r++ {
+				if k == 0 {
+					g.state[r] = nil
+				}
+				g.state[r] = append(g.state[r], allv[r*len(v):][:len(v)])
+			}
+		}
+	case p.Spec.Sync.Kind == spec.SyncParameterServer && p.Spec.Sync.Root != 0 && world > 1:
+		// Only the root steps: its state travels to rank 0.
+		root := p.Spec.Sync.Root
+		for k, v := range local {
+			if err := d.host.Broadcast(v, root, comm.Tag{Name: fmt.Sprintf("checkpoint optimizer state %d", k), Step: d.step}); err != nil {
+				return nil, err
+			}
+		}
+		g.state[root] = local // now the root's, on every rank
+		delete(g.state, 0)
+	}
+	return g, nil
+}
+
+// gather all-gathers send from every rank (world 1: send itself).
+func (d *device) gather(send []float32, what string) ([]float32, error) {
+	if d.host == nil {
+		return send, nil
+	}
+	recv := make([]float32, len(send)*d.world)
+	if err := d.host.AllGather(send, recv, comm.Tag{Name: what, Step: d.step}); err != nil {
+		return nil, err
+	}
+	return recv, nil
 }

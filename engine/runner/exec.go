@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"gorun/comm"
@@ -30,7 +31,10 @@ type device struct {
 	// parameter server), so resuming broadcasts it too.
 	shareState bool
 	commTime   time.Duration // time in collectives during the current step
-	scalar     [2]float32    // for sum2
+	world      int           // ranks of the whole run
+	// sendBits and recvBits carry float64 values through AllGather (sums).
+	sendBits, recvBits []float32
+	sumOut             [2]float64
 	loss       [1]float32    // the loss read back once per optimizer step
 
 	// With overlap, gradient collectives go to a goroutine of their own
@@ -195,11 +199,48 @@ func (d *device) sum2(a, b float64, what string, step int) (float64, float64, er
 	if d.host == nil {
 		return a, b, nil
 	}
-	d.scalar = [2]float32{float32(a), float32(b)}
-	if err := d.host.AllReduce(d.scalar[:], comm.Sum, comm.Tag{Name: what, Step: step}); err != nil {
+	d.sumOut = [2]float64{a, b}
+	if err := d.sums(d.sumOut[:], what, step); err != nil {
 		return 0, 0, err
 	}
-	return float64(d.scalar[0]), float64(d.scalar[1]), nil
+	return d.sumOut[0], d.sumOut[1], nil
+}
+
+// sums replaces vals by their sums over all ranks, in float64: every rank
+// gathers every rank's values (their bits, two float32 words each: a
+// gather only copies) and adds them in rank order, so every rank gets the
+// same bits, and counts are exact up to 2⁵³ whatever the world size.
+func (d *device) sums(vals []float64, what string, step int) error {
+	n := 2 * len(vals)
+	if cap(d.sendBits) < n {
+		d.sendBits = make([]float32, n)
+		d.recvBits = make([]float32, n*d.world)
+	}
+	send, recv := d.sendBits[:n], d.recvBits[:n*d.world]
+	for i, v := range vals {
+		send[2*i], send[2*i+1] = splitF64(v)
+	}
+	if err := d.host.AllGather(send, recv, comm.Tag{Name: what, Step: step}); err != nil {
+		return err
+	}
+	for i := range vals {
+		var sum float64
+		for r := 0; r < d.world; r++ {
+			sum += joinF64(recv[r*n+2*i], recv[r*n+2*i+1])
+		}
+		vals[i] = sum
+	}
+	return nil
+}
+
+// splitF64 and joinF64 carry a float64's bits in two float32 words.
+func splitF64(v float64) (float32, float32) {
+	b := math.Float64bits(v)
+	return math.Float32frombits(uint32(b >> 32)), math.Float32frombits(uint32(b))
+}
+
+func joinF64(hi, lo float32) float64 {
+	return math.Float64frombits(uint64(math.Float32bits(hi))<<32 | uint64(math.Float32bits(lo)))
 }
 
 // barrier waits for every rank.

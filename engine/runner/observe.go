@@ -13,10 +13,10 @@ import (
 // lines, log lines, the callbacks of RunOptions, and the Result.
 
 // epochBegins tells OnEpoch about the epoch about to run.
-func (rs *runState) epochBegins(sc *engine.Schedule, pr *progress, epoch int) {
+func (rs *runState) epochBegins(d *device, sc *engine.Schedule, pr *progress, epoch int) {
 	s := rs.plan.Spec
 	rs.res.Epochs++
-	if rs.opts.OnEpoch == nil {
+	if rs.opts.OnEpoch == nil || d.rank != 0 {
 		return
 	}
 	info := EpochInfo{Epoch: epoch + 1, Epochs: s.Epochs, Steps: (sc.Steps + s.Accumulate - 1) / s.Accumulate}
@@ -29,10 +29,18 @@ func (rs *runState) epochBegins(sc *engine.Schedule, pr *progress, epoch int) {
 	rs.opts.OnEpoch(info)
 }
 
-// stepDone records an optimizer step (rank 0): its step line, the verbose
-// log line, OnStep, and the Result so far.
+// stepDone records an optimizer step (on the process's first device): the
+// Result so far and, on rank 0, its step line, the verbose log line and
+// OnStep.
 func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt time.Duration) error {
 	s := rs.plan.Spec
+	rs.res.Steps = d.step
+	rs.res.Samples += int64(total) // this process's, for its speed
+	rs.res.FinalLoss = loss
+	rs.res.TrainSeconds += dt.Seconds()
+	if d.rank != 0 {
+		return nil
+	}
 	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: s.Optimizer.LR, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
 		Time: time.Since(rs.start).Seconds()}
@@ -45,10 +53,6 @@ func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt t
 	if rs.opts.OnStep != nil {
 		rs.opts.OnStep(sm)
 	}
-	rs.res.Steps = d.step
-	rs.res.Samples += int64(total) // this process's, for its speed
-	rs.res.FinalLoss = loss
-	rs.res.TrainSeconds += dt.Seconds()
 	return nil
 }
 
@@ -57,7 +61,7 @@ func (rs *runState) endEpoch(d *device, pr *progress, epoch int, took time.Durat
 	s := rs.plan.Spec
 	r := d.rank
 	// Each rank's epoch loss, as the tutorial prints it.
-	if len(rs.devices) > 1 {
+	if rs.plan.World > 1 {
 		rankLoss := math.NaN()
 		if pr.RankCount[r] > 0 {
 			rankLoss = pr.RankLoss[r] / pr.RankCount[r]
@@ -112,6 +116,9 @@ func (rs *runState) summary() error {
 		res.TrainSamplesPerS = float64(res.Samples) / res.TrainSeconds
 	}
 	res.PeakRSSBytes = PeakRSS()
+	if !rs.lead {
+		return nil // rank 0's process writes the summary
+	}
 	if err := rs.metrics.record("summary", map[string]any{
 		"train_samples_per_s": res.TrainSamplesPerS,
 		"test_accuracy":       res.TestAccuracy,
@@ -122,7 +129,7 @@ func (rs *runState) summary() error {
 		"steps":               res.Steps,
 		"epochs":              res.Epochs,
 		"samples":             res.Samples,
-		"devices":             len(rs.devices),
+		"devices":             rs.plan.World,
 		"backend":             rs.backend.Name(),
 		"final_loss":          res.FinalLoss,
 	}); err != nil {

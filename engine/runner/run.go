@@ -69,6 +69,11 @@ type RunOptions struct {
 	// Libraries are paths to try first for a backend's shared libraries,
 	// by name ("cublas", "nccl").
 	Libraries map[string]string
+	// Cross connects this process to the run's other processes (MPI) when
+	// the Plan's cluster has several: one rank per process, this process's
+	// rank being Plan.Process. Collectives reduce inside the process
+	// first, then once across processes through it.
+	Cross comm.Communicator
 }
 
 // Result sums a finished run.
@@ -118,6 +123,9 @@ type runState struct {
 	log       io.Writer
 	resume    *progress // nil for a fresh run
 	best      float64   // best eval accuracy so far
+	// lead is set in the process that holds global rank 0: it alone
+	// writes metrics, checkpoints and the summary.
+	lead bool
 }
 
 // Run trains the plan: it loads the data, opens the devices, initialises
@@ -125,7 +133,16 @@ type runState struct {
 // runs every epoch, evaluating after each when there is an eval set.
 func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	s := p.Spec
-	rs := &runState{plan: p, opts: opts, train: opts.Train, eval: opts.Eval, log: opts.Log, start: time.Now()}
+	rs := &runState{plan: p, opts: opts, train: opts.Train, eval: opts.Eval, log: opts.Log, start: time.Now(),
+		lead: p.Devices[0].Rank == 0}
+	if procs := p.Cluster.ProcessCount(); procs > 1 {
+		if opts.Cross == nil {
+			return nil, fmt.Errorf("the cluster has %d processes: start them with `gorun launch` or mpirun (transport %q)", procs, p.Cluster.Transport)
+		}
+		if opts.Cross.Size() != procs || opts.Cross.Rank() != p.Process {
+			return nil, fmt.Errorf("the plan is process %d of %d, but the transport says %d of %d", p.Process, procs, opts.Cross.Rank(), opts.Cross.Size())
+		}
+	}
 	rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
 	if rs.log == nil {
 		rs.log = io.Discard
@@ -158,15 +175,24 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		}
 		rs.best = rs.resume.BestAccuracy
 		rs.res.Steps = rs.resume.Step
-		if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
-			return nil, err
+		if rs.lead {
+			if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if rs.metrics, err = openMetrics(rs.opts.Out, rs.resume != nil); err != nil {
+	metricsDir := rs.opts.Out
+	if !rs.lead {
+		metricsDir = "" // only rank 0's process writes the run folder
+	}
+	if rs.metrics, err = openMetrics(metricsDir, rs.resume != nil); err != nil {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
 	defer rs.metrics.close()
 	if err := rs.connect(); err != nil {
+		return nil, err
+	}
+	if err := rs.checkFingerprints(); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -288,7 +314,7 @@ func (rs *runState) initParams() error {
 func (rs *runState) connect() error {
 	p, s := rs.plan, rs.plan.Spec
 	n := len(rs.devices)
-	if n == 1 {
+	if p.World == 1 {
 		return nil
 	}
 	alg, err := comm.ParseAlgorithm(p.Cluster.Algorithm)
@@ -304,7 +330,24 @@ func (rs *runState) connect() error {
 	devs := make([]backend.Device, n)
 	for r, d := range rs.devices {
 		host[r], devs[r] = g.Rank(r), d.dev
+		if rs.opts.Cross != nil {
+			// Two levels: in memory inside the process, then across
+			// processes from local rank 0.
+			var cross comm.Communicator
+			if r == 0 {
+				cross = rs.opts.Cross
+			}
+			h, err := comm.NewHier(g.Rank(r), cross, p.Process, p.Cluster.ProcessCount())
+			if err != nil {
+				return err
+			}
+			host[r] = h
+		}
+		if host[r].Rank() != d.rank || host[r].Size() != p.World {
+			return fmt.Errorf("device %d: the communicator says rank %d of %d, the plan rank %d of %d", r, host[r].Rank(), host[r].Size(), d.rank, p.World)
+		}
 		d.host = host[r]
+		d.world = p.World
 	}
 	colls, err := rs.backend.Connect(devs, host)
 	if err != nil {
@@ -406,8 +449,10 @@ func (rs *runState) rankLoop(d *device) error {
 			return err
 		}
 	}
-	if d.rank == 0 {
+	if d == rs.devices[0] {
 		rs.res.Interrupted = d.interrupted
+	}
+	if d.rank == 0 {
 		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
 			return err
 		}
@@ -418,7 +463,7 @@ func (rs *runState) rankLoop(d *device) error {
 // startProgress is where a rank starts: the beginning, or the checkpoint
 // it resumes.
 func (rs *runState) startProgress() *progress {
-	world := len(rs.devices)
+	world := rs.plan.World
 	pr := &progress{RankLoss: make([]float64, world), RankCount: make([]float64, world)}
 	if rs.resume != nil {
 		*pr = *rs.resume
@@ -455,8 +500,8 @@ func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
 		clear(pr.RankLoss)
 		clear(pr.RankCount)
 	}
-	if d.rank == 0 {
-		rs.epochBegins(sc, pr, epoch)
+	if d == rs.devices[0] {
+		rs.epochBegins(d, sc, pr, epoch)
 	}
 	epochStart := time.Now()
 	for g0 := pr.Micro; g0 < sc.Steps && !rs.stopped(d); g0 += s.Accumulate {
@@ -502,7 +547,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	}
 	scale := 1.0
 	if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Op == "sum" {
-		scale = float64(len(rs.devices)) // each rank's gradient is a local mean
+		scale = float64(p.World) // each rank's gradient is a local mean
 	}
 	d.rc.LossScale = scale / float64(max(denom, 1))
 	d.rc.Step = d.step + 1
@@ -544,7 +589,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	dt := time.Since(t0)
 	pr.TrainSeconds += dt.Seconds()
 	pr.Samples += int64(total)
-	if d.rank == 0 {
+	if d == rs.devices[0] {
 		return rs.stepDone(d, epoch, sum/float64(total), total, dt)
 	}
 	return nil
@@ -556,7 +601,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 	p := rs.plan
 	prog := d.prog
-	lo, hi := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, len(rs.devices), prog.Rank)
+	lo, hi := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, prog.Rank)
 	batch := p.MaxBatch
 	classes := p.Classes
 	idx := make([]int, batch)

@@ -120,7 +120,7 @@ func testDevice(t testing.TB, p *engine.Plan, r int, seed int64) (*device, *cpu.
 	if err := dev.UploadF32(prog.ParamArena, 0, p.InitialParams(seed)); err != nil {
 		t.Fatal(err)
 	}
-	d := &device{rank: r, prog: prog, dev: dev}
+	d := &device{rank: r, prog: prog, dev: dev, world: p.World}
 	d.rc.First, d.rc.Last = true, true
 	return d, dev.(*cpu.Device)
 }

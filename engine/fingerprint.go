@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"fmt"
+	"hash/fnv"
+)
+
+// PlanStep is one entry of a Plan's fingerprint: what must be the same on
+// every process of a run, in a form a person can read.
+type PlanStep struct {
+	Label string // "settings", "forward step 3", "bucket 0", …
+	Text  string // what it is
+}
+
+// Hash is the entry's 64-bit FNV-1a hash.
+func (e PlanStep) Hash() uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(e.Label))
+	h.Write([]byte{0})
+	h.Write([]byte(e.Text))
+	return h.Sum64()
+}
+
+// Fingerprint lists what every process of a run must agree on before the
+// first collective: the run's settings, the model's forward and backward
+// steps with their shapes and attributes, and the gradient buckets. Two
+// processes that compiled another script, or the same one with another
+// --set, differ in some entry; the runner names the first.
+func (p *Plan) Fingerprint() []PlanStep {
+	s := p.Spec
+	o, sy := s.Optimizer, s.Sync
+	d := s.Data
+	out := []PlanStep{
+		{"world", fmt.Sprintf("%d ranks (%d processes × %d devices), backend %s, transport %s, weights %v",
+			p.World, p.Cluster.ProcessCount(), p.Cluster.Devices, p.Cluster.Backend, p.Cluster.Transport, p.Cluster.Weights)},
+		{"train settings", fmt.Sprintf("batch_size %d, epochs %d, seed %d, max_steps %d, shuffle %v, accumulate %d, uneven %s, loss %s",
+			s.BatchSize, s.Epochs, s.Seed, s.MaxSteps, s.Shuffle, s.Accumulate, s.Uneven, s.Loss)},
+		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g",
+			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps)},
+		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every)},
+		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d",
+			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed)},
+	}
+	if s.Partition != nil {
+		out = append(out, PlanStep{"partition", s.Partition.Name})
+	}
+	shapes := func(vs []*Value) []string {
+		var out []string
+		for _, v := range vs {
+			if v == nil {
+				out = append(out, "-")
+			} else {
+				out = append(out, fmt.Sprint(v.Shape))
+			}
+		}
+		return out
+	}
+	for i, n := range p.Graph.Forward {
+		out = append(out, PlanStep{fmt.Sprintf("forward step %d", i+1),
+			fmt.Sprintf("%s %s %v → %v %+v", n.Op, n.Layer, shapes(n.In), shapes(n.Out), n.Attrs)})
+	}
+	for i, n := range p.Graph.Backward {
+		out = append(out, PlanStep{fmt.Sprintf("backward step %d", i+1),
+			fmt.Sprintf("%s %s %v → %v %+v", n.Op, n.Layer, shapes(n.In), shapes(n.Out), n.Attrs)})
+	}
+	for i, b := range p.Buckets {
+		out = append(out, PlanStep{fmt.Sprintf("bucket %d", i), fmt.Sprintf("%d values at %d, after backward step %d", b.Elems, b.Offset, b.AfterOps+1)})
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package runner
+
+import (
+	"fmt"
+	"math"
+
+	"gorun/comm"
+	"gorun/engine"
+)
+
+// checkFingerprints compares this process's Plan with rank 0's before the
+// first collective of the run: rank 0 broadcasts its fingerprint (the
+// number of entries, then each entry's hash), every rank compares, and the
+// ranks agree through one all-reduce on whether any differs. A rank that
+// compiled another script, or with another --set, so stops every rank with
+// an error naming the first differing step, instead of a hang or a
+// mismatch deep inside a collective. Within one process every Program
+// comes from one Plan, so only multi-process runs check.
+func (rs *runState) checkFingerprints() error {
+	if rs.opts.Cross == nil {
+		return nil
+	}
+	fp := rs.plan.Fingerprint()
+	errs := make([]error, len(rs.devices))
+	done := make(chan int, len(rs.devices))
+	for i, d := range rs.devices {
+		go func() {
+			errs[i] = checkRank(d, fp)
+			done <- i
+		}()
+	}
+	for range rs.devices {
+		<-done
+	}
+	return errs[0] // every rank reports the same outcome
+}
+
+// checkRank is one rank's part of checkFingerprints.
+func checkRank(d *device, fp []engine.PlanStep) error {
+	tag := comm.Tag{Name: "plan fingerprint"}
+	count := []float32{float32(len(fp))}
+	if err := d.host.Broadcast(count, 0, tag); err != nil {
+		return fmt.Errorf("comparing plans with rank 0: %w", err)
+	}
+	n0 := int(count[0])
+	hashes := make([]float32, 2*n0)
+	if d.rank == 0 {
+		for i, e := range fp {
+			h := e.Hash()
+			hashes[2*i], hashes[2*i+1] = math.Float32frombits(uint32(h>>32)), math.Float32frombits(uint32(h))
+		}
+	}
+	if err := d.host.Broadcast(hashes, 0, tag); err != nil {
+		return fmt.Errorf("comparing plans with rank 0: %w", err)
+	}
+	first := -1 // the first entry that differs from rank 0's
+	for i := 0; i < max(n0, len(fp)) && first < 0; i++ {
+		if i >= n0 || i >= len(fp) {
+			first = i
+			break
+		}
+		h := uint64(math.Float32bits(hashes[2*i]))<<32 | uint64(math.Float32bits(hashes[2*i+1]))
+		if h != fp[i].Hash() {
+			first = i
+		}
+	}
+	// The lowest rank whose plan differs, agreed by all.
+	who := []float32{float32(math.Inf(1))}
+	if first >= 0 {
+		who[0] = float32(d.rank)
+	}
+	if err := d.host.AllReduce(who, comm.Min, tag); err != nil {
+		return fmt.Errorf("comparing plans with rank 0: %w", err)
+	}
+	switch {
+	case first >= 0 && first >= len(fp):
+		return fmt.Errorf("rank %d's plan differs from rank 0's: rank 0's has %d steps, this one %d (another script or another --set on some rank?)", d.rank, n0, len(fp))
+	case first >= 0 && first >= n0:
+		return fmt.Errorf("rank %d's plan differs from rank 0's: it has more steps, from %s (%s) on; rank 0's has %d (another script or another --set on some rank?)", d.rank, fp[first].Label, fp[first].Text, n0)
+	case first >= 0:
+		return fmt.Errorf("rank %d's plan differs from rank 0's first at %s: here %s (another script or another --set on some rank?)", d.rank, fp[first].Label, fp[first].Text)
+	case !math.IsInf(float64(who[0]), 1):
+		return fmt.Errorf("rank %d's plan differs from rank 0's (its error names the step): every rank must run the same script with the same --set", int(who[0]))
+	}
+	return nil
+}
