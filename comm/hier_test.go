@@ -125,4 +125,3 @@ func TestHierMatchesSerial(t *testing.T) {
 		}
 	}
 }
-

@@ -35,7 +35,7 @@ type device struct {
 	// sendBits and recvBits carry float64 values through AllGather (sums).
 	sendBits, recvBits []float32
 	sumOut             [2]float64
-	loss       [1]float32    // the loss read back once per optimizer step
+	loss               [1]float32 // the loss read back once per optimizer step
 
 	// With overlap, gradient collectives go to a goroutine of their own
 	// (async) so backward goes on while they run; pending counts those not
