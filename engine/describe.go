@@ -83,7 +83,10 @@ func (p *Plan) Describe(w io.Writer) error {
 			}
 		}
 		tw.Flush()
-		if p.World > 1 {
+		if procs := p.Cluster.ProcessCount(); procs > 1 {
+			ew.printf("  collectives move %s per step at each level: in memory among the %d devices of each process (payload per rank), then %s across the %d processes (%s, from each process's first device)\n",
+				humanBytes(moved), p.Cluster.Devices, humanBytes(moved), procs, p.Cluster.Transport)
+		} else if p.World > 1 {
 			ew.printf("  collectives move %s per step (payload per rank)\n", humanBytes(moved))
 		}
 	}

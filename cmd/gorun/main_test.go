@@ -113,7 +113,7 @@ func TestPlanOutput(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"parameters: 8 tensors, 21840 values", "device 1 (rank 1): batch 32", "allreduce(sum)", "85.3 KiB/step", "conv2d_grad_weight"} {
+	for _, want := range []string{"parameters: 8 tensors, 21840 values", "device 1 (rank 1, cpu): batch 32", "allreduce(sum)", "85.3 KiB/step", "conv2d_grad_weight"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("plan output lacks %q", want)
 		}
@@ -145,14 +145,14 @@ func TestErrors(t *testing.T) {
 		{"bad flag", small, []string{"--frobnicate"}, 2, "flag provided but not defined: -frobnicate"},
 		{"two scripts", small, []string{"other.star"}, 2, "needs exactly one SCRIPT.star, got 2"},
 		{"missing cluster", small, []string{"--cluster", "/nonexistent.toml"}, 1, "cluster file: open /nonexistent.toml"},
-		{"launch without mpi", small, []string{}, 1, ""},
+		{"launch without mpi", small, []string{}, 2, ""},
 	}
 	for _, c := range cases {
 		script := writeScript(t, c.src)
 		args := append([]string{script}, c.args...)
 		if c.name == "launch without mpi" {
 			args = []string{"launch", script}
-			c.stderr = "without MPI support"
+			c.stderr = "launch needs --cluster C.toml"
 		}
 		code, _, stderr := gorun(t, args...)
 		want := strings.ReplaceAll(c.stderr, "%s", script)

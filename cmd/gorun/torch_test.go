@@ -47,7 +47,7 @@ func TestCheckpointLoadsInPyTorch(t *testing.T) {
 	if acc == 0 {
 		t.Fatalf("no eval line in metrics.jsonl:\n%s", metrics)
 	}
-	cmd := exec.Command("/usr/bin/python3", "../../engine/testdata/torch_load.py", filepath.Join(out, "model.safetensors"), mnist, "2000")
+	cmd := exec.Command("/usr/bin/python3", "../../engine/runner/testdata/torch_load.py", filepath.Join(out, "model.safetensors"), mnist, "2000")
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("PyTorch could not load the checkpoint: %v\n%s", err, b)

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"gorun/comm"
+	"gorun/engine"
+	"gorun/engine/backend"
+)
+
+// world is this process's place in a run of several processes.
+type world struct {
+	proc, procs int
+	cross       *comm.MPIComm // nil for a single process, or for `plan`
+}
+
+// placeProcess decides which process of the cluster this one is. With
+// transport "mpi" it reads the launcher's environment (mpirun's
+// OMPI_COMM_WORLD_*, or RANK/WORLD_SIZE): for `plan` that is all; for
+// training it joins MPI, whose world then sets the number of processes.
+// Without a launcher a multi-process cluster plans (and refuses to train)
+// as process 0.
+func placeProcess(c *engine.Cluster, train bool) (*world, error) {
+	w := &world{procs: c.ProcessCount()}
+	if c.Transport != "mpi" {
+		return w, nil
+	}
+	rank, size, _, ok := comm.EnvWorld()
+	if !ok {
+		if !train {
+			return w, nil
+		}
+		if w.procs > 1 {
+			return nil, fmt.Errorf("%s: transport \"mpi\" with %d processes: start the run with `gorun launch --cluster %s SCRIPT` (or mpirun -np %d gorun …)", clusterName(c), w.procs, clusterName(c), w.procs)
+		}
+	}
+	if train {
+		m, err := joinMPI()
+		if err != nil {
+			return nil, err
+		}
+		rank, size = m.Rank(), m.Size()
+		m.SetTimeout(c.Timeout)
+		w.cross = m
+	}
+	if c.Processes > 0 && c.Processes != size {
+		return nil, fmt.Errorf("%s: cluster.processes is %d, but %d processes were started", clusterName(c), c.Processes, size)
+	}
+	c.Processes = size
+	w.proc, w.procs = rank, size
+	return w, nil
+}
+
+func clusterName(c *engine.Cluster) string {
+	if c.File != "" {
+		return c.File
+	}
+	return "cluster"
+}
+
+// detectLauncher turns a plain `mpirun -np N gorun …` (no cluster file
+// saying so) into an MPI run of N processes: a cluster with the default
+// in-process transport started by a launcher of several processes takes
+// transport "mpi".
+func detectLauncher(c *engine.Cluster) {
+	if _, size, _, ok := comm.EnvWorld(); ok && size > 1 && c.Transport == "inproc" && c.ProcessCount() == 1 {
+		c.Transport = "mpi"
+	}
+}
+
+// mpiWorld is MPI once joined (one MPI_Init per process).
+var mpiWorld *comm.MPIComm
+
+func joinMPI() (*comm.MPIComm, error) {
+	if mpiWorld != nil {
+		return mpiWorld, nil
+	}
+	m, err := comm.InitMPI()
+	if err != nil {
+		return nil, err
+	}
+	mpiWorld = m
+	return m, nil
+}
+
+// leaveMPI ends MPI at exit: after a failure on a process of a run of
+// several it aborts the whole job (naming this rank and the error), so no
+// other rank waits for it in a collective; otherwise it finalises.
+func leaveMPI(err error) {
+	if mpiWorld == nil {
+		return
+	}
+	if err != nil && mpiWorld.Size() > 1 {
+		mpiWorld.Abort(err.Error())
+		os.Exit(1) // Abort does not return; in case it did
+	}
+	mpiWorld.Finalize()
+}
+
+// checkBuild says how to get a gorun that has the cluster's backend and
+// transport when this one lacks them.
+func checkBuild(c *engine.Cluster) error {
+	transports := comm.Transports()
+	for _, b := range backend.Names() {
+		if b == "cuda" {
+			transports = append(transports, "nccl") // NCCL comes with the cuda backend
+		}
+	}
+	return c.CheckBuild(backend.Names(), transports)
+}
+
+// isClusterKey reports whether a --set name is a cluster file key
+// (cluster.devices, comm.timeout, node) rather than a train() argument.
+func isClusterKey(name string) bool {
+	return strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || strings.HasPrefix(name, "cuda.") || name == "node"
+}

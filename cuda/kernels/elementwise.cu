@@ -1,0 +1,72 @@
+// elementwise.cu — elementwise kernels and dropout (see kernels.h).
+#include "common.cuh"
+
+GORUN_KERNEL gorun_relu(const float* x, float* y, int n) {
+  GORUN_FOR(i, n) {
+    float v = x[i];
+    y[i] = v < 0.0f ? 0.0f : v;
+  }
+}
+
+GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n) {
+  GORUN_FOR(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
+}
+
+GORUN_KERNEL gorun_add(const float* a, const float* b, float* out, int n) {
+  GORUN_FOR(i, n) { out[i] = a[i] + b[i]; }
+}
+
+GORUN_KERNEL gorun_copy(const float* src, float* dst, int n) {
+  GORUN_FOR(i, n) { dst[i] = src[i]; }
+}
+
+GORUN_KERNEL gorun_fill(float* x, int n, float value) {
+  GORUN_FOR(i, n) { x[i] = value; }
+}
+
+GORUN_KERNEL gorun_scale(float* x, int n, float s) {
+  GORUN_FOR(i, n) { x[i] *= s; }
+}
+
+GORUN_KERNEL gorun_accumulate(float* dst, const float* src, int n) {
+  GORUN_FOR(i, n) { dst[i] += src[i]; }
+}
+
+GORUN_KERNEL gorun_axpy(float* dst, const float* src, int n, float alpha) {
+  GORUN_FOR(i, n) { dst[i] = fmaf(alpha, src[i], dst[i]); }
+}
+
+GORUN_KERNEL gorun_dropout(const float* x, float* y, float* mask, int n, float p,
+                           unsigned long long seed, unsigned long long offset) {
+  GORUN_FOR(i, n) {
+    float m = gorun_keep_mask(p, seed, offset + (unsigned long long)i);
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+}
+
+GORUN_KERNEL gorun_dropout2d(const float* x, float* y, float* mask, int planes, int hw,
+                             float p, unsigned long long seed, unsigned long long offset) {
+  GORUN_FOR(i64, (long long)planes * hw) {
+    int i = (int)i64, j = i / hw;
+    float m = gorun_keep_mask(p, seed, offset + (unsigned long long)j);
+    if (i - j * hw == 0) mask[j] = m;
+    y[i] = x[i] * m;
+  }
+  // Planes of no elements still get their masks.
+  if (hw == 0) {
+    GORUN_FOR(j, planes) { mask[j] = gorun_keep_mask(p, seed, offset + (unsigned long long)j); }
+  }
+}
+
+GORUN_KERNEL gorun_dropout_grad(const float* dy, const float* mask, float* dx, int n) {
+  GORUN_FOR(i, n) { dx[i] = dy[i] * mask[i]; }
+}
+
+GORUN_KERNEL gorun_dropout2d_grad(const float* dy, const float* mask, float* dx, int planes,
+                                  int hw) {
+  GORUN_FOR(i64, (long long)planes * hw) {
+    int i = (int)i64;
+    dx[i] = dy[i] * mask[i / hw];
+  }
+}

@@ -1,0 +1,135 @@
+// hostcheck.cc — compiles the CUDA kernels (../all.cu) as plain C++ through
+// ../host.h and wraps each in an extern "C" hc_<name>(grid, block, args...)
+// for the Go side. Kernels with __shared__ memory and __syncthreads run with
+// launch_block (a std::thread per CUDA thread, blocks one at a time); the
+// others with launch (every thread in turn).
+#include "host.h"
+#include "all.cu"
+#include "hostcheck.h"
+#include "sources.h"
+
+const char* hc_sources_sha256() { return GORUN_KERNEL_SOURCES_SHA256; }
+
+#define SEQ(...) gorun_host::launch(g, b, __VA_ARGS__)
+#define BLK(...) gorun_host::launch_block(g, b, __VA_ARGS__)
+
+void hc_relu(int g, int b, const float* x, float* y, int n) { SEQ(gorun_relu, x, y, n); }
+void hc_relu_grad(int g, int b, const float* dy, const float* y, float* dx, int n) {
+  SEQ(gorun_relu_grad, dy, y, dx, n);
+}
+void hc_add(int g, int b, const float* a, const float* bb, float* out, int n) {
+  SEQ(gorun_add, a, bb, out, n);
+}
+void hc_copy(int g, int b, const float* src, float* dst, int n) { SEQ(gorun_copy, src, dst, n); }
+void hc_fill(int g, int b, float* x, int n, float value) { SEQ(gorun_fill, x, n, value); }
+void hc_scale(int g, int b, float* x, int n, float s) { SEQ(gorun_scale, x, n, s); }
+void hc_accumulate(int g, int b, float* dst, const float* src, int n) {
+  SEQ(gorun_accumulate, dst, src, n);
+}
+void hc_axpy(int g, int b, float* dst, const float* src, int n, float alpha) {
+  SEQ(gorun_axpy, dst, src, n, alpha);
+}
+
+void hc_dropout(int g, int b, const float* x, float* y, float* mask, int n, float p, u64 seed,
+                u64 offset) {
+  SEQ(gorun_dropout, x, y, mask, n, p, seed, offset);
+}
+void hc_dropout2d(int g, int b, const float* x, float* y, float* mask, int planes, int hw,
+                  float p, u64 seed, u64 offset) {
+  SEQ(gorun_dropout2d, x, y, mask, planes, hw, p, seed, offset);
+}
+void hc_dropout_grad(int g, int b, const float* dy, const float* mask, float* dx, int n) {
+  SEQ(gorun_dropout_grad, dy, mask, dx, n);
+}
+void hc_dropout2d_grad(int g, int b, const float* dy, const float* mask, float* dx, int planes,
+                       int hw) {
+  SEQ(gorun_dropout2d_grad, dy, mask, dx, planes, hw);
+}
+
+void hc_im2col(int g, int b, const float* x, float* col, int n, int c, int h, int w, int kh,
+               int kw, int oh, int ow, int stride, int pad) {
+  SEQ(gorun_im2col, x, col, n, c, h, w, kh, kw, oh, ow, stride, pad);
+}
+void hc_col2im(int g, int b, const float* col, float* dx, int n, int c, int h, int w, int kh,
+               int kw, int oh, int ow, int stride, int pad) {
+  SEQ(gorun_col2im, col, dx, n, c, h, w, kh, kw, oh, ow, stride, pad);
+}
+void hc_onl_to_nol(int g, int b, const float* src, float* dst, int n, int o, int plane) {
+  SEQ(gorun_onl_to_nol, src, dst, n, o, plane);
+}
+void hc_nol_to_onl(int g, int b, const float* src, float* dst, int n, int o, int plane) {
+  SEQ(gorun_nol_to_onl, src, dst, n, o, plane);
+}
+void hc_bias_add(int g, int b, float* y, const float* bias, int n, int c, int plane) {
+  SEQ(gorun_bias_add, y, bias, n, c, plane);
+}
+void hc_bias_grad(int g, int b, const float* dy, float* db, int n, int c, int plane,
+                  int accumulate) {
+  BLK(gorun_bias_grad, dy, db, n, c, plane, accumulate);
+}
+
+void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
+                  int oh, int ow, int k, int s) {
+  SEQ(gorun_maxpool2d, x, y, idx, planes, h, w, oh, ow, k, s);
+}
+void hc_maxpool2d_grad(int g, int b, const float* dy, const int* idx, float* dx, int planes,
+                       int h, int w, int oh, int ow, int k, int s) {
+  SEQ(gorun_maxpool2d_grad, dy, idx, dx, planes, h, w, oh, ow, k, s);
+}
+
+void hc_log_softmax(int g, int b, const float* x, float* y, int n, int c) {
+  SEQ(gorun_log_softmax, x, y, n, c);
+}
+void hc_softmax(int g, int b, const float* x, float* y, int n, int c) {
+  SEQ(gorun_softmax, x, y, n, c);
+}
+void hc_log_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n,
+                         int c) {
+  SEQ(gorun_log_softmax_grad, dy, y, dx, n, c);
+}
+void hc_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n, int c) {
+  SEQ(gorun_softmax_grad, dy, y, dx, n, c);
+}
+
+void hc_nll_loss(int g, int b, const float* logp, const int* target, float* loss, int n,
+                 int c, float scale, int accumulate) {
+  BLK(gorun_nll_loss, logp, target, loss, n, c, scale, accumulate);
+}
+void hc_nll_loss_grad(int g, int b, const float* dloss, const int* target, float* dx, int n,
+                      int c, float scale) {
+  SEQ(gorun_nll_loss_grad, dloss, target, dx, n, c, scale);
+}
+void hc_cross_entropy(int g, int b, const float* logits, const int* target, float* loss,
+                      float* probs, int n, int c, float scale, int accumulate) {
+  BLK(gorun_cross_entropy, logits, target, loss, probs, n, c, scale, accumulate);
+}
+void hc_cross_entropy_grad(int g, int b, const float* dloss, const float* probs,
+                           const int* target, float* dx, int n, int c, float scale) {
+  SEQ(gorun_cross_entropy_grad, dloss, probs, target, dx, n, c, scale);
+}
+
+void hc_sgd_step(int g, int b, float* param, const float* grad, float* buf, int n, float lr,
+                 float momentum, float dampening, float weight_decay, int nesterov, int step) {
+  SEQ(gorun_sgd_step, param, grad, buf, n, lr, momentum, dampening, weight_decay, nesterov,
+      step);
+}
+void hc_adam_step(int g, int b, float* param, const float* grad, float* m, float* v, int n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step) {
+  SEQ(gorun_adam_step, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+void hc_gather_rows(int g, int b, const float* src, const int* idx, float* dst, int rows,
+                    int cols) {
+  SEQ(gorun_gather_rows, src, idx, dst, rows, cols);
+}
+void hc_gather_rows_int(int g, int b, const int* src, const int* idx, int* dst, int rows,
+                        int cols) {
+  SEQ(gorun_gather_rows_int, src, idx, dst, rows, cols);
+}
+void hc_count_correct(int g, int b, const float* x, const int* target, int* count, int n,
+                      int c, int accumulate) {
+  BLK(gorun_count_correct, x, target, count, n, c, accumulate);
+}
+void hc_sum(int g, int b, const float* x, float* out, int n, int accumulate) {
+  BLK(gorun_sum, x, out, n, accumulate);
+}

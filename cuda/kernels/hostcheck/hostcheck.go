@@ -1,0 +1,229 @@
+//go:build cgo
+
+package hostcheck
+
+/*
+#cgo CXXFLAGS: -std=c++17 -O2 -I${SRCDIR}/..
+#cgo LDFLAGS: -lstdc++ -lm -lpthread
+#include "hostcheck.h"
+*/
+import "C"
+
+import "unsafe"
+
+// Geom is a launch geometry: Grid blocks of Block threads, one-dimensional.
+type Geom struct{ Grid, Block int }
+
+// Elementwise returns kernels.h's ELEMENTWISE(n) geometry: blocks of 256
+// threads, ceil(n/256) of them (at least one).
+func Elementwise(n int) Geom { return Geom{max(1, (n+255)/256), 256} }
+
+// OneBlock is kernels.h's ONE_BLOCK geometry: one block of 256 threads.
+var OneBlock = Geom{1, 256}
+
+// BlockPer returns kernels.h's BLOCK_PER(m) geometry: m blocks of 256
+// threads.
+func BlockPer(m int) Geom { return Geom{max(1, m), 256} }
+
+func fp(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&s[0]))
+}
+
+func ip(s []int32) *C.int {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.int)(unsafe.Pointer(&s[0]))
+}
+
+func ci(v int) C.int { return C.int(v) }
+
+func cb(v bool) C.int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// ReLU launches gorun_relu.
+func ReLU(g Geom, x, y []float32, n int) {
+	C.hc_relu(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n))
+}
+
+// ReLUGrad launches gorun_relu_grad.
+func ReLUGrad(g Geom, dy, y, dx []float32, n int) {
+	C.hc_relu_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(y), fp(dx), ci(n))
+}
+
+// Add launches gorun_add.
+func Add(g Geom, a, b, out []float32, n int) {
+	C.hc_add(ci(g.Grid), ci(g.Block), fp(a), fp(b), fp(out), ci(n))
+}
+
+// Copy launches gorun_copy.
+func Copy(g Geom, src, dst []float32, n int) {
+	C.hc_copy(ci(g.Grid), ci(g.Block), fp(src), fp(dst), ci(n))
+}
+
+// Fill launches gorun_fill.
+func Fill(g Geom, x []float32, n int, value float32) {
+	C.hc_fill(ci(g.Grid), ci(g.Block), fp(x), ci(n), C.float(value))
+}
+
+// Scale launches gorun_scale.
+func Scale(g Geom, x []float32, n int, s float32) {
+	C.hc_scale(ci(g.Grid), ci(g.Block), fp(x), ci(n), C.float(s))
+}
+
+// Accumulate launches gorun_accumulate.
+func Accumulate(g Geom, dst, src []float32, n int) {
+	C.hc_accumulate(ci(g.Grid), ci(g.Block), fp(dst), fp(src), ci(n))
+}
+
+// Axpy launches gorun_axpy.
+func Axpy(g Geom, dst, src []float32, n int, alpha float32) {
+	C.hc_axpy(ci(g.Grid), ci(g.Block), fp(dst), fp(src), ci(n), C.float(alpha))
+}
+
+// Dropout launches gorun_dropout.
+func Dropout(g Geom, x, y, mask []float32, n int, p float32, seed, offset uint64) {
+	C.hc_dropout(ci(g.Grid), ci(g.Block), fp(x), fp(y), fp(mask), ci(n), C.float(p), C.u64(seed), C.u64(offset))
+}
+
+// Dropout2D launches gorun_dropout2d.
+func Dropout2D(g Geom, x, y, mask []float32, planes, hw int, p float32, seed, offset uint64) {
+	C.hc_dropout2d(ci(g.Grid), ci(g.Block), fp(x), fp(y), fp(mask), ci(planes), ci(hw), C.float(p), C.u64(seed), C.u64(offset))
+}
+
+// DropoutGrad launches gorun_dropout_grad.
+func DropoutGrad(g Geom, dy, mask, dx []float32, n int) {
+	C.hc_dropout_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(mask), fp(dx), ci(n))
+}
+
+// Dropout2DGrad launches gorun_dropout2d_grad.
+func Dropout2DGrad(g Geom, dy, mask, dx []float32, planes, hw int) {
+	C.hc_dropout2d_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(mask), fp(dx), ci(planes), ci(hw))
+}
+
+// ConvGeom is the geometry arguments shared by gorun_im2col and
+// gorun_col2im, in their order.
+type ConvGeom struct {
+	N, C, H, W, KH, KW, OH, OW, Stride, Pad int
+}
+
+// Im2col launches gorun_im2col.
+func Im2col(g Geom, x, col []float32, c ConvGeom) {
+	C.hc_im2col(ci(g.Grid), ci(g.Block), fp(x), fp(col), ci(c.N), ci(c.C), ci(c.H), ci(c.W), ci(c.KH), ci(c.KW), ci(c.OH), ci(c.OW), ci(c.Stride), ci(c.Pad))
+}
+
+// Col2im launches gorun_col2im.
+func Col2im(g Geom, col, dx []float32, c ConvGeom) {
+	C.hc_col2im(ci(g.Grid), ci(g.Block), fp(col), fp(dx), ci(c.N), ci(c.C), ci(c.H), ci(c.W), ci(c.KH), ci(c.KW), ci(c.OH), ci(c.OW), ci(c.Stride), ci(c.Pad))
+}
+
+// ONLToNOL launches gorun_onl_to_nol.
+func ONLToNOL(g Geom, src, dst []float32, n, o, plane int) {
+	C.hc_onl_to_nol(ci(g.Grid), ci(g.Block), fp(src), fp(dst), ci(n), ci(o), ci(plane))
+}
+
+// NOLToONL launches gorun_nol_to_onl.
+func NOLToONL(g Geom, src, dst []float32, n, o, plane int) {
+	C.hc_nol_to_onl(ci(g.Grid), ci(g.Block), fp(src), fp(dst), ci(n), ci(o), ci(plane))
+}
+
+// BiasAdd launches gorun_bias_add.
+func BiasAdd(g Geom, y, b []float32, n, c, plane int) {
+	C.hc_bias_add(ci(g.Grid), ci(g.Block), fp(y), fp(b), ci(n), ci(c), ci(plane))
+}
+
+// BiasGrad launches gorun_bias_grad.
+func BiasGrad(g Geom, dy, db []float32, n, c, plane int, accumulate bool) {
+	C.hc_bias_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(db), ci(n), ci(c), ci(plane), cb(accumulate))
+}
+
+// MaxPool2D launches gorun_maxpool2d.
+func MaxPool2D(g Geom, x, y []float32, idx []int32, planes, h, w, oh, ow, k, s int) {
+	C.hc_maxpool2d(ci(g.Grid), ci(g.Block), fp(x), fp(y), ip(idx), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s))
+}
+
+// MaxPool2DGrad launches gorun_maxpool2d_grad.
+func MaxPool2DGrad(g Geom, dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow, k, s int) {
+	C.hc_maxpool2d_grad(ci(g.Grid), ci(g.Block), fp(dy), ip(idx), fp(dx), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s))
+}
+
+// LogSoftmax launches gorun_log_softmax.
+func LogSoftmax(g Geom, x, y []float32, n, c int) {
+	C.hc_log_softmax(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n), ci(c))
+}
+
+// Softmax launches gorun_softmax.
+func Softmax(g Geom, x, y []float32, n, c int) {
+	C.hc_softmax(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n), ci(c))
+}
+
+// LogSoftmaxGrad launches gorun_log_softmax_grad.
+func LogSoftmaxGrad(g Geom, dy, y, dx []float32, n, c int) {
+	C.hc_log_softmax_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(y), fp(dx), ci(n), ci(c))
+}
+
+// SoftmaxGrad launches gorun_softmax_grad.
+func SoftmaxGrad(g Geom, dy, y, dx []float32, n, c int) {
+	C.hc_softmax_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(y), fp(dx), ci(n), ci(c))
+}
+
+// NLLLoss launches gorun_nll_loss.
+func NLLLoss(g Geom, logp []float32, target []int32, loss []float32, n, c int, scale float32, accumulate bool) {
+	C.hc_nll_loss(ci(g.Grid), ci(g.Block), fp(logp), ip(target), fp(loss), ci(n), ci(c), C.float(scale), cb(accumulate))
+}
+
+// NLLLossGrad launches gorun_nll_loss_grad.
+func NLLLossGrad(g Geom, dloss []float32, target []int32, dx []float32, n, c int, scale float32) {
+	C.hc_nll_loss_grad(ci(g.Grid), ci(g.Block), fp(dloss), ip(target), fp(dx), ci(n), ci(c), C.float(scale))
+}
+
+// CrossEntropy launches gorun_cross_entropy.
+func CrossEntropy(g Geom, logits []float32, target []int32, loss, probs []float32, n, c int, scale float32, accumulate bool) {
+	C.hc_cross_entropy(ci(g.Grid), ci(g.Block), fp(logits), ip(target), fp(loss), fp(probs), ci(n), ci(c), C.float(scale), cb(accumulate))
+}
+
+// CrossEntropyGrad launches gorun_cross_entropy_grad.
+func CrossEntropyGrad(g Geom, dloss, probs []float32, target []int32, dx []float32, n, c int, scale float32) {
+	C.hc_cross_entropy_grad(ci(g.Grid), ci(g.Block), fp(dloss), fp(probs), ip(target), fp(dx), ci(n), ci(c), C.float(scale))
+}
+
+// SGDStep launches gorun_sgd_step.
+func SGDStep(g Geom, param, grad, buf []float32, n int, lr, momentum, dampening, weightDecay float32, nesterov bool, step int) {
+	C.hc_sgd_step(ci(g.Grid), ci(g.Block), fp(param), fp(grad), fp(buf), ci(n), C.float(lr), C.float(momentum), C.float(dampening), C.float(weightDecay), cb(nesterov), ci(step))
+}
+
+// AdamStep launches gorun_adam_step.
+func AdamStep(g Geom, param, grad, m, v []float32, n int, lr, beta1, beta2, eps, weightDecay float32, step int) {
+	C.hc_adam_step(ci(g.Grid), ci(g.Block), fp(param), fp(grad), fp(m), fp(v), ci(n), C.float(lr), C.float(beta1), C.float(beta2), C.float(eps), C.float(weightDecay), ci(step))
+}
+
+// GatherRows launches gorun_gather_rows.
+func GatherRows(g Geom, src []float32, idx []int32, dst []float32, rows, cols int) {
+	C.hc_gather_rows(ci(g.Grid), ci(g.Block), fp(src), ip(idx), fp(dst), ci(rows), ci(cols))
+}
+
+// GatherRowsInt launches gorun_gather_rows_int.
+func GatherRowsInt(g Geom, src, idx, dst []int32, rows, cols int) {
+	C.hc_gather_rows_int(ci(g.Grid), ci(g.Block), ip(src), ip(idx), ip(dst), ci(rows), ci(cols))
+}
+
+// CountCorrect launches gorun_count_correct.
+func CountCorrect(g Geom, x []float32, target, count []int32, n, c int, accumulate bool) {
+	C.hc_count_correct(ci(g.Grid), ci(g.Block), fp(x), ip(target), ip(count), ci(n), ci(c), cb(accumulate))
+}
+
+// Sum launches gorun_sum.
+func Sum(g Geom, x, out []float32, n int, accumulate bool) {
+	C.hc_sum(ci(g.Grid), ci(g.Block), fp(x), fp(out), ci(n), cb(accumulate))
+}
+
+// SourcesSHA256 returns the SHA-256 of the kernel sources this package was
+// compiled from, as cuda/kernels/stamp.sh wrote it into sources.h.
+func SourcesSHA256() string { return C.GoString(C.hc_sources_sha256()) }

@@ -1,0 +1,78 @@
+// hostcheck.h — C declarations of hostcheck.cc's wrappers: one hc_<name>
+// per kernel of ../kernels.h, taking the launch geometry (grid, block) and
+// then the kernel's own arguments.
+#ifndef GORUN_HOSTCHECK_H
+#define GORUN_HOSTCHECK_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef unsigned long long u64;
+
+void hc_relu(int g, int b, const float* x, float* y, int n);
+void hc_relu_grad(int g, int b, const float* dy, const float* y, float* dx, int n);
+void hc_add(int g, int b, const float* a, const float* bb, float* out, int n);
+void hc_copy(int g, int b, const float* src, float* dst, int n);
+void hc_fill(int g, int b, float* x, int n, float value);
+void hc_scale(int g, int b, float* x, int n, float s);
+void hc_accumulate(int g, int b, float* dst, const float* src, int n);
+void hc_axpy(int g, int b, float* dst, const float* src, int n, float alpha);
+
+void hc_dropout(int g, int b, const float* x, float* y, float* mask, int n, float p, u64 seed,
+                u64 offset);
+void hc_dropout2d(int g, int b, const float* x, float* y, float* mask, int planes, int hw,
+                  float p, u64 seed, u64 offset);
+void hc_dropout_grad(int g, int b, const float* dy, const float* mask, float* dx, int n);
+void hc_dropout2d_grad(int g, int b, const float* dy, const float* mask, float* dx, int planes,
+                       int hw);
+
+void hc_im2col(int g, int b, const float* x, float* col, int n, int c, int h, int w, int kh,
+               int kw, int oh, int ow, int stride, int pad);
+void hc_col2im(int g, int b, const float* col, float* dx, int n, int c, int h, int w, int kh,
+               int kw, int oh, int ow, int stride, int pad);
+void hc_onl_to_nol(int g, int b, const float* src, float* dst, int n, int o, int plane);
+void hc_nol_to_onl(int g, int b, const float* src, float* dst, int n, int o, int plane);
+void hc_bias_add(int g, int b, float* y, const float* bias, int n, int c, int plane);
+void hc_bias_grad(int g, int b, const float* dy, float* db, int n, int c, int plane,
+                  int accumulate);
+
+void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
+                  int oh, int ow, int k, int s);
+void hc_maxpool2d_grad(int g, int b, const float* dy, const int* idx, float* dx, int planes,
+                       int h, int w, int oh, int ow, int k, int s);
+
+void hc_log_softmax(int g, int b, const float* x, float* y, int n, int c);
+void hc_softmax(int g, int b, const float* x, float* y, int n, int c);
+void hc_log_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n,
+                         int c);
+void hc_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n, int c);
+
+void hc_nll_loss(int g, int b, const float* logp, const int* target, float* loss, int n,
+                 int c, float scale, int accumulate);
+void hc_nll_loss_grad(int g, int b, const float* dloss, const int* target, float* dx, int n,
+                      int c, float scale);
+void hc_cross_entropy(int g, int b, const float* logits, const int* target, float* loss,
+                      float* probs, int n, int c, float scale, int accumulate);
+void hc_cross_entropy_grad(int g, int b, const float* dloss, const float* probs,
+                           const int* target, float* dx, int n, int c, float scale);
+
+void hc_sgd_step(int g, int b, float* param, const float* grad, float* buf, int n, float lr,
+                 float momentum, float dampening, float weight_decay, int nesterov, int step);
+void hc_adam_step(int g, int b, float* param, const float* grad, float* m, float* v, int n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+
+void hc_gather_rows(int g, int b, const float* src, const int* idx, float* dst, int rows,
+                    int cols);
+void hc_gather_rows_int(int g, int b, const int* src, const int* idx, int* dst, int rows,
+                        int cols);
+void hc_count_correct(int g, int b, const float* x, const int* target, int* count, int n,
+                      int c, int accumulate);
+void hc_sum(int g, int b, const float* x, float* out, int n, int accumulate);
+
+// hc_sources_sha256 returns the stamp (sources.h) this build was compiled with.
+const char* hc_sources_sha256(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // GORUN_HOSTCHECK_H

@@ -1,0 +1,841 @@
+//go:build cgo
+
+package hostcheck
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"gorun/ops"
+)
+
+// The kernels run here on the CPU and are compared with gorun/ops' float32
+// kernels on random inputs of odd sizes. Buffers are sized for more
+// samples than are live (a partial batch) and start as NaN, so that missed
+// writes and writes past the live part show.
+
+// TestSourcesStamp fails when the kernel sources changed after
+// sources.h was written: Go would then test a stale build of them.
+func TestSourcesStamp(t *testing.T) {
+	var names []string
+	for _, pat := range []string{"*.cu", "*.cuh", "*.h"} {
+		m, err := filepath.Glob(filepath.Join("..", pat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m {
+			names = append(names, filepath.Base(f))
+		}
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join("..", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(h, "%s\n", n)
+		h.Write(b)
+	}
+	if got, built := hex.EncodeToString(h.Sum(nil)), SourcesSHA256(); got != built {
+		t.Fatalf("cuda/kernels sources changed since hostcheck/sources.h was written (sha256 %s, built from %s): run `make kernels` (or cuda/kernels/stamp.sh without nvcc)", got, built)
+	}
+}
+
+// ---- helpers ----
+
+func newRand(a uint64) *rand.Rand { return rand.New(rand.NewPCG(a, 0x5eed)) }
+
+// randf returns capacity elements, the first n in (-1, 1), the rest NaN.
+func randf(r *rand.Rand, n, capacity int) []float32 {
+	s := nans(capacity)
+	for i := range n {
+		s[i] = float32(2*r.Float64() - 1)
+	}
+	return s
+}
+
+func nans(n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(math.NaN())
+	}
+	return s
+}
+
+func fbuf(data []float32, shape ...int) *ops.Buf[float32] {
+	return &ops.Buf[float32]{Data: data, Shape: shape}
+}
+
+func ibuf(idx []int32, shape ...int) *ops.Buf[float32] {
+	return &ops.Buf[float32]{Idx: idx, Shape: shape}
+}
+
+func run(op ops.Op, a *ops.Attrs, c *ops.Ctx[float32], in []*ops.Buf[float32], out ...*ops.Buf[float32]) {
+	if a == nil {
+		a = &ops.Attrs{}
+	}
+	if c == nil {
+		c = &ops.Ctx[float32]{LossScale: 1, Step: 1}
+	}
+	ops.Kernels32[op](c, a, in, out)
+}
+
+func isNaN(v float32) bool { return v != v }
+
+// checkClose compares the first n elements: |got-want| <= 1e-5·max(|want|,
+// 1), NaN matching NaN.
+func checkClose(t *testing.T, what string, got, want []float32, n int) {
+	t.Helper()
+	for i := range n {
+		g, w := float64(got[i]), float64(want[i])
+		if isNaN(got[i]) && isNaN(want[i]) {
+			continue
+		}
+		if !(math.Abs(g-w) <= 1e-5*math.Max(math.Abs(w), 1)) {
+			t.Errorf("%s: element %d = %v, want %v (of %d)", what, i, g, w, n)
+			return
+		}
+	}
+}
+
+// checkExact compares the first n elements bit for bit (any NaN matching
+// any NaN).
+func checkExact(t *testing.T, what string, got, want []float32, n int) {
+	t.Helper()
+	for i := range n {
+		if isNaN(got[i]) && isNaN(want[i]) {
+			continue
+		}
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Errorf("%s: element %d = %v, want %v (of %d)", what, i, got[i], want[i], n)
+			return
+		}
+	}
+}
+
+// checkTail fails unless s[n:] is still all NaN.
+func checkTail(t *testing.T, what string, s []float32, n int) {
+	t.Helper()
+	for i := n; i < len(s); i++ {
+		if !isNaN(s[i]) {
+			t.Errorf("%s: element %d past the live %d written: %v", what, i, n, s[i])
+			return
+		}
+	}
+}
+
+// geoms returns ELEMENTWISE(n) and odd geometries that the grid-stride
+// kernels must handle as well.
+func geoms(n int) []Geom {
+	return []Geom{Elementwise(n), {1, 1}, {1, 32}, {3, 64}}
+}
+
+// gemm is a plain reference C[m×n] = op(A)·op(B) (row-major, sums in
+// float64), standing in for cuBLAS.
+func gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	for i := range m {
+		for j := range n {
+			var s float64
+			for p := range k {
+				var av, bv float32
+				if transA {
+					av = a[p*lda+i]
+				} else {
+					av = a[i*lda+p]
+				}
+				if transB {
+					bv = b[j*ldb+p]
+				} else {
+					bv = b[p*ldb+j]
+				}
+				s += float64(av) * float64(bv)
+			}
+			c[i*ldc+j] = float32(s)
+		}
+	}
+}
+
+// ---- elementwise ----
+
+func TestElementwise(t *testing.T) {
+	r := newRand(1)
+	for _, n := range []int{1, 7, 300, 1025} {
+		capacity := n + 5
+		x := randf(r, n, capacity)
+		if n > 4 {
+			x[1], x[2], x[3], x[4] = float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 0
+		}
+		b := randf(r, n, capacity)
+		dy := randf(r, n, capacity)
+		for _, g := range geoms(n) {
+			name := fmt.Sprintf("n=%d geom=%v", n, g)
+			want, got := nans(capacity), nans(capacity)
+			run(ops.ReLU, nil, nil, []*ops.Buf[float32]{fbuf(x, n)}, fbuf(want, n))
+			ReLU(g, x, got, n)
+			checkExact(t, "relu "+name, got, want, n)
+			checkTail(t, "relu "+name, got, n)
+			inplace := slices.Clone(x)
+			ReLU(g, inplace, inplace, n)
+			checkExact(t, "relu in place "+name, inplace, want, n)
+
+			y := want
+			want, got = nans(capacity), nans(capacity)
+			run(ops.ReLUGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, n), fbuf(y, n)}, fbuf(want, n))
+			ReLUGrad(g, dy, y, got, n)
+			checkExact(t, "relu_grad "+name, got, want, n)
+			checkTail(t, "relu_grad "+name, got, n)
+
+			want, got = nans(capacity), nans(capacity)
+			run(ops.Add, nil, nil, []*ops.Buf[float32]{fbuf(x, n), fbuf(b, n)}, fbuf(want, n))
+			Add(g, x, b, got, n)
+			checkExact(t, "add "+name, got, want, n)
+			checkTail(t, "add "+name, got, n)
+			inplace = slices.Clone(x)
+			Add(g, inplace, b, inplace, n)
+			checkExact(t, "add in place "+name, inplace, want, n)
+
+			got = nans(capacity)
+			Copy(g, x, got, n)
+			checkExact(t, "copy "+name, got, x, n)
+			checkTail(t, "copy "+name, got, n)
+
+			got = nans(capacity)
+			Fill(g, got, n, 2.5)
+			for i := range n {
+				if got[i] != 2.5 {
+					t.Fatalf("fill %s: element %d = %v", name, i, got[i])
+				}
+			}
+			checkTail(t, "fill "+name, got, n)
+
+			got = slices.Clone(b)
+			Scale(g, got, n, -0.3)
+			want = slices.Clone(b)
+			for i := range n {
+				want[i] *= -0.3
+			}
+			checkExact(t, "scale "+name, got, want, n)
+
+			got = slices.Clone(b)
+			Accumulate(g, got, dy, n)
+			want = slices.Clone(b)
+			for i := range n {
+				want[i] += dy[i]
+			}
+			checkExact(t, "accumulate "+name, got, want, n)
+
+			got = slices.Clone(b)
+			Axpy(g, got, dy, n, 0.7)
+			want = slices.Clone(b)
+			for i := range n {
+				want[i] = float32(math.FMA(float64(float32(0.7)), float64(dy[i]), float64(b[i])))
+			}
+			checkClose(t, "axpy "+name, got, want, n)
+		}
+	}
+}
+
+// ---- dropout ----
+
+func TestDropout(t *testing.T) {
+	r := newRand(2)
+	const n = 100003
+	const p = float32(0.3)
+	x := randf(r, n, n+3)
+	y, mask := nans(n+3), nans(n+3)
+	Dropout(Elementwise(n), x, y, mask, n, p, 42, 0)
+	scale := float32(1) / float32(1-float64(p))
+	zeros := 0
+	for i := range n {
+		switch mask[i] {
+		case 0:
+			zeros++
+		case scale:
+		default:
+			t.Fatalf("mask[%d] = %v, want 0 or %v", i, mask[i], scale)
+		}
+		if y[i] != x[i]*mask[i] {
+			t.Fatalf("y[%d] = %v, want %v·%v", i, y[i], x[i], mask[i])
+		}
+	}
+	checkTail(t, "dropout y", y, n)
+	checkTail(t, "dropout mask", mask, n)
+	rate, sd := float64(zeros)/n, math.Sqrt(float64(p)*(1-float64(p))/n)
+	if math.Abs(rate-float64(p)) > 5*sd {
+		t.Errorf("dropout rate %v, want %v ± %v", rate, p, 5*sd)
+	}
+
+	// Reproducible from (seed, offset), whatever the geometry.
+	y2, mask2 := nans(n), nans(n)
+	Dropout(Geom{3, 64}, x, y2, mask2, n, p, 42, 0)
+	checkExact(t, "dropout again", mask2, mask, n)
+	checkExact(t, "dropout again y", y2, y, n)
+	// Offset k continues the same stream.
+	y3, mask3 := nans(1000), nans(1000)
+	Dropout(Elementwise(1000), x[500:], y3, mask3, 1000, p, 42, 500)
+	checkExact(t, "dropout offset 500", mask3, mask[500:], 1000)
+	// Another seed draws another mask; another offset too.
+	for _, so := range [][2]uint64{{43, 0}, {42, 1}} {
+		Dropout(Elementwise(n), x, y2, mask2, n, p, so[0], so[1])
+		same := 0
+		for i := range n {
+			if mask2[i] == mask[i] {
+				same++
+			}
+		}
+		// Independent masks agree on about p²+(1-p)² = 58% of elements.
+		if frac := float64(same) / n; frac > 0.65 {
+			t.Errorf("seed %d offset %d: mask agrees with seed 42 offset 0 on %.2f of elements", so[0], so[1], frac)
+		}
+	}
+
+	// p = 0 keeps everything (evaluation), p = 1 drops everything.
+	Dropout(Elementwise(n), x, y2, mask2, n, 0, 42, 0)
+	for i := range n {
+		if mask2[i] != 1 || y2[i] != x[i] {
+			t.Fatalf("p=0: mask[%d] = %v, y = %v, x = %v", i, mask2[i], y2[i], x[i])
+		}
+	}
+	Dropout(Elementwise(n), x, y2, mask2, n, 1, 42, 0)
+	for i := range n {
+		if mask2[i] != 0 || y2[i] != 0 {
+			t.Fatalf("p=1: mask[%d] = %v, y = %v", i, mask2[i], y2[i])
+		}
+	}
+
+	// In place, and the gradient against ops.
+	inplace := slices.Clone(x)
+	Dropout(Elementwise(n), inplace, inplace, mask2, n, p, 42, 0)
+	checkExact(t, "dropout in place", inplace, y, n)
+	dy := randf(r, n, n+3)
+	want, got := nans(n+3), nans(n+3)
+	run(ops.DropoutGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, n), fbuf(mask, n)}, fbuf(want, n))
+	DropoutGrad(Geom{2, 32}, dy, mask, got, n)
+	checkExact(t, "dropout_grad", got, want, n)
+	checkTail(t, "dropout_grad", got, n)
+}
+
+func TestDropout2D(t *testing.T) {
+	r := newRand(3)
+	for _, c := range []struct{ n, c, hw, capN int }{{1, 1, 25, 2}, {3, 3, 45, 5}, {7, 3, 81, 7}, {20000, 1, 1, 20000}} {
+		planes, capPlanes := c.n*c.c, c.capN*c.c
+		const p = float32(0.4)
+		x := randf(r, planes*c.hw, capPlanes*c.hw)
+		y, mask := nans(capPlanes*c.hw), nans(capPlanes)
+		Dropout2D(Elementwise(planes*c.hw), x, y, mask, planes, c.hw, p, 7, 1234)
+		// The plane masks are the draws dropout makes for the same
+		// (seed, offset).
+		want1, mask1 := nans(planes), nans(planes)
+		Dropout(Elementwise(planes), make([]float32, planes), want1, mask1, planes, p, 7, 1234)
+		checkExact(t, "dropout2d mask", mask, mask1, planes)
+		checkTail(t, "dropout2d mask", mask, planes)
+		checkTail(t, "dropout2d y", y, planes*c.hw)
+		for j := range planes {
+			for k := range c.hw {
+				if i := j*c.hw + k; y[i] != x[i]*mask[j] {
+					t.Fatalf("dropout2d %v: y[%d] = %v, want %v·%v", c, i, y[i], x[i], mask[j])
+				}
+			}
+		}
+		y2, mask2 := nans(planes*c.hw), nans(planes)
+		Dropout2D(Geom{1, 32}, x, y2, mask2, planes, c.hw, p, 7, 1234)
+		checkExact(t, "dropout2d again", mask2, mask, planes)
+		checkExact(t, "dropout2d again y", y2, y, planes*c.hw)
+		if planes >= 10000 {
+			zeros := 0
+			for _, m := range mask[:planes] {
+				if m == 0 {
+					zeros++
+				}
+			}
+			rate, sd := float64(zeros)/float64(planes), math.Sqrt(float64(p)*(1-float64(p))/float64(planes))
+			if math.Abs(rate-float64(p)) > 5*sd {
+				t.Errorf("dropout2d rate %v, want %v ± %v", rate, p, 5*sd)
+			}
+		}
+		dy := randf(r, planes*c.hw, capPlanes*c.hw)
+		want, got := nans(capPlanes*c.hw), nans(capPlanes*c.hw)
+		shape := []int{c.n, c.c, c.hw, 1}
+		run(ops.Dropout2DGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, shape...), fbuf(mask, c.n, c.c)}, fbuf(want, shape...))
+		Dropout2DGrad(Elementwise(planes*c.hw), dy, mask, got, planes, c.hw)
+		checkExact(t, "dropout2d_grad", got, want, planes*c.hw)
+		checkTail(t, "dropout2d_grad", got, planes*c.hw)
+	}
+}
+
+// ---- convolution and linear ----
+
+type convCase struct {
+	n, c, h, w, o, kh, kw, stride, pad, capN int
+}
+
+var convCases = []convCase{
+	{1, 1, 5, 5, 2, 3, 3, 1, 0, 3},
+	{3, 3, 9, 5, 4, 3, 3, 1, 1, 4},
+	{7, 3, 5, 9, 2, 3, 2, 2, 1, 7},
+	{3, 1, 9, 9, 3, 5, 5, 2, 0, 3},
+	{2, 2, 7, 8, 5, 3, 2, 2, 1, 3},
+	{1, 3, 5, 9, 4, 2, 2, 2, 1, 1},
+	{3, 3, 9, 5, 2, 1, 1, 1, 0, 3},
+	{2, 1, 5, 6, 2, 3, 3, 3, 2, 2},
+	{7, 1, 9, 9, 3, 5, 5, 1, 2, 9},
+}
+
+// TestConv2D composes im2col, a reference GEMM and the permute and bias
+// kernels as the CUDA backend does with cuBLAS, and compares the result
+// with ops' Conv2D and its three gradients.
+func TestConv2D(t *testing.T) {
+	r := newRand(4)
+	for _, cc := range convCases {
+		name := fmt.Sprintf("%+v", cc)
+		oh := (cc.h+2*cc.pad-cc.kh)/cc.stride + 1
+		ow := (cc.w+2*cc.pad-cc.kw)/cc.stride + 1
+		k, l, plane := cc.c*cc.kh*cc.kw, cc.n*oh*ow, oh*ow
+		g := ConvGeom{N: cc.n, C: cc.c, H: cc.h, W: cc.w, KH: cc.kh, KW: cc.kw, OH: oh, OW: ow, Stride: cc.stride, Pad: cc.pad}
+		attrs := &ops.Attrs{Stride: cc.stride, Padding: cc.pad}
+		xLen, yLen := cc.n*cc.c*cc.h*cc.w, cc.n*cc.o*plane
+		xCap, yCap := cc.capN*cc.c*cc.h*cc.w, cc.capN*cc.o*plane
+		x := randf(r, xLen, xCap)
+		w := randf(r, cc.o*k, cc.o*k)
+		b := randf(r, cc.o, cc.o)
+		dy := randf(r, yLen, yCap)
+		xs, ws, ys := []int{cc.n, cc.c, cc.h, cc.w}, []int{cc.o, cc.c, cc.kh, cc.kw}, []int{cc.n, cc.o, oh, ow}
+		ctx := &ops.Ctx[float32]{LossScale: 1, Step: 1, Work: make([]float32, (k+cc.o)*cc.capN*plane)}
+
+		// Forward.
+		want := nans(yCap)
+		run(ops.Conv2D, attrs, ctx, []*ops.Buf[float32]{fbuf(x, xs...), fbuf(w, ws...), fbuf(b, cc.o)}, fbuf(want, ys...))
+		col := nans(k*l + 3)
+		Im2col(Elementwise(k*l), x, col, g)
+		checkTail(t, "im2col "+name, col, k*l)
+		col2 := nans(k * l)
+		Im2col(Geom{2, 32}, x, col2, g)
+		checkExact(t, "im2col geometry "+name, col2, col, k*l)
+		tmp := nans(cc.o * l)
+		gemm(false, false, cc.o, l, k, w, k, col, l, tmp, l)
+		got := nans(yCap)
+		ONLToNOL(Elementwise(yLen), tmp, got, cc.n, cc.o, plane)
+		if cc.n == 1 {
+			checkExact(t, "onl_to_nol at N=1 is the identity "+name, got, tmp, yLen)
+		}
+		BiasAdd(Elementwise(yLen), got, b, cc.n, cc.o, plane)
+		checkClose(t, "conv2d "+name, got, want, yLen)
+		checkTail(t, "conv2d "+name, got, yLen)
+
+		// Gradient of the input.
+		want = nans(xCap)
+		run(ops.Conv2DGradInput, attrs, ctx, []*ops.Buf[float32]{fbuf(dy, ys...), fbuf(w, ws...)}, fbuf(want, xs...))
+		dyT := nans(cc.o*l + 2)
+		NOLToONL(Elementwise(yLen), dy, dyT, cc.n, cc.o, plane)
+		checkTail(t, "nol_to_onl "+name, dyT, cc.o*l)
+		if cc.n == 1 {
+			checkExact(t, "nol_to_onl at N=1 is the identity "+name, dyT, dy, yLen)
+		}
+		back := nans(yLen)
+		ONLToNOL(Geom{1, 7}, dyT, back, cc.n, cc.o, plane)
+		checkExact(t, "onl_to_nol inverts nol_to_onl "+name, back, dy, yLen)
+		dcol := nans(k * l)
+		gemm(true, false, k, l, cc.o, w, k, dyT, l, dcol, l)
+		got = nans(xCap)
+		Col2im(Elementwise(xLen), dcol, got, g)
+		checkClose(t, "conv2d_grad_input "+name, got, want, xLen)
+		checkTail(t, "conv2d_grad_input "+name, got, xLen)
+		got2 := nans(xLen)
+		Col2im(Geom{3, 64}, dcol, got2, g)
+		checkExact(t, "col2im geometry "+name, got2, got, xLen)
+
+		// Gradient of the weight.
+		want = nans(cc.o * k)
+		run(ops.Conv2DGradWeight, attrs, ctx, []*ops.Buf[float32]{fbuf(dy, ys...), fbuf(x, xs...)}, fbuf(want, ws...))
+		got = nans(cc.o * k)
+		gemm(false, true, cc.o, k, l, dyT, l, col, l, got, k)
+		checkClose(t, "conv2d_grad_weight "+name, got, want, cc.o*k)
+
+		// Gradient of the bias, overwritten and accumulated.
+		for _, acc := range []bool{false, true} {
+			init := randf(r, cc.o, cc.o)
+			want = slices.Clone(init)
+			run(ops.Conv2DGradBias, &ops.Attrs{Accumulate: acc}, ctx, []*ops.Buf[float32]{fbuf(dy, ys...)}, fbuf(want, cc.o))
+			for _, geo := range []Geom{BlockPer(cc.o), {2, 256}, {1, 64}} {
+				got = slices.Clone(init)
+				BiasGrad(geo, dy, got, cc.n, cc.o, plane, acc)
+				checkClose(t, fmt.Sprintf("conv2d_grad_bias accumulate=%v geom=%v %s", acc, geo, name), got, want, cc.o)
+			}
+		}
+	}
+}
+
+func TestLinearBias(t *testing.T) {
+	r := newRand(5)
+	const in, out, capN = 5, 3, 9
+	for _, n := range []int{1, 3, 7, 300} {
+		c := max(capN, n)
+		x, w, b := randf(r, n*in, c*in), randf(r, out*in, out*in), randf(r, out, out)
+		want := nans(c * out)
+		run(ops.Linear, nil, nil, []*ops.Buf[float32]{fbuf(x, n, in), fbuf(w, out, in), fbuf(b, out)}, fbuf(want, n, out))
+		got := nans(c * out)
+		gemm(false, true, n, out, in, x, in, w, in, got, out)
+		BiasAdd(Elementwise(n*out), got, b, n, out, 1)
+		checkClose(t, fmt.Sprintf("linear n=%d", n), got, want, n*out)
+		checkTail(t, fmt.Sprintf("linear n=%d", n), got, n*out)
+
+		dy := randf(r, n*out, c*out)
+		for _, acc := range []bool{false, true} {
+			init := randf(r, out, out)
+			want = slices.Clone(init)
+			run(ops.LinearGradBias, &ops.Attrs{Accumulate: acc}, nil, []*ops.Buf[float32]{fbuf(dy, n, out)}, fbuf(want, out))
+			got = slices.Clone(init)
+			BiasGrad(BlockPer(out), dy, got, n, out, 1, acc)
+			checkClose(t, fmt.Sprintf("linear_grad_bias n=%d accumulate=%v", n, acc), got, want, out)
+		}
+	}
+}
+
+// ---- pooling ----
+
+func TestMaxPool2D(t *testing.T) {
+	r := newRand(6)
+	type poolCase struct{ n, c, h, w, k, s, capN int }
+	for _, pc := range []poolCase{
+		{1, 1, 5, 5, 2, 2, 2}, {3, 3, 5, 9, 2, 2, 4}, {7, 1, 9, 5, 3, 2, 7}, {3, 3, 9, 9, 2, 1, 3},
+		{2, 3, 9, 5, 3, 3, 3}, {2, 2, 5, 9, 2, 3, 2}, {1, 3, 9, 9, 3, 1, 2}, {3, 1, 2, 6, 2, 2, 3},
+	} {
+		oh, ow := (pc.h-pc.k)/pc.s+1, (pc.w-pc.k)/pc.s+1
+		planes, capPlanes := pc.n*pc.c, pc.capN*pc.c
+		xLen, yLen := planes*pc.h*pc.w, planes*oh*ow
+		for _, special := range []bool{false, true} {
+			name := fmt.Sprintf("%+v special=%v", pc, special)
+			// Small integers make ties; special adds NaNs and -Inf.
+			x := nans(capPlanes * pc.h * pc.w)
+			for i := range xLen {
+				x[i] = float32(r.IntN(5) - 2)
+				if special {
+					switch r.IntN(8) {
+					case 0:
+						x[i] = float32(math.NaN())
+					case 1, 2:
+						x[i] = float32(math.Inf(-1))
+					}
+				}
+			}
+			xs, ys := []int{pc.n, pc.c, pc.h, pc.w}, []int{pc.n, pc.c, oh, ow}
+			attrs := &ops.Attrs{Kernel: pc.k, Stride: pc.s}
+			wantY, wantI := nans(capPlanes*oh*ow), make([]int32, capPlanes*oh*ow)
+			run(ops.MaxPool2D, attrs, nil, []*ops.Buf[float32]{fbuf(x, xs...)}, fbuf(wantY, ys...), ibuf(wantI, ys...))
+			for _, geo := range geoms(yLen) {
+				gotY, gotI := nans(capPlanes*oh*ow), slices.Repeat([]int32{-7}, capPlanes*oh*ow)
+				MaxPool2D(geo, x, gotY, gotI, planes, pc.h, pc.w, oh, ow, pc.k, pc.s)
+				checkExact(t, "maxpool2d "+name, gotY, wantY, yLen)
+				checkTail(t, "maxpool2d "+name, gotY, yLen)
+				if !slices.Equal(gotI[:yLen], wantI[:yLen]) {
+					t.Errorf("maxpool2d %s: index %v, want %v", name, gotI[:yLen], wantI[:yLen])
+				}
+				for _, v := range gotI[yLen:] {
+					if v != -7 {
+						t.Errorf("maxpool2d %s: index written past the live part", name)
+						break
+					}
+				}
+			}
+			dy := randf(r, yLen, capPlanes*oh*ow)
+			want := nans(capPlanes * pc.h * pc.w)
+			run(ops.MaxPool2DGrad, attrs, nil, []*ops.Buf[float32]{fbuf(dy, ys...), ibuf(wantI, ys...)}, fbuf(want, xs...))
+			for _, geo := range geoms(xLen) {
+				got := nans(capPlanes * pc.h * pc.w)
+				MaxPool2DGrad(geo, dy, wantI, got, planes, pc.h, pc.w, oh, ow, pc.k, pc.s)
+				checkExact(t, "maxpool2d_grad "+name, got, want, xLen)
+				checkTail(t, "maxpool2d_grad "+name, got, xLen)
+			}
+		}
+	}
+}
+
+// ---- softmax family and losses ----
+
+func TestSoftmax(t *testing.T) {
+	r := newRand(7)
+	for _, n := range []int{1, 3, 7, 300} {
+		for _, c := range []int{1, 3, 10} {
+			name := fmt.Sprintf("n=%d c=%d", n, c)
+			capacity := (n + 2) * c
+			x, dy := randf(r, n*c, capacity), randf(r, n*c, capacity)
+			for i := range n * c {
+				x[i] *= 8
+			}
+			for _, f := range []struct {
+				name    string
+				op, bop ops.Op
+				fwd     func(Geom, []float32, []float32, int, int)
+				bwd     func(Geom, []float32, []float32, []float32, int, int)
+			}{
+				{"log_softmax", ops.LogSoftmax, ops.LogSoftmaxGrad, LogSoftmax, LogSoftmaxGrad},
+				{"softmax", ops.Softmax, ops.SoftmaxGrad, Softmax, SoftmaxGrad},
+			} {
+				want := nans(capacity)
+				run(f.op, nil, nil, []*ops.Buf[float32]{fbuf(x, n, c)}, fbuf(want, n, c))
+				for _, geo := range geoms(n) {
+					got := nans(capacity)
+					f.fwd(geo, x, got, n, c)
+					checkClose(t, f.name+" "+name, got, want, n*c)
+					checkTail(t, f.name+" "+name, got, n*c)
+				}
+				inplace := slices.Clone(x)
+				f.fwd(Elementwise(n), inplace, inplace, n, c)
+				checkClose(t, f.name+" in place "+name, inplace, want, n*c)
+
+				y := want
+				want = nans(capacity)
+				run(f.bop, nil, nil, []*ops.Buf[float32]{fbuf(dy, n, c), fbuf(y, n, c)}, fbuf(want, n, c))
+				for _, geo := range geoms(n) {
+					got := nans(capacity)
+					f.bwd(geo, dy, y, got, n, c)
+					checkClose(t, f.name+"_grad "+name, got, want, n*c)
+					checkTail(t, f.name+"_grad "+name, got, n*c)
+				}
+				inplace = slices.Clone(dy)
+				f.bwd(Elementwise(n), inplace, y, inplace, n, c)
+				checkClose(t, f.name+"_grad in place "+name, inplace, want, n*c)
+			}
+		}
+	}
+}
+
+func TestLosses(t *testing.T) {
+	r := newRand(8)
+	const scale = 1.0 / 7
+	for _, n := range []int{1, 3, 7, 600} {
+		for _, c := range []int{1, 3, 10} {
+			name := fmt.Sprintf("n=%d c=%d", n, c)
+			capN := n + 3
+			logits := randf(r, n*c, capN*c)
+			for i := range n * c {
+				logits[i] *= 5
+			}
+			logp := nans(capN * c)
+			run(ops.LogSoftmax, nil, nil, []*ops.Buf[float32]{fbuf(logits, n, c)}, fbuf(logp, n, c))
+			target := slices.Repeat([]int32{-7}, capN)
+			for i := range n {
+				target[i] = int32(r.IntN(c))
+			}
+			ctx := &ops.Ctx[float32]{LossScale: scale, Step: 1}
+			dloss := []float32{0.7}
+
+			for _, acc := range []bool{false, true} {
+				aname := fmt.Sprintf("%s accumulate=%v", name, acc)
+				attrs := &ops.Attrs{Accumulate: acc}
+				want, got := []float32{0.25}, []float32{0.25}
+				run(ops.NLLLoss, attrs, ctx, []*ops.Buf[float32]{fbuf(logp, n, c), ibuf(target, n)}, fbuf(want, 1))
+				NLLLoss(OneBlock, logp, target, got, n, c, scale, acc)
+				checkClose(t, "nll_loss "+aname, got, want, 1)
+				again := []float32{0.25}
+				NLLLoss(OneBlock, logp, target, again, n, c, scale, acc)
+				checkExact(t, "nll_loss deterministic "+aname, again, got, 1)
+
+				want, got = []float32{0.25}, []float32{0.25}
+				wantP, gotP := nans(capN*c), nans(capN*c)
+				run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf(want, 1), fbuf(wantP, n, c))
+				CrossEntropy(OneBlock, logits, target, got, gotP, n, c, scale, acc)
+				checkClose(t, "cross_entropy loss "+aname, got, want, 1)
+				checkClose(t, "cross_entropy probs "+aname, gotP, wantP, n*c)
+				checkTail(t, "cross_entropy probs "+aname, gotP, n*c)
+			}
+
+			want, got := nans(capN*c), nans(capN*c)
+			run(ops.NLLLossGrad, nil, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), ibuf(target, n)}, fbuf(want, n, c))
+			NLLLossGrad(Elementwise(n*c), dloss, target, got, n, c, scale)
+			checkClose(t, "nll_loss_grad "+name, got, want, n*c)
+			checkTail(t, "nll_loss_grad "+name, got, n*c)
+
+			probs := nans(capN * c)
+			run(ops.CrossEntropy, nil, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf([]float32{0}, 1), fbuf(probs, n, c))
+			want, got = nans(capN*c), nans(capN*c)
+			run(ops.CrossEntropyGrad, nil, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(probs, n, c), ibuf(target, n)}, fbuf(want, n, c))
+			CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, scale)
+			checkClose(t, "cross_entropy_grad "+name, got, want, n*c)
+			checkTail(t, "cross_entropy_grad "+name, got, n*c)
+		}
+	}
+
+	// A target out of range makes the loss NaN; an empty batch gives 0.
+	logp := []float32{-1, -2, -3}
+	loss := []float32{5}
+	NLLLoss(OneBlock, logp, []int32{3}, loss, 1, 3, 1, false)
+	if !isNaN(loss[0]) {
+		t.Errorf("nll_loss with target 3 of 3 classes = %v, want NaN", loss[0])
+	}
+	probs := nans(3)
+	CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, 1, false)
+	if !isNaN(loss[0]) {
+		t.Errorf("cross_entropy with target -1 = %v, want NaN", loss[0])
+	}
+	NLLLoss(OneBlock, logp, []int32{0}, loss, 0, 3, 1, false)
+	if loss[0] != 0 {
+		t.Errorf("nll_loss of an empty batch = %v, want 0", loss[0])
+	}
+	loss[0] = 2
+	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 1, true)
+	if loss[0] != 2 {
+		t.Errorf("cross_entropy of an empty batch accumulated into 2 = %v, want 2", loss[0])
+	}
+}
+
+// ---- optimizers ----
+
+// f32 is v rounded to float32 and back: ops rounds hyper-parameters to T, the
+// kernels take them as float.
+func f32(v float64) float64 { return float64(float32(v)) }
+
+func TestSGDStep(t *testing.T) {
+	r := newRand(9)
+	const n = 1001
+	for _, a := range []ops.Attrs{
+		{LR: 0.5},
+		{LR: 0.5, WeightDecay: 0.1},
+		{LR: 0.3, Momentum: 0.9},
+		{LR: 0.3, Momentum: 0.5, Dampening: 0.1, WeightDecay: 0.01},
+		{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4},
+		{LR: 0.2, Momentum: 0.9, Nesterov: true},
+	} {
+		a.LR, a.Momentum, a.Dampening, a.WeightDecay = f32(a.LR), f32(a.Momentum), f32(a.Dampening), f32(a.WeightDecay)
+		name := fmt.Sprintf("%+v", a)
+		p := randf(r, n, n)
+		wantP, gotP := slices.Clone(p), slices.Clone(p)
+		wantB, gotB := nans(n), nans(n)
+		var buf []float32 // none without momentum: a null pointer
+		if a.Momentum != 0 {
+			buf = gotB
+		}
+		for step := 1; step <= 4; step++ {
+			g := randf(r, n, n)
+			ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
+			run(ops.SGDStep, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantB, n)})
+			SGDStep(Elementwise(n), gotP, g, buf, n, float32(a.LR), float32(a.Momentum), float32(a.Dampening), float32(a.WeightDecay), a.Nesterov, step)
+			checkClose(t, fmt.Sprintf("sgd param step %d %s", step, name), gotP, wantP, n)
+			if a.Momentum != 0 {
+				checkClose(t, fmt.Sprintf("sgd momentum buffer step %d %s", step, name), gotB, wantB, n)
+			}
+		}
+	}
+}
+
+func TestAdamStep(t *testing.T) {
+	r := newRand(10)
+	const n = 1001
+	for _, a := range []ops.Attrs{
+		{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+		{LR: 0.05, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.01},
+	} {
+		a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay = f32(a.LR), f32(a.Beta1), f32(a.Beta2), f32(a.Eps), f32(a.WeightDecay)
+		name := fmt.Sprintf("%+v", a)
+		p := randf(r, n, n)
+		wantP, gotP := slices.Clone(p), slices.Clone(p)
+		wantM, gotM := make([]float32, n), make([]float32, n)
+		wantV, gotV := make([]float32, n), make([]float32, n)
+		for step := 1; step <= 5; step++ {
+			g := randf(r, n, n)
+			ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
+			run(ops.AdamStep, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantM, n), fbuf(wantV, n)})
+			AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step)
+			checkClose(t, fmt.Sprintf("adam param step %d %s", step, name), gotP, wantP, n)
+			checkClose(t, fmt.Sprintf("adam m step %d %s", step, name), gotM, wantM, n)
+			checkClose(t, fmt.Sprintf("adam v step %d %s", step, name), gotV, wantV, n)
+		}
+	}
+}
+
+// ---- data and evaluation ----
+
+func TestGatherRows(t *testing.T) {
+	r := newRand(11)
+	const srcRows, cols = 10, 7
+	src := randf(r, srcRows*cols, srcRows*cols)
+	isrc := make([]int32, srcRows)
+	for i := range isrc {
+		isrc[i] = int32(r.IntN(1000))
+	}
+	for _, rows := range []int{1, 5, 23} {
+		idx := make([]int32, rows)
+		for i := range idx {
+			idx[i] = int32(r.IntN(srcRows))
+		}
+		for _, geo := range geoms(rows * cols) {
+			dst := nans(rows*cols + 3)
+			GatherRows(geo, src, idx, dst, rows, cols)
+			for i, j := range idx {
+				checkExact(t, fmt.Sprintf("gather_rows row %d", i), dst[i*cols:], src[int(j)*cols:], cols)
+			}
+			checkTail(t, "gather_rows", dst, rows*cols)
+			idst := slices.Repeat([]int32{-7}, rows+1)
+			GatherRowsInt(geo, isrc, idx, idst, rows, 1)
+			for i, j := range idx {
+				if idst[i] != isrc[j] {
+					t.Fatalf("gather_rows_int row %d = %d, want %d", i, idst[i], isrc[j])
+				}
+			}
+			if idst[rows] != -7 {
+				t.Errorf("gather_rows_int wrote past the live rows")
+			}
+		}
+	}
+}
+
+func TestCountCorrect(t *testing.T) {
+	r := newRand(12)
+	for _, n := range []int{0, 1, 7, 700} {
+		for _, c := range []int{1, 3, 10} {
+			x := make([]float32, max(n*c, 1))
+			for i := range n * c {
+				x[i] = float32(r.IntN(4)) // ties: the first maximum wins
+			}
+			target := make([]int32, max(n, 1))
+			want := 0
+			for i := range n {
+				target[i] = int32(r.IntN(c))
+				row, best := x[i*c:(i+1)*c], 0
+				for j := 1; j < c; j++ {
+					if row[j] > row[best] {
+						best = j
+					}
+				}
+				if int32(best) == target[i] {
+					want++
+				}
+			}
+			count := []int32{-1}
+			CountCorrect(OneBlock, x, target, count, n, c, false)
+			if int(count[0]) != want {
+				t.Errorf("count_correct n=%d c=%d = %d, want %d", n, c, count[0], want)
+			}
+			count[0] = 5
+			CountCorrect(OneBlock, x, target, count, n, c, true)
+			if int(count[0]) != want+5 {
+				t.Errorf("count_correct accumulate n=%d c=%d = %d, want %d", n, c, count[0], want+5)
+			}
+		}
+	}
+}
+
+func TestSum(t *testing.T) {
+	r := newRand(13)
+	for _, n := range []int{0, 1, 7, 1000, 100003} {
+		x := randf(r, n, n+1)
+		var want float64
+		for _, v := range x[:n] {
+			want += float64(v)
+		}
+		got := []float32{-1}
+		Sum(OneBlock, x, got, n, false)
+		checkClose(t, fmt.Sprintf("sum n=%d", n), got, []float32{float32(want)}, 1)
+		got[0] = 1.5
+		Sum(OneBlock, x, got, n, true)
+		checkClose(t, fmt.Sprintf("sum accumulate n=%d", n), got, []float32{float32(want + 1.5)}, 1)
+	}
+}

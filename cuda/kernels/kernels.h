@@ -1,0 +1,220 @@
+// kernels.h — the ABI of gorun's CUDA kernels (cuda/kernels).
+//
+// Every kernel is `extern "C" __global__`, named gorun_<name>, and takes only
+// float*, const float*, int* / const int* (int32), int, float and
+// unsigned long long arguments, so the Go side launches them through the
+// driver API (cuModuleGetFunction on the embedded PTX, cuLaunchKernel) with
+// a plain argument list. All grids and blocks are one-dimensional.
+//
+// Launch geometry. Unless a kernel says otherwise:
+//   ELEMENTWISE(n): block 256, grid ceil(n/256) (at least 1), dynamic shared
+//   memory 0. These kernels use grid-stride loops, so a smaller grid (any
+//   grid ≥ 1, any block ≤ 1024) is also correct.
+//   ONE_BLOCK: grid 1, block exactly 256, dynamic shared memory 0 (the
+//   kernel has a static __shared__ array of 256 entries and reduces in a
+//   fixed order, so the result is deterministic run to run).
+//   BLOCK_PER(m): grid m, block exactly 256, dynamic shared memory 0; block
+//   b does item b and reduces in a fixed order (deterministic).
+// A kernel with a count of 0 (an empty batch) may be skipped by the caller;
+// launched anyway with grid 1 it writes nothing, except that reductions
+// write their (empty) sum, and losses 0 (or leave an accumulated loss as is).
+//
+// Buffers are dense, row-major, fp32 unless said int32; a batched buffer's
+// live part is its first N samples (partial batches just pass a smaller N).
+// Every buffer a kernel touches, col included, has fewer than 2^31 elements
+// (index arithmetic is 32-bit), and grid·block < 2^31.
+// Unless said otherwise an output may not overlap an input; the elementwise
+// kernels marked "in place ok" allow out == in (same pointer).
+//
+// Semantics follow gorun/ops (ops/*.go), op by op; the comments name the op.
+//
+// Convolution is lowered like ops/conv.go: with K = C·KH·KW and
+// L = N·OH·OW, col is a [K, L] row-major matrix, rows ordered (c, ki, kj)
+// (the weight's C, KH, KW), columns ordered (n, oy, ox). With cuBLAS
+// (column-major) the Go side computes, as ops/conv.go does with ops/matmul:
+//   forward:     tmp[O, L]  = W[O, K] · col[K, L]; then gorun_onl_to_nol
+//                (tmp → y[N,O,OH,OW]; skip when N == 1: tmp is already y)
+//                and gorun_bias_add(y, b, N, O, OH·OW).
+//   grad input:  dyT = gorun_nol_to_onl(dy) (or dy itself when N == 1);
+//                dcol[K, L] = Wᵀ · dyT; gorun_col2im(dcol → dx).
+//   grad weight: col = im2col(x); dw[O, K] = dyT · colᵀ (beta 1 to
+//                accumulate).
+//   grad bias:   gorun_bias_grad(dy, db, N, O, OH·OW, accumulate).
+// Linear: y = x·wᵀ by cuBLAS, then gorun_bias_add(y, b, N, O, 1); bias grad
+// is gorun_bias_grad(dy, db, N, O, 1, accumulate).
+// (Row-major X[m, n] = op(A)·op(B) is column-major Xᵀ = op(B)ᵀ·op(A)ᵀ:
+// cublasSgemm(handle, opB, opA, n, m, k, &alpha, B, ldb, A, lda, &beta, X,
+// n) with the row-major leading dimensions, as ops/matmul.go's arguments.)
+//
+// Dropout randomness is counter based: element (or plane) i draws
+// u = gorun_uniform(seed, offset + i), a splitmix64 hash of the two, so a
+// launch is reproducible from (seed, offset) alone and independent of the
+// geometry. The caller advances offset by the number of draws (n for
+// dropout, N·C for dropout2d) after each launch. It does not reproduce the
+// CPU backend's stream.
+
+#ifndef GORUN_KERNELS_H
+#define GORUN_KERNELS_H
+
+#ifndef __CUDACC__
+#include "host.h" // plain C++ build (hostcheck)
+#endif
+
+#define GORUN_KERNEL extern "C" __global__ void
+
+// ---- elementwise -------------------------------------------------------
+
+// ReLU: y[i] = max(x[i], 0), NaN stays NaN. ELEMENTWISE(n). In place ok.
+GORUN_KERNEL gorun_relu(const float* x, float* y, int n);
+// ReLUGrad: dx[i] = y[i] > 0 ? dy[i] : 0. ELEMENTWISE(n). dx may be dy.
+GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n);
+// Add: out[i] = a[i] + b[i]. ELEMENTWISE(n). out may be a or b.
+GORUN_KERNEL gorun_add(const float* a, const float* b, float* out, int n);
+// dst[i] = src[i] (also Flatten when not aliased). ELEMENTWISE(n).
+GORUN_KERNEL gorun_copy(const float* src, float* dst, int n);
+// x[i] = value. ELEMENTWISE(n).
+GORUN_KERNEL gorun_fill(float* x, int n, float value);
+// x[i] *= s (e.g. 1/world for a mean all-reduce). ELEMENTWISE(n).
+GORUN_KERNEL gorun_scale(float* x, int n, float s);
+// dst[i] += src[i] (replica reduction, gradient accumulation).
+// ELEMENTWISE(n).
+GORUN_KERNEL gorun_accumulate(float* dst, const float* src, int n);
+// dst[i] = fma(alpha, src[i], dst[i]). ELEMENTWISE(n).
+GORUN_KERNEL gorun_axpy(float* dst, const float* src, int n, float alpha);
+
+// ---- dropout -------------------------------------------------------------
+
+// Dropout (training): mask[i] = u_i < 1-p ? 1/(1-p) : 0 with
+// u_i = gorun_uniform(seed, offset+i); y[i] = x[i]·mask[i]. p <= 0 gives
+// mask 1 (use p = 0 for evaluation), p >= 1 mask 0. 1/(1-p) is rounded to
+// float as ops/dropout.go does. ELEMENTWISE(n). y may be x. Draws n.
+GORUN_KERNEL gorun_dropout(const float* x, float* y, float* mask, int n, float p,
+                           unsigned long long seed, unsigned long long offset);
+// Dropout2D: x[planes, hw] (planes = N·C); plane j keeps or drops as a
+// whole: mask[j] from gorun_uniform(seed, offset+j) as above;
+// y[j, :] = x[j, :]·mask[j]. ELEMENTWISE(planes·hw). y may be x.
+// Draws planes.
+GORUN_KERNEL gorun_dropout2d(const float* x, float* y, float* mask, int planes, int hw,
+                             float p, unsigned long long seed, unsigned long long offset);
+// DropoutGrad: dx[i] = dy[i]·mask[i]. ELEMENTWISE(n). dx may be dy.
+GORUN_KERNEL gorun_dropout_grad(const float* dy, const float* mask, float* dx, int n);
+// Dropout2DGrad: dx[j, k] = dy[j, k]·mask[j], dy[planes, hw].
+// ELEMENTWISE(planes·hw). dx may be dy.
+GORUN_KERNEL gorun_dropout2d_grad(const float* dy, const float* mask, float* dx, int planes,
+                                  int hw);
+
+// ---- convolution helpers (NCHW; see the layout notes above) -------------
+
+// im2col: x[N,C,H,W] → col[C·KH·KW, N·OH·OW], zero where the window reaches
+// into the padding; OH = (H+2·pad-KH)/stride+1, OW likewise (the caller
+// passes them). stride is the resolved stride (ops' Stride 0 means 1).
+// ELEMENTWISE(C·KH·KW·N·OH·OW).
+GORUN_KERNEL gorun_im2col(const float* x, float* col, int n, int c, int h, int w, int kh,
+                          int kw, int oh, int ow, int stride, int pad);
+// col2im: dx[N,C,H,W] = the adjoint of im2col applied to col (each dx
+// element sums the col entries that im2col copied from it). Overwrites dx
+// (no clearing needed), no atomics. ELEMENTWISE(N·C·H·W).
+GORUN_KERNEL gorun_col2im(const float* col, float* dx, int n, int c, int h, int w, int kh,
+                          int kw, int oh, int ow, int stride, int pad);
+// [O, N, plane] → [N, O, plane]: dst[(n·O+o)·plane+k] =
+// src[(o·N+n)·plane+k] (conv forward output). ELEMENTWISE(N·O·plane).
+GORUN_KERNEL gorun_onl_to_nol(const float* src, float* dst, int n, int o, int plane);
+// [N, O, plane] → [O, N, plane] (ops/conv.go permuteDy).
+// ELEMENTWISE(N·O·plane).
+GORUN_KERNEL gorun_nol_to_onl(const float* src, float* dst, int n, int o, int plane);
+// Bias add: y[n, c, k] += b[c] for y[N, C, plane] (conv: plane = OH·OW;
+// linear: plane = 1, C = O). ELEMENTWISE(N·C·plane).
+GORUN_KERNEL gorun_bias_add(float* y, const float* b, int n, int c, int plane);
+// Bias grad (Conv2DGradBias, LinearGradBias): db[c] = Σ_{n,k} dy[n, c, k]
+// (summed in double), or db[c] += that when accumulate != 0.
+// BLOCK_PER(C).
+GORUN_KERNEL gorun_bias_grad(const float* dy, float* db, int n, int c, int plane,
+                             int accumulate);
+
+// ---- pooling ---------------------------------------------------------------
+
+// MaxPool2D: x[planes, H, W] (planes = N·C) → y[planes, OH, OW] and
+// idx[planes, OH, OW] (int32, position within the H×W plane), window k×k,
+// stride s (resolved: ops' Stride 0 means s = k), no padding,
+// OH = (H-k)/s+1, OW = (W-k)/s+1 (floor).
+// First maximum in row-major window order wins; a NaN is always taken (the
+// last NaN of the window), as ops/pool.go. ELEMENTWISE(planes·OH·OW).
+GORUN_KERNEL gorun_maxpool2d(const float* x, float* y, int* idx, int planes, int h, int w,
+                             int oh, int ow, int k, int s);
+// MaxPool2DGrad: dx[planes, H, W] = Σ over the outputs j whose window
+// covers the element and idx[j] points at it, of dy[j] (in increasing j, as
+// the CPU kernel). One thread per dx element; overwrites all of dx; right
+// for overlapping windows too; no atomics. ELEMENTWISE(planes·H·W).
+GORUN_KERNEL gorun_maxpool2d_grad(const float* dy, const int* idx, float* dx, int planes,
+                                  int h, int w, int oh, int ow, int k, int s);
+
+// ---- softmax family, over dimension 1 of [N, C] -----------------------------
+// One thread per row (sums in double, as ops/activation.go):
+// ELEMENTWISE(N).
+
+// LogSoftmax: y = x - max - log Σ exp(x - max). y may be x.
+GORUN_KERNEL gorun_log_softmax(const float* x, float* y, int n, int c);
+// Softmax: y = exp(x - max) / Σ exp(x - max). y may be x.
+GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c);
+// LogSoftmaxGrad: dx = dy - exp(y)·Σ_row dy. dx may be dy.
+GORUN_KERNEL gorun_log_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
+// SoftmaxGrad: dx = y·(dy - Σ_row dy·y). dx may be dy.
+GORUN_KERNEL gorun_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
+
+// ---- losses (scale = Ctx.LossScale, usually 1/global batch) -----------------
+// A target outside [0, C) makes the loss NaN (the CPU kernel panics).
+
+// NLLLoss: loss[0] = -scale·Σ_i logp[i, target[i]] (summed in double in a
+// fixed order); with accumulate != 0, loss[0] += that. ONE_BLOCK.
+GORUN_KERNEL gorun_nll_loss(const float* logp, const int* target, float* loss, int n, int c,
+                            float scale, int accumulate);
+// NLLLossGrad: dx[i, j] = j == target[i] ? -scale·dloss[0] : 0 (dloss is a
+// device pointer to one float). ELEMENTWISE(N·C).
+GORUN_KERNEL gorun_nll_loss_grad(const float* dloss, const int* target, float* dx, int n,
+                                 int c, float scale);
+// CrossEntropy: probs = softmax(logits) per row, and loss[0] =
+// -scale·Σ_i log_softmax(logits)[i, target[i]] (fixed order); with
+// accumulate != 0, loss[0] += that. ONE_BLOCK.
+GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* loss,
+                                 float* probs, int n, int c, float scale, int accumulate);
+// CrossEntropyGrad: dx[i, j] = g·probs[i, j] - (j == target[i] ? g : 0)
+// computed as g·(p-1) on the target, g = scale·dloss[0]. ELEMENTWISE(N·C).
+GORUN_KERNEL gorun_cross_entropy_grad(const float* dloss, const float* probs,
+                                      const int* target, float* dx, int n, int c,
+                                      float scale);
+
+// ---- optimizers (in place; PyTorch's rules exactly as ops/optim.go) --------
+
+// SGDStep over n elements: d = grad + wd·param; buf = d on step 1 (step <=
+// 1), else momentum·buf + (1-dampening)·d; d = nesterov ? d + momentum·buf
+// : buf; param -= lr·d. With momentum == 0 buf is not touched (may be 0).
+// ELEMENTWISE(n).
+GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, float lr,
+                            float momentum, float dampening, float weight_decay,
+                            int nesterov, int step);
+// AdamStep over n elements (t = step, 1-based; bias corrections computed in
+// double from t): g = grad + wd·param; m = β1·m + (1-β1)·g;
+// v = β2·v + (1-β2)·g²; param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps).
+// ELEMENTWISE(n).
+GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
+                             float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int step);
+
+// ---- data and evaluation ---------------------------------------------------
+
+// dst[i, :] = src[idx[i], :] for i < rows; src and dst are [*, cols].
+// ELEMENTWISE(rows·cols).
+GORUN_KERNEL gorun_gather_rows(const float* src, const int* idx, float* dst, int rows,
+                               int cols);
+// The same for int32 rows (labels: cols = 1).
+GORUN_KERNEL gorun_gather_rows_int(const int* src, const int* idx, int* dst, int rows,
+                                   int cols);
+// count[0] = number of rows i of x[N, C] whose argmax (first maximum wins)
+// equals target[i]; with accumulate != 0, count[0] += that. ONE_BLOCK.
+GORUN_KERNEL gorun_count_correct(const float* x, const int* target, int* count, int n, int c,
+                                 int accumulate);
+// out[0] = Σ x[i] summed in double in a fixed order (rounded once to
+// float); with accumulate != 0, out[0] += that. ONE_BLOCK.
+GORUN_KERNEL gorun_sum(const float* x, float* out, int n, int accumulate);
+
+#endif // GORUN_KERNELS_H

@@ -1,0 +1,47 @@
+// optim.cu — optimizer steps, in place, as ops/optim.go (PyTorch 1.13's
+// single-tensor SGD and Adam, with fused multiply-adds where PyTorch's CPU
+// kernels use them). Built with -fmad=false so that only the explicit fmaf
+// calls fuse.
+#include "common.cuh"
+
+GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, float lr,
+                            float momentum, float dampening, float weight_decay,
+                            int nesterov, int step) {
+  float neg_lr = -lr, wd = weight_decay;
+  bool decay = weight_decay != 0.0f;
+  float mom = momentum, damp = (float)(1.0 - (double)dampening);
+  bool first = step <= 1;
+  GORUN_FOR(i, n) {
+    float p = param[i], d = grad[i];
+    if (decay) d = fmaf(wd, p, d); // d_p.add(param, alpha=wd)
+    if (momentum != 0.0f) {
+      float b = first ? d : fmaf(damp, d, buf[i] * mom); // buf.mul_(momentum).add_(d_p, alpha=1-dampening)
+      buf[i] = b;
+      d = nesterov ? fmaf(mom, b, d) : b; // d_p.add(buf, alpha=momentum)
+    }
+    param[i] = fmaf(neg_lr, d, p); // param.add_(d_p, alpha=-lr)
+  }
+}
+
+GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
+                             float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int step) {
+  double t = (double)step;
+  double bc1 = 1.0 - pow((double)beta1, t);
+  double bc2 = 1.0 - pow((double)beta2, t);
+  float neg_step = (float)(-((double)lr / bc1));
+  float bc2_sqrt = (float)sqrt(bc2);
+  float b1 = beta1, c1 = (float)(1.0 - (double)beta1);
+  float b2 = beta2, c2 = (float)(1.0 - (double)beta2);
+  bool decay = weight_decay != 0.0f;
+  GORUN_FOR(i, n) {
+    float p = param[i], g = grad[i];
+    if (decay) g = fmaf(weight_decay, p, g); // grad.add(param, alpha=wd)
+    float mi = fmaf(c1, g, m[i] * b1);     // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
+    float vi = fmaf(c2 * g, g, v[i] * b2); // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
+    m[i] = mi;
+    v[i] = vi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps; // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+    param[i] = p + neg_step * mi / denom;     // param.addcdiv_(exp_avg, denom, value=-step_size)
+  }
+}

@@ -1,0 +1,122 @@
+// softmax.cu — softmax, log-softmax, their gradients and the losses, over
+// dimension 1 of [N, C] (see kernels.h, ops/activation.go, ops/loss.go).
+#include "common.cuh"
+
+GORUN_KERNEL gorun_log_softmax(const float* x, float* y, int n, int c) {
+  GORUN_FOR(r, n) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    float m = gorun_row_max(xr, c);
+    float ls = (float)log(gorun_exp_sum(xr, c, m));
+    for (int j = 0; j < c; j++) yr[j] = xr[j] - m - ls;
+  }
+}
+
+GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c) {
+  GORUN_FOR(r, n) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    float m = gorun_row_max(xr, c);
+    double s = 0;
+    for (int j = 0; j < c; j++) {
+      double e = exp((double)(xr[j] - m));
+      s += e;
+      yr[j] = (float)e;
+    }
+    double inv = 1 / s;
+    for (int j = 0; j < c; j++) yr[j] = (float)((double)yr[j] * inv);
+  }
+}
+
+GORUN_KERNEL gorun_log_softmax_grad(const float* dy, const float* y, float* dx, int n, int c) {
+  GORUN_FOR(r, n) {
+    const float* gr = dy + r * c;
+    const float* yr = y + r * c;
+    float* dr = dx + r * c;
+    double s = 0;
+    for (int j = 0; j < c; j++) s += (double)gr[j];
+    for (int j = 0; j < c; j++) dr[j] = gr[j] - (float)(exp((double)yr[j]) * s);
+  }
+}
+
+GORUN_KERNEL gorun_softmax_grad(const float* dy, const float* y, float* dx, int n, int c) {
+  GORUN_FOR(r, n) {
+    const float* gr = dy + r * c;
+    const float* yr = y + r * c;
+    float* dr = dx + r * c;
+    double s = 0;
+    for (int j = 0; j < c; j++) s += (double)gr[j] * (double)yr[j];
+    float st = (float)s;
+    for (int j = 0; j < c; j++) dr[j] = yr[j] * (gr[j] - st);
+  }
+}
+
+// gorun_block_sum_loss sums the threads' partial losses in a fixed order and
+// writes loss[0] = -scale·Σ (or adds it). Every thread of the block calls it.
+__device__ __forceinline__ void gorun_block_sum_loss(double* part, double mine, float* loss,
+                                                     float scale, int accumulate) {
+  part[threadIdx.x] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (unsigned int j = 0; j < blockDim.x; j++) s += part[j];
+    double v = -(double)scale * s;
+    loss[0] = accumulate ? (float)((double)loss[0] + v) : (float)v;
+  }
+}
+
+GORUN_KERNEL gorun_nll_loss(const float* logp, const int* target, float* loss, int n, int c,
+                            float scale, int accumulate) {
+  __shared__ double part[GORUN_RED];
+  if (blockIdx.x != 0) return;
+  double s = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    int t = target[i];
+    if (t < 0 || t >= c)
+      s += NAN;
+    else
+      s += (double)logp[(long long)i * c + t];
+  }
+  gorun_block_sum_loss(part, s, loss, scale, accumulate);
+}
+
+GORUN_KERNEL gorun_nll_loss_grad(const float* dloss, const int* target, float* dx, int n,
+                                 int c, float scale) {
+  float g = (float)(-(double)scale * (double)dloss[0]);
+  GORUN_FOR(e64, (long long)n * c) {
+    int e = (int)e64, i = e / c;
+    dx[e] = target[i] == e - i * c ? g : 0.0f;
+  }
+}
+
+GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* loss,
+                                 float* probs, int n, int c, float scale, int accumulate) {
+  __shared__ double part[GORUN_RED];
+  if (blockIdx.x != 0) return;
+  double s = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* xr = logits + (long long)i * c;
+    float* pr = probs + (long long)i * c;
+    float m = gorun_row_max(xr, c);
+    double es = gorun_exp_sum(xr, c, m);
+    int t = target[i];
+    if (t < 0 || t >= c)
+      s += NAN;
+    else
+      s += (double)(xr[t] - m) - log(es);
+    double inv = 1 / es;
+    for (int j = 0; j < c; j++) pr[j] = (float)(exp((double)(xr[j] - m)) * inv);
+  }
+  gorun_block_sum_loss(part, s, loss, scale, accumulate);
+}
+
+GORUN_KERNEL gorun_cross_entropy_grad(const float* dloss, const float* probs,
+                                      const int* target, float* dx, int n, int c,
+                                      float scale) {
+  float g = (float)((double)scale * (double)dloss[0]);
+  GORUN_FOR(e64, (long long)n * c) {
+    int e = (int)e64, i = e / c;
+    float p = probs[e];
+    dx[e] = target[i] == e - i * c ? g * (p - 1.0f) : g * p;
+  }
+}
