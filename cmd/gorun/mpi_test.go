@@ -29,7 +29,7 @@ var (
 )
 
 // mpiGorun builds gorun with MPI once, or skips the test.
-func mpiGorun(t *testing.T) string {
+func mpiGorun(t testing.TB) string {
 	t.Helper()
 	mpiOnce.Do(func() {
 		if _, err := exec.LookPath("mpirun"); err != nil {
