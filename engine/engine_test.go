@@ -206,3 +206,41 @@ func TestSchedulePolicies(t *testing.T) {
 		t.Errorf("batchShards(10, 4, 3 ranks) = %v", sh)
 	}
 }
+
+// TestEvalSetMustFitTheModel: an eval set with other classes or another
+// sample shape is refused when the Plan is compiled, before step 1.
+func TestEvalSetMustFitTheModel(t *testing.T) {
+	src := strings.Replace(tinyScript, `eval = data.synthetic(size = 200, shape = (1, 8, 8), classes = 4,`, `eval = data.synthetic(size = 200, shape = (1, 8, 8), classes = 16,`, 1)
+	_, err := Compile(loadSpec(t, src), DefaultCluster())
+	if err == nil || !strings.Contains(err.Error(), "eval set data.synthetic has samples of shape [1 8 8] in 16 classes, but the model is built for the training set's [1 8 8] in 4 classes") {
+		t.Errorf("eval set with 16 classes: %v", err)
+	}
+	src = strings.Replace(tinyScript, `eval = data.synthetic(size = 200, shape = (1, 8, 8),`, `eval = data.synthetic(size = 200, shape = (1, 9, 9),`, 1)
+	if _, err := Compile(loadSpec(t, src), DefaultCluster()); err == nil || !strings.Contains(err.Error(), "/t/train.star:") || !strings.Contains(err.Error(), "[1 9 9]") {
+		t.Errorf("eval set of 9×9 samples: %v", err)
+	}
+}
+
+// TestHugeShapesAreRefused: shapes whose size overflows, or that need more
+// memory than the limit, are compile errors naming the layer and the
+// figures — never an allocation that kills the process.
+func TestHugeShapesAreRefused(t *testing.T) {
+	for _, c := range []struct{ to, want string }{
+		{`nn.linear(48, 1 << 62, name = "fc"), nn.linear(1 << 62, 4, name = "out")`, `linear "fc": fc.weight has shape [4611686018427387904 48]: more than 2⁴⁰ elements`},
+		{`nn.linear(48, 1 << 24, name = "fc"), nn.linear(1 << 24, 4, name = "out")`, `the plan needs `},
+	} {
+		src := strings.Replace(tinyScript, `nn.linear(48, 4, name = "fc")`, c.to, 1)
+		cl := DefaultCluster()
+		cl.MemoryLimit = 1 << 30
+		_, err := Compile(loadSpec(t, src), cl)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "/t/train.star:") {
+			t.Errorf("%s: error %v, want it to contain %q", c.to, err, c.want)
+		}
+	}
+	// Within the limit, the same cluster compiles.
+	cl := DefaultCluster()
+	cl.MemoryLimit = 1 << 30
+	if _, err := Compile(loadSpec(t, tinyScript), cl); err != nil {
+		t.Error(err)
+	}
+}

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"gorun/engine/spec"
 	"gorun/ops"
@@ -220,6 +224,18 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Eval != nil {
+		// The eval set must fit the model the training set shapes, or
+		// evaluation fails a whole epoch later.
+		ev, err := datasetInfo(s.Eval)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes {
+			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
+				s.Eval.Pos, s.Eval.Kind, ev.sample, ev.classes, info.sample, info.classes)
+		}
+	}
 	if s.Accumulate < 1 {
 		s.Accumulate = 1
 	}
@@ -243,6 +259,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		return nil, err
 	}
 	p.Graph = g
+	if err := checkSizes(g); err != nil {
+		return nil, err
+	}
 	for _, prm := range g.Params {
 		p.NumParam += prm.Value.Elems()
 	}
@@ -254,7 +273,108 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		}
 		p.Devices = append(p.Devices, prog)
 	}
+	if err := p.checkMemory(); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// MaxElems bounds the elements of one tensor (2⁴⁰, 4 TiB of float32):
+// beyond it shape products would overflow the arena's offsets long before
+// any machine holds the memory.
+const MaxElems = 1 << 40
+
+// checkSizes refuses a value whose shape has a negative or huge dimension
+// or whose element count overflows, naming the layer that makes it.
+func checkSizes(g *Graph) error {
+	for _, v := range g.Values {
+		n := int64(1)
+		bad := false
+		for _, d := range v.Shape {
+			if d < 0 || (d > 0 && n > MaxElems/int64(d)) {
+				bad = true
+				break
+			}
+			n *= int64(d)
+		}
+		if !bad {
+			continue
+		}
+		err := fmt.Errorf("%s has shape %v: more than 2⁴⁰ elements (4 TiB of float32), which no device holds", v.Name, v.Shape)
+		switch {
+		case v.Param != nil && v.Param.Layer != nil:
+			return &CompileError{Pos: v.Param.Layer.Pos, Layer: v.Param.Layer.Label(), Err: err}
+		case v.Producer != nil:
+			return &CompileError{Pos: v.Producer.Pos, Layer: v.Producer.Layer, Err: err}
+		}
+		return err
+	}
+	return nil
+}
+
+// checkMemory refuses a Plan whose devices need more memory than the
+// limit: Cluster.MemoryLimit when set, else (CPU backend) the memory the
+// host has available. The error names the largest buffer's layer and the
+// figures. GPU memory is checked when a device allocates its arena.
+func (p *Plan) checkMemory() error {
+	limit := p.Cluster.MemoryLimit
+	what := "the cluster's memory_limit"
+	if limit <= 0 {
+		if p.Cluster.Backend != "" && p.Cluster.Backend != "cpu" {
+			return nil
+		}
+		limit = availableMemory()
+		what = "the memory this machine has available"
+	}
+	if limit <= 0 {
+		return nil
+	}
+	var need int64
+	for _, prog := range p.Devices {
+		need += prog.MemoryBytes()
+	}
+	if need <= limit {
+		return nil
+	}
+	// Name the largest tensor of the model (a parameter, an activation or
+	// a gradient), which says which layer to shrink.
+	var big *Buffer
+	for _, b := range p.Devices[0].Buffers {
+		if b.Value != nil && (big == nil || b.Elems() > big.Elems()) {
+			big = b
+		}
+	}
+	err := fmt.Errorf("the plan needs %s for its %d device(s), more than %s (%s); its largest tensor is %s %v (%s)",
+		humanBytes(need), len(p.Devices), what, humanBytes(limit), big.Name, big.Max, humanBytes(int64(big.Elems())*4))
+	if v := big.Value; v != nil {
+		switch {
+		case v.Param != nil && v.Param.Layer != nil:
+			return &CompileError{Pos: v.Param.Layer.Pos, Layer: v.Param.Layer.Label(), Err: err}
+		case v.Producer != nil:
+			return &CompileError{Pos: v.Producer.Pos, Layer: v.Producer.Layer, Err: err}
+		}
+	}
+	return err
+}
+
+// availableMemory is MemAvailable from /proc/meminfo (0 when unknown).
+func availableMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb * 1024
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // SplitBatch shares total samples among ranks in proportion to weights
