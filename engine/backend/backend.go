@@ -122,10 +122,23 @@ type Device interface {
 // unless Options.Eager is set.
 type Replayer interface {
 	Device
-	// RunTrain runs prog.Steps for one micro-batch as rc describes (the
-	// sync and update phases only when rc.Last), with coll for the
-	// collective steps.
+	// RunTrain runs the forward and backward phases of prog.Steps for one
+	// micro-batch as rc describes, and the sync phase when rc.Last, with
+	// coll for the collective steps.
 	RunTrain(prog *engine.Program, rc *RunCtx, coll Collectives) error
+	// RunUpdate runs the update phase of prog.Steps (the optimizer and the
+	// collectives after it). The runner calls it after the last
+	// micro-batch once it has checked that the loss and gradients are
+	// finite.
+	RunUpdate(prog *engine.Program, rc *RunCtx, coll Collectives) error
+}
+
+// FiniteChecker is a Device that can tell cheaply whether a float buffer
+// holds only finite values (the runner checks the gradients every step);
+// without it the runner reads the buffer back.
+type FiniteChecker interface {
+	// Finite reports whether the live elements of b are all finite.
+	Finite(b *engine.Buffer) (bool, error)
 }
 
 // Data is a dataset resident on a device.

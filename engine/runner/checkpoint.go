@@ -241,6 +241,11 @@ func (rs *runState) setParams(d *device, path string, f *safetensors.File, prefi
 		if err != nil {
 			return fmt.Errorf("%s: parameter %s: %v", path, prm.Name, err)
 		}
+		for i, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("%s: parameter %s holds %v at element %d: weights must be finite", path, prm.Name, x, i)
+			}
+		}
 		if err := setParam(d, prm.Name, t.Shape, v); err != nil {
 			return fmt.Errorf("%s: %v", path, err)
 		}

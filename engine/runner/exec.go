@@ -35,6 +35,7 @@ type device struct {
 	// sendBits and recvBits carry float64 values through AllGather (sums).
 	sendBits, recvBits []float32
 	sumOut             [2]float64
+	sumOut3            [3]float64
 	loss               [1]float32 // the loss read back once per optimizer step
 
 	// With overlap, gradient collectives go to a goroutine of their own
@@ -90,22 +91,17 @@ func (d *device) wait() error {
 }
 
 // runStep runs one micro-batch of the training Program: forward and
-// backward; with last set, also the collectives and the optimizer update.
-// first tells whether gradients and the loss are written (true) or
-// accumulated.
+// backward, and with last set the gradient collectives too (the update is
+// runUpdate's). first tells whether gradients and the loss are written
+// (true) or accumulated.
 func (d *device) runStep(first, last bool) error {
 	d.rc.First, d.rc.Last = first, last
 	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
 		return r.RunTrain(d.prog, &d.rc, d.coll)
 	}
 	for _, st := range d.prog.Steps {
-		if !last && (st.Phase == engine.PhaseSync || st.Phase == engine.PhaseUpdate) {
+		if st.Phase == engine.PhaseUpdate || (!last && st.Phase == engine.PhaseSync) {
 			continue
-		}
-		if st.Phase == engine.PhaseUpdate && d.pending > 0 {
-			if err := d.wait(); err != nil {
-				return err
-			}
 		}
 		if st.Phase == engine.PhaseSync && d.async != nil {
 			d.async <- st
@@ -118,6 +114,43 @@ func (d *device) runStep(first, last bool) error {
 		}
 	}
 	return d.wait()
+}
+
+// runUpdate runs the update phase: the optimizer and the collectives
+// after it (a parameter server's broadcast, local SGD's averaging).
+func (d *device) runUpdate() error {
+	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
+		return r.RunUpdate(d.prog, &d.rc, d.coll)
+	}
+	for _, st := range d.prog.Steps {
+		if st.Phase != engine.PhaseUpdate {
+			continue
+		}
+		if err := d.exec(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finite reports whether the live elements of float buffer b are finite.
+func (d *device) finite(b *engine.Buffer) (bool, error) {
+	if b.DType != engine.Float32 {
+		return true, nil
+	}
+	if fc, ok := d.dev.(backend.FiniteChecker); ok {
+		return fc.Finite(b)
+	}
+	v, err := download(d, b)
+	if err != nil {
+		return false, err
+	}
+	for _, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // exec runs one step.

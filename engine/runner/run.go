@@ -552,6 +552,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	d.rc.LossScale = scale / float64(max(denom, 1))
 	d.rc.Step = d.step + 1
 	d.commTime = 0
+	mine := 0 // samples this rank fed
 	for m := g0; m < g1; m++ {
 		idx := sc.Slice(d.rank, m)
 		d.dev.SetBatch(len(idx))
@@ -561,36 +562,65 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 		if err := d.runStep(m == g0, m == g1-1); err != nil {
 			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
 		}
-		pr.RankCount[d.rank] += float64(len(idx))
+		mine += len(idx)
 	}
 	// The loss sums the micro-batches on the device: read once a step.
 	local, err := d.readLoss()
 	if err != nil {
 		return err
 	}
-	d.step++
-	pr.Step, pr.Micro = d.step, g1
+	// A non-finite loss or gradient must not reach the parameters.
+	bad := 0.0
+	gradsOK, err := d.finite(d.prog.GradArena)
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(local) || math.IsInf(local, 0) || !gradsOK {
+		bad = 1
+	}
 	// This rank's summed loss; the step's loss is the mean over every
 	// sample of the step, across ranks.
 	localSum := local * float64(max(denom, 1)) / scale
-	pr.RankLoss[d.rank] += localSum
-	// The loss sum and any stop request, agreed by every rank.
+	// The loss sum, any stop request and any non-finite value, agreed by
+	// every rank in one collective.
 	stop := 0.0
 	if rs.opts.Interrupt != nil && rs.opts.Interrupt.Load() {
 		stop = 1
 	}
-	sum, stops, err := d.sum2(localSum, stop, "loss", d.step)
-	if err != nil {
-		return err
+	d.sumOut3 = [3]float64{localSum, stop, bad}
+	if d.host != nil {
+		if err := d.sums(d.sumOut3[:], "loss", d.step+1); err != nil {
+			return err
+		}
 	}
+	sum, stops, bads := d.sumOut3[0], d.sumOut3[1], d.sumOut3[2]
+	if bads > 0 {
+		if s.OnNonFinite != "skip" {
+			return rs.nonFinite(d, epoch, bad > 0, local, gradsOK)
+		}
+		// Skip the update, as AMP's scaler does; the step still counts.
+		if d.rank == 0 {
+			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", epoch+1, d.step+1)
+		}
+	} else if err := d.runUpdate(); err != nil {
+		return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+	}
+	d.step++
+	pr.Step, pr.Micro = d.step, g1
 	d.interrupted = stops > 0
-	pr.GlobalLoss += sum
-	pr.GlobalCount += float64(total)
+	loss := math.NaN() // a skipped step's loss is recorded as null
+	if bads == 0 {
+		pr.RankLoss[d.rank] += localSum
+		pr.RankCount[d.rank] += float64(mine)
+		pr.GlobalLoss += sum
+		pr.GlobalCount += float64(total)
+		loss = sum / float64(total)
+	}
 	dt := time.Since(t0)
 	pr.TrainSeconds += dt.Seconds()
 	pr.Samples += int64(total)
 	if d == rs.devices[0] {
-		return rs.stepDone(d, epoch, sum/float64(total), total, dt)
+		return rs.stepDone(d, epoch, loss, total, dt)
 	}
 	return nil
 }

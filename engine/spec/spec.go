@@ -149,6 +149,12 @@ type Spec struct {
 	Uneven     string // unequal shards: "pad", "drop" or "zero"
 	// Keep is how many checkpoints a run folder keeps (0: all).
 	Keep int
+	// OnNonFinite is what a step whose loss or gradients are not finite
+	// does: "stop" (the default: the run ends with an error naming the op
+	// that produced the first non-finite value, parameters not updated) or
+	// "skip" (the update is skipped and training goes on, as AMP's scaler
+	// does).
+	OnNonFinite string
 
 	// Loads lists the files load() statements resolved to, in order.
 	Loads []string

@@ -284,6 +284,21 @@ func (d *Device) RNGState() ([]byte, error) { return d.pcg.MarshalBinary() }
 // SetRNGState restores the dropout RNG's state.
 func (d *Device) SetRNGState(b []byte) error { return d.pcg.UnmarshalBinary(b) }
 
+// Finite reports whether b's live elements are all finite (integer
+// buffers always are).
+func (d *Device) Finite(b *engine.Buffer) (bool, error) {
+	kb := &d.bufs[b.ID]
+	if kb.Idx != nil {
+		return true, nil
+	}
+	for _, v := range kb.Data[:kb.Len()] {
+		if v-v != 0 { // NaN and ±Inf
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // Sync returns at once: CPU kernels are done when Exec returns.
 func (d *Device) Sync() error { return nil }
 

@@ -1,0 +1,91 @@
+package runner
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"gorun/engine"
+)
+
+// nonFinite ends the run at a step whose loss or gradients are not finite
+// (train's on_nonfinite = "stop", the default), before its update: the
+// parameters keep their last finite values and the last checkpoint stays
+// the last good one. The rank that saw the non-finite value names the op
+// that produced it first; its search runs only now, on the failing step.
+func (rs *runState) nonFinite(d *device, epoch int, here bool, loss float64, gradsOK bool) error {
+	step := d.step + 1
+	where := fmt.Sprintf("epoch %d step %d", epoch+1, step)
+	if !here {
+		return fmt.Errorf("%s: another rank's loss or gradients are not finite (its error names the op); parameters not updated", where)
+	}
+	what := fmt.Sprintf("loss %v", loss)
+	if !gradsOK {
+		what += ", gradients not finite"
+	}
+	culprit, err := rs.firstNonFinite(d)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("%s: non-finite values (%s), first %s; the parameters were not updated", where, what, culprit)
+	if last := rs.lastCheckpoint(); last != "" {
+		msg += "; the last good checkpoint is " + last
+	}
+	return fmt.Errorf("%s (train(on_nonfinite = \"skip\") skips such steps instead)", msg)
+}
+
+// firstNonFinite says where the step's first non-finite value came from:
+// a parameter, the input batch, or the first step (in program order) whose
+// output holds one.
+func (rs *runState) firstNonFinite(d *device) (string, error) {
+	prog := d.prog
+	for i, b := range prog.Params {
+		ok, err := d.finite(b)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return fmt.Sprintf("in parameter %s (from --init, a checkpoint or an earlier update)", rs.plan.Graph.Params[i].Name), nil
+		}
+	}
+	if ok, err := d.finite(prog.Input); err != nil {
+		return "", err
+	} else if !ok {
+		return "in the input batch (the data set holds non-finite values)", nil
+	}
+	for _, st := range prog.Steps {
+		if st.Kind == engine.CollectiveStep {
+			continue
+		}
+		for _, b := range st.Out {
+			ok, err := d.finite(b)
+			if err != nil {
+				return "", err
+			}
+			if !ok {
+				return fmt.Sprintf("produced by %s (%s step %s, output %s)", layerAt(st), st.Phase, st.Op, b.Name), nil
+			}
+		}
+	}
+	return "produced by a collective (a rank sent non-finite values)", nil
+}
+
+func layerAt(st *engine.Step) string {
+	if st.Pos == "" {
+		return st.Layer
+	}
+	return st.Layer + " at " + string(st.Pos)
+}
+
+// lastCheckpoint is the newest complete checkpoint of the run folder ("" when
+// none).
+func (rs *runState) lastCheckpoint() string {
+	if rs.opts.Out == "" {
+		return ""
+	}
+	steps, err := listCheckpoints(rs.opts.Out)
+	if err != nil || len(steps) == 0 {
+		return ""
+	}
+	return strings.TrimPrefix(checkpointPath(rs.opts.Out, steps[len(steps)-1]), filepath.Clean(".")+"/")
+}

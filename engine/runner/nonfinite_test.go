@@ -1,0 +1,91 @@
+package runner
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gorun/engine/safetensors"
+)
+
+// TestNonFiniteStopsTheRun: a step whose loss turns non-finite (a learning
+// rate of 1e30 overflows the second forward pass) ends the run with an
+// error naming the op that produced the first non-finite value, before
+// that step's update, and no model file is written.
+func TestNonFiniteStopsTheRun(t *testing.T) {
+	for _, devices := range []int{1, 2} {
+		dir := t.TempDir()
+		p := compile(t, loadSpec(t, tinyScript, "optimizer=optim.sgd(lr=1e30)"), devices)
+		_, err := Run(p, RunOptions{Out: dir})
+		if err == nil {
+			t.Fatalf("%d devices: a diverging run succeeded", devices)
+		}
+		for _, want := range []string{"epoch 1 step 2: non-finite values", "first produced by", "the parameters were not updated", `on_nonfinite = "skip"`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%d devices: error %q lacks %q", devices, err, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, ModelFile)); err == nil {
+			t.Errorf("%d devices: a model file was written after a non-finite step", devices)
+		}
+	}
+}
+
+// TestNonFiniteSkip: with on_nonfinite = "skip" such steps leave the
+// parameters as they were and the run goes on to its end.
+func TestNonFiniteSkip(t *testing.T) {
+	s := loadSpec(t, tinyScript, "optimizer=optim.sgd(lr=1e30)", "epochs=1")
+	s.OnNonFinite = "skip"
+	p := compile(t, s, 2)
+	var log bytes.Buffer
+	res, err := Run(p, RunOptions{Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 32 {
+		t.Errorf("%d steps, want 32", res.Steps)
+	}
+	for r, params := range res.Params {
+		for _, v := range params {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("rank %d holds a non-finite parameter after skipped steps", r)
+			}
+		}
+	}
+	if !strings.Contains(log.String(), "update skipped") {
+		t.Errorf("the log does not say steps were skipped:\n%s", log.String())
+	}
+}
+
+// TestInitRejectsNonFinite: --init weights holding NaN are refused, naming
+// the parameter.
+func TestInitRejectsNonFinite(t *testing.T) {
+	dir := t.TempDir()
+	runIn(t, dir, "", 1, "max_steps=2")
+	model := filepath.Join(dir, ModelFile)
+	f, err := safetensors.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, name := range f.Names() {
+		tn, _ := f.Get(name)
+		v, _ := tn.Float32s()
+		if name == "fc.bias" {
+			v[2] = float32(math.NaN())
+		}
+		ts = append(ts, safetensors.F32(name, tn.Shape, v))
+	}
+	bad := filepath.Join(dir, "bad.safetensors")
+	if err := safetensors.WriteFile(bad, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := compile(t, loadSpec(t, dropoutScript), 1)
+	_, err = Run(p, RunOptions{Init: bad})
+	if err == nil || !strings.Contains(err.Error(), "fc.bias") || !strings.Contains(err.Error(), "NaN") {
+		t.Errorf("--init with a NaN: %v", err)
+	}
+}
