@@ -18,8 +18,22 @@
 // transport. The in-process transport (NewInProc) connects ranks that are
 // goroutines of one process through shared memory: a sender publishes a
 // pointer to its buffer and the receiver copies or reduces straight out of
-// it, so no data is staged. An MPI transport will come behind the build tag
-// mpi; NCCL brings its own collectives and implements Communicator directly.
+// it, so no data is staged. NCCL brings its own collectives and implements
+// Communicator directly.
+//
+// # Across processes: MPI
+//
+// Behind the build tag mpi (make build-mpi; it links OpenMPI, Debian's
+// libopenmpi-dev, and runs under mpirun from openmpi-bin), InitMPI returns an
+// MPIComm: this process's rank of MPI_COMM_WORLD, a Communicator whose
+// collectives are MPI's own (MPI_Allreduce, MPI_Bcast, MPI_Reduce,
+// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Barrier). An MPI collective
+// cannot be interrupted, so a watchdog enforces the timeout: past it, the
+// rank prints the collective, tag and step and calls MPI_Abort, which ends
+// the whole job. Without the tag, MPIAvailable reports false and InitMPI
+// says how to get a build with MPI; the default build has no MPI
+// dependency. EnvWorld reads a process's rank and world size from what
+// mpirun (or a torchrun-style launcher) puts in the environment.
 //
 // # Determinism
 //

@@ -33,8 +33,9 @@ func (p *Plan) Fingerprint() []PlanStep {
 	out := []PlanStep{
 		{"world", fmt.Sprintf("%d ranks (%d processes × %d devices), backend %s, transport %s, weights %v",
 			p.World, p.Cluster.ProcessCount(), p.Cluster.Devices, p.Cluster.Backend, p.Cluster.Transport, p.Cluster.Weights)},
-		{"train settings", fmt.Sprintf("batch_size %d, epochs %d, seed %d, max_steps %d, shuffle %v, accumulate %d, uneven %s, loss %s",
-			s.BatchSize, s.Epochs, s.Seed, s.MaxSteps, s.Shuffle, s.Accumulate, s.Uneven, s.Loss)},
+		{"train settings", fmt.Sprintf("batch_size %d, seed %d, shuffle %v, accumulate %d, uneven %s, loss %s, on_nonfinite %q",
+			s.BatchSize, s.Seed, s.Shuffle, s.Accumulate, s.Uneven, s.Loss, s.OnNonFinite)},
+		{"run length", fmt.Sprintf("epochs %d, max_steps %d", s.Epochs, s.MaxSteps)},
 		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g",
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps)},
 		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every)},
@@ -65,6 +66,19 @@ func (p *Plan) Fingerprint() []PlanStep {
 	}
 	for i, b := range p.Buckets {
 		out = append(out, PlanStep{fmt.Sprintf("bucket %d", i), fmt.Sprintf("%d values at %d, after backward step %d", b.Elems, b.Offset, b.AfterOps+1)})
+	}
+	return out
+}
+
+// ResumeKey is the part of the fingerprint a resumed run must share with
+// the run that wrote its checkpoint: all but the world (checked on its
+// own) and the run's length (a resumed run may go on for more epochs).
+func (p *Plan) ResumeKey() []PlanStep {
+	var out []PlanStep
+	for _, e := range p.Fingerprint() {
+		if e.Label != "world" && e.Label != "run length" {
+			out = append(out, e)
+		}
 	}
 	return out
 }

@@ -137,6 +137,8 @@ func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
 		"samples":       strconv.FormatInt(pr.Samples, 10),
 		"rank_loss":     fmtFs(pr.RankLoss),
 		"rank_count":    fmtFs(pr.RankCount),
+		"plan":          planKey(p.ResumeKey()),
+		"epochs":        strconv.Itoa(p.Spec.Epochs),
 	}
 	params := checkpointPath(dir, pr.Step)
 	if err := safetensors.WriteFile(statePath(params), state, meta); err != nil {
@@ -286,16 +288,7 @@ func paramList(p *engine.Plan) string {
 // into every rank and returns where the run stood.
 func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	p := rs.plan
-	steps, err := listCheckpoints(dir)
-	if err != nil || len(steps) == 0 {
-		return nil, fmt.Errorf("--resume %s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
-	}
-	params := checkpointPath(dir, steps[len(steps)-1])
-	pf, err := safetensors.ReadFile(params)
-	if err != nil {
-		return nil, err
-	}
-	sf, err := safetensors.ReadFile(statePath(params))
+	params, pf, sf, err := rs.newestCheckpoint(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +301,12 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	}
 	if m["sync"] != string(p.Spec.Sync.Kind) {
 		return nil, fmt.Errorf("--resume %s: the checkpoint was made with sync %s, the script now says %s", dir, m["sync"], p.Spec.Sync.Kind)
+	}
+	if err := comparePlanKey(m["plan"], p.ResumeKey()); err != nil {
+		return nil, fmt.Errorf("--resume %s: %w", dir, err)
+	}
+	if ep, err := strconv.Atoi(m["epoch"]); err == nil && m["micro"] == "0" && ep >= p.Spec.Epochs && (p.Spec.MaxSteps == 0 || m["step"] >= strconv.Itoa(p.Spec.MaxSteps)) {
+		return nil, fmt.Errorf("--resume %s: the run finished its %d epochs; nothing is left to train (give more with --set epochs=N)", dir, ep)
 	}
 	if err := rs.setParams(rs.devices[0], params, pf, ""); err != nil {
 		return nil, err
@@ -525,4 +524,89 @@ func (d *device) gather(send []float32, what string) ([]float32, error) {
 		return nil, err
 	}
 	return recv, nil
+}
+
+// newestCheckpoint opens the newest checkpoint of a run folder that reads
+// whole. A newer one that is damaged (a crash mid-write, a bad disk) or
+// lacks its state file is passed over, saying so on the run's log.
+func (rs *runState) newestCheckpoint(dir string) (string, *safetensors.File, *safetensors.File, error) {
+	steps, err := listCheckpoints(dir)
+	if err != nil || len(steps) == 0 {
+		return "", nil, nil, fmt.Errorf("--resume %s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
+	}
+	if orphans := orphanParams(dir, steps[len(steps)-1]); len(orphans) > 0 {
+		fmt.Fprintf(rs.log, "--resume %s: %s has no state file (a crash while saving it?); resuming from the checkpoint of step %d\n",
+			dir, orphans[len(orphans)-1], steps[len(steps)-1])
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		params := checkpointPath(dir, steps[i])
+		pf, err := safetensors.ReadFile(params)
+		if err == nil {
+			var sf *safetensors.File
+			if sf, err = safetensors.ReadFile(statePath(params)); err == nil {
+				return params, pf, sf, nil
+			}
+		}
+		if i == 0 {
+			return "", nil, nil, fmt.Errorf("--resume %s: no checkpoint reads whole; the oldest: %w", dir, err)
+		}
+		fmt.Fprintf(rs.log, "--resume %s: the checkpoint of step %d is damaged (%v); falling back to step %d\n", dir, steps[i], err, steps[i-1])
+	}
+	panic("unreachable")
+}
+
+// orphanParams lists parameter files newer than step without a state file.
+func orphanParams(dir string, step int) []string {
+	entries, _ := os.ReadDir(filepath.Join(dir, CheckpointDir))
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "step-") || strings.HasSuffix(name, stateSuffix) || !strings.HasSuffix(name, ".safetensors") {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "step-"), ".safetensors"))
+		if err != nil || n <= step {
+			continue
+		}
+		if _, err := os.Stat(statePath(filepath.Join(dir, CheckpointDir, name))); err != nil {
+			out = append(out, filepath.Join(dir, CheckpointDir, name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// planKey writes a Plan's resume key as checkpoint metadata: a line per
+// entry, "label: text".
+func planKey(key []engine.PlanStep) string {
+	var b strings.Builder
+	for _, e := range key {
+		b.WriteString(e.Label + ": " + e.Text + "\n")
+	}
+	return b.String()
+}
+
+// comparePlanKey names the first entry of the run's resume key that
+// differs from the checkpoint's (checkpoints without one pass).
+func comparePlanKey(saved string, key []engine.PlanStep) error {
+	if saved == "" {
+		return nil
+	}
+	old := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(saved, "\n"), "\n") {
+		label, text, _ := strings.Cut(line, ": ")
+		old[label] = text
+	}
+	for _, e := range key {
+		if was, ok := old[e.Label]; !ok || was != e.Text {
+			if !ok {
+				was = "nothing"
+			}
+			return fmt.Errorf("the checkpoint was made with %s %q, this run has %q: resume with the script and --set that made it", e.Label, was, e.Text)
+		}
+	}
+	if len(old) != len(key) {
+		return fmt.Errorf("the checkpoint's model has %d plan entries, this run's %d: resume with the script and --set that made it", len(old), len(key))
+	}
+	return nil
 }

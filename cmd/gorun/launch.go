@@ -1,0 +1,250 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"gorun/engine"
+)
+
+// exitStatus is a child's exit status that gorun passes on as its own.
+type exitStatus struct {
+	code int
+	msg  string
+}
+
+func (e *exitStatus) Error() string { return e.msg }
+
+// launchFlags are the flags of `gorun launch` that stay with launch; every
+// other flag goes to the ranks.
+var launchFlags = map[string]bool{"dry-run": true, "mpirun": true}
+
+// launchCmd is `gorun launch --cluster C.toml [--dry-run] [--mpirun PATH]
+// SCRIPT.star [flags]`: it writes an mpirun hostfile from the cluster's
+// [[node]] entries (into --out DIR when given, else a temporary file) and
+// runs
+//
+//	mpirun --hostfile F -np N --bind-to none|core [--allow-run-as-root] GORUN SCRIPT.star FLAGS
+//
+// with N the cluster's process count (cluster.processes, or the sum of
+// the slots) and FLAGS every flag but --dry-run and --mpirun, --cluster
+// included, so every rank reads the same cluster. Ranks bind to a core
+// when each runs one CPU device and no host has more slots than this
+// machine has cores; otherwise they are not bound. stdin, stdout, stderr
+// and mpirun's exit status pass through. --dry-run prints the command
+// instead (and keeps the hostfile).
+func launchCmd(args []string, stdout, stderr io.Writer) error {
+	var f flags
+	fs := newFlagSet(&f, stderr)
+	dryRun := fs.Bool("dry-run", false, "launch: print the mpirun command and exit")
+	mpirunPath := fs.String("mpirun", "", "launch: the mpirun `program` (default: mpirun on PATH)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gorun launch --cluster C.toml [--dry-run] [--mpirun PATH] SCRIPT.star [flags for every rank]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	if len(pos) != 1 {
+		return &usageError{fmt.Sprintf("launch needs exactly one SCRIPT.star, got %d arguments (%s)", len(pos), strings.Join(pos, " "))}
+	}
+	if f.cluster == "" {
+		return &usageError{"launch needs --cluster C.toml, whose [[node]] entries say where the processes run"}
+	}
+	c, err := engine.LoadCluster(f.cluster)
+	if err != nil {
+		return err
+	}
+	for _, kv := range f.clusterSets {
+		if err := c.Set(kv[0], kv[1]); err != nil {
+			return &usageError{fmt.Sprintf("--set %s=%s: %v", kv[0], kv[1], err)}
+		}
+	}
+	if f.devices > 0 {
+		c.Devices = f.devices
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Transport != "mpi" && c.Transport != "nccl" {
+		return fmt.Errorf("launch: %s: cluster.transport is %q, which connects the devices of one process; launch starts several processes: set transport = \"mpi\" (or run `gorun --cluster %s %s` directly)", f.cluster, c.Transport, f.cluster, pos[0])
+	}
+	if len(c.Nodes) == 0 {
+		return fmt.Errorf("launch: %s has no [[node]] entries: add one per host, such as\n\n  [[node]]\n  host  = \"127.0.0.1\"\n  slots = 2", f.cluster)
+	}
+
+	mpirun := *mpirunPath
+	if mpirun == "" {
+		mpirun, err = exec.LookPath("mpirun")
+		if err != nil && !*dryRun {
+			return errors.New("launch: mpirun not found on PATH: install OpenMPI (Debian: apt-get install openmpi-bin) or give --mpirun PATH")
+		}
+		if err != nil {
+			mpirun = "mpirun"
+		}
+	} else if _, err := exec.LookPath(mpirun); err != nil && !*dryRun {
+		return fmt.Errorf("launch: --mpirun %s: %v (OpenMPI's mpirun comes in Debian's openmpi-bin)", mpirun, err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("launch: finding this gorun binary: %w", err)
+	}
+
+	hostfile, err := writeHostfile(c, f.cluster, f.out)
+	if err != nil {
+		return err
+	}
+	if f.out == "" && !*dryRun {
+		defer os.Remove(hostfile)
+	}
+	argv := launchArgv(c, mpirun, hostfile, self, pos[0], passThrough(fs, args), os.Geteuid() == 0, runtime.NumCPU())
+	if *dryRun {
+		fmt.Fprintln(stdout, shellJoin(argv))
+		return nil
+	}
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	// mpirun passes SIGINT and SIGTERM on to every rank.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	signal.Stop(sigs)
+	close(done)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code := ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+		return &exitStatus{code: code, msg: fmt.Sprintf("launch: mpirun exited with status %d", code)}
+	}
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	return nil
+}
+
+// writeHostfile writes the cluster's nodes as an mpirun hostfile
+// ("host slots=N" a line), into outDir when given, else a temporary file,
+// and returns its path.
+func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# mpirun hostfile written by gorun launch from %s\n", clusterFile)
+	for _, h := range c.Nodes {
+		fmt.Fprintf(&b, "%s slots=%d\n", h.Host, h.Slots)
+	}
+	if outDir != "" {
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return "", fmt.Errorf("launch: %w", err)
+		}
+		path := filepath.Join(outDir, "hostfile")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			return "", fmt.Errorf("launch: %w", err)
+		}
+		return path, nil
+	}
+	fh, err := os.CreateTemp("", "gorun-hostfile-*")
+	if err != nil {
+		return "", fmt.Errorf("launch: %w", err)
+	}
+	if _, err := fh.WriteString(b.String()); err != nil {
+		fh.Close()
+		return "", fmt.Errorf("launch: %w", err)
+	}
+	return fh.Name(), fh.Close()
+}
+
+// launchArgv is the mpirun command line.
+func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags []string, root bool, cores int) []string {
+	bind := "none"
+	if c.Backend == "cpu" && c.Devices == 1 {
+		bind = "core"
+		for _, h := range c.Nodes {
+			if h.Slots > cores {
+				bind = "none"
+			}
+		}
+	}
+	argv := []string{mpirun, "--hostfile", hostfile, "-np", strconv.Itoa(c.ProcessCount()), "--bind-to", bind}
+	if root {
+		argv = append(argv, "--allow-run-as-root")
+	}
+	argv = append(argv, self, script)
+	return append(argv, flags...)
+}
+
+// passThrough returns args without the positional arguments and launch's
+// own flags: the flags every rank gets. fs knows which flags take a value.
+func passThrough(fs *flag.FlagSet, args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue // the script
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		takesValue := false
+		if fl := fs.Lookup(name); fl != nil {
+			bf, isBool := fl.Value.(interface{ IsBoolFlag() bool })
+			takesValue = !(isBool && bf.IsBoolFlag())
+		}
+		keep := !launchFlags[name]
+		if keep {
+			out = append(out, a)
+		}
+		if takesValue && !hasValue && i+1 < len(args) {
+			i++
+			if keep {
+				out = append(out, args[i])
+			}
+		}
+	}
+	return out
+}
+
+// shellJoin quotes argv for a POSIX shell where needed.
+func shellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
