@@ -14,8 +14,9 @@ run: build
 	./$(BIN) $(EXAMPLE) --out runs/mnist
 
 ## test: gofmt, go vet and every test (about a few minutes on 2 cores)
-test: vet
+test: vet kernels-check test-mpi
 	$(GO) test -count=1 ./...
+	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=10s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 10s (make fuzz: FUZZTIME each)"; fi
 
 vet:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -24,8 +25,59 @@ vet:
 
 ## bench: every benchmark; training speed is reported next to PyTorch measured in the same run
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 300x ./engine/
+	$(GO) test -run '^$$' -bench . -benchtime 300x ./engine/runner/
 	$(GO) test -run '^$$' -bench . ./ops/... ./comm/ ./datasets/
+	$(GO) test -run '^$$' -bench TrainMPI -benchtime 300x ./cmd/gorun/
+
+## kernels: regenerate the committed PTX of the CUDA kernels (needs nvcc, CUDA 11.8)
+## kernels-check: with nvcc, fail if the committed PTX is stale and assemble it with ptxas; without, skip
+.PHONY: kernels kernels-check
+kernels:
+	cuda/kernels/stamp.sh
+	cuda/kernels/build.sh cuda/kernels
+
+kernels-check:
+	@if ! command -v nvcc >/dev/null 2>&1; then \
+		echo "SKIP kernels-check: nvcc not found (apt-get install nvidia-cuda-toolkit)"; exit 0; fi; \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cuda/kernels/build.sh "$$tmp" && \
+	for f in gorun_sm80.ptx gorun_sm90.ptx; do \
+		if ! cmp -s "$$tmp/$$f" "cuda/kernels/$$f"; then \
+			echo "kernels-check: cuda/kernels/$$f is stale: it differs from what nvcc ($$(nvcc --version | grep -o "release [0-9.]*")) builds from cuda/kernels/*.cu; run 'make kernels' and commit the PTX"; \
+			diff "cuda/kernels/$$f" "$$tmp/$$f" | head -20; exit 1; fi; \
+	done && \
+	ptxas -arch=sm_80 -o "$$tmp/sm80.cubin" cuda/kernels/gorun_sm80.ptx && \
+	ptxas -arch=sm_90 -o "$$tmp/sm90.cubin" cuda/kernels/gorun_sm90.ptx && \
+	echo "kernels-check: PTX up to date; ptxas sm_80 and sm_90 OK"
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s), one after the other; crashers land in the package's testdata/fuzz/
+FUZZTIME ?= 30s
+FUZZ     := ./script:FuzzLoad ./script:FuzzOverride ./datasets:FuzzMNIST ./engine/safetensors:FuzzDecode ./engine:FuzzParseCluster
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s "$$pkg"; \
+	done
 
 clean:
 	rm -rf bin runs
+
+## build-mpi: bin/gorun with the MPI transport (-tags mpi; needs OpenMPI: libopenmpi-dev to build, openmpi-bin to run)
+## test-mpi: go vet and the comm tests with -tags mpi: every collective on 2 and 3 processes under mpirun
+## bench-mpi: MPI all-reduce GB/s (1 MB, 25 MB, 2 processes) next to the in-process transport, in one run
+.PHONY: build-mpi test-mpi bench-mpi
+MPI_CHECK = if ! pkg-config --exists ompi-c 2>/dev/null; then \
+		echo "SKIP $@: OpenMPI's development files not found (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin"; exit 0; fi
+build-mpi:
+	@pkg-config --exists ompi-c 2>/dev/null || { echo "build-mpi: OpenMPI's development files not found (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin"; exit 1; }
+	$(GO) build -tags mpi -o $(BIN) ./cmd/gorun
+
+test-mpi:
+	@$(MPI_CHECK); \
+	set -x; $(GO) vet -tags mpi ./comm/ && $(GO) test -tags mpi -count=1 ./comm/
+
+bench-mpi:
+	@$(MPI_CHECK); \
+	set -x; $(GO) test -tags mpi -count=1 -run '^$$' -bench 'MPIAllReduce' ./comm/

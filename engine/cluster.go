@@ -30,6 +30,12 @@ type Cluster struct {
 	// in bytes (default 0: the memory the host has available, for the cpu
 	// backend; a GPU's own memory is checked when a device allocates).
 	MemoryLimit int64
+	// Eager runs a cuda device's steps one by one instead of replaying a
+	// captured CUDA graph per step (default false: graphs).
+	Eager bool
+	// Libraries are paths of shared libraries the cuda backend tries
+	// first, by name: "cublas", "nccl" (default none: the system's).
+	Libraries map[string]string
 	// Weights are per-device speeds for the weighted partition strategy,
 	// one for each device of the world (ProcessCount()·Devices), in rank
 	// order (nil, the default: equal).

@@ -364,3 +364,31 @@ func FuzzParseCluster(f *testing.F) {
 		}
 	})
 }
+
+// TestClusterMemoryAndCUDAKeys: memory_limit takes sizes with units, the
+// [cuda] table its three keys, and mistakes name the key.
+func TestClusterMemoryAndCUDAKeys(t *testing.T) {
+	c, err := ParseCluster("c.toml", []byte("[cluster]\nmemory_limit = \"1.5GiB\"\n\n[cuda]\neager = true\ncublas = \"/opt/cuda/libcublas.so.12\"\nnccl = \"/opt/nccl/libnccl.so.2\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MemoryLimit != 3<<29 || !c.Eager || c.Libraries["cublas"] != "/opt/cuda/libcublas.so.12" || c.Libraries["nccl"] != "/opt/nccl/libnccl.so.2" {
+		t.Errorf("cluster %+v", c)
+	}
+	for src, want := range map[string]string{
+		"[cluster]\nmemory_limit = \"lots\"\n": `c.toml:2: cluster.memory_limit: "lots" is not a size`,
+		"[cuda]\neager = 1\n":                   "c.toml:2: cuda.eager: want true or false, found integer",
+		"[cuda]\neagr = true\n":                 `cuda.eagr: unknown key; did you mean "cuda.eager"?`,
+	} {
+		if _, err := ParseCluster("c.toml", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", src, err, want)
+		}
+	}
+	c = DefaultCluster()
+	if err := c.Set("cluster.memory_limit", "512MiB"); err != nil || c.MemoryLimit != 512<<20 {
+		t.Errorf("Set memory_limit: %v, %d", err, c.MemoryLimit)
+	}
+	if err := c.Set("cuda.eager", "true"); err != nil || !c.Eager {
+		t.Errorf("Set cuda.eager: %v", err)
+	}
+}

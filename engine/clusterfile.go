@@ -24,11 +24,18 @@ import (
 //	weights   = []         # relative device speeds, one per device of the world
 //	                       # (processes × devices), for the weighted partition;
 //	                       # none: equal
+//	memory_limit = "8GiB"  # most memory this process's devices may plan; left out:
+//	                       # what the host has available (cpu backend)
 //
 //	[comm]
 //	algorithm = "auto"     # auto | ring | tree | direct
 //	bucket_mb = 0          # all-reduce bucket size in MB, > 0; 0 (left out): the script's
 //	timeout   = "60s"      # the longest any collective waits, a Go duration
+//
+//	[cuda]                 # the cuda backend (a `make build-cuda` gorun)
+//	eager  = false         # true: launch each step on its own, no CUDA graph
+//	cublas = ""            # path of libcublas.so to try first (default: .13, .12, .11)
+//	nccl   = ""            # path of libnccl.so.2 to try first
 //
 //	[[node]]               # hosts for `gorun launch` (none by default); one table a host
 //	host  = "127.0.0.1"    # required
@@ -116,6 +123,14 @@ var clusterKeys = []clusterKey{
 		c.Weights = ws
 		return ""
 	}},
+	{"cluster.memory_limit", func(c *Cluster, v any) string {
+		n, msg := byteSize(v)
+		if msg != "" {
+			return msg
+		}
+		c.MemoryLimit = n
+		return ""
+	}},
 	{"comm.algorithm", func(c *Cluster, v any) string { return setChoice(&c.Algorithm, v, clusterAlgorithms) }},
 	{"comm.bucket_mb", func(c *Cluster, v any) string {
 		f, ok := asFloat(v)
@@ -143,6 +158,16 @@ var clusterKeys = []clusterKey{
 		c.Timeout = d
 		return ""
 	}},
+	{"cuda.eager", func(c *Cluster, v any) string {
+		b, ok := v.(bool)
+		if !ok {
+			return "want true or false, found " + describe(v)
+		}
+		c.Eager = b
+		return ""
+	}},
+	{"cuda.cublas", func(c *Cluster, v any) string { return setLibrary(c, "cublas", v) }},
+	{"cuda.nccl", func(c *Cluster, v any) string { return setLibrary(c, "nccl", v) }},
 	{"node", func(c *Cluster, v any) string {
 		hosts, msg := nodes(v)
 		if msg != "" {
@@ -158,7 +183,7 @@ var nodeKeys = []string{"host", "slots"}
 
 // knownKeys are every key a cluster file may hold, tables included.
 var knownKeys = func() []string {
-	ks := []string{"cluster", "comm"}
+	ks := []string{"cluster", "comm", "cuda"}
 	for _, k := range clusterKeys {
 		ks = append(ks, k.name)
 	}
@@ -172,7 +197,52 @@ var knownKeys = func() []string {
 // "comm.…" or "node". The --set flag sends such names to Set and the
 // others to the script.
 func IsClusterKey(name string) bool {
-	return strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || name == "node"
+	return strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || strings.HasPrefix(name, "cuda.") || name == "node"
+}
+
+// setLibrary sets the path of a shared library the cuda backend opens.
+func setLibrary(c *Cluster, name string, v any) string {
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return "want the path of the library, such as \"/usr/lib/x86_64-linux-gnu/lib" + name + ".so\", found " + describe(v)
+	}
+	libs := map[string]string{}
+	for k, p := range c.Libraries {
+		libs[k] = p
+	}
+	libs[name] = s
+	c.Libraries = libs
+	return ""
+}
+
+// byteSize reads a memory size: a number of bytes, or a string with a
+// unit ("512MiB", "8GB", "1.5GiB").
+func byteSize(v any) (int64, string) {
+	if f, ok := asFloat(v); ok {
+		if !(f > 0) || f > 1<<62 {
+			return 0, fmt.Sprintf("must be a positive number of bytes, got %g", f)
+		}
+		return int64(f), ""
+	}
+	s, ok := v.(string)
+	if !ok {
+		return 0, `want a size such as "8GiB" or a number of bytes, found ` + describe(v)
+	}
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(t, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || !(f > 0) || f*u.mult > 1<<62 {
+				break
+			}
+			return int64(f * u.mult), ""
+		}
+	}
+	return 0, fmt.Sprintf(`%q is not a size: want a positive number and a unit, such as "512MiB" or "8GiB"`, s)
 }
 
 // Set changes one key of the cluster from a string, as --set
@@ -234,7 +304,7 @@ func setValue(key, value string) (any, error) {
 // stringKey reports whether key holds a string, which Set takes unquoted.
 func stringKey(key string) bool {
 	switch key {
-	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout":
+	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "cluster.memory_limit", "cuda.cublas", "cuda.nccl":
 		return true
 	}
 	return false
@@ -283,6 +353,12 @@ type (
 		Devices   rawValue `toml:"devices"`
 		Processes rawValue `toml:"processes"`
 		Weights   rawValue `toml:"weights"`
+		Memory    rawValue `toml:"memory_limit"`
+	}
+	cudaTable struct {
+		Eager  rawValue `toml:"eager"`
+		Cublas rawValue `toml:"cublas"`
+		NCCL   rawValue `toml:"nccl"`
 	}
 	commTable struct {
 		Algorithm rawValue `toml:"algorithm"`
@@ -301,6 +377,7 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 	var top struct {
 		Cluster toml.Primitive `toml:"cluster"`
 		Comm    toml.Primitive `toml:"comm"`
+		CUDA    toml.Primitive `toml:"cuda"`
 		Node    toml.Primitive `toml:"node"`
 	}
 	md, err := toml.NewDecoder(strings.NewReader(string(src))).Decode(&top)
@@ -353,7 +430,7 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 			r   rawValue
 		}{
 			{"backend", ct.Backend}, {"transport", ct.Transport}, {"devices", ct.Devices},
-			{"processes", ct.Processes}, {"weights", ct.Weights},
+			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory},
 		} {
 			if f.r.set {
 				apply(lines.line("cluster."+f.key), "cluster."+f.key, f.r.v)
@@ -370,6 +447,19 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		} {
 			if f.r.set {
 				apply(lines.line("comm."+f.key), "comm."+f.key, f.r.v)
+			}
+		}
+	}
+	var gt cudaTable
+	if table("cuda", top.CUDA, &gt) {
+		for _, f := range []struct {
+			key string
+			r   rawValue
+		}{
+			{"eager", gt.Eager}, {"cublas", gt.Cublas}, {"nccl", gt.NCCL},
+		} {
+			if f.r.set {
+				apply(lines.line("cuda."+f.key), "cuda."+f.key, f.r.v)
 			}
 		}
 	}

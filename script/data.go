@@ -2,6 +2,8 @@ package script
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -29,7 +31,17 @@ var mnistMaker = &configMaker{
 			if !ok {
 				return nil, fmt.Errorf("%s: dir: got %s, want string or None", name, dir.Type())
 			}
-			d.Dir = s
+			if s == "" {
+				return nil, fmt.Errorf("%s: dir: empty; give a folder or None", name)
+			}
+			d.Dir = resolveDir(thread, s)
+			for i, kv := range kwargs {
+				if kv[0] == starlark.String("dir") {
+					// Rebuilding this value (--set data.limit=...) from
+					// another file must not resolve the path again.
+					kwargs[i] = starlark.Tuple{kv[0], starlark.String(d.Dir)}
+				}
+			}
 		}
 		if normalize != starlark.None {
 			p, err := floatPair(normalize)
@@ -93,4 +105,21 @@ var dataModule = &starlarkstruct.Module{
 		"mnist":     mnistMaker.builtin(),
 		"synthetic": syntheticMaker.builtin(),
 	},
+}
+
+// resolveDir resolves a relative dir= against the folder of the script that
+// called the builtin, as load() does, and makes it absolute. A path given on
+// the command line (--set) or in the library shipped with gorun is taken
+// relative to the working folder.
+func resolveDir(thread *starlark.Thread, dir string) string {
+	if !filepath.IsAbs(dir) && thread.CallStackDepth() >= 2 {
+		from := thread.CallFrame(1).Pos.Filename()
+		if from != "" && !strings.HasPrefix(from, libraryPrefix) && !strings.HasPrefix(from, "--set ") {
+			dir = filepath.Join(filepath.Dir(from), dir)
+		}
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
 }

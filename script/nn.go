@@ -2,6 +2,7 @@ package script
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"go.starlark.net/starlark"
@@ -243,13 +244,16 @@ func dropoutLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin,
 	}
 }
 
-// number unpacks an int or a float as float64.
+// number unpacks an int or a float as float64; NaN and ±Inf are refused.
 type number float64
 
 func (n *number) Unpack(v starlark.Value) error {
 	f, ok := starlark.AsFloat(v)
 	if !ok {
 		return fmt.Errorf("got %s, want number", v.Type())
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return fmt.Errorf("got %s, want a finite number", v.String())
 	}
 	*n = number(f)
 	return nil

@@ -2,6 +2,7 @@ package script
 
 import (
 	"fmt"
+	"math"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -80,6 +81,9 @@ func floatPair(v starlark.Value) ([2]float64, error) {
 		f, ok := starlark.AsFloat(seq.Index(i))
 		if !ok {
 			return out, fmt.Errorf("got %s, want a pair of numbers", v.String())
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return out, fmt.Errorf("got %s, want a pair of finite numbers", v.String())
 		}
 		out[i] = f
 	}

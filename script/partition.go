@@ -23,10 +23,13 @@ func newPartition(l *loader, fn starlark.Callable) *spec.Partition {
 		p.Pos = spec.Pos(f.Position().String())
 		p.Name = fmt.Sprintf("%s (%s)", f.Name(), f.Position())
 	}
-	maxSteps := l.opts.maxSteps
+	maxSteps, maxMemory, cancel := l.opts.maxSteps, l.opts.maxMemory, l.opts.ctx
 	p.Fn = func(pc spec.PartitionContext) ([][]int, bool, error) {
 		thread := &starlark.Thread{Name: "partition " + fn.Name()}
-		thread.SetMaxExecutionSteps(maxSteps)
+		setupThread(thread, maxSteps)
+		stop := whileRunning(cancel, thread)
+		defer stop()
+		defer watchMemory(thread.Cancel, maxMemory)()
 		ctx := &partitionCtx{pc: pc}
 		v, err := starlark.Call(thread, fn, starlark.Tuple{ctx}, nil)
 		if err != nil {
@@ -148,6 +151,12 @@ func shuffleBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 	if n < 0 {
 		return nil, fmt.Errorf("%s: n must be ≥ 0, got %d", b.Name(), n)
 	}
+	if err := checkElements(b.Name(), "n", n); err != nil {
+		return nil, err
+	}
+	if err := charge(thread, b.Name(), uint64(n)+1); err != nil {
+		return nil, err
+	}
 	switch rng {
 	case "torch":
 		// Two's complement low 64 bits, as torch.Generator.manual_seed
@@ -184,6 +193,9 @@ func argsortBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 			return nil, fmt.Errorf("%s: argument %d has %d values, argument 1 has %d", b.Name(), k+1, seq.Len(), args[0].(starlark.Indexable).Len())
 		}
 		keys[k] = seq
+	}
+	if err := charge(thread, b.Name(), uint64(len(keys))*uint64(keys[0].Len())+1); err != nil {
+		return nil, err
 	}
 	idx := make([]int, keys[0].Len())
 	for i := range idx {

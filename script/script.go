@@ -9,12 +9,15 @@
 package script
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"unicode"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -40,14 +43,40 @@ type Override struct {
 	Name, Value string
 }
 
-// ParseOverride parses "NAME=VALUE".
+// ParseOverride parses "NAME=VALUE". VALUE must parse as a Starlark
+// expression, or be a plain word (letters, digits, _ - . /, starting with a
+// letter), which stays a string when it does not evaluate.
 func ParseOverride(s string) (Override, error) {
 	name, value, ok := strings.Cut(s, "=")
 	name = strings.TrimSpace(name)
 	if !ok || name == "" {
 		return Override{}, fmt.Errorf("--set %q: want NAME=VALUE", s)
 	}
-	return Override{Name: name, Value: strings.TrimSpace(value)}, nil
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return Override{}, fmt.Errorf("--set %s=: no value (quote an empty string: --set '%s=\"\"')", name, name)
+	}
+	if _, err := syntax.ParseExpr("--set "+name, value, 0); err != nil && !isPlainWord(value) {
+		msg := err.Error()
+		var se syntax.Error
+		if errors.As(err, &se) {
+			msg = fmt.Sprintf("column %d: %s", se.Pos.Col, se.Msg)
+		}
+		return Override{}, fmt.Errorf("--set %s=%s: the value is not a Starlark expression (%s); quote a string: --set '%s=\"...\"'", name, value, msg, name)
+	}
+	return Override{Name: name, Value: value}, nil
+}
+
+// isPlainWord reports whether v is a bare word such as cross_entropy or
+// runs/a-1.5: a letter, then letters, digits, _ - . or /.
+func isPlainWord(v string) bool {
+	for i, r := range v {
+		letter := r == '_' || unicode.IsLetter(r)
+		if !letter && (i == 0 || !unicode.IsDigit(r) && !strings.ContainsRune("-./", r)) {
+			return false
+		}
+	}
+	return v != ""
 }
 
 type options struct {
@@ -56,8 +85,10 @@ type options struct {
 	path      []string // GORUN_PATH folders
 	library   fs.FS    // the library shipped with gorun (may be nil)
 	maxSteps  uint64
+	maxMemory uint64
 	extra     starlark.StringDict
 	onThread  func(*starlark.Thread) // tests: called on every new thread
+	ctx       context.Context        // cancels the script and its strategies
 }
 
 // Option configures Load.
@@ -88,7 +119,20 @@ func WithPredeclared(d starlark.StringDict) Option {
 
 // WithMaxSteps bounds the Starlark computation steps of the script (and of
 // each call of a partition strategy). 0 means the default, 100 million.
+// gorun's builtins count against it in proportion to their work.
 func WithMaxSteps(n uint64) Option { return func(o *options) { o.maxSteps = n } }
+
+// WithMaxMemory bounds how much memory (bytes of Go heap) the script, and
+// each call of its partition strategy, may take. 0 means DefaultMaxMemory.
+func WithMaxMemory(n uint64) Option { return func(o *options) { o.maxMemory = n } }
+
+// defaultMaxSteps is the step budget when WithMaxSteps gives none.
+const defaultMaxSteps = 100_000_000
+
+// WithContext cancels the script, and every later call of its partition
+// strategy, when ctx ends (say, on SIGINT): the Starlark code under way
+// fails with "Starlark computation cancelled: " and ctx's cause.
+func WithContext(ctx context.Context) Option { return func(o *options) { o.ctx = ctx } }
 
 // SearchPathFromEnv splits a GORUN_PATH value into folders.
 func SearchPathFromEnv(v string) []string {
@@ -104,7 +148,7 @@ func SearchPathFromEnv(v string) []string {
 // Load evaluates the script at path and returns the Spec its train(...) call
 // declares.
 func Load(path string, opts ...Option) (*spec.Spec, error) {
-	o := options{reader: osReader{}, maxSteps: 100_000_000}
+	o := options{reader: osReader{}, maxSteps: defaultMaxSteps}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -116,6 +160,8 @@ func Load(path string, opts ...Option) (*spec.Spec, error) {
 	st := &state{overrides: o.overrides, loader: l}
 	thread := l.newThread("main")
 	thread.SetLocal(stateKey, st)
+	defer l.stopWatching()
+	defer watchMemory(l.cancelAll, o.maxMemory)()
 	if _, err := starlark.ExecFileOptions(fileOptions, thread, path, src, l.predeclared()); err != nil {
 		return nil, err
 	}
@@ -153,7 +199,7 @@ func stateOf(thread *starlark.Thread) *state {
 
 // predeclared returns the builtins every script sees.
 func predeclared() starlark.StringDict {
-	return starlark.StringDict{
+	d := starlark.StringDict{
 		"nn":    nnModule,
 		"optim": optimModule,
 		"data":  dataModule,
@@ -164,6 +210,10 @@ func predeclared() starlark.StringDict {
 		"argsort": starlark.NewBuiltin("argsort", argsortBuiltin),
 		"fail":    starlark.NewBuiltin("fail", failBuiltin),
 	}
+	for k, v := range boundedUniverse() {
+		d[k] = v
+	}
+	return d
 }
 
 func (l *loader) predeclared() starlark.StringDict {
@@ -179,6 +229,26 @@ type loader struct {
 	opts     options
 	cache    map[string]*loadEntry
 	resolved []string
+	stops    []func() bool // end the cancellation watch of each thread
+	mu       sync.Mutex
+	threads  []*starlark.Thread // every thread of this evaluation
+}
+
+// cancelAll cancels every thread of the evaluation (the main script's and
+// those of the files it loads).
+func (l *loader) cancelAll(reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range l.threads {
+		t.Cancel(reason)
+	}
+}
+
+func (l *loader) stopWatching() {
+	for _, stop := range l.stops {
+		stop()
+	}
+	l.stops = nil
 }
 
 type loadEntry struct {
@@ -195,7 +265,11 @@ func (l *loader) newThread(name string) *starlark.Thread {
 			fmt.Fprintln(os.Stderr, msg)
 		},
 	}
-	t.SetMaxExecutionSteps(l.opts.maxSteps)
+	setupThread(t, l.opts.maxSteps)
+	l.mu.Lock()
+	l.threads = append(l.threads, t)
+	l.mu.Unlock()
+	l.stops = append(l.stops, whileRunning(l.opts.ctx, t))
 	if l.opts.onThread != nil {
 		l.opts.onThread(t)
 	}

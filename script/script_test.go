@@ -51,7 +51,7 @@ func TestScripts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Load(file, WithPredeclared(assert), WithMaxSteps(1_000_000), withReporter(t))
+			_, err = Load(file, WithPredeclared(assert), WithMaxSteps(1_000_000), WithMaxMemory(256<<20), withReporter(t))
 			m := wantRE.FindSubmatch(src)
 			if m == nil {
 				if err != nil {
@@ -194,15 +194,22 @@ func TestOverrideErrors(t *testing.T) {
 		{"optimizer.rate=1", `--set optimizer.rate: optim.sgd has no parameter "rate" (it has lr, momentum, dampening, weight_decay, nesterov)`},
 		{"eval.split=test", `--set eval.split: the script gives no eval to change`},
 		{"model.name=x", `--set model.name: model is a layer, which has no fields to set`},
-		{"optimizer=optim.sgd(lr=", `--set optimizer=optim.sgd(lr=:`},
+		{"optimizer=optim.sgd(lr=", `--set optimizer=optim.sgd(lr=: the value is not a Starlark expression (column 14: got end of file`},
 		{"optimizer.lr=-2", `optim.sgd: lr must be positive, got -2`},
+		// Values that do not parse are errors about the flag, unless a
+		// plain word; words that parse but do not evaluate are strings.
+		{"epochs=1+", `--set epochs=1+: the value is not a Starlark expression (column 3: got end of file, want primary expression)`},
+		{"epochs=", `--set epochs=: no value`},
+		{"loss=cross entropy", `--set loss=cross entropy: the value is not a Starlark expression`},
+		{"epochs=foo+1", `--set epochs=foo+1: --set epochs:1:1: undefined: foo`},
+		{"loss=cross-entropy", `train: loss must be "nll" or "cross_entropy", got "cross-entropy"`},
+		{"optimizer.lr=float('nan')", `--set optimizer.lr: optim.sgd: for parameter "lr": got nan, want a finite number`},
 	}
 	for _, c := range cases {
 		o, err := ParseOverride(c.set)
-		if err != nil {
-			t.Fatal(err)
+		if err == nil {
+			_, err = Load("/w/train.star", WithFileReader(fs), WithOverrides(o))
 		}
-		_, err = Load("/w/train.star", WithFileReader(fs), WithOverrides(o))
 		if err == nil {
 			t.Errorf("--set %s: no error, want %q", c.set, c.want)
 			continue

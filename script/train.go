@@ -3,6 +3,7 @@ package script
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"go.starlark.net/starlark"
@@ -165,6 +166,13 @@ func applyOverrides(thread *starlark.Thread, kwargs []starlark.Tuple, overrides 
 			if !ok {
 				return nil, fmt.Errorf("--set %s: %s is a %s, which has no fields to set", o.Name, param, kw[i][1].Type())
 			}
+			if sv, ok := v.(starlark.String); ok && field == "dir" && sv != "" && !filepath.IsAbs(string(sv)) {
+				// A folder on the command line is relative to the
+				// working folder, not to the script.
+				if abs, err := filepath.Abs(string(sv)); err == nil {
+					v = starlark.String(abs)
+				}
+			}
 			nc, err := c.with(thread, field, v)
 			if err != nil {
 				return nil, fmt.Errorf("--set %s: %v", o.Name, err)
@@ -185,7 +193,7 @@ func applyOverrides(thread *starlark.Thread, kwargs []starlark.Tuple, overrides 
 // the builtins and the script's globals (those defined or loaded before
 // train(...) is called) in scope, so --set partition=strided works after
 // load("partition.star", "strided"). A bare word that does not evaluate
-// (nll) is a string; anything else that fails is an error.
+// (nll, cross-entropy) is a string; anything else that fails is an error.
 func evalOverride(thread *starlark.Thread, o Override) (starlark.Value, error) {
 	env := stateOf(thread).loader.predeclared()
 	if thread.CallStackDepth() > 1 {
@@ -199,7 +207,7 @@ func evalOverride(thread *starlark.Thread, o Override) (starlark.Value, error) {
 	if err == nil {
 		return v, nil
 	}
-	if !strings.ContainsAny(o.Value, "()[]{},=") {
+	if isPlainWord(o.Value) {
 		return starlark.String(o.Value), nil
 	}
 	var ee *starlark.EvalError

@@ -3,11 +3,13 @@
 //	gorun [flags] SCRIPT.star              train
 //	gorun plan [flags] SCRIPT.star         print the compiled Plan
 //	gorun plot [-o DIR] RUN_DIR...         draw loss and accuracy curves
-//	gorun launch --cluster C.toml SCRIPT   start a multi-process run (needs -tags mpi)
+//	gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
 //
 // Flags may come before or after the script. Exit status: 0 on success, 1
-// when the script or the run fails, 2 on a usage error, 130 when a signal
-// (Ctrl-C, SIGTERM) stopped the run after saving a checkpoint.
+// when the script or the run fails (an internal error too: one line, the Go
+// stack only with -v), 2 on a usage error, 130 (SIGINT, Ctrl-C) or 143
+// (SIGTERM) when a signal stopped the run (after saving a checkpoint when
+// training) or cancelled the Starlark code under way.
 package main
 
 import (
@@ -17,16 +19,16 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
+	"runtime/debug"
 	"strings"
-	"sync/atomic"
-	"syscall"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"gorun/comm"
 	"gorun/engine"
 	"gorun/engine/plot"
+	"gorun/engine/runner"
 	"gorun/engine/spec"
 	"gorun/script"
 	"gorun/scripts"
@@ -36,8 +38,12 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// interrupted is a run stopped by a signal (exit status 130).
-type interrupted struct{ msg string }
+// interrupted is a run stopped by a signal (exit status 128 + the signal's
+// number: 130 for SIGINT, 143 for SIGTERM).
+type interrupted struct {
+	msg string
+	sig os.Signal // nil: SIGINT
+}
 
 func (e *interrupted) Error() string { return e.msg }
 
@@ -48,15 +54,22 @@ func (e *usageError) Error() string { return e.msg }
 
 // flags are the options every subcommand shares.
 type flags struct {
-	cluster string
-	devices int
-	sets    []script.Override
-	out     string
-	init    string
-	resume  string
-	quiet   bool
-	verbose bool
-	dot     string
+	cluster   string
+	devices   int
+	sets      []script.Override
+	out       string
+	init      string
+	resume    string
+	quiet     bool
+	verbose   bool
+	dot       string
+	overwrite bool
+	training  bool // the command trains (MPI is joined)
+	// clusterSets are --set cluster.KEY=VALUE and comm.KEY=VALUE, in order.
+	clusterSets [][2]string
+	world       *world          // this process's place in the run
+	given       map[string]bool // flags given on the command line
+	sig         *sigWatch       // cancels the script on SIGINT and SIGTERM
 }
 
 const usage = `usage:
@@ -73,7 +86,11 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.cluster, "cluster", "", "cluster TOML `file` (default: one CPU device)")
 	fs.IntVar(&f.devices, "devices", 0, "devices in this process (default 1, or the cluster file's)")
-	fs.Func("set", "override a train() argument: `NAME=VALUE` (repeatable; NAME may be optimizer.lr)", func(s string) error {
+	fs.Func("set", "override a train() argument or a cluster key: `NAME=VALUE` (repeatable; NAME may be optimizer.lr, cluster.devices, comm.timeout)", func(s string) error {
+		if name, value, ok := strings.Cut(s, "="); ok && engine.IsClusterKey(strings.TrimSpace(name)) {
+			f.clusterSets = append(f.clusterSets, [2]string{strings.TrimSpace(name), value})
+			return nil
+		}
 		o, err := script.ParseOverride(s)
 		if err != nil {
 			return err
@@ -87,6 +104,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.quiet, "q", false, "print nothing but errors")
 	fs.BoolVar(&f.verbose, "v", false, "print a line per step")
 	fs.StringVar(&f.dot, "dot", "", "plan: also write the Plan as Graphviz to this `file`")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the run in a non-empty --out folder")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -113,13 +131,24 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	phase.Store(nil)
+	defer func() {
+		// No Go stack trace reaches a user without -v.
+		if r := recover(); r != nil {
+			code = reportPanic(stderr, r, debug.Stack(), wantsVerbose(args))
+		}
+	}()
 	err := dispatch(args, stdout, stderr)
 	if err == nil {
 		return 0
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var xs *exitStatus
+	if errors.As(err, &xs) {
+		return xs.code // mpirun's own status; it has said why
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
@@ -129,7 +158,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ie *interrupted
 	if errors.As(err, &ie) {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)
-		return 130
+		return signalStatus(ie.sig)
 	}
 	reportError(stderr, err)
 	return 1
@@ -146,7 +175,8 @@ func reportError(w io.Writer, err error) {
 		if outer := strings.TrimSuffix(err.Error(), ee.Error()); outer != err.Error() && outer != "" {
 			fmt.Fprintf(w, "gorun: %s\n", strings.TrimSuffix(outer, ": "))
 		}
-		fmt.Fprintf(w, "gorun: %s\n", ee.Backtrace())
+		// A deep recursion keeps its first and last frames.
+		fmt.Fprintf(w, "gorun: %s\n", script.FormatBacktrace(ee, 10, 10))
 	case errors.As(err, &se):
 		fmt.Fprintf(w, "gorun: %s: %s\n", se.Pos, se.Msg)
 	default:
@@ -154,14 +184,16 @@ func reportError(w io.Writer, err error) {
 	}
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) error {
+func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 	cmd := "train"
 	if len(args) > 0 {
 		switch args[0] {
-		case "plan", "launch", "train":
+		case "plan", "train":
 			cmd, args = args[0], args[1:]
 		case "plot":
 			return plotCmd(args[1:], stdout, stderr)
+		case "launch":
+			return launchCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help", "-help":
 			fmt.Fprint(stdout, usage)
 			newFlagSet(&flags{}, stdout).PrintDefaults()
@@ -180,14 +212,34 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return &usageError{fmt.Sprintf("%s needs exactly one SCRIPT.star, got %d arguments (%s)", cmd, len(pos), strings.Join(pos, " "))}
 	}
+	f.given = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
+	if err := checkFlags(cmd, &f); err != nil {
+		return err
+	}
+	if cmd == "plan" || cmd == "train" {
+		f.sig = watchSignals(stderr)
+		defer f.sig.close()
+		defer func() {
+			// A signal that cancelled the script or ended the run sets
+			// the exit status.
+			if s := f.sig.signal(); s != nil && err != nil {
+				var ie *interrupted
+				if errors.As(err, &ie) {
+					ie.sig = s
+				} else {
+					err = &interrupted{msg: fmt.Sprintf("interrupted by %s while %s", sigName(s), currentPhase()), sig: s}
+				}
+			}
+		}()
+	}
 	switch cmd {
-	case "launch":
-		return fmt.Errorf("launch: this gorun was built without MPI support (build with -tags mpi)")
 	case "plan":
 		plan, err := compile(pos[0], &f)
 		if err != nil {
 			return err
 		}
+		setPhase("describing the plan of %s", pos[0])
 		if f.dot != "" {
 			if err := writeDot(plan, f.dot); err != nil {
 				return err
@@ -195,19 +247,56 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		}
 		return plan.Describe(stdout)
 	}
+	out := f.out
+	if out == "" {
+		out = f.resume
+	}
+	// Only rank 0's process of a multi-process run writes (and locks) the
+	// run folder.
+	if rank, _, _, ok := comm.EnvWorld(); !ok || rank == 0 {
+		release, err := prepareRunFolder(out, &f, stderr)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	return train(pos[0], &f, stdout, stderr)
+}
+
+// checkFlags refuses flags that make no sense together or for cmd.
+func checkFlags(cmd string, f *flags) error {
+	switch {
+	case f.given["devices"] && f.devices < 1:
+		return &usageError{fmt.Sprintf("--devices %d: want at least 1", f.devices)}
+	case f.init != "" && f.resume != "":
+		return &usageError{"--init and --resume conflict: a resumed run continues from its checkpoint's parameters; give one of them"}
+	case f.overwrite && f.resume != "":
+		return &usageError{"--overwrite and --resume conflict: --overwrite removes the run that --resume continues"}
+	case f.overwrite && f.out == "":
+		return &usageError{"--overwrite needs --out DIR (the run folder to replace)"}
+	case f.dot != "" && cmd != "plan":
+		return &usageError{fmt.Sprintf("--dot writes the compiled Plan as Graphviz: use it with gorun plan, not %s", cmd)}
+	}
+	return nil
 }
 
 // compile loads the script and the cluster and compiles the Plan.
 func compile(path string, f *flags) (*engine.Plan, error) {
+	setPhase("loading %s", path)
 	s, err := loadSpec(path, f)
 	if err != nil {
 		return nil, err
 	}
+	setPhase("compiling the plan of %s", path)
 	c := engine.DefaultCluster()
 	if f.cluster != "" {
 		if c, err = engine.LoadCluster(f.cluster); err != nil {
 			return nil, err
+		}
+	}
+	for _, kv := range f.clusterSets {
+		if err := c.Set(kv[0], kv[1]); err != nil {
+			return nil, &usageError{fmt.Sprintf("--set %s=%s: %v", kv[0], kv[1], err)}
 		}
 	}
 	if f.devices != 0 {
@@ -216,7 +305,18 @@ func compile(path string, f *flags) (*engine.Plan, error) {
 			return nil, &usageError{fmt.Sprintf("--devices %d: the cluster file gives weights for %d devices", f.devices, len(c.Weights))}
 		}
 	}
-	return engine.Compile(s, c)
+	detectLauncher(&c)
+	if f.training { // a plan needs no MPI nor GPU
+		if err := checkBuild(&c); err != nil {
+			return nil, err
+		}
+	}
+	w, err := placeProcess(&c, f.training)
+	if err != nil {
+		return nil, err
+	}
+	f.world = w
+	return engine.CompileProcess(s, c, w.proc)
 }
 
 func loadSpec(path string, f *flags) (*spec.Spec, error) {
@@ -225,10 +325,15 @@ func loadSpec(path string, f *flags) (*spec.Spec, error) {
 		script.WithSearchPath(script.SearchPathFromEnv(os.Getenv("GORUN_PATH"))...),
 		script.WithLibrary(scripts.Library),
 	}
+	if f.sig != nil {
+		opts = append(opts, script.WithContext(f.sig.ctx))
+	}
 	return script.Load(path, opts...)
 }
 
-func train(path string, f *flags, stdout, stderr io.Writer) error {
+func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
+	f.training = true
+	defer func() { leaveMPI(err) }()
 	plan, err := compile(path, f)
 	if err != nil {
 		return err
@@ -237,7 +342,10 @@ func train(path string, f *flags, stdout, stderr io.Writer) error {
 	if out == "" {
 		out = f.resume
 	}
-	opts := engine.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume}
+	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume}
+	if f.world != nil && f.world.cross != nil {
+		opts.Cross = f.world.cross
+	}
 	if f.quiet {
 		opts.Log = io.Discard
 	} else if isTerminal(stdout) && !f.verbose {
@@ -245,21 +353,12 @@ func train(path string, f *flags, stdout, stderr io.Writer) error {
 		opts.OnEpoch, opts.OnStep, opts.OnEpochEnd = bar.epoch, bar.step, bar.epochEnd
 	}
 	// Ctrl-C (or SIGTERM) stops after the step under way with a
-	// checkpoint; a second one kills as usual.
-	var stop atomic.Bool
-	opts.Interrupt = &stop
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		if _, ok := <-sigs; ok {
-			stop.Store(true)
-			fmt.Fprintln(stderr, "\ngorun: stopping after this step (interrupt again to kill)")
-			signal.Reset(os.Interrupt, syscall.SIGTERM)
-		}
-	}()
-	res, err := plan.Run(opts)
-	signal.Stop(sigs)
-	close(sigs)
+	// checkpoint; a second one kills as usual (see watchSignals).
+	if f.sig != nil {
+		opts.Interrupt = &f.sig.stop
+	}
+	setPhase("training %s", path)
+	res, err := runner.Run(plan, opts)
 	if err != nil {
 		return err
 	}
@@ -268,16 +367,18 @@ func train(path string, f *flags, stdout, stderr io.Writer) error {
 		if out != "" {
 			msg += fmt.Sprintf("; checkpoint saved: continue with --resume %s", out)
 		}
-		return &interrupted{msg}
+		return &interrupted{msg: msg}
 	}
-	if out != "" {
+	lead := f.world == nil || f.world.proc == 0 // rank 0's process writes the run folder
+	if out != "" && lead {
+		setPhase("drawing the plots of %s", out)
 		if files, err := drawRuns([]string{out}, out); err != nil {
 			fmt.Fprintf(stderr, "gorun: plots: %v\n", err)
 		} else if !f.quiet {
 			fmt.Fprintf(stdout, "plots: %s\n", strings.Join(files, ", "))
 		}
 	}
-	if !f.quiet {
+	if !f.quiet && lead {
 		acc := "no eval set"
 		if !math.IsNaN(res.TestAccuracy) {
 			acc = fmt.Sprintf("test accuracy %.4f", res.TestAccuracy)

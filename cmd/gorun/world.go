@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -109,10 +108,4 @@ func checkBuild(c *engine.Cluster) error {
 		}
 	}
 	return c.CheckBuild(backend.Names(), transports)
-}
-
-// isClusterKey reports whether a --set name is a cluster file key
-// (cluster.devices, comm.timeout, node) rather than a train() argument.
-func isClusterKey(name string) bool {
-	return strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || strings.HasPrefix(name, "cuda.") || name == "node"
 }

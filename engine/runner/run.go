@@ -240,7 +240,13 @@ func (rs *runState) openDevices() error {
 		return clusterErr(p, err)
 	}
 	rs.backend = be
-	bopts := backend.Options{Eager: rs.opts.Eager, Libraries: rs.opts.Libraries}
+	bopts := backend.Options{Eager: rs.opts.Eager || p.Cluster.Eager, Libraries: map[string]string{}}
+	for k, v := range p.Cluster.Libraries {
+		bopts.Libraries[k] = v
+	}
+	for k, v := range rs.opts.Libraries {
+		bopts.Libraries[k] = v
+	}
 	for _, prog := range p.Devices {
 		dev, err := be.Open(prog.Rank, bopts)
 		if err != nil {

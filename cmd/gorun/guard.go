@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// phase says what gorun is doing, for the one line a panic turns into.
+var phase atomic.Pointer[string]
+
+// phaseHook, when set (tests), is called with every new phase.
+var phaseHook func(string)
+
+// setPhase records what gorun is doing now ("compiling the plan of x.star").
+func setPhase(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	phase.Store(&s)
+	if phaseHook != nil {
+		phaseHook(s)
+	}
+}
+
+func currentPhase() string {
+	if p := phase.Load(); p != nil {
+		return *p
+	}
+	return "starting"
+}
+
+// wantsVerbose reports whether -v is among the command-line flags, read
+// without the flag package so that it works however far parsing got.
+func wantsVerbose(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-v", "--v", "-v=true", "--v=true", "-v=1", "--v=1":
+			return true
+		}
+	}
+	return false
+}
+
+// reportPanic turns a panic into one line naming what was running; the Go
+// stack follows only with -v. It returns the exit status, 1.
+func reportPanic(w io.Writer, r any, stack []byte, verbose bool) int {
+	msg := strings.ReplaceAll(fmt.Sprint(r), "\n", " ")
+	if verbose {
+		fmt.Fprintf(w, "gorun: internal error while %s: %s\n%s", currentPhase(), msg, stack)
+		return 1
+	}
+	fmt.Fprintf(w, "gorun: internal error while %s: %s (a bug in gorun: please report it; -v shows the Go stack)\n", currentPhase(), msg)
+	return 1
+}
+
+// sigWatch turns the first SIGINT or SIGTERM into a stop: Starlark code
+// under way (the script, a partition strategy) is cancelled through ctx,
+// and training stops after the step under way with a checkpoint (stop is
+// the runner's Interrupt). A second signal kills as usual.
+type sigWatch struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   atomic.Bool
+	got    atomic.Value // os.Signal
+	ch     chan os.Signal
+	done   chan struct{}
+}
+
+func watchSignals(stderr io.Writer) *sigWatch {
+	w := &sigWatch{ch: make(chan os.Signal, 1), done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	signal.Notify(w.ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer close(w.done)
+		s, ok := <-w.ch
+		if !ok {
+			return
+		}
+		w.got.Store(s)
+		w.stop.Store(true)
+		w.cancel(fmt.Errorf("interrupted by %s", sigName(s)))
+		fmt.Fprintf(stderr, "\ngorun: %s: stopping (a checkpoint is saved when training; %s again to kill)\n", sigName(s), sigName(s))
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+	}()
+	return w
+}
+
+// close stops watching.
+func (w *sigWatch) close() {
+	signal.Stop(w.ch)
+	close(w.ch)
+	<-w.done
+	w.cancel(nil)
+}
+
+// signal returns the signal received, or nil.
+func (w *sigWatch) signal() os.Signal {
+	s, _ := w.got.Load().(os.Signal)
+	return s
+}
+
+func sigName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// signalStatus is the exit status the shell gives a process that signal s
+// ended: 128 + its number (130 for SIGINT, 143 for SIGTERM).
+func signalStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 130
+}

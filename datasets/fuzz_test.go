@@ -1,0 +1,50 @@
+package datasets
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// FuzzMNIST feeds arbitrary bytes as the images and labels IDX files of
+// an MNIST split (plain or gzipped: the reader tells by the first bytes).
+// Reading must fail with an error or give a dataset whose every sample
+// can be filled; it must never panic or ask for memory the file does not
+// back.
+func FuzzMNIST(f *testing.F) {
+	s := newSynth(3, 2, 2)
+	f.Add(s.imagesFile(), s.labelsFile())
+	f.Add(gzipBytes(f, s.imagesFile()), s.labelsFile())
+	f.Add(idxBytes(2051, []uint32{1, 1, 1}, []byte{255}), idxBytes(2049, []uint32{1}, []byte{9}))
+	f.Add(idxBytes(2051, []uint32{0, 28, 28}, nil), idxBytes(2049, []uint32{0}, nil))
+	f.Add(idxBytes(2051, []uint32{1 << 31, 1 << 14, 1 << 14}, nil), idxBytes(2049, []uint32{1}, []byte{10}))
+	f.Add(idxBytes(2049, []uint32{1}, []byte{1}), idxBytes(2051, []uint32{1, 1, 1}, []byte{1}))
+	f.Fuzz(func(t *testing.T, images, labels []byte) {
+		dir := t.TempDir()
+		in, ln := fileNames("train", false, false)
+		writeFile(t, filepath.Join(dir, in), images)
+		writeFile(t, filepath.Join(dir, ln), labels)
+		d, err := MNIST("train", dir, 0.1307, 0.3081)
+		if err != nil {
+			return
+		}
+		n, shape := d.Len(), d.SampleShape()
+		if len(shape) != 3 || shape[0] != 1 || shape[1] < 1 || shape[2] < 1 {
+			t.Fatalf("sample shape %v", shape)
+		}
+		if len(d.Labels()) != n {
+			t.Fatalf("%d labels for %d samples", len(d.Labels()), n)
+		}
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = i
+		}
+		x := make([]float32, n*shape[1]*shape[2])
+		y := make([]int32, n)
+		d.Fill(idx, x, y)
+		for i, c := range y {
+			if c < 0 || int(c) >= d.NumClasses() {
+				t.Fatalf("sample %d: label %d out of range", i, c)
+			}
+		}
+	})
+}
