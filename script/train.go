@@ -15,6 +15,7 @@ import (
 var trainParams = []string{
 	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
 	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven", "keep",
+	"on_nonfinite",
 }
 
 func isTrainParam(name string) bool {
@@ -56,17 +57,19 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		accumulate       = 1
 		uneven           = "pad"
 		keep             = 3
+		onNonFinite      = "stop"
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
 		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
-		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep); err != nil {
+		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep,
+		"on_nonfinite?", &onNonFinite); err != nil {
 		return nil, err
 	}
 	s := &spec.Spec{
 		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
-		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, Pos: position(thread),
+		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, OnNonFinite: onNonFinite, Pos: position(thread),
 	}
 	switch m := model.(type) {
 	case *Layer:
@@ -120,6 +123,8 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		return nil, fmt.Errorf("%s: keep must be ≥ 0 (0 keeps every checkpoint), got %d", b.Name(), keep)
 	case uneven != "pad" && uneven != "drop" && uneven != "zero":
 		return nil, fmt.Errorf("%s: uneven must be \"pad\", \"drop\" or \"zero\", got %q", b.Name(), uneven)
+	case onNonFinite != "stop" && onNonFinite != "skip":
+		return nil, fmt.Errorf("%s: on_nonfinite must be \"stop\" or \"skip\", got %q", b.Name(), onNonFinite)
 	}
 	st.spec = s
 	return starlark.None, nil

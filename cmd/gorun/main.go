@@ -146,6 +146,10 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	var pe *runner.PanicError
+	if errors.As(err, &pe) { // a panic on a rank's goroutine
+		return reportPanic(stderr, pe.Value, pe.Stack, wantsVerbose(args))
+	}
 	var xs *exitStatus
 	if errors.As(err, &xs) {
 		return xs.code // mpirun's own status; it has said why

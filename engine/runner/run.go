@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -380,7 +381,7 @@ func (rs *runState) abort(err error) {
 func (rs *runState) runRanks() error {
 	n := len(rs.devices)
 	if n == 1 {
-		return rs.rankLoop(rs.devices[0])
+		return rs.safeRankLoop(rs.devices[0])
 	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -388,8 +389,9 @@ func (rs *runState) runRanks() error {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			if err := rs.rankLoop(rs.devices[r]); err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			d := rs.devices[r]
+			if err := rs.safeRankLoop(d); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", d.rank, err)
 				rs.abort(errs[r])
 			}
 		}(r)
@@ -407,6 +409,26 @@ func (rs *runState) runRanks() error {
 		return errors.Join(errs...)
 	}
 	return errors.Join(causes...)
+}
+
+// PanicError is a panic inside a rank's loop, turned into an error so that
+// the other ranks are released and the caller decides what to print.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("internal error: %v", e.Value) }
+
+// safeRankLoop is rankLoop with a panic turned into a *PanicError: a
+// goroutine's panic cannot be recovered by the caller of Run.
+func (rs *runState) safeRankLoop(d *device) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return rs.rankLoop(d)
 }
 
 // schedule returns epoch e's batches, computing them once for all ranks.
