@@ -377,8 +377,8 @@ func TestClusterMemoryAndCUDAKeys(t *testing.T) {
 	}
 	for src, want := range map[string]string{
 		"[cluster]\nmemory_limit = \"lots\"\n": `c.toml:2: cluster.memory_limit: "lots" is not a size`,
-		"[cuda]\neager = 1\n":                   "c.toml:2: cuda.eager: want true or false, found integer",
-		"[cuda]\neagr = true\n":                 `cuda.eagr: unknown key; did you mean "cuda.eager"?`,
+		"[cuda]\neager = 1\n":                  "c.toml:2: cuda.eager: want true or false, found integer",
+		"[cuda]\neagr = true\n":                `cuda.eagr: unknown key; did you mean "cuda.eager"?`,
 	} {
 		if _, err := ParseCluster("c.toml", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want %q", src, err, want)
