@@ -16,7 +16,7 @@ run: build
 ## test: gofmt, go vet and every test (about a few minutes on 2 cores)
 test: vet kernels-check test-mpi
 	$(GO) test -count=1 ./...
-	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=10s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 10s (make fuzz: FUZZTIME each)"; fi
+	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=30s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 30s (make fuzz: FUZZTIME each)"; fi
 
 vet:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

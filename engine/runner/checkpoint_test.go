@@ -204,3 +204,73 @@ func TestInterruptSavesAndResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeRefusesAnotherPlan: resuming with another seed, optimizer or
+// model is refused, naming what differs; more epochs are fine.
+func TestResumeRefusesAnotherPlan(t *testing.T) {
+	dir := t.TempDir()
+	runIn(t, dir, "", 1, "epochs=2", "max_steps=40")
+	for set, want := range map[string]string{
+		"seed=8": `train settings`,
+		"optimizer=optim.adam(lr=0.01)": `the checkpoint was made with optimizer "sgd lr 0.1`,
+	} {
+		p := compile(t, loadSpec(t, dropoutScript, "epochs=2", set), 1)
+		_, err := Run(p, RunOptions{Resume: dir})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "resume with the script and --set that made it") {
+			t.Errorf("--resume with %s: %v", set, err)
+		}
+	}
+	p := compile(t, loadSpec(t, dropoutScript, "epochs=3"), 1)
+	if _, err := Run(p, RunOptions{Resume: dir}); err != nil {
+		t.Errorf("--resume with more epochs: %v", err)
+	}
+}
+
+// TestResumeFinishedRun: resuming a run that trained all its epochs is an
+// error (it would only overwrite its summary), not a silent no-op.
+func TestResumeFinishedRun(t *testing.T) {
+	dir := t.TempDir()
+	runIn(t, dir, "", 1, "epochs=1")
+	before, err := os.ReadFile(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := compile(t, loadSpec(t, dropoutScript, "epochs=1"), 1)
+	_, err = Run(p, RunOptions{Resume: dir})
+	if err == nil || !strings.Contains(err.Error(), "the run finished its 1 epochs") {
+		t.Errorf("resuming a finished run: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, MetricsFile)); string(after) != string(before) {
+		t.Error("resuming a finished run changed its metrics")
+	}
+}
+
+// TestResumePassesOverDamagedCheckpoints: a newest checkpoint that is
+// damaged, or lacks its state file, is passed over — saying so — for the
+// newest one that reads whole.
+func TestResumePassesOverDamagedCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	runIn(t, dir, "", 1, "epochs=3", "max_steps=64") // checkpoints at 32 and 64
+	newest := checkpointPath(dir, 64)
+	if err := os.WriteFile(newest, []byte("not a safetensors file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A later parameter file without its state: a crash between the two.
+	if err := os.WriteFile(checkpointPath(dir, 90), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	p := compile(t, loadSpec(t, dropoutScript, "epochs=3"), 1)
+	res, err := Run(p, RunOptions{Resume: dir, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"step-00000090.safetensors has no state file", "the checkpoint of step 64 is damaged", "falling back to step 32"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if res.Steps != 96 {
+		t.Errorf("resumed from step 32 and ran to %d, want 96", res.Steps)
+	}
+}
