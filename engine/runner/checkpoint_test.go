@@ -211,7 +211,7 @@ func TestResumeRefusesAnotherPlan(t *testing.T) {
 	dir := t.TempDir()
 	runIn(t, dir, "", 1, "epochs=2", "max_steps=40")
 	for set, want := range map[string]string{
-		"seed=8": `train settings`,
+		"seed=8":                        `train settings`,
 		"optimizer=optim.adam(lr=0.01)": `the checkpoint was made with optimizer "sgd lr 0.1`,
 	} {
 		p := compile(t, loadSpec(t, dropoutScript, "epochs=2", set), 1)
