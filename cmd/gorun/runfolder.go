@@ -10,6 +10,10 @@ import (
 	"time"
 )
 
+// hostfileName is the mpirun hostfile `gorun launch` writes into the run
+// folder before the ranks start: it does not make the folder a run.
+const hostfileName = "hostfile"
+
 // lockName is the advisory lock file of a run folder.
 const lockName = "gorun.lock"
 
@@ -38,7 +42,7 @@ func prepareRunFolder(out string, f *flags, stderr io.Writer) (release func(), e
 		// What a run that failed before its first step leaves (an empty
 		// metrics.jsonl) or an interrupted write (temporaries) is no run.
 		if info, err := e.Info(); err == nil && info.Mode().IsRegular() &&
-			(e.Name() == lockName || isTemporary(e.Name()) || e.Name() == "metrics.jsonl" && info.Size() == 0) {
+			(e.Name() == lockName || e.Name() == hostfileName || isTemporary(e.Name()) || e.Name() == "metrics.jsonl" && info.Size() == 0) {
 			continue
 		}
 		held = append(held, e.Name())

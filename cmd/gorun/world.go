@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -23,8 +24,12 @@ type world struct {
 // as process 0.
 func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 	w := &world{procs: c.ProcessCount()}
-	if c.Transport != "mpi" {
+	if c.Transport != "mpi" && w.procs == 1 {
 		return w, nil
+	}
+	if c.Transport != "mpi" && train && !comm.MPIAvailable() {
+		// NCCL moves the tensors, but its processes find each other through MPI.
+		return nil, fmt.Errorf("%s: %d processes with transport %q need MPI to start and meet: build gorun with `go build -tags \"cuda mpi\"` (needs libopenmpi-dev and nvidia-cuda-dev)", clusterName(c), w.procs, c.Transport)
 	}
 	rank, size, _, ok := comm.EnvWorld()
 	if !ok {
@@ -39,6 +44,9 @@ func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 		m, err := joinMPI()
 		if err != nil {
 			return nil, err
+		}
+		if ok && size != m.Size() {
+			return nil, fmt.Errorf("the environment says a world of %d processes (rank %d), but MPI started %d: start the ranks with mpirun or `gorun launch`, which connect them", size, rank, m.Size())
 		}
 		rank, size = m.Rank(), m.Size()
 		m.SetTimeout(c.Timeout)
@@ -91,7 +99,10 @@ func leaveMPI(err error) {
 	if mpiWorld == nil {
 		return
 	}
-	if err != nil && mpiWorld.Size() > 1 {
+	var ie *interrupted
+	if err != nil && !errors.As(err, &ie) && mpiWorld.Size() > 1 {
+		// An interrupt stops every rank after the same step, together; any
+		// other failure of this rank must not leave the others waiting.
 		mpiWorld.Abort(err.Error())
 		os.Exit(1) // Abort does not return; in case it did
 	}

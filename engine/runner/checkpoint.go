@@ -305,8 +305,14 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if err := comparePlanKey(m["plan"], p.ResumeKey()); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
-	if ep, err := strconv.Atoi(m["epoch"]); err == nil && m["micro"] == "0" && ep >= p.Spec.Epochs && (p.Spec.MaxSteps == 0 || m["step"] >= strconv.Itoa(p.Spec.MaxSteps)) {
+	ep, err1 := strconv.Atoi(m["epoch"])
+	step, err2 := strconv.Atoi(m["step"])
+	switch {
+	case err1 != nil || err2 != nil:
+	case m["micro"] == "0" && ep >= p.Spec.Epochs:
 		return nil, fmt.Errorf("--resume %s: the run finished its %d epochs; nothing is left to train (give more with --set epochs=N)", dir, ep)
+	case p.Spec.MaxSteps > 0 && step >= p.Spec.MaxSteps:
+		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d and max_steps is %d; nothing is left to train (raise max_steps, or leave it out)", dir, step, p.Spec.MaxSteps)
 	}
 	if err := rs.setParams(rs.devices[0], params, pf, ""); err != nil {
 		return nil, err
@@ -535,7 +541,7 @@ func (rs *runState) newestCheckpoint(dir string) (string, *safetensors.File, *sa
 		return "", nil, nil, fmt.Errorf("--resume %s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
 	}
 	if orphans := orphanParams(dir, steps[len(steps)-1]); len(orphans) > 0 {
-		fmt.Fprintf(rs.log, "--resume %s: %s has no state file (a crash while saving it?); resuming from the checkpoint of step %d\n",
+		fmt.Fprintf(rs.log, "--resume %s: %s has no state file (deleted or lost: it is written before the parameters); resuming from the checkpoint of step %d\n",
 			dir, orphans[len(orphans)-1], steps[len(steps)-1])
 	}
 	for i := len(steps) - 1; i >= 0; i-- {

@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -17,22 +19,38 @@ import (
 // mismatch deep inside a collective. Within one process every Program
 // comes from one Plan, so only multi-process runs check.
 func (rs *runState) checkFingerprints() error {
-	if rs.opts.Cross == nil {
+	if rs.opts.Cross == nil || rs.plan.World == 1 {
 		return nil
 	}
 	fp := rs.plan.Fingerprint()
+	// What the Plan cannot know but every process must agree on: the data
+	// each loaded (its sizes set the number of steps) and the checkpoint
+	// each resumes from.
+	fp = append(fp, engine.PlanStep{Label: "training data", Text: fmt.Sprintf("%s, %d samples", rs.train.Name(), rs.train.Len())})
+	if rs.eval != nil {
+		fp = append(fp, engine.PlanStep{Label: "eval data", Text: fmt.Sprintf("%s, %d samples", rs.eval.Name(), rs.eval.Len())})
+	}
+	if rs.resume != nil {
+		fp = append(fp, engine.PlanStep{Label: "resumed checkpoint", Text: fmt.Sprintf("step %d", rs.resume.Step)})
+	}
 	errs := make([]error, len(rs.devices))
 	done := make(chan int, len(rs.devices))
 	for i, d := range rs.devices {
 		go func() {
+			defer func() {
+				if v := recover(); v != nil {
+					errs[i] = &PanicError{Value: v, Stack: debug.Stack()}
+					rs.abort(errs[i])
+				}
+				done <- i
+			}()
 			errs[i] = checkRank(d, fp)
-			done <- i
 		}()
 	}
 	for range rs.devices {
 		<-done
 	}
-	return errs[0] // every rank reports the same outcome
+	return errors.Join(errs...)
 }
 
 // checkRank is one rank's part of checkFingerprints.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"gorun/engine"
+	"gorun/engine/spec"
 )
 
 // nonFinite ends the run at a step whose loss or gradients are not finite
@@ -16,6 +17,9 @@ import (
 func (rs *runState) nonFinite(d *device, epoch int, here bool, loss float64, gradsOK bool) error {
 	step := d.step + 1
 	where := fmt.Sprintf("epoch %d step %d", epoch+1, step)
+	// Every rank agreed to stop here: let them all finish the collective
+	// that told them before any returns (and aborts the group).
+	_ = d.barrier("non-finite values", step)
 	if !here {
 		return fmt.Errorf("%s: another rank's loss or gradients are not finite (its error names the op); parameters not updated", where)
 	}
@@ -53,18 +57,36 @@ func (rs *runState) firstNonFinite(d *device) (string, error) {
 	} else if !ok {
 		return "in the input batch (the data set holds non-finite values)", nil
 	}
-	for _, st := range prog.Steps {
-		if st.Kind == engine.CollectiveStep {
-			continue
-		}
-		for _, b := range st.Out {
-			ok, err := d.finite(b)
-			if err != nil {
-				return "", err
+	// Parameter gradients that a collective combined hold every rank's
+	// values: a non-finite one may come from another rank, so they are
+	// looked at last.
+	p := rs.plan
+	shared := p.World > 1 && (p.Spec.Sync.Kind == spec.SyncAllReduce || p.Spec.Sync.Kind == spec.SyncParameterServer)
+	for pass := 0; pass < 2; pass++ {
+		for _, st := range prog.Steps {
+			if st.Kind == engine.CollectiveStep {
+				continue
 			}
-			if !ok {
+			for _, b := range st.Out {
+				if isGrad := b.View == prog.GradArena; shared && isGrad != (pass == 1) {
+					continue
+				}
+				ok, err := d.finite(b)
+				if err != nil {
+					return "", err
+				}
+				if ok {
+					continue
+				}
+				if pass == 1 {
+					return fmt.Sprintf("in the gradient %s after the %s: this rank's activations are finite, so another rank's %s or its own %s produced it",
+						b.Name, p.Spec.Sync.Kind, "backward pass (its error names the op)", layerAt(st)), nil
+				}
 				return fmt.Sprintf("produced by %s (%s step %s, output %s)", layerAt(st), st.Phase, st.Op, b.Name), nil
 			}
+		}
+		if !shared {
+			break
 		}
 	}
 	return "produced by a collective (a rank sent non-finite values)", nil

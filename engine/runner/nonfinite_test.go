@@ -89,3 +89,32 @@ func TestInitRejectsNonFinite(t *testing.T) {
 		t.Errorf("--init with a NaN: %v", err)
 	}
 }
+
+// nanSet is random MNIST-like data with one NaN pixel in sample 5.
+type nanSet struct{ randomSet }
+
+func (s *nanSet) Fill(idx []int, x []float32, y []int32) {
+	s.randomSet.Fill(idx, x, y)
+	for i, j := range idx {
+		if j == 5 {
+			x[i*784+100] = float32(math.NaN())
+		}
+	}
+}
+
+// TestNonFiniteNamesTheRank: a NaN in one rank's data is named there as
+// coming from the input batch; the other rank, which only received it
+// through the all-reduce, says so instead of blaming an op of its own.
+func TestNonFiniteNamesTheRank(t *testing.T) {
+	p := compile(t, loadSpec(t, mnistScript, "eval=None", "shuffle=False", "batch_size=16"), 2)
+	_, err := Run(p, RunOptions{Train: &nanSet{*newMNISTLike(64)}})
+	if err == nil {
+		t.Fatal("a NaN in the data trained")
+	}
+	msg := err.Error()
+	for _, want := range []string{"rank 0: epoch 1 step 1: non-finite values", "first in the input batch", "rank 1: epoch 1 step 1: non-finite values", "after the allreduce"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+}

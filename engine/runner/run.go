@@ -190,17 +190,18 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
 	defer rs.metrics.close()
-	if err := rs.connect(); err != nil {
-		return nil, err
-	}
-	if err := rs.checkFingerprints(); err != nil {
-		return nil, err
-	}
+	err = rs.connect()
 	defer func() {
 		for _, d := range rs.devices {
 			d.stopAsync()
 		}
 	}()
+	if err != nil {
+		return nil, err
+	}
+	if err := rs.checkFingerprints(); err != nil {
+		return nil, err
+	}
 	rs.schedules = make([]*engine.Schedule, s.Epochs)
 	rs.schedOnce = make([]sync.Once, s.Epochs)
 	rs.schedErr = make([]error, s.Epochs)

@@ -1,0 +1,762 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/cu"
+	"gorgonia.org/tensor"
+
+	"gorun/comm"
+	"gorun/cuda/kernels"
+	"gorun/datasets"
+	"gorun/engine"
+	"gorun/engine/backend"
+	"gorun/ops"
+)
+
+func init() { backend.Register(Backend{}) }
+
+// Backend opens CUDA devices: the index-th Program of the process runs on
+// GPU index mod the number of GPUs (several Programs on one GPU are
+// replicas).
+type Backend struct{}
+
+var _ backend.Backend = Backend{}
+
+// Name is "cuda".
+func (Backend) Name() string { return "cuda" }
+
+// Supports reports whether the CUDA device has a kernel for op.
+func (Backend) Supports(op ops.Op) bool { return supportsOp(op) }
+
+// gpu is one physical GPU: its primary context and the kernels loaded
+// into it, shared by the devices (replicas) on it.
+type gpu struct {
+	ordinal      int
+	dev          cu.Device
+	ctx          cu.CUContext
+	name         string
+	major, minor int
+	mod          cu.Module
+	fn           [numKernels]cu.Function
+	refs         int
+}
+
+var (
+	gpusMu sync.Mutex
+	gpus   = map[int]*gpu{}
+)
+
+// acquireGPU retains GPU ordinal's primary context and loads the kernels
+// into it (once per GPU). The caller's thread is locked; the context is
+// left current.
+func acquireGPU(ordinal int) (*gpu, error) {
+	gpusMu.Lock()
+	defer gpusMu.Unlock()
+	if g, ok := gpus[ordinal]; ok {
+		g.refs++
+		return g, setCurrent(g.ctx)
+	}
+	g := &gpu{ordinal: ordinal}
+	var err error
+	if g.dev, err = cu.GetDevice(ordinal); err != nil {
+		return nil, fmt.Errorf("cuda:%d: %w", ordinal, err)
+	}
+	g.name, _ = g.dev.Name()
+	if g.major, g.minor, err = g.dev.ComputeCapability(); err != nil {
+		return nil, fmt.Errorf("cuda:%d: %w", ordinal, err)
+	}
+	ptx := kernels.PTX(g.major)
+	if ptx == nil {
+		return nil, fmt.Errorf("cuda:%d (%s): compute capability %d.%d is not supported (gorun's kernels need 8.0 or later)", ordinal, g.name, g.major, g.minor)
+	}
+	if g.ctx, err = g.dev.RetainPrimaryCtx(); err != nil {
+		return nil, fmt.Errorf("cuda:%d: cuDevicePrimaryCtxRetain: %w", ordinal, err)
+	}
+	if err := setCurrent(g.ctx); err != nil {
+		return nil, err
+	}
+	if g.mod, err = cu.LoadData(string(ptx)); err != nil {
+		g.dev.ReleasePrimaryCtx()
+		return nil, fmt.Errorf("cuda:%d (%s): loading the kernels' PTX (compute_%d0): %w", ordinal, g.name, min(g.major, 9), err)
+	}
+	for k := kernelID(0); k < numKernels; k++ {
+		if g.fn[k], err = g.mod.Function(k.String()); err != nil {
+			g.dev.ReleasePrimaryCtx()
+			return nil, fmt.Errorf("cuda:%d: kernel %s: %w", ordinal, k, err)
+		}
+	}
+	g.refs = 1
+	gpus[ordinal] = g
+	return g, nil
+}
+
+// release drops a device's hold on the GPU. The primary context and the
+// loaded kernels stay for the life of the process (the next device opened
+// on the GPU reuses them instead of JIT-compiling the PTX again); every
+// allocation was freed by the device itself.
+func (g *gpu) release() {
+	gpusMu.Lock()
+	defer gpusMu.Unlock()
+	g.refs--
+}
+
+// Open opens the device for the index-th Program of this process.
+func (Backend) Open(index int, opts backend.Options) (backend.Device, error) {
+	if err := initError(); err != nil {
+		return nil, err
+	}
+	n, err := numGPUs()
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	g, err := acquireGPU(index % n)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{index: index, gpu: g, opts: opts, eng: &Engine{ctx: g.ctx, ordinal: g.ordinal}, args: newArgBlock()}
+	if err := d.open(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// numGPUs is the number of GPUs the driver sees (at least one).
+func numGPUs() (int, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return 0, fmt.Errorf("cuda: counting GPUs: %w", err)
+	}
+	if n == 0 {
+		return 0, errors.New("cuda: the driver sees no GPU")
+	}
+	return n, nil
+}
+
+func (d *Device) open() error {
+	var err error
+	if d.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
+		return fmt.Errorf("%s: cuStreamCreate: %w", d.Name(), err)
+	}
+	d.streamOK = true
+	if d.comm, err = cu.MakeStream(cu.NonBlocking); err != nil {
+		return fmt.Errorf("%s: cuStreamCreate: %w", d.Name(), err)
+	}
+	d.commOK = true
+	for _, e := range []*cu.Event{&d.evCompute, &d.evComm, &d.evColl} {
+		if *e, err = cu.MakeEvent(cu.DisableTiming); err != nil {
+			return fmt.Errorf("%s: cuEventCreate: %w", d.Name(), err)
+		}
+	}
+	d.eventsOK = true
+	lib, err := openCublas(d.opts.Libraries["cublas"])
+	if err != nil {
+		return err
+	}
+	if d.blasWork, err = cu.MemAlloc(cublasWorkspaceBytes); err != nil {
+		return fmt.Errorf("%s: cuMemAlloc (cuBLAS workspace): %w", d.Name(), err)
+	}
+	if d.blas, err = newBlasHandle(lib, d.stream, d.blasWork); err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	if d.small, err = cu.MemAlloc(256); err != nil {
+		return fmt.Errorf("%s: cuMemAlloc: %w", d.Name(), err)
+	}
+	d.SeedRNG(0, 0)
+	return nil
+}
+
+// Finite reports whether b's live elements are all finite: their sum
+// (gorun_sum, in double) is finite exactly when none is NaN or ±Inf,
+// unless finite values sum past float32's range (then it says false).
+func (d *Device) Finite(b *engine.Buffer) (bool, error) {
+	if b.DType != engine.Float32 {
+		return true, nil
+	}
+	if err := d.enter(); err != nil {
+		return false, err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return false, err
+	}
+	n := d.live(b)
+	if err := d.launch(kSum, oneBlock(), ptrArg(d.ptr(b)), ptrArg(uintptr(d.small)), intArg(n), intArg(0)); err != nil {
+		return false, err
+	}
+	var s float32
+	if err := memcpyDtoH(unsafe.Pointer(&s), d.small, 4, d.stream); err != nil {
+		return false, err
+	}
+	if err := syncStream(d.stream); err != nil {
+		return false, fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	return s-s == 0, nil
+}
+
+// Device is one Program on one GPU: its arena, its compute and
+// communication streams, its cuBLAS handle and the captured graphs.
+type Device struct {
+	index int
+	gpu   *gpu
+	opts  backend.Options
+	eng   *Engine
+
+	stream, comm              cu.Stream // compute and communication streams
+	evCompute, evComm, evColl cu.Event
+	streamOK, commOK          bool
+	eventsOK                  bool
+	blas                      *blasHandle
+	blasWork                  cu.DevicePtr
+	small                     cu.DevicePtr // a few scalars (Finite's sum)
+	args                      *argBlock
+	bits                      [maxArgs]uint64
+
+	prog    *engine.Program
+	arena   *tensor.Dense
+	base    uintptr // the arena's device address
+	tens    []*tensor.Dense
+	batch   int   // live batch
+	batched []int // IDs of batched buffers
+
+	idx    cu.DevicePtr // sample indices for Gather
+	idxCap int
+	host32 []int32
+	data   []*deviceData
+
+	// The dropout RNG: a seed and the number of draws taken so far.
+	seed, offset uint64
+	// dyn holds the per-step values of the launch in progress; rel counts
+	// the draws taken since it began.
+	dyn dynValues
+	rel uint64
+
+	// commMu guards commPending: work on the communication stream that the
+	// compute stream has not waited for yet (evComm marks its end).
+	commMu      sync.Mutex
+	commPending bool
+
+	// scratch holds a peer GPU's data during a collective without NCCL.
+	scratch  cu.DevicePtr
+	scratchN int
+	// closers release what Connect made (NCCL communicators).
+	closers []func()
+
+	capture *capturing // non-nil while a graph is being captured
+	graphs  map[graphKey]*trainGraph
+	warm    map[graphKey]bool // combinations run once (eagerly) already
+	noGraph bool              // a capture failed: run eagerly from then on
+	periods []int
+}
+
+var (
+	_ backend.Device        = (*Device)(nil)
+	_ backend.Replayer      = (*Device)(nil)
+	_ backend.FiniteChecker = (*Device)(nil)
+)
+
+// Name is "cuda:INDEX (GPU NAME)", with the GPU's ordinal when it differs
+// from the index (replicas).
+func (d *Device) Name() string {
+	if d.gpu == nil {
+		return fmt.Sprintf("cuda:%d", d.index)
+	}
+	if d.gpu.ordinal != d.index {
+		return fmt.Sprintf("cuda:%d (GPU %d, %s)", d.index, d.gpu.ordinal, d.gpu.name)
+	}
+	return fmt.Sprintf("cuda:%d (%s)", d.index, d.gpu.name)
+}
+
+// GPU is the ordinal of the device's GPU.
+func (d *Device) GPU() int { return d.gpu.ordinal }
+
+// Engine is the tensor.Engine whose device memory holds the buffers.
+func (d *Device) Engine() tensor.Engine { return d.eng }
+
+// enter locks the calling goroutine to its thread and makes the device's
+// context current there; exit undoes the lock.
+func (d *Device) enter() error {
+	runtime.LockOSThread()
+	if err := setCurrent(d.gpu.ctx); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	return nil
+}
+
+func (d *Device) exit() { runtime.UnlockOSThread() }
+
+// tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
+func tshape(s []int) []int {
+	n := 1
+	for _, v := range s {
+		n *= v
+	}
+	if len(s) == 0 || n == 0 {
+		return []int{1}
+	}
+	return s
+}
+
+// newArena allocates n float32 elements through eng, as a tensor.
+func newArena(eng *Engine, n int) (t *tensor.Dense, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("allocating the arena (%d bytes): %v", 4*n, r)
+		}
+	}()
+	return tensor.New(tensor.WithShape(n), tensor.Of(tensor.Float32), tensor.WithEngine(eng)), nil
+}
+
+// Load allocates the program's arena (one cuMemAlloc through the Engine),
+// clears it, sets the loss seed to 1 and checks that every step has a
+// kernel.
+func (d *Device) Load(prog *engine.Program) error {
+	if d.prog != nil {
+		return fmt.Errorf("%s: a device loads one program", d.Name())
+	}
+	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
+		for _, st := range steps {
+			if err := supported(st); err != nil {
+				return fmt.Errorf("%s: %w", d.Name(), err)
+			}
+		}
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	// A little slack past the last buffer: a buffer of no elements still
+	// gets a one-element tensor.
+	elems := prog.ArenaElems + 16
+	arena, err := newArena(d.eng, elems)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	d.prog, d.arena, d.base = prog, arena, arena.Uintptr()
+	if err := memset32(cu.DevicePtr(d.base), 0, elems, d.stream); err != nil {
+		return err
+	}
+	d.tens = make([]*tensor.Dense, len(prog.Buffers))
+	maxBatch := 1
+	for i, b := range prog.Buffers {
+		shape := tshape(b.Max)
+		n := 1
+		for _, v := range shape {
+			n *= v
+		}
+		dt := tensor.Float32
+		if b.DType == engine.Int32 {
+			dt = tensor.Int32
+		}
+		d.tens[i] = tensor.New(tensor.WithShape(shape...), tensor.Of(dt), tensor.WithEngine(d.eng),
+			tensor.FromMemory(d.ptr(b), uintptr(4*n)))
+		if b.Batched {
+			d.batched = append(d.batched, i)
+			maxBatch = max(maxBatch, b.Max[0])
+		}
+	}
+	d.batch = maxBatch
+	if err := memset32(cu.DevicePtr(d.ptr(prog.LossSeed)), math.Float32bits(1), 1, d.stream); err != nil {
+		return err
+	}
+	var every []int
+	for _, st := range prog.Steps {
+		every = append(every, st.Every)
+	}
+	d.periods = stepPeriods(every)
+	d.graphs = map[graphKey]*trainGraph{}
+	d.warm = map[graphKey]bool{}
+	return syncStream(d.stream)
+}
+
+// ptr is buffer b's device address.
+func (d *Device) ptr(b *engine.Buffer) uintptr { return d.base + 4*uintptr(b.Offset) }
+
+// Tensor is buffer b's tensor: its planned maximum shape over device
+// memory (its Data cannot be read from Go).
+func (d *Device) Tensor(b *engine.Buffer) *tensor.Dense { return d.tens[b.ID] }
+
+// SetBatch sets the live batch of every batched buffer.
+func (d *Device) SetBatch(n int) { d.batch = n }
+
+// dim is the live size of dimension i of b.
+func (d *Device) dim(b *engine.Buffer, i int) int {
+	if i == 0 && b.Batched {
+		return d.batch
+	}
+	return b.Max[i]
+}
+
+// live is the number of live elements of b.
+func (d *Device) live(b *engine.Buffer) int {
+	n := 1
+	for i := range b.Max {
+		n *= d.dim(b, i)
+	}
+	return n
+}
+
+func (d *Device) span(b *engine.Buffer, off, n int) (uintptr, error) {
+	if off < 0 || n < 0 || off+n > b.Elems() {
+		return 0, fmt.Errorf("%s: elements [%d:%d] of buffer %s (%d elements)", d.Name(), off, off+n, b.Name, b.Elems())
+	}
+	return d.ptr(b) + 4*uintptr(off), nil
+}
+
+// joinComm makes the compute stream wait for the communication stream's
+// work queued so far.
+func (d *Device) joinComm() error {
+	d.commMu.Lock()
+	defer d.commMu.Unlock()
+	if !d.commPending {
+		return nil
+	}
+	d.commPending = false
+	return waitEvent(d.stream, d.evComm)
+}
+
+func (d *Device) upload(b *engine.Buffer, off, n int, src unsafe.Pointer) error {
+	p, err := d.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return err
+	}
+	if err := memcpyHtoD(cu.DevicePtr(p), src, 4*n, d.stream); err != nil {
+		return err
+	}
+	return syncStream(d.stream)
+}
+
+func (d *Device) download(b *engine.Buffer, off, n int, dst unsafe.Pointer) error {
+	p, err := d.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return err
+	}
+	if err := memcpyDtoH(dst, cu.DevicePtr(p), 4*n, d.stream); err != nil {
+		return err
+	}
+	return syncStream(d.stream)
+}
+
+// UploadF32 copies src into b from element off (cuMemcpyHtoD on the
+// compute stream, after the work queued before it).
+func (d *Device) UploadF32(b *engine.Buffer, off int, src []float32) error {
+	return d.upload(b, off, len(src), unsafe.Pointer(unsafe.SliceData(src)))
+}
+
+// UploadI32 copies src into b from element off.
+func (d *Device) UploadI32(b *engine.Buffer, off int, src []int32) error {
+	return d.upload(b, off, len(src), unsafe.Pointer(unsafe.SliceData(src)))
+}
+
+// DownloadF32 copies b's elements from off into dst, once the work queued
+// before it is done.
+func (d *Device) DownloadF32(b *engine.Buffer, off int, dst []float32) error {
+	return d.download(b, off, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// DownloadI32 copies b's elements from off into dst.
+func (d *Device) DownloadI32(b *engine.Buffer, off int, dst []int32) error {
+	return d.download(b, off, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+}
+
+// Zero clears b (on the compute stream).
+func (d *Device) Zero(b *engine.Buffer) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return err
+	}
+	return memset32(cu.DevicePtr(d.ptr(b)), 0, b.Elems(), d.stream)
+}
+
+// deviceData is a dataset resident on the GPU: every sample as float32
+// and every label as int32.
+type deviceData struct {
+	dev     *Device
+	x, y    cu.DevicePtr
+	n, per  int
+	classes int
+	freed   bool
+	name    string
+}
+
+// Len is the number of samples.
+func (dd *deviceData) Len() int { return dd.n }
+
+// loadChunk is how many samples LoadData converts and uploads at a time.
+const loadChunk = 4096
+
+// LoadData uploads the whole dataset to the GPU once; Gather then moves
+// only sample indices.
+func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) {
+	n, per := ds.Len(), datasets.SampleSize(ds)
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
+	dd := &deviceData{dev: d, n: n, per: per, classes: ds.NumClasses(), name: ds.Name()}
+	var err error
+	if dd.x, err = cu.MemAlloc(int64(max(n*per, 1)) * 4); err != nil {
+		return nil, fmt.Errorf("%s: uploading %s (%d bytes): %w", d.Name(), ds.Name(), 4*n*per, err)
+	}
+	if dd.y, err = cu.MemAlloc(int64(max(n, 1)) * 4); err != nil {
+		cu.MemFree(dd.x)
+		return nil, fmt.Errorf("%s: uploading %s's labels: %w", d.Name(), ds.Name(), err)
+	}
+	chunk := min(n, loadChunk)
+	xs := make([]float32, chunk*per)
+	ys := make([]int32, chunk)
+	idx := make([]int, chunk)
+	for lo := 0; lo < n; lo += chunk {
+		m := min(chunk, n-lo)
+		for i := range m {
+			idx[i] = lo + i
+		}
+		ds.Fill(idx[:m], xs[:m*per], ys[:m])
+		if err := memcpyHtoD(dd.x+cu.DevicePtr(4*lo*per), unsafe.Pointer(&xs[0]), 4*m*per, d.stream); err == nil {
+			err = memcpyHtoD(dd.y+cu.DevicePtr(4*lo), unsafe.Pointer(&ys[0]), 4*m, d.stream)
+		}
+		if err == nil {
+			err = syncStream(d.stream)
+		}
+		if err != nil {
+			dd.free()
+			return nil, fmt.Errorf("%s: uploading %s: %w", d.Name(), ds.Name(), err)
+		}
+	}
+	d.data = append(d.data, dd)
+	return dd, nil
+}
+
+func (dd *deviceData) free() {
+	if dd.freed {
+		return
+	}
+	dd.freed = true
+	cu.MemFree(dd.x)
+	cu.MemFree(dd.y)
+}
+
+// Gather fills the live batch of input and target with samples idx of
+// the resident dataset: only the indices travel to the GPU.
+func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buffer) error {
+	dd, ok := data.(*deviceData)
+	if !ok || dd.dev != d || dd.freed {
+		return fmt.Errorf("%s: data was not loaded by this device", d.Name())
+	}
+	n := len(idx)
+	if n > input.Max[0] || n > target.Max[0] {
+		return fmt.Errorf("%s: %d samples for a batch of %d", d.Name(), n, input.Max[0])
+	}
+	if per := input.Elems() / max(input.Max[0], 1); per != dd.per {
+		return fmt.Errorf("%s: %s has samples of %d values, the input takes %d", d.Name(), dd.name, dd.per, per)
+	}
+	if cap(d.host32) < n {
+		d.host32 = make([]int32, n)
+	}
+	h := d.host32[:n]
+	for i, v := range idx {
+		if v < 0 || v >= dd.n {
+			return fmt.Errorf("%s: sample %d is not in %s (%d samples)", d.Name(), v, dd.name, dd.n)
+		}
+		h[i] = int32(v)
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if d.idxCap < n {
+		if d.idx != 0 {
+			cu.MemFree(d.idx)
+			d.idx, d.idxCap = 0, 0
+		}
+		c := max(n, input.Max[0])
+		p, err := cu.MemAlloc(int64(4 * c))
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Name(), err)
+		}
+		d.idx, d.idxCap = p, c
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := memcpyHtoD(d.idx, unsafe.Pointer(&h[0]), 4*n, d.stream); err != nil {
+		return err
+	}
+	if err := d.launch(kGatherRows, elementwise(n*dd.per), ptrArg(uintptr(dd.x)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(input)), intArg(n), intArg(dd.per)); err != nil {
+		return err
+	}
+	return d.launch(kGatherRowsInt, elementwise(n), ptrArg(uintptr(dd.y)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(target)), intArg(n), intArg(1))
+}
+
+// SeedRNG seeds the dropout RNG: the kernels' counter-based generator
+// takes a 64-bit seed (mixed from seed and stream) and an offset, the
+// number of draws taken so far.
+func (d *Device) SeedRNG(seed, stream uint64) {
+	d.seed = splitmix64(seed ^ splitmix64(stream+0x6a09e667f3bcc909))
+	d.offset = 0
+}
+
+// rngMagic starts a serialised CUDA RNG state.
+const rngMagic = "gorun-cuda-rng/1"
+
+// RNGState is the dropout RNG's seed and offset.
+func (d *Device) RNGState() ([]byte, error) {
+	b := append([]byte(rngMagic), make([]byte, 16)...)
+	binary.LittleEndian.PutUint64(b[len(rngMagic):], d.seed)
+	binary.LittleEndian.PutUint64(b[len(rngMagic)+8:], d.offset)
+	return b, nil
+}
+
+// SetRNGState restores what RNGState saved.
+func (d *Device) SetRNGState(b []byte) error {
+	if len(b) != len(rngMagic)+16 || string(b[:len(rngMagic)]) != rngMagic {
+		return fmt.Errorf("%s: not a CUDA RNG state (%d bytes): was the checkpoint written by another backend?", d.Name(), len(b))
+	}
+	d.seed = binary.LittleEndian.Uint64(b[len(rngMagic):])
+	d.offset = binary.LittleEndian.Uint64(b[len(rngMagic)+8:])
+	return nil
+}
+
+// Sync waits for all work queued on the device's streams.
+func (d *Device) Sync() error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := syncStream(d.comm); err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	d.commMu.Lock()
+	d.commPending = false
+	d.commMu.Unlock()
+	if err := syncStream(d.stream); err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	return nil
+}
+
+// Close frees the device's memory, graphs, streams and handles.
+func (d *Device) Close() error {
+	if d.gpu == nil {
+		return nil
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if d.streamOK {
+		keep(syncStream(d.stream))
+	}
+	if d.commOK {
+		keep(syncStream(d.comm))
+	}
+	for _, c := range d.closers {
+		c()
+	}
+	d.closers = nil
+	if d.scratch != 0 {
+		keep(cu.MemFree(d.scratch))
+		d.scratch, d.scratchN = 0, 0
+	}
+	for k, g := range d.graphs {
+		g.destroy()
+		delete(d.graphs, k)
+	}
+	if d.blas != nil {
+		d.blas.close()
+		d.blas = nil
+	}
+	if d.small != 0 {
+		keep(cu.MemFree(d.small))
+		d.small = 0
+	}
+	if d.blasWork != 0 {
+		keep(cu.MemFree(d.blasWork))
+		d.blasWork = 0
+	}
+	for _, dd := range d.data {
+		dd.free()
+	}
+	d.data = nil
+	if d.idx != 0 {
+		keep(cu.MemFree(d.idx))
+		d.idx, d.idxCap = 0, 0
+	}
+	if d.arena != nil {
+		keep(d.eng.Free(devMem{cu.DevicePtr(d.base), 0}, 0))
+		d.arena, d.tens, d.base = nil, nil, 0
+	}
+	if d.eventsOK {
+		cu.DestroyEvent(&d.evCompute)
+		cu.DestroyEvent(&d.evComm)
+		cu.DestroyEvent(&d.evColl)
+		d.eventsOK = false
+	}
+	if d.commOK {
+		d.comm.Destroy()
+		d.commOK = false
+	}
+	if d.streamOK {
+		d.stream.Destroy()
+		d.streamOK = false
+	}
+	if d.args != nil {
+		d.args.free()
+		d.args = nil
+	}
+	d.gpu.release()
+	d.gpu = nil
+	return first
+}
+
+// splitmix64 is SplitMix64's output function.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// Connect joins local devices into a group for collectives: NCCL when
+// they are on distinct GPUs and NCCL loads, device-to-device copies and
+// the gorun reduction kernels otherwise (replicas sharing a GPU, or no
+// NCCL). host is used only when the group spans processes (host[i].Size()
+// larger than len(devs)): then collectives travel through host memory.
+func (Backend) Connect(devs []backend.Device, host []comm.Communicator) ([]backend.Collectives, error) {
+	return connect(devs, host)
+}

@@ -1,0 +1,38 @@
+// Package cuda is gorun's GPU backend, built only with the build tag cuda
+// (`make build-cuda`): importing it registers the backend "cuda" with
+// package engine/backend.
+//
+// A Device is one Program on one NVIDIA GPU. It keeps the Program's buffers
+// in one device-memory arena, allocated through its tensor.Engine (Engine,
+// on gorgonia.org/cu's driver API), so every buffer is a gorgonia tensor
+// whose memory lies on the GPU. Steps run on the device's compute stream:
+// the element-wise, reduction, pooling, dropout, loss and optimizer ops as
+// the gorun_* kernels of package gorun/cuda/kernels (PTX, loaded with
+// cuModuleLoadData), matrix products and the GEMMs of convolutions through
+// cuBLAS. A whole training micro-batch is captured once as a CUDA graph per
+// (live batch, first, last) combination and replayed with one launch
+// (backend.Replayer); scalars that change from step to step (the loss
+// scale, the optimizer step, the dropout RNG offset) live in device memory
+// and are uploaded before each launch, so the graph never changes.
+//
+// cuBLAS and NCCL are not linked: they are opened with dlopen when a device
+// is opened (libcublas.so.13, .12, .11 or the cluster file's path; and
+// libnccl.so.2), so a gorun built against Debian's CUDA 11.8 runs on a
+// machine with CUDA 12 or 13. Only libcuda.so.1, the driver API, is linked.
+//
+// Collectives: devices on distinct GPUs use NCCL (ncclCommInitAll, one
+// process, many GPUs) on a communication stream of each device, ordered
+// against the compute stream with events so that gradient all-reduces
+// overlap the rest of backward. Replicas sharing one GPU use
+// device-to-device copies and the gorun add and scale kernels through the
+// same interface.
+//
+// gorgonia.org/cu calls cuInit in its package init and exits the process
+// when that fails; this package intercepts that cuInit (see cuinit.c) so
+// that a cuda build on a machine without a GPU still runs the cpu backend,
+// and opening a cuda device then fails with one line that says why.
+//
+// The files without the cuda tag hold the pure logic (cuBLAS argument
+// mapping, launch geometry, library search, graph cache keys) so that it is
+// tested on every machine.
+package cuda

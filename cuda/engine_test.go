@@ -1,0 +1,36 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"testing"
+
+	"gorgonia.org/tensor"
+)
+
+// TestTensorOverDeviceMemory builds buffer tensors the way Load does, over
+// an address that is never dereferenced: no GPU is needed.
+func TestTensorOverDeviceMemory(t *testing.T) {
+	eng := &Engine{}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Int32} {
+		d := tensor.New(tensor.WithShape(2, 3), tensor.Of(dt), tensor.WithEngine(eng), tensor.FromMemory(0x10000, 24))
+		if d.Uintptr() != 0x10000 || !d.Shape().Eq(tensor.Shape{2, 3}) || d.Dtype() != dt {
+			t.Errorf("%v tensor: address %#x, shape %v, dtype %v", dt, d.Uintptr(), d.Shape(), d.Dtype())
+		}
+		if d.Engine() != tensor.Engine(eng) {
+			t.Errorf("%v tensor: engine %T", dt, d.Engine())
+		}
+		if d.IsNativelyAccessible() {
+			t.Errorf("%v tensor over device memory says it is natively accessible", dt)
+		}
+	}
+	if eng.AllocAccessible() {
+		t.Error("AllocAccessible is true")
+	}
+	if _, err := eng.Accessible(devMem{1, 4}); err == nil {
+		t.Error("Accessible succeeded on device memory")
+	}
+	if tshape(nil)[0] != 1 || len(tshape([]int{2, 0})) != 1 {
+		t.Error("tshape of an empty shape is not [1]")
+	}
+}

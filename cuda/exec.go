@@ -1,0 +1,407 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"gorun/engine"
+	"gorun/engine/backend"
+	"gorun/ops"
+)
+
+// supported reports a step the device cannot run.
+func supported(st *engine.Step) error {
+	switch st.Kind {
+	case engine.KernelStep:
+		if !supportsOp(st.Op) {
+			return fmt.Errorf("no CUDA kernel for op %s (step %d, %s)", st.Op, st.ID, st.Layer)
+		}
+	case engine.CopyStep:
+		if len(st.In) != 1 || len(st.Out) != 1 {
+			return fmt.Errorf("copy step %d (%s) needs one input and one output", st.ID, st.Layer)
+		}
+	case engine.CollectiveStep:
+	default:
+		return fmt.Errorf("step %d (%s) has an unknown kind %d", st.ID, st.Layer, st.Kind)
+	}
+	return nil
+}
+
+// launch queues kernel k on the compute stream with args (per-step values
+// resolved against d.dyn). While a graph is being captured, a launch with
+// per-step arguments is remembered so that each replay can set them.
+func (d *Device) launch(k kernelID, g geometry, args ...arg) error {
+	if g.empty() {
+		return nil
+	}
+	if err := checkArgs(k, args); err != nil {
+		return err
+	}
+	dynamic := false
+	for j, a := range args {
+		d.bits[j] = a.resolve(&d.dyn)
+		dynamic = dynamic || a.dyn != dynNone
+	}
+	d.args.set(d.bits[:len(args)])
+	if err := launch(d.gpu.fn[k], g, d.stream, d.args); err != nil {
+		return fmt.Errorf("%s: %s: %w", d.Name(), k, err)
+	}
+	if dynamic && d.capture != nil {
+		node, err := lastNode(d.stream)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", d.Name(), k, err)
+		}
+		d.capture.dyn = append(d.capture.dyn, dynLaunch{node: node, k: k, geo: g,
+			args: append([]arg(nil), args...), last: append([]uint64(nil), d.bits[:len(args)]...)})
+	}
+	return nil
+}
+
+// gemm runs the row-major product C = α·op(A)·op(B) + β·C mapped by g
+// (rowMajorGemm), with a k of 0 handled as cuBLAS's quick return would
+// not: C = β·C, that is C cleared when β is 0.
+func (d *Device) gemm(g gemmCall, alpha, beta float32, a, b, c uintptr) error {
+	if g.M == 0 || g.N == 0 {
+		return nil
+	}
+	if g.K == 0 {
+		if beta == 0 {
+			return memset32(cu.DevicePtr(c), 0, g.M*g.N*max(g.Batch, 1), d.stream)
+		}
+		return nil
+	}
+	if err := d.blas.gemm(g, alpha, beta, a, b, c); err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	return nil
+}
+
+// Exec runs one kernel or copy step on the compute stream.
+func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if st.Phase != engine.PhaseBackward {
+		if err := d.joinComm(); err != nil {
+			return err
+		}
+	}
+	d.dyn = dynValues{lossScale: rc.LossScale, step: rc.Step, seed: d.seed, offset: d.offset}
+	d.rel = 0
+	err := d.step(st, st.Acc && !rc.First)
+	d.offset += d.rel
+	return err
+}
+
+// step queues the work of one kernel or copy step; acc says that steps
+// that can accumulate add into their output.
+func (d *Device) step(st *engine.Step, acc bool) error {
+	switch st.Kind {
+	case engine.KernelStep:
+		if err := d.kernelStep(st, acc); err != nil {
+			return fmt.Errorf("step %d (%s %s): %w", st.ID, st.Op, st.Layer, err)
+		}
+		return nil
+	case engine.CopyStep:
+		in, out := st.In[0], st.Out[0]
+		return memcpyDtoD(cu.DevicePtr(d.ptr(out)), cu.DevicePtr(d.ptr(in)), 4*d.live(in), d.stream)
+	}
+	return fmt.Errorf("%s: step %d (%s) is not a kernel or copy step", d.Name(), st.ID, st.Layer)
+}
+
+// convShape is one convolution's geometry (ops/conv.go's convGeom).
+type convShape struct {
+	n, c, h, w, o, kh, kw, oh, ow, s, p int
+}
+
+func (g convShape) k() int     { return g.c * g.kh * g.kw }
+func (g convShape) l() int     { return g.n * g.oh * g.ow }
+func (g convShape) plane() int { return g.oh * g.ow }
+
+func convStride(a *ops.Attrs) int {
+	if a.Stride == 0 {
+		return 1
+	}
+	return a.Stride
+}
+
+// conv builds a convolution's geometry from x's (or dx's) and w's shapes
+// and y's (or dy's) spatial size, at the live batch n.
+func (d *Device) conv(a *ops.Attrs, n int, x, w, y *engine.Buffer) convShape {
+	return convShape{n: n, c: x.Max[1], h: x.Max[2], w: x.Max[3], o: w.Max[0], kh: w.Max[2], kw: w.Max[3],
+		oh: y.Max[2], ow: y.Max[3], s: convStride(a), p: a.Padding}
+}
+
+func (d *Device) im2col(g convShape, x, col uintptr) error {
+	return d.launch(kIm2col, elementwise(g.k()*g.l()), ptrArg(x), ptrArg(col), intArg(g.n), intArg(g.c), intArg(g.h),
+		intArg(g.w), intArg(g.kh), intArg(g.kw), intArg(g.oh), intArg(g.ow), intArg(g.s), intArg(g.p))
+}
+
+// dyT returns dy[N,O,OH,OW] as an [O, N·OH·OW] matrix: dy itself when N
+// is 1, else permuted into buf.
+func (d *Device) dyT(g convShape, dy, buf uintptr) (uintptr, error) {
+	if g.n == 1 {
+		return dy, nil
+	}
+	return buf, d.launch(kNOLToONL, elementwise(g.n*g.o*g.plane()), ptrArg(dy), ptrArg(buf), intArg(g.n), intArg(g.o), intArg(g.plane()))
+}
+
+// kernelStep queues one kernel step: the same computation as
+// ops.Kernels32[st.Op] on the live batch.
+func (d *Device) kernelStep(st *engine.Step, acc bool) error {
+	a := &st.Attrs
+	in := func(j int) *engine.Buffer {
+		if j < len(st.In) {
+			return st.In[j]
+		}
+		return nil
+	}
+	P := func(b *engine.Buffer) arg {
+		if b == nil {
+			return ptrArg(0)
+		}
+		return ptrArg(d.ptr(b))
+	}
+	var work uintptr
+	if d.prog.Work != nil {
+		work = d.ptr(d.prog.Work)
+	}
+	switch st.Op {
+	case ops.Flatten:
+		x, y := st.In[0], st.Out[0]
+		if x.Offset == y.Offset {
+			return nil // a view: nothing to do
+		}
+		return memcpyDtoD(cu.DevicePtr(d.ptr(y)), cu.DevicePtr(d.ptr(x)), 4*d.live(x), d.stream)
+
+	case ops.Conv2D:
+		x, w, b, y := st.In[0], st.In[1], in(2), st.Out[0]
+		g := d.conv(a, d.dim(x, 0), x, w, y)
+		if g.n == 0 {
+			return nil
+		}
+		k, l := g.k(), g.l()
+		col := work
+		if err := d.im2col(g, d.ptr(x), col); err != nil {
+			return err
+		}
+		dst := d.ptr(y)
+		if g.n > 1 {
+			dst = work + 4*uintptr(k*l)
+		}
+		if err := d.gemm(rowMajorGemm(false, false, g.o, l, k, k, l, l), 1, 0, d.ptr(w), col, dst); err != nil {
+			return err
+		}
+		if g.n > 1 {
+			if err := d.launch(kONLToNOL, elementwise(g.n*g.o*g.plane()), ptrArg(dst), P(y), intArg(g.n), intArg(g.o), intArg(g.plane())); err != nil {
+				return err
+			}
+		}
+		if b != nil {
+			return d.launch(kBiasAdd, elementwise(g.n*g.o*g.plane()), P(y), P(b), intArg(g.n), intArg(g.o), intArg(g.plane()))
+		}
+		return nil
+
+	case ops.Conv2DGradInput:
+		dy, w, dx := st.In[0], st.In[1], st.Out[0]
+		g := d.conv(a, d.dim(dy, 0), dx, w, dy)
+		if g.n == 0 {
+			return nil
+		}
+		k, l := g.k(), g.l()
+		dyT, err := d.dyT(g, d.ptr(dy), work+4*uintptr(k*l))
+		if err != nil {
+			return err
+		}
+		dcol := work
+		if err := d.gemm(rowMajorGemm(true, false, k, l, g.o, k, l, l), 1, 0, d.ptr(w), dyT, dcol); err != nil {
+			return err
+		}
+		return d.launch(kCol2im, elementwise(g.n*g.c*g.h*g.w), ptrArg(dcol), P(dx), intArg(g.n), intArg(g.c), intArg(g.h),
+			intArg(g.w), intArg(g.kh), intArg(g.kw), intArg(g.oh), intArg(g.ow), intArg(g.s), intArg(g.p))
+
+	case ops.Conv2DGradWeight:
+		dy, x, dw := st.In[0], st.In[1], st.Out[0]
+		g := d.conv(a, d.dim(dy, 0), x, dw, dy)
+		if g.n == 0 {
+			if acc {
+				return nil
+			}
+			return memset32(cu.DevicePtr(d.ptr(dw)), 0, dw.Elems(), d.stream)
+		}
+		k, l := g.k(), g.l()
+		col := work
+		if err := d.im2col(g, d.ptr(x), col); err != nil {
+			return err
+		}
+		dyT, err := d.dyT(g, d.ptr(dy), work+4*uintptr(k*l))
+		if err != nil {
+			return err
+		}
+		return d.gemm(rowMajorGemm(false, true, g.o, k, l, l, l, k), 1, f32(acc), dyT, col, d.ptr(dw))
+
+	case ops.Conv2DGradBias:
+		dy, db := st.In[0], st.Out[0]
+		n, o := d.dim(dy, 0), dy.Max[1]
+		plane := 1
+		for _, v := range dy.Max[2:] {
+			plane *= v
+		}
+		return d.launch(kBiasGrad, blockPer(o), P(dy), P(db), intArg(n), intArg(o), intArg(plane), boolArg(acc))
+
+	case ops.Linear:
+		x, w, b, y := st.In[0], st.In[1], in(2), st.Out[0]
+		n, i, o := d.dim(x, 0), x.Max[1], w.Max[0]
+		if n == 0 {
+			return nil
+		}
+		if err := d.gemm(rowMajorGemm(false, true, n, o, i, i, i, o), 1, 0, d.ptr(x), d.ptr(w), d.ptr(y)); err != nil {
+			return err
+		}
+		if b != nil {
+			return d.launch(kBiasAdd, elementwise(n*o), P(y), P(b), intArg(n), intArg(o), intArg(1))
+		}
+		return nil
+
+	case ops.LinearGradInput:
+		dy, w, dx := st.In[0], st.In[1], st.Out[0]
+		n, o, i := d.dim(dy, 0), w.Max[0], w.Max[1]
+		return d.gemm(rowMajorGemm(false, false, n, i, o, o, i, i), 1, 0, d.ptr(dy), d.ptr(w), d.ptr(dx))
+
+	case ops.LinearGradWeight:
+		dy, x, dw := st.In[0], st.In[1], st.Out[0]
+		n, o, i := d.dim(dy, 0), dy.Max[1], x.Max[1]
+		return d.gemm(rowMajorGemm(true, false, o, i, n, o, i, i), 1, f32(acc), d.ptr(dy), d.ptr(x), d.ptr(dw))
+
+	case ops.LinearGradBias:
+		dy, db := st.In[0], st.Out[0]
+		n, o := d.dim(dy, 0), dy.Max[1]
+		return d.launch(kBiasGrad, blockPer(o), P(dy), P(db), intArg(n), intArg(o), intArg(1), boolArg(acc))
+
+	case ops.ReLU:
+		n := d.live(st.In[0])
+		return d.launch(kRelu, elementwise(n), P(st.In[0]), P(st.Out[0]), intArg(n))
+
+	case ops.ReLUGrad:
+		n := d.live(st.In[0])
+		return d.launch(kReluGrad, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
+
+	case ops.Add:
+		n := d.live(st.In[0])
+		return d.launch(kAdd, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
+
+	case ops.MaxPool2D:
+		x, y, idx := st.In[0], st.Out[0], st.Out[1]
+		planes, h, w := d.dim(x, 0)*x.Max[1], x.Max[2], x.Max[3]
+		k, s := poolGeom(a)
+		oh, ow := y.Max[2], y.Max[3]
+		return d.launch(kMaxPool, elementwise(planes*oh*ow), P(x), P(y), P(idx), intArg(planes), intArg(h), intArg(w),
+			intArg(oh), intArg(ow), intArg(k), intArg(s))
+
+	case ops.MaxPool2DGrad:
+		dy, idx, dx := st.In[0], st.In[1], st.Out[0]
+		planes, h, w := d.dim(dy, 0)*dy.Max[1], dx.Max[2], dx.Max[3]
+		k, s := poolGeom(a)
+		oh, ow := dy.Max[2], dy.Max[3]
+		return d.launch(kMaxPoolGrad, elementwise(planes*h*w), P(dy), P(idx), P(dx), intArg(planes), intArg(h), intArg(w),
+			intArg(oh), intArg(ow), intArg(k), intArg(s))
+
+	case ops.Dropout:
+		x, y, mask := st.In[0], st.Out[0], st.Out[1]
+		n := d.live(x)
+		rel := d.rel
+		d.rel += uint64(n)
+		return d.launch(kDropout, elementwise(n), P(x), P(y), P(mask), intArg(n), floatArg(a.P), seedArg(), offsetArg(rel))
+
+	case ops.Dropout2D:
+		x, y, mask := st.In[0], st.Out[0], st.Out[1]
+		planes := d.dim(x, 0) * x.Max[1]
+		hw := 1
+		for _, v := range x.Max[2:] {
+			hw *= v
+		}
+		rel := d.rel
+		d.rel += uint64(planes)
+		return d.launch(kDropout2D, elementwise(planes*hw), P(x), P(y), P(mask), intArg(planes), intArg(hw), floatArg(a.P), seedArg(), offsetArg(rel))
+
+	case ops.DropoutGrad:
+		n := d.live(st.In[0])
+		return d.launch(kDropoutGrad, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
+
+	case ops.Dropout2DGrad:
+		dy := st.In[0]
+		planes := d.dim(dy, 0) * dy.Max[1]
+		hw := 1
+		for _, v := range dy.Max[2:] {
+			hw *= v
+		}
+		return d.launch(kDropout2DGrad, elementwise(planes*hw), P(dy), P(st.In[1]), P(st.Out[0]), intArg(planes), intArg(hw))
+
+	case ops.LogSoftmax, ops.Softmax:
+		x := st.In[0]
+		n, c := d.dim(x, 0), x.Max[1]
+		k := kLogSoftmax
+		if st.Op == ops.Softmax {
+			k = kSoftmax
+		}
+		return d.launch(k, elementwise(n), P(x), P(st.Out[0]), intArg(n), intArg(c))
+
+	case ops.LogSoftmaxGrad, ops.SoftmaxGrad:
+		dy := st.In[0]
+		n, c := d.dim(dy, 0), dy.Max[1]
+		k := kLogSoftmaxGrad
+		if st.Op == ops.SoftmaxGrad {
+			k = kSoftmaxGrad
+		}
+		return d.launch(k, elementwise(n), P(dy), P(st.In[1]), P(st.Out[0]), intArg(n), intArg(c))
+
+	case ops.NLLLoss:
+		x, t := st.In[0], st.In[1]
+		n, c := d.dim(x, 0), x.Max[1]
+		return d.launch(kNLLLoss, oneBlock(), P(x), P(t), P(st.Out[0]), intArg(n), intArg(c), lossScaleArg(), boolArg(acc))
+
+	case ops.NLLLossGrad:
+		dx := st.Out[0]
+		n, c := d.dim(dx, 0), dx.Max[1]
+		return d.launch(kNLLLossGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(dx), intArg(n), intArg(c), lossScaleArg())
+
+	case ops.CrossEntropy:
+		x, t := st.In[0], st.In[1]
+		n, c := d.dim(x, 0), x.Max[1]
+		return d.launch(kCrossEntropy, oneBlock(), P(x), P(t), P(st.Out[0]), P(st.Out[1]), intArg(n), intArg(c), lossScaleArg(), boolArg(acc))
+
+	case ops.CrossEntropyGrad:
+		dx := st.Out[0]
+		n, c := d.dim(dx, 0), dx.Max[1]
+		return d.launch(kCrossEntropyGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(st.In[2]), P(dx), intArg(n), intArg(c), lossScaleArg())
+
+	case ops.SGDStep:
+		param, grad, buf := st.In[0], st.In[1], in(2)
+		n := d.live(param)
+		if a.Momentum != 0 && buf == nil {
+			return fmt.Errorf("SGD with momentum %g has no momentum buffer", a.Momentum)
+		}
+		return d.launch(kSGDStep, elementwise(n), P(param), P(grad), P(buf), intArg(n), floatArg(a.LR), floatArg(a.Momentum),
+			floatArg(a.Dampening), floatArg(a.WeightDecay), boolArg(a.Nesterov), firstStepArg())
+
+	case ops.AdamStep:
+		param := st.In[0]
+		n := d.live(param)
+		return d.launch(kAdamStep, elementwise(n), P(param), P(st.In[1]), P(st.In[2]), P(st.In[3]), intArg(n), floatArg(a.LR),
+			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg())
+	}
+	return fmt.Errorf("no CUDA kernel for op %s", st.Op)
+}
+
+// poolGeom is MaxPool2D's kernel and stride (0 means the kernel).
+func poolGeom(a *ops.Attrs) (k, s int) {
+	k, s = a.Kernel, a.Stride
+	if s == 0 {
+		s = k
+	}
+	return k, s
+}

@@ -1,0 +1,219 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+)
+
+// kernelID names one gorun_* kernel of cuda/kernels (kernels.h), in the
+// order of kernels.Names.
+type kernelID int
+
+// The kernels, in kernels.h's order.
+const (
+	kRelu kernelID = iota
+	kReluGrad
+	kAdd
+	kCopy
+	kFill
+	kScale
+	kAccumulate
+	kAxpy
+	kDropout
+	kDropout2D
+	kDropoutGrad
+	kDropout2DGrad
+	kIm2col
+	kCol2im
+	kONLToNOL
+	kNOLToONL
+	kBiasAdd
+	kBiasGrad
+	kMaxPool
+	kMaxPoolGrad
+	kLogSoftmax
+	kSoftmax
+	kLogSoftmaxGrad
+	kSoftmaxGrad
+	kNLLLoss
+	kNLLLossGrad
+	kCrossEntropy
+	kCrossEntropyGrad
+	kSGDStep
+	kAdamStep
+	kGatherRows
+	kGatherRowsInt
+	kCountCorrect
+	kSum
+	numKernels
+)
+
+// argKind is a kernel parameter's C type.
+type argKind uint8
+
+// The parameter types kernels.h allows.
+const (
+	argPtr   argKind = iota // float*, const float*, int*, const int*
+	argInt                  // int
+	argFloat                // float
+	argU64                  // unsigned long long
+)
+
+func (k argKind) String() string {
+	return [...]string{"pointer", "int", "float", "unsigned long long"}[k]
+}
+
+// kernelSig is a kernel's name and parameter types.
+type kernelSig struct {
+	name string
+	args []argKind
+}
+
+const (
+	aP = argPtr
+	aI = argInt
+	aF = argFloat
+	aU = argU64
+)
+
+// kernelSigs mirrors kernels.h; a test checks it against the header.
+var kernelSigs = [numKernels]kernelSig{
+	kRelu:             {"gorun_relu", []argKind{aP, aP, aI}},
+	kReluGrad:         {"gorun_relu_grad", []argKind{aP, aP, aP, aI}},
+	kAdd:              {"gorun_add", []argKind{aP, aP, aP, aI}},
+	kCopy:             {"gorun_copy", []argKind{aP, aP, aI}},
+	kFill:             {"gorun_fill", []argKind{aP, aI, aF}},
+	kScale:            {"gorun_scale", []argKind{aP, aI, aF}},
+	kAccumulate:       {"gorun_accumulate", []argKind{aP, aP, aI}},
+	kAxpy:             {"gorun_axpy", []argKind{aP, aP, aI, aF}},
+	kDropout:          {"gorun_dropout", []argKind{aP, aP, aP, aI, aF, aU, aU}},
+	kDropout2D:        {"gorun_dropout2d", []argKind{aP, aP, aP, aI, aI, aF, aU, aU}},
+	kDropoutGrad:      {"gorun_dropout_grad", []argKind{aP, aP, aP, aI}},
+	kDropout2DGrad:    {"gorun_dropout2d_grad", []argKind{aP, aP, aP, aI, aI}},
+	kIm2col:           {"gorun_im2col", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kCol2im:           {"gorun_col2im", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kONLToNOL:         {"gorun_onl_to_nol", []argKind{aP, aP, aI, aI, aI}},
+	kNOLToONL:         {"gorun_nol_to_onl", []argKind{aP, aP, aI, aI, aI}},
+	kBiasAdd:          {"gorun_bias_add", []argKind{aP, aP, aI, aI, aI}},
+	kBiasGrad:         {"gorun_bias_grad", []argKind{aP, aP, aI, aI, aI, aI}},
+	kMaxPool:          {"gorun_maxpool2d", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
+	kMaxPoolGrad:      {"gorun_maxpool2d_grad", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
+	kLogSoftmax:       {"gorun_log_softmax", []argKind{aP, aP, aI, aI}},
+	kSoftmax:          {"gorun_softmax", []argKind{aP, aP, aI, aI}},
+	kLogSoftmaxGrad:   {"gorun_log_softmax_grad", []argKind{aP, aP, aP, aI, aI}},
+	kSoftmaxGrad:      {"gorun_softmax_grad", []argKind{aP, aP, aP, aI, aI}},
+	kNLLLoss:          {"gorun_nll_loss", []argKind{aP, aP, aP, aI, aI, aF, aI}},
+	kNLLLossGrad:      {"gorun_nll_loss_grad", []argKind{aP, aP, aP, aI, aI, aF}},
+	kCrossEntropy:     {"gorun_cross_entropy", []argKind{aP, aP, aP, aP, aI, aI, aF, aI}},
+	kCrossEntropyGrad: {"gorun_cross_entropy_grad", []argKind{aP, aP, aP, aP, aI, aI, aF}},
+	kSGDStep:          {"gorun_sgd_step", []argKind{aP, aP, aP, aI, aF, aF, aF, aF, aI, aI}},
+	kAdamStep:         {"gorun_adam_step", []argKind{aP, aP, aP, aP, aI, aF, aF, aF, aF, aF, aI}},
+	kGatherRows:       {"gorun_gather_rows", []argKind{aP, aP, aP, aI, aI}},
+	kGatherRowsInt:    {"gorun_gather_rows_int", []argKind{aP, aP, aP, aI, aI}},
+	kCountCorrect:     {"gorun_count_correct", []argKind{aP, aP, aP, aI, aI, aI}},
+	kSum:              {"gorun_sum", []argKind{aP, aP, aI, aI}},
+}
+
+func (k kernelID) String() string {
+	if k < 0 || k >= numKernels {
+		return fmt.Sprintf("kernel(%d)", int(k))
+	}
+	return kernelSigs[k].name
+}
+
+// dynKind marks a kernel argument whose value changes from one optimizer
+// step to the next without changing the work: a captured graph gets the
+// current value before each launch.
+type dynKind uint8
+
+// The per-step values.
+const (
+	dynNone      dynKind = iota
+	dynLossScale         // float: RunCtx.LossScale
+	dynStep              // int: RunCtx.Step
+	dynStepFirst         // int: 1 on the first optimizer step, 2 after it
+	dynSeed              // unsigned long long: the dropout RNG seed
+	dynOffset            // unsigned long long: the dropout RNG offset + rel
+)
+
+// arg is one kernel argument: its type and value (its bits, as the 8-byte
+// slot cuLaunchKernel reads its first 4 or 8 bytes from), or a per-step
+// value resolved at launch.
+type arg struct {
+	kind argKind
+	bits uint64
+	dyn  dynKind
+}
+
+func ptrArg(p uintptr) arg   { return arg{kind: argPtr, bits: uint64(p)} }
+func intArg(v int) arg       { return arg{kind: argInt, bits: uint64(uint32(int32(v)))} }
+func boolArg(v bool) arg     { return intArg(b2i(v)) }
+func floatArg(v float64) arg { return arg{kind: argFloat, bits: uint64(math.Float32bits(float32(v)))} }
+
+// lossScaleArg, stepArg, seedArg and offsetArg are per-step arguments;
+// offsetArg's value is the RNG offset at the start of the launch plus rel.
+func lossScaleArg() arg { return arg{kind: argFloat, dyn: dynLossScale} }
+func stepArg() arg      { return arg{kind: argInt, dyn: dynStep} }
+
+// firstStepArg is the optimizer step for a kernel that only tells the
+// first step from the others (SGD's momentum): 1 or 2, so that a captured
+// graph's argument stops changing after the second step.
+func firstStepArg() arg        { return arg{kind: argInt, dyn: dynStepFirst} }
+func seedArg() arg             { return arg{kind: argU64, dyn: dynSeed} }
+func offsetArg(rel uint64) arg { return arg{kind: argU64, dyn: dynOffset, bits: rel} }
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// dynValues are the per-step values arguments resolve to.
+type dynValues struct {
+	lossScale float64
+	step      int
+	seed      uint64
+	offset    uint64
+}
+
+// resolve returns the argument's slot bits.
+func (a arg) resolve(v *dynValues) uint64 {
+	switch a.dyn {
+	case dynLossScale:
+		return uint64(math.Float32bits(float32(v.lossScale)))
+	case dynStep:
+		return uint64(uint32(int32(v.step)))
+	case dynStepFirst:
+		if v.step <= 1 {
+			return 1
+		}
+		return 2
+	case dynSeed:
+		return v.seed
+	case dynOffset:
+		return v.offset + a.bits
+	}
+	return a.bits
+}
+
+// checkArgs reports an argument list that does not match kernel k's
+// parameters.
+func checkArgs(k kernelID, args []arg) error {
+	sig := kernelSigs[k].args
+	if len(args) != len(sig) {
+		return fmt.Errorf("cuda: %s takes %d arguments, got %d", k, len(sig), len(args))
+	}
+	for j, a := range args {
+		if a.kind != sig[j] {
+			return fmt.Errorf("cuda: %s argument %d is a %s, got a %s", k, j, sig[j], a.kind)
+		}
+	}
+	if len(args) > maxArgs {
+		return fmt.Errorf("cuda: %s takes %d arguments, more than %d", k, len(args), maxArgs)
+	}
+	return nil
+}
+
+// maxArgs is the most arguments any gorun kernel takes.
+const maxArgs = 16
