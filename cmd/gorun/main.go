@@ -337,7 +337,14 @@ func loadSpec(path string, f *flags) (*spec.Spec, error) {
 
 func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	f.training = true
-	defer func() { leaveMPI(err) }()
+	defer func() {
+		if v := recover(); v != nil {
+			// The other ranks must not wait in MPI_Finalize for this one.
+			leaveMPI(fmt.Errorf("internal error: %v", v))
+			panic(v)
+		}
+		leaveMPI(err)
+	}()
 	plan, err := compile(path, f)
 	if err != nil {
 		return err
@@ -350,9 +357,13 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	if f.world != nil && f.world.cross != nil {
 		opts.Cross = f.world.cross
 	}
+	_, launched, hostRank, underLauncher := comm.EnvWorld()
+	if underLauncher {
+		opts.HostRank = hostRank
+	}
 	if f.quiet {
 		opts.Log = io.Discard
-	} else if isTerminal(stdout) && !f.verbose {
+	} else if isTerminal(stdout) && !f.verbose && !(underLauncher && launched > 1) { // mpirun gives ranks a pty, but several bars would garble it
 		bar := newProgress(stdout)
 		opts.OnEpoch, opts.OnStep, opts.OnEpochEnd = bar.epoch, bar.step, bar.epochEnd
 	}

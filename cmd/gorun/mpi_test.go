@@ -311,3 +311,53 @@ func firstLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestMPIInterrupt: SIGTERM to every rank (as a batch scheduler sends it)
+// stops them after the same step with a checkpoint and exit status 143,
+// the run folder unlocked (TestMPIResumeIsBitIdentical resumes such runs).
+func TestMPIInterrupt(t *testing.T) {
+	bin := mpiGorun(t)
+	long := strings.Replace(small, "epochs = 3", "epochs = 100000", 1)
+	script := writeScript(t, long)
+	out := filepath.Join(t.TempDir(), "run")
+	cluster := mpiCluster(t, 1, "30s")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
+		bin, "--cluster", cluster, "--out", out, "-q", script)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*.state.safetensors")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no checkpoint after a minute:\n%s", log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for r := 0; r < 2; r++ {
+		if err := syscall.Kill(rankPID(t, cmd.Process.Pid, r), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := cmd.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 143 {
+		t.Fatalf("mpirun exited %d (%v), want 143:\n%s", code, err, log.String())
+	}
+	if !strings.Contains(log.String(), "checkpoint saved: continue with --resume") {
+		t.Errorf("no interrupt checkpoint:\n%s", log.String())
+	}
+	if _, err := os.Stat(filepath.Join(out, lockName)); !os.IsNotExist(err) {
+		t.Errorf("the run folder's lock was left behind: %v", err)
+	}
+}

@@ -243,6 +243,17 @@ func TestResumeFinishedRun(t *testing.T) {
 	if after, _ := os.ReadFile(filepath.Join(dir, MetricsFile)); string(after) != string(before) {
 		t.Error("resuming a finished run changed its metrics")
 	}
+	// A run stopped by max_steps is finished for the same max_steps.
+	dir = t.TempDir()
+	runIn(t, dir, "", 1, "epochs=3", "max_steps=5")
+	p = compile(t, loadSpec(t, dropoutScript, "epochs=3", "max_steps=5"), 1)
+	if _, err = Run(p, RunOptions{Resume: dir}); err == nil || !strings.Contains(err.Error(), "the checkpoint is at step 5 and max_steps is 5") {
+		t.Errorf("resuming at max_steps: %v", err)
+	}
+	p = compile(t, loadSpec(t, dropoutScript, "epochs=3", "max_steps=9"), 1)
+	if res, err := Run(p, RunOptions{Resume: dir}); err != nil || res.Steps != 9 {
+		t.Errorf("resuming with a higher max_steps: %v", err)
+	}
 }
 
 // TestResumePassesOverDamagedCheckpoints: a newest checkpoint that is

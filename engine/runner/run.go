@@ -75,6 +75,10 @@ type RunOptions struct {
 	// rank being Plan.Process. Collectives reduce inside the process
 	// first, then once across processes through it.
 	Cross comm.Communicator
+	// HostRank is this process's rank among the processes of its host
+	// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK): process k of a host opens
+	// that host's devices k·D … k·D+D-1.
+	HostRank int
 }
 
 // Result sums a finished run.
@@ -114,7 +118,7 @@ type runState struct {
 	eval      datasets.Dataset
 	devices   []*device
 	backend   backend.Backend
-	group     *comm.Group // the in-process group, with several devices
+	group     *comm.World // this process's ranks, with several devices
 	metrics   *metrics
 	start     time.Time
 	schedules []*engine.Schedule
@@ -249,8 +253,8 @@ func (rs *runState) openDevices() error {
 	for k, v := range rs.opts.Libraries {
 		bopts.Libraries[k] = v
 	}
-	for _, prog := range p.Devices {
-		dev, err := be.Open(prog.Rank, bopts)
+	for i, prog := range p.Devices {
+		dev, err := be.Open(rs.opts.HostRank*len(p.Devices)+i, bopts)
 		if err != nil {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
@@ -329,28 +333,15 @@ func (rs *runState) connect() error {
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	g, err := comm.NewInProc(n, comm.Options{Algorithm: alg, Timeout: p.Cluster.Timeout})
+	group, err := comm.Open(n, comm.Options{Algorithm: alg, Timeout: p.Cluster.Timeout}, rs.opts.Cross, p.Process)
 	if err != nil {
 		return err
 	}
-	rs.group = g
-	host := make([]comm.Communicator, n)
+	rs.group = group
+	host := group.Ranks()
 	devs := make([]backend.Device, n)
 	for r, d := range rs.devices {
-		host[r], devs[r] = g.Rank(r), d.dev
-		if rs.opts.Cross != nil {
-			// Two levels: in memory inside the process, then across
-			// processes from local rank 0.
-			var cross comm.Communicator
-			if r == 0 {
-				cross = rs.opts.Cross
-			}
-			h, err := comm.NewHier(g.Rank(r), cross, p.Process, p.Cluster.ProcessCount())
-			if err != nil {
-				return err
-			}
-			host[r] = h
-		}
+		devs[r] = d.dev
 		if host[r].Rank() != d.rank || host[r].Size() != p.World {
 			return fmt.Errorf("device %d: the communicator says rank %d of %d, the plan rank %d of %d", r, host[r].Rank(), host[r].Size(), d.rank, p.World)
 		}
