@@ -94,7 +94,7 @@ build-cuda:
 
 cuda-check:
 	@$(CUDA_CHECK); \
-	set -x; $(GO) vet -tags cuda ./cuda/... ./cmd/... && \
+	set -x; $(GO) vet -tags cuda ./... && \
 	$(GO) build -tags cuda -o /tmp/gorun-cuda ./cmd/gorun && \
 	$(GO) test -count=1 -tags cuda ./cuda/...
 
