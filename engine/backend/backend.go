@@ -35,9 +35,10 @@ type Backend interface {
 	// backward or optimizer). Every backend must support every op but
 	// Invalid; a test enumerates the op set against each backend.
 	Supports(op ops.Op) bool
-	// Open opens the device that runs this process's index-th Program
-	// (0-based). A backend with fewer physical devices than Programs may
-	// place several on one (replicas); the error says so when it cannot.
+	// Open opens the device for the index-th Program of this host
+	// (0-based): process k of a host, with D devices each, opens k·D …
+	// k·D+D-1. A backend with fewer physical devices than that may place
+	// several Programs on one (replicas); the error says so when it cannot.
 	Open(index int, opts Options) (Device, error)
 	// Connect joins local devices (one per Program of this process, in
 	// rank order) into a group for collectives over their buffers. host
