@@ -76,7 +76,9 @@ func connect(devs []backend.Device, host []comm.Communicator) ([]backend.Collect
 			var g *ncclGroup
 			if g, err = newNCCLGroup(lib, ds); err == nil {
 				for i, d := range ds {
-					out[i] = &ncclColl{g: g, rank: i, d: d, args: newArgBlock()}
+					c := &ncclColl{g: g, rank: i, d: d, args: newArgBlock()}
+					d.closers = append(d.closers, c.args.free)
+					out[i] = c
 				}
 				return out, nil
 			}
@@ -84,8 +86,12 @@ func connect(devs []backend.Device, host []comm.Communicator) ([]backend.Collect
 		fmt.Fprintf(os.Stderr, "gorun: cuda: no NCCL, collectives between GPUs go through device-to-device copies: %v\n", err)
 	}
 	g := &localGroup{devs: ds, args: newArgBlock()}
-	for i := range ds {
+	var freeArgs sync.Once
+	for i, d := range ds {
 		out[i] = &localColl{g: g, rank: i}
+		// The group's argument block goes with the first member closed:
+		// the group cannot run a collective without every member.
+		d.closers = append(d.closers, func() { freeArgs.Do(g.args.free) })
 	}
 	return out, nil
 }

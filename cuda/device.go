@@ -184,6 +184,9 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 	if b.DType != engine.Float32 {
 		return true, nil
 	}
+	if err := d.loaded(); err != nil {
+		return false, err
+	}
 	if err := d.enter(); err != nil {
 		return false, err
 	}
@@ -287,6 +290,9 @@ func (d *Device) Engine() tensor.Engine { return d.eng }
 // enter locks the calling goroutine to its thread and makes the device's
 // context current there; exit undoes the lock.
 func (d *Device) enter() error {
+	if d.gpu == nil {
+		return fmt.Errorf("%s: the device is closed", d.Name())
+	}
 	runtime.LockOSThread()
 	if err := setCurrent(d.gpu.ctx); err != nil {
 		runtime.UnlockOSThread()
@@ -296,6 +302,16 @@ func (d *Device) enter() error {
 }
 
 func (d *Device) exit() { runtime.UnlockOSThread() }
+
+// loaded reports a device that has no program yet: its buffers have no
+// memory, and a kernel given their addresses would fault (a fault
+// poisons the GPU's context for the rest of the process).
+func (d *Device) loaded() error {
+	if d.prog == nil || d.base == 0 {
+		return fmt.Errorf("%s: no program loaded (Load comes first)", d.Name())
+	}
+	return nil
+}
 
 // tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
 func tshape(s []int) []int {
@@ -329,6 +345,9 @@ func (d *Device) Load(prog *engine.Program) error {
 	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
 		for _, st := range steps {
 			if err := supported(st); err != nil {
+				return fmt.Errorf("%s: %w", d.Name(), err)
+			}
+			if err := checkWork(prog, st); err != nil {
 				return fmt.Errorf("%s: %w", d.Name(), err)
 			}
 		}
@@ -409,6 +428,9 @@ func (d *Device) live(b *engine.Buffer) int {
 }
 
 func (d *Device) span(b *engine.Buffer, off, n int) (uintptr, error) {
+	if err := d.loaded(); err != nil {
+		return 0, err
+	}
 	if off < 0 || n < 0 || off+n > b.Elems() {
 		return 0, fmt.Errorf("%s: elements [%d:%d] of buffer %s (%d elements)", d.Name(), off, off+n, b.Name, b.Elems())
 	}
@@ -487,6 +509,9 @@ func (d *Device) DownloadI32(b *engine.Buffer, off int, dst []int32) error {
 
 // Zero clears b (on the compute stream).
 func (d *Device) Zero(b *engine.Buffer) error {
+	if err := d.loaded(); err != nil {
+		return err
+	}
 	if err := d.enter(); err != nil {
 		return err
 	}
@@ -571,6 +596,9 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 	dd, ok := data.(*deviceData)
 	if !ok || dd.dev != d || dd.freed {
 		return fmt.Errorf("%s: data was not loaded by this device", d.Name())
+	}
+	if err := d.loaded(); err != nil {
+		return err
 	}
 	n := len(idx)
 	if n > input.Max[0] || n > target.Max[0] {

@@ -11,9 +11,10 @@
 // cuModuleLoadData), matrix products and the GEMMs of convolutions through
 // cuBLAS. A whole training micro-batch is captured once as a CUDA graph per
 // (live batch, first, last) combination and replayed with one launch
-// (backend.Replayer); scalars that change from step to step (the loss
-// scale, the optimizer step, the dropout RNG offset) live in device memory
-// and are uploaded before each launch, so the graph never changes.
+// (backend.Replayer); kernel arguments that change from step to step (the
+// loss scale, the optimizer step, the dropout RNG seed and offset) are set
+// in the instantiated graph's kernel nodes before a launch
+// (cuGraphExecKernelNodeSetParams), so the graph is captured only once.
 //
 // cuBLAS and NCCL are not linked: they are opened with dlopen when a device
 // is opened (libcublas.so.13, .12, .11 or the cluster file's path; and

@@ -81,6 +81,12 @@ func (d *Device) gemm(g gemmCall, alpha, beta float32, a, b, c uintptr) error {
 
 // Exec runs one kernel or copy step on the compute stream.
 func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
+	if err := d.loaded(); err != nil {
+		return err
+	}
+	if err := supported(st); err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
+	}
 	if err := d.enter(); err != nil {
 		return err
 	}

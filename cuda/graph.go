@@ -129,6 +129,9 @@ func (d *Device) RunUpdate(prog *engine.Program, rc *backend.RunCtx, coll backen
 }
 
 func (d *Device) run(prog *engine.Program, rc *backend.RunCtx, coll backend.Collectives, update bool) error {
+	if err := d.loaded(); err != nil {
+		return err
+	}
 	if d.opts.Eager || prog != d.prog {
 		return d.runEager(prog, rc, coll, update)
 	}

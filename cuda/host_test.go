@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"gorun/cuda/kernels"
+	"gorun/engine"
 	"gorun/ops"
 )
 
@@ -414,5 +415,34 @@ func TestEveryOpHasAKernel(t *testing.T) {
 	}
 	if supportsOp(ops.Invalid) {
 		t.Error("Invalid is supported")
+	}
+}
+
+// TestCheckWork: a convolution whose program has too little scratch is
+// refused at Load instead of faulting on the GPU.
+func TestCheckWork(t *testing.T) {
+	x := &engine.Buffer{Name: "x", Max: []int{4, 3, 9, 9}}
+	w := &engine.Buffer{Name: "w", Max: []int{5, 3, 3, 3}}
+	y := &engine.Buffer{Name: "y", Max: []int{4, 5, 7, 7}}
+	st := &engine.Step{Kind: engine.KernelStep, Op: ops.Conv2D, In: []*engine.Buffer{x, w, nil}, Out: []*engine.Buffer{y}}
+	need := ops.Workspace(ops.Conv2D, &st.Attrs, [][]int{x.Max, w.Max, nil}, [][]int{y.Max})
+	if need == 0 {
+		t.Fatal("conv2d needs no workspace")
+	}
+	prog := &engine.Program{}
+	if err := checkWork(prog, st); err == nil {
+		t.Error("a conv2d without Work passed")
+	}
+	prog.Work = &engine.Buffer{Name: "scratch", Max: []int{need - 1}}
+	if err := checkWork(prog, st); err == nil {
+		t.Error("a conv2d with too little Work passed")
+	}
+	prog.Work.Max = []int{need}
+	if err := checkWork(prog, st); err != nil {
+		t.Error(err)
+	}
+	relu := &engine.Step{Kind: engine.KernelStep, Op: ops.ReLU, In: []*engine.Buffer{x}, Out: []*engine.Buffer{x}}
+	if err := checkWork(&engine.Program{}, relu); err != nil {
+		t.Error(err)
 	}
 }

@@ -1,6 +1,11 @@
 package cuda
 
-import "gorun/ops"
+import (
+	"fmt"
+
+	"gorun/engine"
+	"gorun/ops"
+)
 
 // hasKernel marks the ops the CUDA device runs (Flatten as a view, with no
 // work): every op of the set but Invalid. A test checks it against
@@ -19,3 +24,30 @@ var hasKernel = func() (h [ops.NumOps]bool) {
 
 // supportsOp reports whether the CUDA device has a kernel for op.
 func supportsOp(op ops.Op) bool { return op != ops.Invalid && int(op) < ops.NumOps && hasKernel[op] }
+
+// checkWork reports a step whose kernels need more scratch than the
+// program's Work buffer holds: the GEMMs would write past the arena, and a
+// fault poisons the GPU's context for the rest of the process.
+func checkWork(prog *engine.Program, st *engine.Step) error {
+	if st.Kind != engine.KernelStep {
+		return nil
+	}
+	shapes := func(bs []*engine.Buffer) [][]int {
+		out := make([][]int, len(bs))
+		for j, b := range bs {
+			if b != nil {
+				out[j] = b.Max
+			}
+		}
+		return out
+	}
+	need := ops.Workspace(st.Op, &st.Attrs, shapes(st.In), shapes(st.Out))
+	have := 0
+	if prog.Work != nil {
+		have = prog.Work.Elems()
+	}
+	if need > have {
+		return fmt.Errorf("step %d (%s %s) needs %d elements of scratch, the program's Work buffer has %d", st.ID, st.Op, st.Layer, need, have)
+	}
+	return nil
+}

@@ -32,6 +32,17 @@ exec python3 - "$here" "$out" <<'PY'
 import glob, json, os, shutil, subprocess, sys, time
 
 here, out = sys.argv[1], sys.argv[2]
+# The whole script must end within five minutes (the device tool's budget):
+# every run gets at most what is left of BUDGET, minus what the runs after
+# it are guaranteed (reserve), and is skipped when too little is left.
+BUDGET = float(os.environ.get("GORUN_GPUCHECK_BUDGET", "280"))
+start = time.time()
+
+
+def left(reserve=0):
+    return BUDGET - (time.time() - start) - reserve
+
+
 results = os.path.join(out, "results.jsonl")
 open(results, "w").close()
 ok_all = True
@@ -64,7 +75,7 @@ def find_lib(pattern):
             return hits[0]
     try:
         r = subprocess.run(["find", "/", "-xdev", "-name", pattern, "-not", "-path", "/proc/*"],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=20)
         hits = sorted(r.stdout.split(), reverse=True)
         return hits[0] if hits else ""
     except Exception:
@@ -92,15 +103,24 @@ def cluster(eager):
     return path
 
 
-def run(name, args, timeout):
+def run(name, args, timeout, reserve=0):
+    """Runs args with its output in OUT/NAME.log; rc is the exit status,
+    "timeout", or "skipped" (too little of the budget left)."""
     log = os.path.join(out, name + ".log")
     t0 = time.time()
+    timeout = min(timeout, left(reserve))
     with open(log, "w") as f:
+        if timeout < 5:
+            f.write("skipped: %.0f s of the %.0f s budget left\n" % (left(), BUDGET))
+            return "skipped", 0.0, log
         try:
             r = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=here, timeout=timeout)
             rc = r.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
+        except OSError as e:  # not executable, wrong architecture, ...
+            f.write("cannot run %s: %s\n" % (args[0], e))
+            rc = "cannot run"
     return rc, time.time() - t0, log
 
 
@@ -132,7 +152,8 @@ gorun = os.path.join(here, "gorun")
 mnist_dir = (glob.glob(os.path.join(here, "modcache", "github.com", "petar", "*", "data")) or [""])[0]
 
 # --- 1. every op against the CPU, graph replay (the cuda.test binary). ------
-rc, dt, log = run("ops", [os.path.join(here, "cuda.test"), "-test.v", "-test.count=1"], 240)
+rc, dt, log = run("ops", [os.path.join(here, "cuda.test"), "-test.v", "-test.count=1",
+                          "-test.timeout=110s"], 120, reserve=150)
 for line in open(log, errors="replace"):
     if line.startswith('{"check"'):
         try:
@@ -149,7 +170,8 @@ for batch in (64, 512):
         rundir = os.path.join(out, name)
         shutil.rmtree(rundir, ignore_errors=True)
         rc, dt, log = run(name, [gorun, os.path.join(here, "mnist.star"), "--cluster", cluster(eager),
-                                 "--set", "epochs=1", "--set", "batch_size=%d" % batch, "--out", rundir], 150)
+                                 "--set", "epochs=1", "--set", "batch_size=%d" % batch, "--out", rundir], 60,
+                            reserve=90)
         steps, summary, _ = metrics(rundir)
         sps = summary.get("train_samples_per_s")
         speed[(batch, eager)] = sps
@@ -170,7 +192,7 @@ for n in (1, 2):
     rundir = os.path.join(out, name)
     shutil.rmtree(rundir, ignore_errors=True)
     rc, dt, log = run(name, [gorun, os.path.join(here, "mnist_nodrop.star"), "--cluster", cluster(False),
-                             "--devices", str(n), "--out", rundir], 120)
+                             "--devices", str(n), "--out", rundir], 45, reserve=60)
     steps, _, _ = metrics(rundir)
     losses[n] = [s["loss"] for s in steps]
     if rc != 0:
@@ -185,7 +207,7 @@ torch_sps = {}
 for batch in (64, 512):
     name = "torch_b%d" % batch
     rc, dt, log = run(name, [sys.executable, os.path.join(here, "torch_bench.py"), "--batch", str(batch),
-                             "--mnist", mnist_dir], 150)
+                             "--mnist", mnist_dir], 75)
     res = None
     for line in open(log, errors="replace"):
         if line.startswith('{"check"'):
@@ -206,6 +228,6 @@ emit({"check": "summary",
       "graph_vs_eager_b64": ratio(speed.get((64, False)), speed.get((64, True))),
       "graph_vs_eager_b512": ratio(speed.get((512, False)), speed.get((512, True))),
       "targets_met": bool(r64 and r64 >= 2 and r512 and r512 >= 1),
-      "all_checks_ok": ok_all, "ok": ok_all})
+      "all_checks_ok": ok_all, "seconds": round(time.time() - start, 1), "ok": ok_all})
 sys.exit(0 if ok_all else 1)
 PY

@@ -1,7 +1,9 @@
 package gemm
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand"
 	"sync"
@@ -153,11 +155,16 @@ func (p *problem[T]) check(t *testing.T, label string, got []T, ref *reference[T
 	}
 }
 
-// float32 implementations under test: Gemm and every C kernel this CPU runs.
+// float32 implementations under test: Gemm, the hand-written path and every
+// C kernel this CPU runs, and OpenBLAS when linked (-tags openblas).
 func impls32() map[string]func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int) {
 	fs := map[string]func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int){
 		"Gemm":   Gemm[float32],
 		"goGemm": goGemm[float32],
+		"hand":   sgemmHand,
+	}
+	if haveOpenBLAS {
+		fs["openblas"] = sgemmOpenBLAS
 	}
 	for l := 0; l <= cpuLevel; l++ {
 		fs[fmt.Sprintf("level%d", l)] = func(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
@@ -206,6 +213,9 @@ var layerShapes = []struct {
 	{"linear_fwd", false, true, 64, 50, 320},
 	{"linear_dx", false, false, 64, 320, 50},
 	{"linear_dw", true, false, 50, 320, 64},
+	{"fc2_fwd", false, true, 64, 10, 50},
+	{"fc2_dx", false, false, 64, 50, 10},
+	{"fc2_dw", true, false, 10, 50, 64},
 }
 
 func TestLayerShapes(t *testing.T) {
@@ -277,29 +287,48 @@ func TestPanics(t *testing.T) {
 }
 
 // TestDeterministic checks that repeated calls, and calls whose operands
-// sit at other alignments, give bit-identical results.
+// sit at other alignments, give bit-identical results, for Gemm, the
+// hand-written path and OpenBLAS (when linked). It logs a hash of each
+// implementation's results, to compare from run to run (go test -v).
 func TestDeterministic(t *testing.T) {
-	rng := rand.New(rand.NewSource(4))
-	for _, s := range layerShapes {
-		p := newProblem(rng, s.transA, s.transB, s.m, s.n, s.k, float32(1), float32(0.5), 0)
-		first := p.run(Gemm[float32])
-		for off := 0; off < 4; off++ {
-			a := append(make([]float32, off), p.a...)[off:]
-			b := append(make([]float32, off+1), p.b...)[off+1:]
-			c := append(make([]float32, off+2), p.c...)[off+2:]
-			Gemm(p.transA, p.transB, p.m, p.n, p.k, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc)
-			for i := range c {
-				if math.Float32bits(c[i]) != math.Float32bits(first[i]) {
-					t.Fatalf("%s: run at offset %d differs at %d: %v vs %v", s.name, off, i, c[i], first[i])
+	impls := []struct {
+		name string
+		f    sgemmFunc
+	}{{"Gemm", Gemm[float32]}, {"hand", sgemmHand}}
+	if haveOpenBLAS {
+		impls = append(impls, struct {
+			name string
+			f    sgemmFunc
+		}{"openblas", sgemmOpenBLAS})
+	}
+	for _, im := range impls {
+		rng := rand.New(rand.NewSource(4))
+		h := fnv.New64a()
+		for _, s := range layerShapes {
+			p := newProblem(rng, s.transA, s.transB, s.m, s.n, s.k, float32(1), float32(0.5), 0)
+			first := p.run(im.f)
+			for _, x := range first {
+				binary.Write(h, binary.LittleEndian, math.Float32bits(x))
+			}
+			for off := 0; off < 4; off++ {
+				a := append(make([]float32, off), p.a...)[off:]
+				b := append(make([]float32, off+1), p.b...)[off+1:]
+				c := append(make([]float32, off+2), p.c...)[off+2:]
+				im.f(p.transA, p.transB, p.m, p.n, p.k, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc)
+				for i := range c {
+					if math.Float32bits(c[i]) != math.Float32bits(first[i]) {
+						t.Fatalf("%s %s: run at offset %d differs at %d: %v vs %v", im.name, s.name, off, i, c[i], first[i])
+					}
 				}
 			}
 		}
+		t.Logf("%s: results hash %016x", im.name, h.Sum64())
 	}
 }
 
 func TestNoAllocs(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
-	for _, s := range layerShapes[2:4] {
+	for _, s := range layerShapes {
 		p := newProblem(rng, s.transA, s.transB, s.m, s.n, s.k, float32(1), float32(0), 0)
 		c := make([]float32, len(p.c))
 		if n := testing.AllocsPerRun(10, func() {
