@@ -210,27 +210,8 @@ func TestMPIKilledRank(t *testing.T) {
 	long := strings.Replace(small, "epochs = 3", "epochs = 400", 1)
 	script := writeScript(t, long)
 	out := filepath.Join(t.TempDir(), "run")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
-		bin, "--cluster", mpiCluster(t, 1, "30s"), "--out", out, "-q", script)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Wait for a checkpoint, then kill rank 1.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*.state.safetensors")); len(m) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no checkpoint after a minute:\n%s", log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	cmd, log := startUntilCheckpoint(t, bin, script, out)
+	// Rank 1 dies after the first checkpoint.
 	victim := rankPID(t, cmd.Process.Pid, 1)
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -320,27 +301,7 @@ func TestMPIInterrupt(t *testing.T) {
 	long := strings.Replace(small, "epochs = 3", "epochs = 100000", 1)
 	script := writeScript(t, long)
 	out := filepath.Join(t.TempDir(), "run")
-	cluster := mpiCluster(t, 1, "30s")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
-		bin, "--cluster", cluster, "--out", out, "-q", script)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*.state.safetensors")); len(m) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no checkpoint after a minute:\n%s", log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	cmd, log := startUntilCheckpoint(t, bin, script, out)
 	for r := 0; r < 2; r++ {
 		if err := syscall.Kill(rankPID(t, cmd.Process.Pid, r), syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -359,5 +320,32 @@ func TestMPIInterrupt(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, lockName)); !os.IsNotExist(err) {
 		t.Errorf("the run folder's lock was left behind: %v", err)
+	}
+}
+
+// startUntilCheckpoint starts a two-process run of script into out (a
+// 30 s collective timeout, killed after two minutes at most) and returns
+// once its first checkpoint exists, with the run still going.
+func startUntilCheckpoint(t *testing.T, bin, script, out string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, "mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
+		bin, "--cluster", mpiCluster(t, 1, "30s"), "--out", out, "-q", script)
+	log := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*.state.safetensors")); len(m) > 0 {
+			return cmd, log
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no checkpoint after a minute:\n%s", log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
