@@ -423,45 +423,30 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		}
 		return true
 	}
-	var ct clusterTable
-	if table("cluster", top.Cluster, &ct) {
-		for _, f := range []struct {
-			key string
-			r   rawValue
-		}{
-			{"backend", ct.Backend}, {"transport", ct.Transport}, {"devices", ct.Devices},
-			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory},
-		} {
+	// applyTable applies the keys of one table that the file sets, in order.
+	type field struct {
+		key string
+		r   rawValue
+	}
+	applyTable := func(name string, fields []field) {
+		for _, f := range fields {
 			if f.r.set {
-				apply(lines.line("cluster."+f.key), "cluster."+f.key, f.r.v)
+				apply(lines.line(name+"."+f.key), name+"."+f.key, f.r.v)
 			}
 		}
+	}
+	var ct clusterTable
+	if table("cluster", top.Cluster, &ct) {
+		applyTable("cluster", []field{{"backend", ct.Backend}, {"transport", ct.Transport}, {"devices", ct.Devices},
+			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory}})
 	}
 	var mt commTable
 	if table("comm", top.Comm, &mt) {
-		for _, f := range []struct {
-			key string
-			r   rawValue
-		}{
-			{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout},
-		} {
-			if f.r.set {
-				apply(lines.line("comm."+f.key), "comm."+f.key, f.r.v)
-			}
-		}
+		applyTable("comm", []field{{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout}})
 	}
 	var gt cudaTable
 	if table("cuda", top.CUDA, &gt) {
-		for _, f := range []struct {
-			key string
-			r   rawValue
-		}{
-			{"eager", gt.Eager}, {"cublas", gt.Cublas}, {"nccl", gt.NCCL},
-		} {
-			if f.r.set {
-				apply(lines.line("cuda."+f.key), "cuda."+f.key, f.r.v)
-			}
-		}
+		applyTable("cuda", []field{{"eager", gt.Eager}, {"cublas", gt.Cublas}, {"nccl", gt.NCCL}})
 	}
 	if md.IsDefined("node") {
 		var v any
