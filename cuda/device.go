@@ -177,8 +177,8 @@ func (d *Device) open() error {
 	return nil
 }
 
-// Finite reports whether b's live elements are all finite: their sum
-// (gorun_sum, in double) is finite exactly when none is NaN or ±Inf,
+// Finite reports whether b's live elements are all finite: their sum (the
+// split sum, in double) is finite exactly when none is NaN or ±Inf,
 // unless finite values sum past float32's range (then it says false).
 func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 	if b.DType != engine.Float32 {
@@ -195,16 +195,17 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 		return false, err
 	}
 	n := d.live(b)
-	if err := d.launch(kSum, oneBlock(), ptrArg(d.ptr(b)), ptrArg(uintptr(d.small)), intArg(n), intArg(0)); err != nil {
+	if err := d.splitSum(d.ptr(b), uintptr(d.small), 1, 1, n, false); err != nil {
 		return false, err
 	}
-	var s float32
-	if err := memcpyDtoH(unsafe.Pointer(&s), d.small, 4, d.stream); err != nil {
+	h := d.host.bytes(4)
+	if err := memcpyDtoH(unsafe.Pointer(&h[0]), d.small, 4, d.stream); err != nil {
 		return false, err
 	}
 	if err := syncStream(d.stream); err != nil {
 		return false, fmt.Errorf("%s: %w", d.Name(), err)
 	}
+	s := *(*float32)(unsafe.Pointer(&h[0]))
 	return s-s == 0, nil
 }
 
@@ -223,8 +224,12 @@ type Device struct {
 	blas                      *blasHandle
 	blasWork                  cu.DevicePtr
 	small                     cu.DevicePtr // a few scalars (Finite's sum)
-	args                      *argBlock
-	bits                      [maxArgs]uint64
+	// part holds partN doubles: the split sums' partials (splitSum),
+	// sized at Load for the program's largest.
+	part  cu.DevicePtr
+	partN int
+	args  *argBlock
+	bits  [maxArgs]uint64
 
 	prog    *engine.Program
 	arena   *tensor.Dense
@@ -235,7 +240,7 @@ type Device struct {
 
 	idx    cu.DevicePtr // sample indices for Gather
 	idxCap int
-	host32 []int32
+	host   hostBuf // staging for every host<->device copy (see hostBuf)
 	data   []*deviceData
 
 	// The dropout RNG: a seed and the number of draws taken so far.
@@ -364,6 +369,12 @@ func (d *Device) Load(prog *engine.Program) error {
 		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
 	d.prog, d.arena, d.base = prog, arena, arena.Uintptr()
+	if need := partialsNeeded(prog); need > 0 {
+		if d.part, err = cu.MemAlloc(int64(8 * need)); err != nil {
+			return fmt.Errorf("%s: cuMemAlloc (%d split-sum partials): %w", d.Name(), need, err)
+		}
+		d.partN = need
+	}
 	if err := memset32(cu.DevicePtr(d.base), 0, elems, d.stream); err != nil {
 		return err
 	}
@@ -449,8 +460,11 @@ func (d *Device) joinComm() error {
 	return waitEvent(d.stream, d.evComm)
 }
 
-func (d *Device) upload(b *engine.Buffer, off, n int, src unsafe.Pointer) error {
-	p, err := d.span(b, off, n)
+// stageBytes bounds the staging buffer: longer copies go in pieces.
+const stageBytes = 4 << 20
+
+func (d *Device) upload(b *engine.Buffer, off int, src []byte) error {
+	p, err := d.span(b, off, len(src)/4)
 	if err != nil {
 		return err
 	}
@@ -461,14 +475,30 @@ func (d *Device) upload(b *engine.Buffer, off, n int, src unsafe.Pointer) error 
 	if err := d.joinComm(); err != nil {
 		return err
 	}
-	if err := memcpyHtoD(cu.DevicePtr(p), src, 4*n, d.stream); err != nil {
+	if err := d.copyIn(cu.DevicePtr(p), src); err != nil {
 		return err
 	}
 	return syncStream(d.stream)
 }
 
-func (d *Device) download(b *engine.Buffer, off, n int, dst unsafe.Pointer) error {
-	p, err := d.span(b, off, n)
+// copyIn copies src to dst on the compute stream through the staging
+// buffer.
+func (d *Device) copyIn(dst cu.DevicePtr, src []byte) error {
+	for len(src) > 0 {
+		k := min(len(src), stageBytes)
+		h := d.host.bytes(k)
+		copy(h, src[:k])
+		if err := memcpyHtoD(dst, unsafe.Pointer(&h[0]), k, d.stream); err != nil {
+			return err
+		}
+		dst += cu.DevicePtr(k)
+		src = src[k:]
+	}
+	return nil
+}
+
+func (d *Device) download(b *engine.Buffer, off int, dst []byte) error {
+	p, err := d.span(b, off, len(dst)/4)
 	if err != nil {
 		return err
 	}
@@ -479,32 +509,48 @@ func (d *Device) download(b *engine.Buffer, off, n int, dst unsafe.Pointer) erro
 	if err := d.joinComm(); err != nil {
 		return err
 	}
-	if err := memcpyDtoH(dst, cu.DevicePtr(p), 4*n, d.stream); err != nil {
-		return err
+	src := cu.DevicePtr(p)
+	for len(dst) > 0 {
+		k := min(len(dst), stageBytes)
+		h := d.host.bytes(k)
+		if err := memcpyDtoH(unsafe.Pointer(&h[0]), src, k, d.stream); err != nil {
+			return err
+		}
+		if err := syncStream(d.stream); err != nil {
+			return err
+		}
+		copy(dst[:k], h)
+		src += cu.DevicePtr(k)
+		dst = dst[k:]
 	}
-	return syncStream(d.stream)
+	return nil
+}
+
+// asBytes is the memory of a float32 or int32 slice as bytes.
+func asBytes[T float32 | int32](s []T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
 }
 
 // UploadF32 copies src into b from element off (cuMemcpyHtoD on the
 // compute stream, after the work queued before it).
 func (d *Device) UploadF32(b *engine.Buffer, off int, src []float32) error {
-	return d.upload(b, off, len(src), unsafe.Pointer(unsafe.SliceData(src)))
+	return d.upload(b, off, asBytes(src))
 }
 
 // UploadI32 copies src into b from element off.
 func (d *Device) UploadI32(b *engine.Buffer, off int, src []int32) error {
-	return d.upload(b, off, len(src), unsafe.Pointer(unsafe.SliceData(src)))
+	return d.upload(b, off, asBytes(src))
 }
 
 // DownloadF32 copies b's elements from off into dst, once the work queued
 // before it is done.
 func (d *Device) DownloadF32(b *engine.Buffer, off int, dst []float32) error {
-	return d.download(b, off, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return d.download(b, off, asBytes(dst))
 }
 
 // DownloadI32 copies b's elements from off into dst.
 func (d *Device) DownloadI32(b *engine.Buffer, off int, dst []int32) error {
-	return d.download(b, off, len(dst), unsafe.Pointer(unsafe.SliceData(dst)))
+	return d.download(b, off, asBytes(dst))
 }
 
 // Zero clears b (on the compute stream).
@@ -566,8 +612,8 @@ func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) {
 			idx[i] = lo + i
 		}
 		ds.Fill(idx[:m], xs[:m*per], ys[:m])
-		if err := memcpyHtoD(dd.x+cu.DevicePtr(4*lo*per), unsafe.Pointer(&xs[0]), 4*m*per, d.stream); err == nil {
-			err = memcpyHtoD(dd.y+cu.DevicePtr(4*lo), unsafe.Pointer(&ys[0]), 4*m, d.stream)
+		if err := d.copyIn(dd.x+cu.DevicePtr(4*lo*per), asBytes(xs[:m*per])); err == nil {
+			err = d.copyIn(dd.y+cu.DevicePtr(4*lo), asBytes(ys[:m]))
 		}
 		if err == nil {
 			err = syncStream(d.stream)
@@ -607,10 +653,7 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 	if per := input.Elems() / max(input.Max[0], 1); per != dd.per {
 		return fmt.Errorf("%s: %s has samples of %d values, the input takes %d", d.Name(), dd.name, dd.per, per)
 	}
-	if cap(d.host32) < n {
-		d.host32 = make([]int32, n)
-	}
-	h := d.host32[:n]
+	h := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(d.host.bytes(4*max(n, 1))))), n)
 	for i, v := range idx {
 		if v < 0 || v >= dd.n {
 			return fmt.Errorf("%s: sample %d is not in %s (%d samples)", d.Name(), v, dd.name, dd.n)
@@ -636,7 +679,7 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 	if n == 0 {
 		return nil
 	}
-	if err := memcpyHtoD(d.idx, unsafe.Pointer(&h[0]), 4*n, d.stream); err != nil {
+	if err := memcpyHtoD(d.idx, unsafe.Pointer(&h[0]), 4*n, d.stream); err != nil { // staged on return
 		return err
 	}
 	if err := d.launch(kGatherRows, elementwise(n*dd.per), ptrArg(uintptr(dd.x)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(input)), intArg(n), intArg(dd.per)); err != nil {
@@ -733,6 +776,10 @@ func (d *Device) Close() error {
 		keep(cu.MemFree(d.small))
 		d.small = 0
 	}
+	if d.part != 0 {
+		keep(cu.MemFree(d.part))
+		d.part, d.partN = 0, 0
+	}
 	if d.blasWork != 0 {
 		keep(cu.MemFree(d.blasWork))
 		d.blasWork = 0
@@ -745,6 +792,7 @@ func (d *Device) Close() error {
 		keep(cu.MemFree(d.idx))
 		d.idx, d.idxCap = 0, 0
 	}
+	d.host.free()
 	if d.arena != nil {
 		keep(d.eng.Free(devMem{cu.DevicePtr(d.base), 0}, 0))
 		d.arena, d.tens, d.base = nil, nil, 0

@@ -197,6 +197,32 @@ func launch(f cu.Function, g geometry, s cu.Stream, a *argBlock) error {
 	return check("cuLaunchKernel", C.gorun_launch(cFunc(f), C.uint(g.Grid), C.uint(g.Block), C.uint(g.Shared), cStream(s), (*unsafe.Pointer)(a.ptrs)))
 }
 
+// hostBuf is host memory from C's allocator, the only host memory handed
+// to the driver's copies: cgo's pointer check then never looks at Go
+// memory, where a caller's slice may share an allocation with pointers
+// (a loss array inside a struct). It is pageable, so a host-to-device
+// copy from it has been staged by the driver when memcpyHtoD returns and
+// the buffer may be reused at once.
+type hostBuf struct {
+	p unsafe.Pointer
+	n int
+}
+
+// bytes is the buffer's first n bytes, grown to hold them.
+func (h *hostBuf) bytes(n int) []byte {
+	if n > h.n {
+		C.free(h.p)
+		h.p = C.malloc(C.size_t(max(n, 64)))
+		h.n = max(n, 64)
+	}
+	return unsafe.Slice((*byte)(h.p), n)
+}
+
+func (h *hostBuf) free() {
+	C.free(h.p)
+	h.p, h.n = nil, 0
+}
+
 func memcpyHtoD(dst cu.DevicePtr, src unsafe.Pointer, bytes int, s cu.Stream) error {
 	if bytes == 0 {
 		return nil

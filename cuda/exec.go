@@ -252,12 +252,8 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 
 	case ops.Conv2DGradBias:
 		dy, db := st.In[0], st.Out[0]
-		n, o := d.dim(dy, 0), dy.Max[1]
-		plane := 1
-		for _, v := range dy.Max[2:] {
-			plane *= v
-		}
-		return d.launch(kBiasGrad, blockPer(o), P(dy), P(db), intArg(n), intArg(o), intArg(plane), boolArg(acc))
+		_, o, plane := biasShape(dy.Max)
+		return d.splitSum(d.ptr(dy), d.ptr(db), d.dim(dy, 0), o, plane, acc)
 
 	case ops.Linear:
 		x, w, b, y := st.In[0], st.In[1], in(2), st.Out[0]
@@ -285,8 +281,9 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 
 	case ops.LinearGradBias:
 		dy, db := st.In[0], st.Out[0]
-		n, o := d.dim(dy, 0), dy.Max[1]
-		return d.launch(kBiasGrad, blockPer(o), P(dy), P(db), intArg(n), intArg(o), intArg(1), boolArg(acc))
+		// plane 1: the chunks cut the batch, so a large batch still gets
+		// many blocks however few the outputs.
+		return d.splitSum(d.ptr(dy), d.ptr(db), d.dim(dy, 0), dy.Max[1], 1, acc)
 
 	case ops.ReLU:
 		n := d.live(st.In[0])
@@ -401,6 +398,29 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg())
 	}
 	return fmt.Errorf("no CUDA kernel for op %s", st.Op)
+}
+
+// splitSum queues out[ch] = Σ_{i,k} x[i, ch, k] over x[n, c, plane] (in
+// double; out[ch] += that with acc): kernels.h's split sum. A channel of up
+// to sumChunk elements is one block of gorun_bias_grad; a longer one is cut
+// into chunks summed by c·s blocks of gorun_bias_partial into d.part, which
+// gorun_bias_finish then adds up per channel in a fixed order. No atomics:
+// the result is the same run to run at a given live batch.
+func (d *Device) splitSum(x, out uintptr, n, c, plane int, acc bool) error {
+	s, chunk := splitSum(n * plane)
+	if s == 1 {
+		return d.launch(kBiasGrad, blockPer(c), ptrArg(x), ptrArg(out), intArg(n), intArg(c), intArg(plane), boolArg(acc))
+	}
+	if c*s > d.partN {
+		// Load sized d.part for the program's shapes; allocating here could
+		// happen inside a graph capture.
+		return fmt.Errorf("%s: a split sum of %d channels × %d elements needs %d partials, Load reserved %d", d.Name(), c, n*plane, c*s, d.partN)
+	}
+	part := ptrArg(uintptr(d.part))
+	if err := d.launch(kBiasPartial, blockPer(c*s), ptrArg(x), part, intArg(n), intArg(c), intArg(plane), intArg(s), intArg(chunk)); err != nil {
+		return err
+	}
+	return d.launch(kBiasFinish, blockPer(c), part, ptrArg(out), intArg(c), intArg(s), boolArg(acc))
 }
 
 // poolGeom is MaxPool2D's kernel and stride (0 means the kernel).

@@ -30,3 +30,36 @@ func blockPer(m int) geometry { return geometry{Grid: max(m, 0), Block: blockSiz
 
 // empty reports whether the launch has no blocks (and is skipped).
 func (g geometry) empty() bool { return g.Grid <= 0 }
+
+// The split sum (kernels.h; gorun_bias_partial, gorun_bias_finish) cuts
+// each channel's elements into chunks of about sumChunk elements, at most
+// maxSplit of them. One block per channel leaves most of the GPU idle when
+// the channels are few and long (conv1's bias gradient at batch 512: 10
+// blocks of 295k elements each); a chunk of 8K elements is 32 loads per
+// thread of a 256-thread block, enough to hide the block's start and its
+// reduction, while a short channel still gets a single block.
+const (
+	sumChunk = 8192
+	// maxSplit bounds the partials per channel, so that the finishing
+	// block (256 threads) adds at most one per thread and the scratch stays
+	// small; past maxSplit·sumChunk elements the chunks grow instead.
+	maxSplit = 256
+)
+
+// splitSum returns the number of chunks s (1 to maxSplit) a channel of
+// total elements is cut into and their length chunk (s·chunk ≥ total, and
+// every chunk but the last is full). s = 1 means one block per channel,
+// gorun_bias_grad alone.
+func splitSum(total int) (s, chunk int) {
+	s = min(max((total+sumChunk-1)/sumChunk, 1), maxSplit)
+	return s, (total + s - 1) / s
+}
+
+// splitPartials is how many partials (doubles of scratch) a split sum over
+// c channels of total elements needs: none when it runs in one phase.
+func splitPartials(c, total int) int {
+	if s, _ := splitSum(total); s > 1 {
+		return c * s
+	}
+	return 0
+}

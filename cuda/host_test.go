@@ -446,3 +446,59 @@ func TestCheckWork(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSplitSum checks the split sum's chunking: one chunk up to sumChunk
+// elements, chunks of sumChunk to 4·sumChunk elements below the cap, at
+// most maxSplit of them, covering every element with no empty chunk.
+func TestSplitSum(t *testing.T) {
+	for _, total := range []int{0, 1, 255, sumChunk, sumChunk + 1, 24 * 24 * 512, 3 * sumChunk, maxSplit * sumChunk,
+		maxSplit*sumChunk + 1, 1 << 28, 1<<31 - 1} {
+		s, chunk := splitSum(total)
+		if s < 1 || s > maxSplit || s*chunk < total || (total > 0 && (s-1)*chunk >= total) {
+			t.Errorf("splitSum(%d) = %d chunks of %d", total, s, chunk)
+		}
+		if (total <= sumChunk) != (s == 1) {
+			t.Errorf("splitSum(%d) = %d chunks: want one exactly up to %d elements", total, s, sumChunk)
+		}
+		if s > 1 && s < maxSplit && (chunk > 4*sumChunk || chunk < sumChunk/2) {
+			t.Errorf("splitSum(%d) = %d chunks of %d, want about %d", total, s, chunk, sumChunk)
+		}
+		if want := map[bool]int{true: 0, false: 7 * s}[s == 1]; splitPartials(7, total) != want {
+			t.Errorf("splitPartials(7, %d) = %d, want %d", total, splitPartials(7, total), want)
+		}
+	}
+	// conv1 of the MNIST Net at batch 512: 10 channels of 24·24·512.
+	if s, _ := splitSum(24 * 24 * 512); s < 16 {
+		t.Errorf("conv1's bias gradient gets %d chunks per channel, want at least 16", s)
+	}
+}
+
+// TestPartialsNeeded: the scratch Load reserves covers the largest bias
+// gradient (conv and linear, where the batch alone is cut) and the
+// finiteness check over the largest float32 buffer.
+func TestPartialsNeeded(t *testing.T) {
+	dyConv := &engine.Buffer{Name: "dy", Batched: true, Max: []int{512, 10, 24, 24}}
+	dyLin := &engine.Buffer{Name: "dy2", Batched: true, Max: []int{100000, 3}}
+	db := &engine.Buffer{Name: "db", Max: []int{10}}
+	flat := &engine.Buffer{Name: "grads", Max: []int{300 * sumChunk}}
+	labels := &engine.Buffer{Name: "labels", DType: engine.Int32, Max: []int{1000 * maxSplit * sumChunk}}
+	bias := func(op ops.Op, dy *engine.Buffer) *engine.Step {
+		return &engine.Step{Kind: engine.KernelStep, Op: op, In: []*engine.Buffer{dy}, Out: []*engine.Buffer{db}}
+	}
+	convS, _ := splitSum(512 * 24 * 24)
+	linS, _ := splitSum(100000)
+	for _, c := range []struct {
+		prog *engine.Program
+		want int
+	}{
+		{&engine.Program{}, 0},
+		{&engine.Program{Buffers: []*engine.Buffer{db, labels}}, 0},
+		{&engine.Program{Buffers: []*engine.Buffer{dyConv, db}, Steps: []*engine.Step{bias(ops.Conv2DGradBias, dyConv)}}, 10 * convS},
+		{&engine.Program{Buffers: []*engine.Buffer{dyLin, db}, Eval: []*engine.Step{bias(ops.LinearGradBias, dyLin)}}, 3 * linS},
+		{&engine.Program{Buffers: []*engine.Buffer{flat, dyConv}}, maxSplit},
+	} {
+		if got := partialsNeeded(c.prog); got != c.want {
+			t.Errorf("partialsNeeded(%d buffers, %d steps) = %d, want %d", len(c.prog.Buffers), len(c.prog.Steps)+len(c.prog.Eval), got, c.want)
+		}
+	}
+}

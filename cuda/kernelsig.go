@@ -29,6 +29,8 @@ const (
 	kNOLToONL
 	kBiasAdd
 	kBiasGrad
+	kBiasPartial
+	kBiasFinish
 	kMaxPool
 	kMaxPoolGrad
 	kLogSoftmax
@@ -53,7 +55,7 @@ type argKind uint8
 
 // The parameter types kernels.h allows.
 const (
-	argPtr   argKind = iota // float*, const float*, int*, const int*
+	argPtr   argKind = iota // float*, const float*, int*, const int*, double*, const double*
 	argInt                  // int
 	argFloat                // float
 	argU64                  // unsigned long long
@@ -96,6 +98,8 @@ var kernelSigs = [numKernels]kernelSig{
 	kNOLToONL:         {"gorun_nol_to_onl", []argKind{aP, aP, aI, aI, aI}},
 	kBiasAdd:          {"gorun_bias_add", []argKind{aP, aP, aI, aI, aI}},
 	kBiasGrad:         {"gorun_bias_grad", []argKind{aP, aP, aI, aI, aI, aI}},
+	kBiasPartial:      {"gorun_bias_partial", []argKind{aP, aP, aI, aI, aI, aI, aI}},
+	kBiasFinish:       {"gorun_bias_finish", []argKind{aP, aP, aI, aI, aI}},
 	kMaxPool:          {"gorun_maxpool2d", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
 	kMaxPoolGrad:      {"gorun_maxpool2d_grad", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
 	kLogSoftmax:       {"gorun_log_softmax", []argKind{aP, aP, aI, aI}},

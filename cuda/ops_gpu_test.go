@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -45,11 +46,12 @@ func jsonLine(v map[string]any) {
 // progBuilder lays out a Program by hand: buffers in an arena, steps.
 type progBuilder struct {
 	p       *engine.Program
-	classes map[*engine.Buffer]int // int32 buffers: labels in [0, classes)
+	classes map[*engine.Buffer]int  // int32 buffers: labels in [0, classes)
+	nonneg  map[*engine.Buffer]bool // float32 buffers that hold no negative value (Adam's v)
 }
 
 func newProg() *progBuilder {
-	return &progBuilder{p: &engine.Program{}, classes: map[*engine.Buffer]int{}}
+	return &progBuilder{p: &engine.Program{}, classes: map[*engine.Buffer]int{}, nonneg: map[*engine.Buffer]bool{}}
 }
 
 func (b *progBuilder) add(name string, dt engine.DType, batched bool, shape []int) *engine.Buffer {
@@ -141,6 +143,9 @@ func loadPair(t *testing.T, b *progBuilder, opts backend.Options, seed uint64) *
 		v := make([]float32, n)
 		for j := range v {
 			v[j] = float32(r.NormFloat64())
+			if b.nonneg[buf] {
+				v[j] = float32(math.Abs(float64(v[j])))
+			}
 		}
 		for _, d := range []backend.Device{g, c} {
 			if err := d.UploadF32(buf, 0, v); err != nil {
@@ -274,6 +279,21 @@ func opCases() []opCase {
 	add("conv2d_grad_weight accumulate", accumulate, convGrad(ops.Conv2DGradWeight, true))
 	add("conv2d_grad_bias", once, convGrad(ops.Conv2DGradBias, false))
 	add("conv2d_grad_bias accumulate", accumulate, convGrad(ops.Conv2DGradBias, true))
+	// Long channels take the split sum's two phases (30000-40000
+	// elements a channel: 4-5 chunks), and a linear layer's batch alone is
+	// cut when it is long (a planned, unbatched 20011: 3 chunks).
+	for _, acc := range []bool{false, true} {
+		runs, suffix := once, ""
+		if acc {
+			runs, suffix = accumulate, " accumulate"
+		}
+		add("conv2d_grad_bias split"+suffix, runs, func(b *progBuilder) []*engine.Buffer {
+			return bwd(b, ops.Conv2DGradBias, ops.Attrs{}, acc, []*engine.Buffer{b.f("dy", true, tb, 3, 100, 100)}, b.f("db", false, 3))
+		})
+		add("linear_grad_bias split"+suffix, runs, func(b *progBuilder) []*engine.Buffer {
+			return bwd(b, ops.LinearGradBias, ops.Attrs{}, acc, []*engine.Buffer{b.f("dy", false, 20011, 3)}, b.f("db", false, 3))
+		})
+	}
 	for _, bias := range []bool{true, false} {
 		name := "linear"
 		if !bias {
@@ -372,6 +392,7 @@ func opCases() []opCase {
 		a := ops.Attrs{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: wd}
 		add(fmt.Sprintf("adam_step weight_decay %g", wd), steps, func(b *progBuilder) []*engine.Buffer {
 			p, g, m, v := b.f("param", false, 300), b.f("grad", false, 300), b.f("m", false, 300), b.f("v", false, 300)
+			b.nonneg[v] = true // a sum of squares: sqrt of a negative one is NaN on both sides
 			b.step(engine.PhaseUpdate, ops.AdamStep, a, false, []*engine.Buffer{p, g, m, v})
 			return []*engine.Buffer{p, m, v}
 		})
@@ -553,6 +574,122 @@ func TestGraphReplay(t *testing.T) {
 	jsonLine(map[string]any{"check": "graph_replay", "rel_err": worst, "graphs": len(devs[0].graphs), "ok": ok})
 	if !ok {
 		t.Errorf("graph and eager differ: relative error %g", worst)
+	}
+}
+
+// TestSplitSumGPU runs the split sum (conv1's bias gradient at batch 64:
+// 10 channels of 36864 elements, 5 chunks each) three times, wanting the
+// same bits each time (no atomics), and checks Finite, which uses it, on
+// a long buffer with and without a NaN or an infinity.
+func TestSplitSumGPU(t *testing.T) {
+	needGPU(t)
+	b := newProg()
+	dy, db := b.f("dy", true, 64, 10, 24, 24), b.f("db", false, 10)
+	grads := b.f("grads", false, 100003)
+	st := b.step(engine.PhaseBackward, ops.Conv2DGradBias, ops.Attrs{}, false, []*engine.Buffer{dy}, db)
+	pr := loadPair(t, b, backend.Options{Eager: true}, 11)
+	gpu := pr.gpu.(*Device)
+	var first []float32
+	for run := range 3 {
+		if err := gpu.Exec(st, &once[0]); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, gpu, db, 10)
+		if run == 0 {
+			first = got
+			if err := pr.cpu.Exec(st, &once[0]); err != nil {
+				t.Fatal(err)
+			}
+			if e := relErr(got, download(t, pr.cpu, db, 10)); e > 1e-4 {
+				t.Errorf("split bias gradient: relative error %g against the CPU", e)
+			}
+		} else if !slices.Equal(got, first) {
+			t.Errorf("split bias gradient, run %d: %v, first run %v", run+1, got, first)
+		}
+	}
+	finite := func(want bool, what string) {
+		t.Helper()
+		ok, err := gpu.Finite(grads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != want {
+			t.Errorf("Finite(%s) = %v, want %v", what, ok, want)
+		}
+	}
+	finite(true, "random values")
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		for _, at := range []int{0, 77777, 100002} {
+			keep := download(t, gpu, grads, grads.Elems())[at]
+			if err := gpu.UploadF32(grads, at, []float32{bad}); err != nil {
+				t.Fatal(err)
+			}
+			finite(false, fmt.Sprintf("%v at %d", bad, at))
+			if err := gpu.UploadF32(grads, at, []float32{keep}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	finite(true, "random values again")
+	jsonLine(map[string]any{"check": "split_sum", "ok": !t.Failed()})
+}
+
+// TestSplitSumSpeed times, on the GPU, conv1's bias gradient of the MNIST
+// Net at batch 512 (10 channels of 24·24·512) and the finiteness sum over
+// its 21840 gradients, each as one block per channel (gorun_bias_grad,
+// gorun_sum) and as the split sum. It reports microseconds per call
+// (back-to-back launches, so at least the launch rate) and fails only
+// when the split sum is slower.
+func TestSplitSumSpeed(t *testing.T) {
+	needGPU(t)
+	b := newProg()
+	dy, db := b.f("dy", true, 512, 10, 24, 24), b.f("db", false, 10)
+	grads := b.f("grads", false, 21840)
+	b.step(engine.PhaseBackward, ops.Conv2DGradBias, ops.Attrs{}, false, []*engine.Buffer{dy}, db)
+	pr := loadPair(t, b, backend.Options{Eager: true}, 12)
+	d := pr.gpu.(*Device)
+	if err := d.enter(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.exit()
+	const reps = 200
+	perCall := func(f func() error) float64 {
+		for range 5 {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := syncStream(d.stream); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		for range reps {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := syncStream(d.stream); err != nil {
+			t.Fatal(err)
+		}
+		return float64(time.Since(t0).Microseconds()) / reps
+	}
+	n, plane, g := 512, 24*24, grads.Elems()
+	out := uintptr(d.small)
+	res := map[string]any{"check": "split_sum_speed",
+		"bias_one_block_us": perCall(func() error {
+			return d.launch(kBiasGrad, blockPer(10), ptrArg(d.ptr(dy)), ptrArg(d.ptr(db)), intArg(n), intArg(10), intArg(plane), intArg(0))
+		}),
+		"bias_split_us": perCall(func() error { return d.splitSum(d.ptr(dy), d.ptr(db), n, 10, plane, false) }),
+		"sum_one_block_us": perCall(func() error {
+			return d.launch(kSum, oneBlock(), ptrArg(d.ptr(grads)), ptrArg(out), intArg(g), intArg(0))
+		}),
+		"sum_split_us": perCall(func() error { return d.splitSum(d.ptr(grads), out, 1, 1, g, false) }),
+	}
+	ok := res["bias_split_us"].(float64) <= res["bias_one_block_us"].(float64)
+	res["ok"] = ok
+	jsonLine(res)
+	if !ok {
+		t.Errorf("the split bias gradient is slower than one block per channel: %v", res)
 	}
 }
 

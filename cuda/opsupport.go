@@ -51,3 +51,39 @@ func checkWork(prog *engine.Program, st *engine.Step) error {
 	}
 	return nil
 }
+
+// biasShape is a bias gradient's dy[N, C, plane…] as the split sum's
+// (n, c, plane): a linear layer's dy[N, O] has plane 1.
+func biasShape(dy []int) (n, c, plane int) {
+	plane = 1
+	for _, v := range dy[2:] {
+		plane *= v
+	}
+	return dy[0], dy[1], plane
+}
+
+// partialsNeeded is the scratch, in partials, that the program's split sums
+// need at most: its bias gradients at the planned batch (a live batch is
+// never larger, and fewer elements never take more chunks) and the
+// finiteness check over its largest float32 buffer. The device allocates
+// it at Load, since no memory may be allocated during a step or a graph
+// capture.
+func partialsNeeded(prog *engine.Program) int {
+	need := 0
+	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
+		for _, st := range steps {
+			if st.Kind != engine.KernelStep || (st.Op != ops.Conv2DGradBias && st.Op != ops.LinearGradBias) ||
+				len(st.In) == 0 || len(st.In[0].Max) < 2 {
+				continue
+			}
+			n, c, plane := biasShape(st.In[0].Max)
+			need = max(need, splitPartials(c, n*plane))
+		}
+	}
+	for _, b := range prog.Buffers {
+		if b.DType == engine.Float32 {
+			need = max(need, splitPartials(1, b.Elems()))
+		}
+	}
+	return need
+}

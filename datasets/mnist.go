@@ -19,7 +19,8 @@ const (
 	MNISTStd  = 0.3081
 )
 
-// mnistClasses is the number of MNIST classes (the digits 0-9).
+// mnistClasses is the number of classes of MNIST (the digits 0-9) and of
+// Fashion-MNIST.
 const mnistClasses = 10
 
 // MNIST reads one split of MNIST ("train": 60000 samples, "test": 10000)
@@ -34,6 +35,22 @@ const mnistClasses = 10
 // MNISTMean and MNISTStd for the usual normalization, or 0 and 1 for plain
 // p/255.
 func MNIST(split, dir string, mean, std float64) (Dataset, error) {
+	return openIDXSplit(idxSource{name: "mnist", defaultDir: MNISTDefaultDir}, split, dir, mean, std)
+}
+
+// idxSource is a dataset in MNIST's layout: four IDX files of unsigned
+// bytes, train-… and t10k-… images and labels, ten classes.
+type idxSource struct {
+	name       string                 // "mnist", "fashion-mnist"
+	defaultDir func() (string, error) // the folder used when dir is ""
+	// fix, when set, is appended to the error for a missing folder or file:
+	// how to get the files.
+	fix string
+}
+
+// openIDXSplit reads one split of an MNIST-layout dataset: the work of
+// MNIST and FashionMNIST.
+func openIDXSplit(src idxSource, split, dir string, mean, std float64) (Dataset, error) {
 	var prefix string
 	switch split {
 	case "train":
@@ -41,9 +58,9 @@ func MNIST(split, dir string, mean, std float64) (Dataset, error) {
 	case "test":
 		prefix = "t10k"
 	default:
-		return nil, fmt.Errorf("datasets: mnist: unknown split %q: want \"train\" or \"test\"", split)
+		return nil, fmt.Errorf("datasets: %s: unknown split %q: want \"train\" or \"test\"", src.name, split)
 	}
-	name := "mnist/" + split
+	name := src.name + "/" + split
 	if math.IsNaN(mean) || math.IsInf(mean, 0) {
 		return nil, fmt.Errorf("datasets: %s: normalization mean %v is not a finite number", name, mean)
 	}
@@ -51,25 +68,31 @@ func MNIST(split, dir string, mean, std float64) (Dataset, error) {
 		return nil, fmt.Errorf("datasets: %s: normalization std %v must be a positive finite number", name, std)
 	}
 	if dir == "" {
-		d, err := MNISTDefaultDir()
+		d, err := src.defaultDir()
 		if err != nil {
 			return nil, err
 		}
 		dir = d
 	}
+	missing := func(err error) error {
+		if src.fix != "" {
+			return fmt.Errorf("%w\nfix: %s", err, src.fix)
+		}
+		return err
+	}
 	if st, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("datasets: %s: data folder: %w", name, err)
+		return nil, missing(fmt.Errorf("datasets: %s: data folder: %w", name, err))
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("datasets: %s: data folder %s is not a folder", name, dir)
 	}
 
 	imgPath, err := findIDX(name, dir, prefix+"-images", "idx3-ubyte")
 	if err != nil {
-		return nil, err
+		return nil, missing(err)
 	}
 	lblPath, err := findIDX(name, dir, prefix+"-labels", "idx1-ubyte")
 	if err != nil {
-		return nil, err
+		return nil, missing(err)
 	}
 
 	// The labels file is tiny; read it alongside the images.

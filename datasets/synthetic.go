@@ -37,7 +37,7 @@ func Synthetic(split string, n int, shape []int, classes int, noise float64, see
 		templates[i] = float32(tr.NormFloat64())
 	}
 	r := rand.New(rand.NewPCG(seed, stream))
-	s := &synthetic{name: fmt.Sprintf("synthetic/%s", split), shape: append([]int(nil), shape...), classes: classes,
+	s := &floatSet{name: fmt.Sprintf("synthetic/%s", split), shape: append([]int(nil), shape...), classes: classes,
 		size: size, x: make([]float32, n*size), labels: make([]int32, n)}
 	for i := 0; i < n; i++ {
 		c := r.IntN(classes)
@@ -51,7 +51,8 @@ func Synthetic(split string, n int, shape []int, classes int, noise float64, see
 	return s, nil
 }
 
-type synthetic struct {
+// floatSet is a dataset held as float32 samples, ready to copy.
+type floatSet struct {
 	name    string
 	shape   []int
 	classes int
@@ -60,14 +61,21 @@ type synthetic struct {
 	labels  []int32
 }
 
-func (s *synthetic) Name() string       { return s.name }
-func (s *synthetic) Len() int           { return len(s.labels) }
-func (s *synthetic) SampleShape() []int { return s.shape }
-func (s *synthetic) NumClasses() int    { return s.classes }
-func (s *synthetic) Labels() []int32    { return s.labels[:len(s.labels):len(s.labels)] }
+func (s *floatSet) Name() string       { return s.name }
+func (s *floatSet) Len() int           { return len(s.labels) }
+func (s *floatSet) SampleShape() []int { return s.shape }
+func (s *floatSet) NumClasses() int    { return s.classes }
+func (s *floatSet) Labels() []int32    { return s.labels[:len(s.labels):len(s.labels)] }
 
-func (s *synthetic) Fill(idx []int, x []float32, y []int32) {
+func (s *floatSet) Fill(idx []int, x []float32, y []int32) {
+	if len(x) < len(idx)*s.size || len(y) < len(idx) {
+		panic(fmt.Sprintf("datasets: %s: Fill: %d samples need len(x) >= %d and len(y) >= %d, got %d and %d",
+			s.name, len(idx), len(idx)*s.size, len(idx), len(x), len(y)))
+	}
 	for i, j := range idx {
+		if uint(j) >= uint(len(s.labels)) {
+			panic(fmt.Sprintf("datasets: %s: Fill: index %d out of range [0, %d)", s.name, j, len(s.labels)))
+		}
 		copy(x[i*s.size:(i+1)*s.size], s.x[j*s.size:(j+1)*s.size])
 		y[i] = s.labels[j]
 	}

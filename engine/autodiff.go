@@ -46,6 +46,73 @@ var gradRules = [ops.NumOps]gradRule{
 	ops.CrossEntropy: func(b *builder, n *Node, d []*Value) []*Value {
 		return []*Value{b.grad(n, ops.CrossEntropyGrad, n.In[0], d[0], n.Out[1], n.In[1]), nil}
 	},
+	ops.MSELoss: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.MSELossGrad, n.In[0], d[0], n.In[0], n.In[1]), nil}
+	},
+	ops.Sigmoid: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.SigmoidGrad, n.In[0], d[0], n.Out[0])}
+	},
+	ops.Tanh: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.TanhGrad, n.In[0], d[0], n.Out[0])}
+	},
+	ops.LeakyReLU: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.LeakyReLUGrad, n.In[0], d[0], n.In[0])}
+	},
+	ops.AvgPool2D: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.AvgPool2DGrad, n.In[0], d[0])}
+	},
+	ops.GlobalAvgPool2D: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.GlobalAvgPool2DGrad, n.In[0], d[0])}
+	},
+	ops.Add: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{d[0], d[0]}
+	},
+	ops.Sub: func(b *builder, n *Node, d []*Value) []*Value {
+		out := []*Value{d[0], nil}
+		if n.In[1].needsGrad {
+			out[1] = b.gradWith(n, ops.Scale, ops.Attrs{Alpha: -1}, n.In[1], d[0])
+		}
+		return out
+	},
+	ops.Mul: func(b *builder, n *Node, d []*Value) []*Value {
+		out := make([]*Value, 2)
+		if n.In[0].needsGrad {
+			out[0] = b.grad(n, ops.Mul, n.In[0], d[0], n.In[1])
+		}
+		if n.In[1].needsGrad {
+			out[1] = b.grad(n, ops.Mul, n.In[1], d[0], n.In[0])
+		}
+		return out
+	},
+	ops.BatchNormNorm: batchNormRule,
+}
+
+// batchNormRule differentiates BatchNormNorm (in x, stats, gamma, beta;
+// out y, save): the per-channel sums of dy and dy·(x−mean) give the
+// weight and bias gradients; under SyncBatchNorm (the stats node's
+// AllReduce) a copy of those sums is summed over every device first for
+// the input gradient, as torch.nn.SyncBatchNorm does.
+func batchNormRule(b *builder, n *Node, d []*Value) []*Value {
+	x, gamma, beta, save := n.In[0], n.In[2], n.In[3], n.Out[1]
+	dy := d[0]
+	c := x.Shape[1]
+	gstats := b.aux(n, ops.BatchNormGradStats, n.Attrs, "grad stats "+n.Out[0].Name, []int{2, c}, dy, x, save)
+	out := make([]*Value, 4)
+	if gamma != nil && gamma.needsGrad {
+		out[2] = b.grad(n, ops.BatchNormGradGamma, gamma, gstats, save)
+	}
+	if beta != nil && beta.needsGrad {
+		out[3] = b.grad(n, ops.BatchNormGradBeta, beta, gstats)
+	}
+	if x.needsGrad {
+		global := gstats
+		if stats := n.In[1].Producer; stats != nil && stats.AllReduce {
+			global = b.aux(n, ops.Scale, ops.Attrs{Alpha: 1}, "grad stats (all devices) "+n.Out[0].Name, []int{2, c}, gstats)
+			global.Producer.AllReduce = true
+		}
+		out[0] = b.grad(n, ops.BatchNormGradInput, x, dy, x, save, global, gamma)
+	}
+	return out
 }
 
 // affineRule is the gradient of an op y = f(x, w) + b linear in x and in w
@@ -73,6 +140,24 @@ func (b *builder) grad(fwd *Node, op ops.Op, primal *Value, in ...*Value) *Value
 	name := "grad " + primal.Name
 	v := b.value(name, primal.Shape, primal.Batched)
 	node := &Node{Op: op, Attrs: fwd.Attrs, In: in, Out: []*Value{v}, Layer: fwd.Layer, Pos: fwd.Pos}
+	v.Producer = node
+	b.g.Backward = append(b.g.Backward, node)
+	return v
+}
+
+// gradWith is grad with attributes of its own instead of the forward
+// node's.
+func (b *builder) gradWith(fwd *Node, op ops.Op, a ops.Attrs, primal *Value, in ...*Value) *Value {
+	v := b.grad(fwd, op, primal, in...)
+	v.Producer.Attrs = a
+	return v
+}
+
+// aux adds a backward node whose output is an intermediate of the
+// gradient (not the gradient of a value), of the given shape.
+func (b *builder) aux(fwd *Node, op ops.Op, a ops.Attrs, name string, shape []int, in ...*Value) *Value {
+	v := b.value(name, shape, false)
+	node := &Node{Op: op, Attrs: a, In: in, Out: []*Value{v}, Layer: fwd.Layer, Pos: fwd.Pos}
 	v.Producer = node
 	b.g.Backward = append(b.g.Backward, node)
 	return v

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"gorun/engine/spec"
@@ -42,7 +43,21 @@ type Param struct {
 	// FanIn is the fan-in PyTorch's default initialisation uses.
 	FanIn int
 	// Bias marks biases (initialised like PyTorch's biases).
-	Bias  bool
+	Bias bool
+	// Fill, when Init is set, is the constant the parameter starts at
+	// (batch norm's weight 1 and bias 0) instead of the uniform draw.
+	Init  bool
+	Fill  float32
+	Layer *spec.Layer
+}
+
+// Stat is state a layer saves but does not train (batch norm's running
+// mean and variance and its count of batches), named as PyTorch's
+// state_dict names the module's buffers.
+type Stat struct {
+	Name  string // "bn1.running_mean"
+	Value *Value
+	Fill  float32 // the value it starts at
 	Layer *spec.Layer
 }
 
@@ -54,6 +69,13 @@ type Node struct {
 	Out   []*Value
 	Layer string   // the layer this node computes (or differentiates)
 	Pos   spec.Pos // where that layer was declared
+	// AllReduce sums output 0 over every device right after the node
+	// (SyncBatchNorm's statistics and their gradients).
+	AllReduce bool
+	// TrainOnly nodes are left out of evaluation; Eval, when set, replaces
+	// the node there (batch norm uses its running statistics).
+	TrainOnly bool
+	Eval      *Node
 }
 
 // Graph is the model's training graph: forward, loss and backward.
@@ -65,6 +87,7 @@ type Graph struct {
 	Loss     *Value // [1]
 	LossSeed *Value // [1], holds 1: d loss / d loss
 	Params   []*Param
+	Stats    []*Stat
 	Forward  []*Node // model layers, then the loss
 	Backward []*Node
 }
@@ -88,6 +111,10 @@ func (e *CompileError) Unwrap() error { return e.Err }
 
 type builder struct {
 	g *Graph
+	// params holds each applied layer's parameters; paths the layer
+	// that owns each parameter name.
+	params map[*spec.Layer][]*Value
+	paths  map[string]*spec.Layer
 }
 
 func (b *builder) value(name string, shape []int, batched bool) *Value {
@@ -99,19 +126,30 @@ func (b *builder) value(name string, shape []int, batched bool) *Value {
 // BuildGraph infers every shape of the model for the given per-device
 // maximum batch and sample shape, then differentiates the loss; lossPos is
 // where the loss was chosen (the train(...) call).
-func BuildGraph(model *spec.Layer, loss string, lossPos spec.Pos, batch int, sample []int, classes int) (*Graph, error) {
+func BuildGraph(model *spec.Model, loss string, lossPos spec.Pos, batch int, sample []int, classes int) (*Graph, error) {
 	g := &Graph{}
-	b := &builder{g: g}
+	b := &builder{g: g, params: map[*spec.Layer][]*Value{}, paths: map[string]*spec.Layer{}}
 	g.Input = b.value("input", append([]int{batch}, sample...), true)
 	g.Target = b.value("target", []int{batch}, true)
 	g.Target.Int = true
 
-	names := map[string]*spec.Layer{}
-	out, err := b.layer(model, "", g.Input, names)
-	if err != nil {
-		return nil, err
+	tensors := map[int]*Value{0: g.Input}
+	for _, a := range model.Nodes {
+		in := make([]*Value, len(a.In))
+		for i, id := range a.In {
+			if in[i] = tensors[id]; in[i] == nil {
+				return nil, &CompileError{Pos: a.Pos, Layer: a.Layer.Label(), Err: fmt.Errorf("input tensor %d is used before it is computed", id)}
+			}
+		}
+		out, err := b.layer(a.Layer, a.Pos, in)
+		if err != nil {
+			return nil, err
+		}
+		tensors[a.Out] = out
 	}
-	g.Output = out
+	if g.Output = tensors[model.Output]; g.Output == nil || g.Output == g.Input {
+		return nil, &CompileError{Pos: lossPos, Layer: "model", Err: fmt.Errorf("the model computes nothing from its input")}
+	}
 	if err := b.loss(loss, lossPos, classes); err != nil {
 		return nil, err
 	}
@@ -121,58 +159,40 @@ func BuildGraph(model *spec.Layer, loss string, lossPos spec.Pos, batch int, sam
 	return g, nil
 }
 
-// layer adds the nodes of l (named prefix) applied to x.
-func (b *builder) layer(l *spec.Layer, prefix string, x *Value, names map[string]*spec.Layer) (*Value, error) {
+// layer adds the nodes of l applied to in (at pos, the call) and returns
+// its output. A layer applied a second time reuses its parameters.
+func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error) {
 	if l.Kind == spec.Sequential {
-		for i := range l.Layers {
-			c := &l.Layers[i]
-			name := c.Name
-			if name == "" {
-				name = strconv.Itoa(i)
-			}
-			if prefix != "" {
-				name = prefix + "." + name
-			}
-			if prev, dup := names[name]; dup {
-				return nil, &CompileError{Pos: c.Pos, Layer: c.Label(),
-					Err: fmt.Errorf("name %q is already used by the %s declared at %s", name, prev.Kind, prev.Pos)}
-			}
-			names[name] = c
+		if len(in) != 1 {
+			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("takes one tensor, got %d", len(in))}
+		}
+		x := in[0]
+		for _, c := range l.Layers {
 			var err error
-			if x, err = b.layer(c, name, x, names); err != nil {
+			if x, err = b.layer(c, c.Pos, []*Value{x}); err != nil {
 				return nil, err
 			}
 		}
 		return x, nil
 	}
-	node := &Node{Layer: l.Label(), Pos: l.Pos}
-	if l.Name == "" && prefix != "" {
-		node.Layer = fmt.Sprintf("%s %q", l.Kind, prefix)
+	x := in[0]
+	node := &Node{Layer: l.Label(), Pos: pos}
+	name := l.Path
+	if name == "" {
+		name = string(l.Kind)
 	}
-	in := []*Value{x}
-	param := func(suffix string, shape []int, fanIn int, bias bool) *Value {
-		v := b.value(prefix+"."+suffix, shape, false)
-		p := &Param{Name: v.Name, Value: v, FanIn: fanIn, Bias: bias, Layer: l}
-		v.Param = p
-		v.needsGrad = true
-		b.g.Params = append(b.g.Params, p)
-		return v
+	params, err := b.paramsOf(l)
+	if err != nil {
+		return nil, err
 	}
 	switch l.Kind {
 	case spec.Conv2D:
 		node.Op = ops.Conv2D
-		node.Attrs = ops.Attrs{Stride: l.Stride, Padding: l.Padding}
-		fan := l.In * l.Kernel * l.Kernel
-		in = append(in, param("weight", []int{l.Out, l.In, l.Kernel, l.Kernel}, fan, false), nil)
-		if l.Bias {
-			in[2] = param("bias", []int{l.Out}, fan, true)
-		}
+		node.Attrs = ops.Attrs{Stride: l.Stride, Padding: l.Padding, Groups: l.Groups}
+		in = []*Value{x, params[0], params[1]}
 	case spec.Linear:
 		node.Op = ops.Linear
-		in = append(in, param("weight", []int{l.Out, l.In}, l.In, false), nil)
-		if l.Bias {
-			in[2] = param("bias", []int{l.Out}, l.In, true)
-		}
+		in = []*Value{x, params[0], params[1]}
 	case spec.ReLU:
 		node.Op = ops.ReLU
 	case spec.MaxPool2D:
@@ -190,13 +210,199 @@ func (b *builder) layer(l *spec.Layer, prefix string, x *Value, names map[string
 		node.Op = ops.LogSoftmax
 	case spec.Softmax:
 		node.Op = ops.Softmax
+	case spec.Identity:
+		return x, nil
+	case spec.Sigmoid:
+		node.Op = ops.Sigmoid
+	case spec.Tanh:
+		node.Op = ops.Tanh
+	case spec.LeakyReLU:
+		node.Op = ops.LeakyReLU
+		node.Attrs = ops.Attrs{NegativeSlope: l.Slope}
+	case spec.AvgPool2D:
+		node.Op = ops.AvgPool2D
+		node.Attrs = ops.Attrs{Kernel: l.Kernel, Stride: l.Stride, Padding: l.Padding}
+	case spec.AdaptiveAvgPool2D:
+		node.Op = ops.GlobalAvgPool2D
+	case spec.MeanOp:
+		// x.mean((2, 3)): the planes' means, [N, C, H, W] → [N, C].
+		node.Op, node.Layer = ops.GlobalAvgPool2D, ".mean((2, 3))"
+		if err := b.apply(node, in, name); err != nil {
+			return nil, err
+		}
+		return b.reshape(node.Out[0], []int{-1}, pos, name)
+	case spec.BatchNorm1D, spec.BatchNorm2D:
+		return b.batchNorm(l, pos, x, name, params)
+	case spec.AddOp, spec.SubOp, spec.MulOp:
+		node.Op = map[spec.LayerKind]ops.Op{spec.AddOp: ops.Add, spec.SubOp: ops.Sub, spec.MulOp: ops.Mul}[l.Kind]
+		node.Layer = applySymbol[l.Kind]
+		if !slices.Equal(in[0].Shape, in[1].Shape) {
+			return nil, &CompileError{Pos: pos, Layer: node.Layer, Err: fmt.Errorf("shapes %v and %v differ (broadcasting is not supported)", in[0].Shape[1:], in[1].Shape[1:])}
+		}
+	case spec.ReshapeOp:
+		return b.reshape(x, l.Dims, pos, name)
 	default:
-		return nil, &CompileError{Pos: l.Pos, Layer: l.Label(), Err: fmt.Errorf("unknown layer kind %q", l.Kind)}
+		return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("unknown layer kind %q", l.Kind)}
 	}
-	if err := b.apply(node, in, prefix); err != nil {
+	if err := b.apply(node, in, name); err != nil {
 		return nil, err
 	}
 	return node.Out[0], nil
+}
+
+// paramsOf returns l's parameters (weight, then bias or nil), made at its
+// first application and named after its path.
+func (b *builder) paramsOf(l *spec.Layer) ([]*Value, error) {
+	if ps, ok := b.params[l]; ok {
+		return ps, nil
+	}
+	var ps []*Value
+	param := func(suffix string, shape []int, fanIn int, bias bool) *Value {
+		v := b.value(l.Path+"."+suffix, shape, false)
+		p := &Param{Name: v.Name, Value: v, FanIn: fanIn, Bias: bias, Layer: l}
+		v.Param = p
+		v.needsGrad = true
+		b.g.Params = append(b.g.Params, p)
+		return v
+	}
+	switch l.Kind {
+	case spec.BatchNorm1D, spec.BatchNorm2D:
+		if !l.Affine && !l.TrackStats {
+			break
+		}
+		if err := b.claimPath(l); err != nil {
+			return nil, err
+		}
+		ps = []*Value{nil, nil}
+		if l.Affine {
+			ps[0], ps[1] = param("weight", []int{l.In}, 0, false), param("bias", []int{l.In}, 0, true)
+			ps[0].Param.Init, ps[0].Param.Fill = true, 1
+			ps[1].Param.Init = true
+		}
+		if l.TrackStats {
+			stat := func(suffix string, shape []int, fill float32) *Value {
+				v := b.value(l.Path+"."+suffix, shape, false)
+				b.g.Stats = append(b.g.Stats, &Stat{Name: v.Name, Value: v, Fill: fill, Layer: l})
+				return v
+			}
+			ps = append(ps, stat("running_mean", []int{l.In}, 0), stat("running_var", []int{l.In}, 1),
+				stat("num_batches_tracked", []int{1}, 0))
+		}
+	case spec.Conv2D, spec.Linear:
+		if err := b.claimPath(l); err != nil {
+			return nil, err
+		}
+		shape, fan := []int{l.Out, l.In}, l.In
+		if l.Kind == spec.Conv2D {
+			groups := max(l.Groups, 1)
+			shape = []int{l.Out, l.In / groups, l.Kernel, l.Kernel}
+			fan = l.In / groups * l.Kernel * l.Kernel
+		}
+		ps = []*Value{param("weight", shape, fan, false), nil}
+		if l.Bias {
+			ps[1] = param("bias", []int{l.Out}, fan, true)
+		}
+	}
+	b.params[l] = ps
+	return ps, nil
+}
+
+// applySymbol names the tensor operators in messages.
+var applySymbol = map[spec.LayerKind]string{spec.AddOp: "+", spec.SubOp: "-", spec.MulOp: "*"}
+
+// batchNorm adds batch normalisation of x by layer l: batch statistics
+// (summed over every device when l.Sync), the normalisation, and the
+// running statistics' update; evaluation normalises with the running
+// statistics instead. params are l's weight, bias (nil without affine)
+// and, with track_running_stats, its running mean, variance and count.
+func (b *builder) batchNorm(l *spec.Layer, pos spec.Pos, x *Value, name string, params []*Value) (*Value, error) {
+	label := l.Label()
+	fail := func(format string, a ...any) error {
+		return &CompileError{Pos: pos, Layer: label, Err: fmt.Errorf(format, a...)}
+	}
+	want := "[N, C] or [N, C, L]"
+	if l.Kind == spec.BatchNorm2D {
+		want = "[N, C, H, W]"
+	}
+	if r := len(x.Shape); (l.Kind == spec.BatchNorm2D && r != 4) || (l.Kind == spec.BatchNorm1D && r != 2 && r != 3) {
+		return nil, fail("input has shape %v, want %s", x.Shape, want)
+	}
+	if x.Shape[1] != l.In {
+		return nil, fail("input has %d channels (shape %v), the layer was declared with num_features %d", x.Shape[1], x.Shape, l.In)
+	}
+	per := x.Elems() / x.Shape[1] // values per channel at the planned batch
+	if per < 2 {
+		return nil, fail("%d value per channel in a training batch (shape %v): batch statistics need more than 1, as in PyTorch", per, x.Shape)
+	}
+	if l.Sync && !l.TrackStats {
+		return nil, fail("sync = True needs track_running_stats = True: evaluation batches differ between devices, so they cannot share batch statistics")
+	}
+	var gamma, beta *Value
+	if l.Affine {
+		gamma, beta = params[0], params[1]
+	}
+	eps := ops.Attrs{Eps: l.Eps}
+	stats := &Node{Op: ops.BatchNormStats, Layer: label, Pos: pos, AllReduce: l.Sync, TrainOnly: l.TrackStats}
+	if err := b.apply(stats, []*Value{x}, name+":stats"); err != nil {
+		return nil, err
+	}
+	norm := &Node{Op: ops.BatchNormNorm, Attrs: eps, Layer: label, Pos: pos}
+	if err := b.apply(norm, []*Value{x, stats.Out[0], gamma, beta}, name); err != nil {
+		return nil, err
+	}
+	y := norm.Out[0]
+	if l.TrackStats {
+		rm, rv, count := params[2], params[3], params[4]
+		b.g.Forward = append(b.g.Forward, &Node{Op: ops.BatchNormRunning, Attrs: ops.Attrs{BNMomentum: l.Momentum},
+			In: []*Value{norm.Out[1], rm, rv, count}, Layer: label, Pos: pos, TrainOnly: true})
+		norm.Eval = &Node{Op: ops.BatchNormEval, Attrs: eps, In: []*Value{x, rm, rv, gamma, beta}, Out: []*Value{y}, Layer: label, Pos: pos}
+	}
+	return y, nil
+}
+
+// claimPath refuses two layers with parameters under one name.
+func (b *builder) claimPath(l *spec.Layer) error {
+	if l.Path == "" {
+		return &CompileError{Pos: l.Pos, Layer: l.Label(), Err: fmt.Errorf("a layer with parameters needs a name")}
+	}
+	if prev, dup := b.paths[l.Path]; dup && prev != l {
+		return &CompileError{Pos: l.Pos, Layer: l.Label(),
+			Err: fmt.Errorf("name %q is already used by the %s declared at %s", l.Path, prev.Kind, prev.Pos)}
+	}
+	b.paths[l.Path] = l
+	return nil
+}
+
+// reshape views x with the sample shape dims (one may be -1).
+func (b *builder) reshape(x *Value, dims []int, pos spec.Pos, name string) (*Value, error) {
+	have := 1
+	for _, d := range x.Shape[1:] {
+		have *= d
+	}
+	shape, free, known := []int{x.Shape[0]}, -1, 1
+	for i, d := range dims {
+		if d == -1 {
+			free = i
+			continue
+		}
+		known *= d
+	}
+	shape = append(shape, dims...)
+	if free >= 0 && known > 0 && have%known == 0 {
+		shape[1+free] = have / known
+		known = have
+	}
+	if known != have {
+		return nil, &CompileError{Pos: pos, Layer: "reshape", Err: fmt.Errorf("cannot view samples of shape %v (%d values) as %v", x.Shape[1:], have, dims)}
+	}
+	// A view: the Flatten op's buffer aliasing, with the asked shape.
+	node := &Node{Op: ops.Flatten, In: []*Value{x}, Layer: "reshape", Pos: pos}
+	v := b.value(name, shape, x.Batched)
+	v.Producer = node
+	v.needsGrad = x.needsGrad
+	node.Out = []*Value{v}
+	b.g.Forward = append(b.g.Forward, node)
+	return v, nil
 }
 
 // apply infers the output shapes of node with inputs in and adds it to the
@@ -208,9 +414,12 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 			shapes[i] = v.Shape
 		}
 	}
-	out, err := ops.Infer(node.Op, &node.Attrs, shapes)
-	if err != nil {
-		return &CompileError{Pos: node.Pos, Layer: node.Layer, Err: err}
+	out := [][]int{in[0].Shape} // an elementwise op without a shape rule (add)
+	if node.Op.Info().Forward {
+		var err error
+		if out, err = ops.Infer(node.Op, &node.Attrs, shapes); err != nil {
+			return &CompileError{Pos: node.Pos, Layer: node.Layer, Err: err}
+		}
 	}
 	node.In = in
 	batched := in[0].Batched
@@ -231,6 +440,14 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 	if node.Op == ops.MaxPool2D {
 		node.Out[1].Int = true
 		node.Out[1].needsGrad = false
+	}
+	switch node.Op {
+	case ops.BatchNormStats:
+		node.Out[0].needsGrad = false // the gradient flows through BatchNormNorm's rule
+		node.Out[0].Batched = false
+	case ops.BatchNormNorm:
+		node.Out[1].needsGrad = false
+		node.Out[1].Batched = false
 	}
 	if node.Op.Info().Random || node.Op == ops.CrossEntropy {
 		node.Out[1].needsGrad = false

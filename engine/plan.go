@@ -186,6 +186,10 @@ type Program struct {
 	ParamArena, GradArena *Buffer
 	// State holds optimizer state buffers, by parameter.
 	State [][]*Buffer
+	// Stats are the layers' saved, untrained state (Graph.Stats order),
+	// views of StatArena (nil when the model has none).
+	Stats     []*Buffer
+	StatArena *Buffer
 	// Work is the scratch space kernels share (nil when none needs any);
 	// LossSeed holds 1, the gradient of the loss with respect to itself.
 	Work, LossSeed *Buffer
@@ -512,6 +516,21 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 	}
 
+	// Running statistics live in one arena too: one broadcast shares rank
+	// 0's (broadcast_buffers).
+	statElems := 0
+	for _, st := range g.Stats {
+		arenaAt[st.Value] = statElems
+		statElems += st.Value.Elems()
+	}
+	if statElems > 0 {
+		prog.StatArena = prog.newBuffer("running statistics", nil, []int{statElems}, false, false)
+	}
+	isStat := map[*Value]bool{}
+	for _, st := range g.Stats {
+		isStat[st.Value] = true
+	}
+
 	bufferOf := func(v *Value) *Buffer {
 		if b, ok := prog.byValue[v]; ok {
 			return b
@@ -523,8 +542,11 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		default:
 			if off, ok := arenaAt[v]; ok {
 				arena := prog.GradArena
-				if v.Param != nil {
+				switch {
+				case v.Param != nil:
 					arena = prog.ParamArena
+				case isStat[v]:
+					arena = prog.StatArena
 				}
 				b = prog.view(v.Name, v, arena, off, v.Shape, false)
 			} else {
@@ -546,6 +568,9 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Params = append(prog.Params, prog.byValue[prm.Value])
 		prog.Grads = append(prog.Grads, prog.byValue[prm.Grad])
 	}
+	for _, st := range g.Stats {
+		prog.Stats = append(prog.Stats, prog.byValue[st.Value])
+	}
 
 	// Workspace: the largest any kernel needs.
 	shapes := func(vs []*Value) [][]int {
@@ -565,11 +590,21 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Work = prog.newBuffer("scratch", nil, []int{work}, false, false)
 	}
 
-	// Forward, loss, backward.
+	// Forward (after rank 0's running statistics, with broadcast_buffers),
+	// loss, backward.
+	if prog.StatArena != nil && p.World > 1 && p.Spec.Sync.BroadcastBuffers {
+		c := &Collective{Name: "broadcast", Tag: "running statistics", Buffer: prog.StatArena,
+			Elems: statElems, Bytes: int64(statElems) * 4}
+		prog.Steps = append(prog.Steps, &Step{Kind: CollectiveStep, Phase: PhaseForward, Collective: c,
+			Layer: "broadcast_buffers", Pos: p.Spec.Sync.Pos})
+	}
 	for _, n := range g.Forward {
 		st := prog.kernelStep(n, PhaseForward)
-		st.Acc = n.Out[0] == g.Loss // the step's loss sums its micro-batches
+		if len(n.Out) > 0 {
+			st.Acc = n.Out[0] == g.Loss // the step's loss sums its micro-batches
+		}
 		prog.Steps = append(prog.Steps, st)
+		prog.Steps = append(prog.Steps, p.allReduceAfter(prog, n, PhaseForward)...)
 	}
 	for i, n := range g.Backward {
 		st := prog.kernelStep(n, PhaseBackward)
@@ -577,6 +612,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 			st.Acc = true
 		}
 		prog.Steps = append(prog.Steps, st)
+		prog.Steps = append(prog.Steps, p.allReduceAfter(prog, n, PhaseBackward)...)
 		prog.Steps = append(prog.Steps, p.syncAfter(prog, i)...)
 	}
 	// Every rank plans optimizer state; a parameter server's other ranks
@@ -588,8 +624,16 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 	}
 	prog.Steps = append(prog.Steps, p.postUpdate(prog)...)
 
-	// Evaluation: the forward pass and the loss, dropout off.
+	// Evaluation: the forward pass and the loss, dropout off, batch norm
+	// with its running statistics.
 	for _, n := range g.Forward {
+		if n.TrainOnly {
+			continue
+		}
+		if n.Eval != nil {
+			prog.Eval = append(prog.Eval, prog.kernelStep(n.Eval, PhaseForward))
+			continue
+		}
 		if n.Op == ops.Dropout || n.Op == ops.Dropout2D {
 			st := &Step{Kind: CopyStep, Phase: PhaseForward, Op: n.Op, Layer: n.Layer, Pos: n.Pos,
 				In: []*Buffer{prog.byValue[n.In[0]]}, Out: []*Buffer{prog.byValue[n.Out[0]]}}
@@ -608,6 +652,17 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 	}
 	prog.byValue = nil
 	return prog, nil
+}
+
+// allReduceAfter returns the all-reduce (sum) of node n's output that n
+// asks for (SyncBatchNorm), or nothing on one device.
+func (p *Plan) allReduceAfter(prog *Program, n *Node, phase Phase) []*Step {
+	if !n.AllReduce || p.World == 1 {
+		return nil
+	}
+	b := prog.byValue[n.Out[0]]
+	c := &Collective{Name: "allreduce", Tag: "sync " + b.Name, Op: "sum", Buffer: b, Elems: b.Elems(), Bytes: int64(b.Elems()) * 4}
+	return []*Step{{Kind: CollectiveStep, Phase: phase, Collective: c, Layer: n.Layer + " (all devices)", Pos: n.Pos}}
 }
 
 func (prog *Program) kernelStep(n *Node, phase Phase) *Step {
@@ -671,10 +726,35 @@ func (p *Plan) InitialParams(seed int64) []float32 {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	for i, prm := range p.Graph.Params {
 		b := prog.Params[i]
-		bound := 1 / math.Sqrt(float64(prm.FanIn))
 		data := out[b.Offset-prog.ParamArena.Offset:][:b.Elems()]
+		if prm.Init {
+			for j := range data {
+				data[j] = prm.Fill
+			}
+			continue
+		}
+		bound := 1 / math.Sqrt(float64(prm.FanIn))
 		for j := range data {
 			data[j] = float32((rng.Float64()*2 - 1) * bound)
+		}
+	}
+	return out
+}
+
+// InitialStats returns the running-statistics arena's first values (means
+// 0, variances 1, counts 0, as PyTorch's), or nil when the model has none.
+// Every device starts from them.
+func (p *Plan) InitialStats() []float32 {
+	prog := p.Devices[0]
+	if prog.StatArena == nil {
+		return nil
+	}
+	out := make([]float32, prog.StatArena.Elems())
+	for i, st := range p.Graph.Stats {
+		b := prog.Stats[i]
+		data := out[b.Offset-prog.StatArena.Offset:][:b.Elems()]
+		for j := range data {
+			data[j] = st.Fill
 		}
 	}
 	return out

@@ -135,3 +135,99 @@ func softmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		}
 	}
 }
+
+// sigmoid: in x; out y = 1/(1+exp(-x)), computed in float64.
+func sigmoid[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	for i, v := range x {
+		y[i] = T(1 / (1 + math.Exp(-float64(v))))
+	}
+}
+
+// sigmoidGrad: in dy, y (the Sigmoid output); out dx = dy·(1-y)·y.
+func sigmoidGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy := live(in[0])
+	y := in[1].Data[:len(dy)]
+	dx := out[0].Data[:len(dy)]
+	for i, g := range dy {
+		dx[i] = g * (1 - y[i]) * y[i]
+	}
+}
+
+// tanh: in x; out y = tanh(x), computed in float64.
+func tanh[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	for i, v := range x {
+		y[i] = T(math.Tanh(float64(v)))
+	}
+}
+
+// tanhGrad: in dy, y (the Tanh output); out dx = dy·(1-y²).
+func tanhGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy := live(in[0])
+	y := in[1].Data[:len(dy)]
+	dx := out[0].Data[:len(dy)]
+	for i, g := range dy {
+		dx[i] = g * (1 - y[i]*y[i])
+	}
+}
+
+// leakyReLU: in x; out y = x where x > 0, else NegativeSlope·x.
+func leakyReLU[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	slope := T(a.NegativeSlope)
+	for i, v := range x {
+		if !(v > 0) {
+			v *= slope
+		}
+		y[i] = v
+	}
+}
+
+// leakyReLUGrad: in dy, x (the LeakyReLU input); out dx = dy where x > 0,
+// else NegativeSlope·dy.
+func leakyReLUGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy := live(in[0])
+	x := in[1].Data[:len(dy)]
+	dx := out[0].Data[:len(dy)]
+	slope := T(a.NegativeSlope)
+	for i, g := range dy {
+		if !(x[i] > 0) {
+			g *= slope
+		}
+		dx[i] = g
+	}
+}
+
+// sub: in a, b (same shape); out a - b. The output may alias an input.
+func sub[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := in[1].Data[:len(x)]
+	z := out[0].Data[:len(x)]
+	for i, v := range x {
+		z[i] = v - y[i]
+	}
+}
+
+// mul: in a, b (same shape); out a·b. The output may alias an input.
+func mul[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := in[1].Data[:len(x)]
+	z := out[0].Data[:len(x)]
+	for i, v := range x {
+		z[i] = v * y[i]
+	}
+}
+
+// scale: in x; out Alpha·x. The output may alias the input.
+func scale[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	al := T(a.Alpha)
+	for i, v := range x {
+		y[i] = al * v
+	}
+}

@@ -44,15 +44,22 @@ func checkAllocs[T Float](t *testing.T, k *[NumOps]Kernel[T], seen map[Op]bool) 
 		gc := &gradCases[i]
 		f := newFixture(t, gc, k)
 		f.c.RNG = rand.New(rand.NewPCG(1, 1))
+		for j, d := range gc.derive {
+			measure(gc.name, d.op, f.c, &gc.attrs, f.din[j], []*Buf[T]{f.in[d.in]})
+		}
 		measure(gc.name, gc.op, f.c, &gc.attrs, f.in, f.out)
 		for j, st := range gc.bwd {
-			measure(gc.name, st.op, f.c, &gc.attrs, f.bin[j], []*Buf[T]{f.bout[j]})
+			measure(gc.name, st.op, f.c, st.attrsOr(&gc.attrs), f.bin[j], []*Buf[T]{f.bout[j]})
 		}
 	}
 	buf := func(n int) *Buf[T] { return &Buf[T]{Shape: []int{n}, Data: make([]T, n)} }
 	p, g, s1, s2 := buf(100), buf(100), buf(100), buf(100)
 	c := &Ctx[T]{Step: 2}
-	measure("add", Add, c, &Attrs{}, []*Buf[T]{p, g}, []*Buf[T]{s1})
+	save := &Buf[T]{Shape: []int{3, 20}, Data: make([]T, 60)}
+	for i := range save.Data {
+		save.Data[i] = 5
+	}
+	measure("batch_norm_running", BatchNormRunning, c, &Attrs{BNMomentum: 0.1}, []*Buf[T]{save, buf(20), buf(20), buf(1)}, nil)
 	measure("sgd", SGDStep, c, &Attrs{LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 0.1}, []*Buf[T]{p, g, s1}, nil)
 	measure("adam", AdamStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
 	return bad

@@ -7,17 +7,29 @@ package ops
 // (Ctx.Work) holds col and one [O×L] matrix: the product before it is
 // permuted to [N, O, OH, OW] (forward), or the output gradient permuted to
 // [O, N·OH·OW] (backward). See Workspace.
+//
+// A grouped convolution (G groups) runs the same matrix multiply once per
+// group: col then holds one group's C/G channels, and group i's O/G rows of
+// the weight multiply it into rows [i·O/G, (i+1)·O/G) of the [O×L] matrix.
 
-// convGeom is the geometry of one convolution.
+// convGeom is the geometry of one convolution. With groups, c is the
+// channels of one group, and a sample of x spans c·groups·h·w elements.
 type convGeom struct {
-	n, c, h, w int // input [N C H W]
+	n, c, h, w int // input [N C H W] (c per group)
 	o, kh, kw  int // weight [O C KH KW]
 	oh, ow     int // output [N O OH OW]
 	s, p       int // stride, padding
+	groups     int // 0 or 1: ungrouped
 }
 
-// k is the number of rows of col: C·KH·KW.
+// k is the number of rows of col: C·KH·KW (one group's channels).
 func (g *convGeom) k() int { return g.c * g.kh * g.kw }
+
+// ng is the number of groups, at least 1.
+func (g *convGeom) ng() int { return max(g.groups, 1) }
+
+// xs is the distance between samples in x: all groups' channels.
+func (g *convGeom) xs() int { return g.ng() * g.c * g.h * g.w }
 
 // l is the number of columns of col: N·OH·OW.
 func (g *convGeom) l() int { return g.n * g.oh * g.ow }
@@ -28,7 +40,7 @@ func convWork(k, o, l int) int { return (k + o) * l }
 
 // geomFwd derives the geometry from the input and weight shapes.
 func geomFwd(a *Attrs, x, w []int) convGeom {
-	g := convGeom{n: x[0], c: x[1], h: x[2], w: x[3], o: w[0], kh: w[2], kw: w[3], s: convStride(a), p: a.Padding}
+	g := convGeom{n: x[0], c: w[1], h: x[2], w: x[3], o: w[0], kh: w[2], kw: w[3], s: convStride(a), p: a.Padding, groups: a.Groups}
 	g.oh = (g.h+2*g.p-g.kh)/g.s + 1
 	g.ow = (g.w+2*g.p-g.kw)/g.s + 1
 	return g
@@ -37,10 +49,11 @@ func geomFwd(a *Attrs, x, w []int) convGeom {
 // geomBwd derives the geometry from the output-gradient, input and weight
 // shapes.
 func geomBwd(a *Attrs, dy, x, w []int) convGeom {
-	return convGeom{n: dy[0], c: x[1], h: x[2], w: x[3], o: w[0], kh: w[2], kw: w[3], oh: dy[2], ow: dy[3], s: convStride(a), p: a.Padding}
+	return convGeom{n: dy[0], c: w[1], h: x[2], w: x[3], o: w[0], kh: w[2], kw: w[3], oh: dy[2], ow: dy[3], s: convStride(a), p: a.Padding, groups: a.Groups}
 }
 
-// conv2D: in x[N,C,H,W], w[O,C,KH,KW], optional b[O]; out y[N,O,OH,OW].
+// conv2D: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
+// y[N,O,OH,OW].
 func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, w, b, y := in[0], in[1], optIn(in, 2), out[0]
 	g := geomFwd(a, x.Shape, w.Shape)
@@ -49,11 +62,18 @@ func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 	k, l, plane := g.k(), g.l(), g.oh*g.ow
 	col := c.Work[:k*l]
-	im2col(&g, x.Data, col)
+	og, xg := g.o/g.ng(), g.c*g.h*g.w // per group: output channels, x offset
+	// [O, N·OH·OW] for one sample is already [N, O, OH, OW].
+	prodBuf := c.Work[k*l:][:g.o*l]
 	if g.n == 1 {
-		// [O, N·OH·OW] is already [N, O, OH, OW].
-		yd := y.Data[:g.o*l]
-		matmul(false, false, g.o, l, k, 1, w.Data, k, col, l, 0, yd, l)
+		prodBuf = y.Data[:g.o*l]
+	}
+	for gi := range g.ng() {
+		im2col(&g, x.Data[gi*xg:], col)
+		matmul(false, false, og, l, k, 1, w.Data[gi*og*k:], k, col, l, 0, prodBuf[gi*og*l:][:og*l], l)
+	}
+	if g.n == 1 {
+		yd := prodBuf
 		if b != nil {
 			for o, bv := range b.Data[:g.o] {
 				addScalar(yd[o*plane:][:plane], bv)
@@ -61,8 +81,7 @@ func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		}
 		return
 	}
-	tmp := c.Work[k*l:][:g.o*l]
-	matmul(false, false, g.o, l, k, 1, w.Data, k, col, l, 0, tmp, l)
+	tmp := prodBuf
 	for n := 0; n < g.n; n++ {
 		for o := 0; o < g.o; o++ {
 			dst := y.Data[(n*g.o+o)*plane:][:plane]
@@ -79,7 +98,7 @@ func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// conv2DGradInput: in dy[N,O,OH,OW], w[O,C,KH,KW]; out dx[N,C,H,W].
+// conv2DGradInput: in dy[N,O,OH,OW], w[O,C/G,KH,KW]; out dx[N,C,H,W].
 func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, w, dx := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, dx.Shape, w.Shape)
@@ -89,13 +108,16 @@ func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	k, l := g.k(), g.l()
 	dyT := permuteDy(&g, dy.Data, c.Work[k*l:][:g.o*l])
 	dcol := c.Work[:k*l]
-	matmul(true, false, k, l, g.o, 1, w.Data, k, dyT, l, 0, dcol, l)
-	dxd := dx.Data[:g.n*g.c*g.h*g.w]
+	dxd := dx.Data[:g.n*g.xs()]
 	clear(dxd)
-	col2im(&g, dcol, dxd)
+	og, xg := g.o/g.ng(), g.c*g.h*g.w
+	for gi := range g.ng() {
+		matmul(true, false, k, l, og, 1, w.Data[gi*og*k:], k, dyT[gi*og*l:], l, 0, dcol, l)
+		col2im(&g, dcol, dxd[gi*xg:])
+	}
 }
 
-// conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C,KH,KW].
+// conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C/G,KH,KW].
 func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, dw := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, x.Shape, dw.Shape)
@@ -108,13 +130,16 @@ func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 	k, l := g.k(), g.l()
 	col := c.Work[:k*l]
-	im2col(&g, x.Data, col)
 	dyT := permuteDy(&g, dy.Data, c.Work[k*l:][:g.o*l])
 	var beta T
 	if a.Accumulate {
 		beta = 1
 	}
-	matmul(false, true, g.o, k, l, 1, dyT, l, col, l, beta, dw.Data[:g.o*k], k)
+	og, xg := g.o/g.ng(), g.c*g.h*g.w
+	for gi := range g.ng() {
+		im2col(&g, x.Data[gi*xg:], col)
+		matmul(false, true, og, k, l, 1, dyT[gi*og*l:], l, col, l, beta, dw.Data[gi*og*k:][:og*k], k)
+	}
 }
 
 // conv2DGradBias: in dy[N,O,OH,OW]; out db[O].
@@ -166,7 +191,8 @@ func span(off, s, size, n int) (lo, hi int) {
 }
 
 // im2col unrolls x[N,C,H,W] into col[K×L], zero where
-// the window reaches into the padding.
+// the window reaches into the padding. With groups, x starts at the
+// group's first channel and its samples are g.xs() apart.
 //
 // Most rows of col are shifted copies of rows already written, still in
 // cache: output row oy of kernel row ki reads what output row oy+1 of kernel
@@ -178,7 +204,7 @@ func span(off, s, size, n int) (lo, hi int) {
 // positions of each channel are built output row by output row.
 func im2col[T Float](g *convGeom, x, col []T) {
 	l, plane, hw, ow, oh, s := g.l(), g.oh*g.ow, g.h*g.w, g.ow, g.oh, g.s
-	chw := g.c * hw
+	chw := g.xs()
 	for ci := 0; ci < g.c; ci++ {
 		for ki := 0; ki < g.kh; ki++ {
 			r0 := (ci*g.kh + ki) * g.kw // the row of (ci, ki, 0)
@@ -274,14 +300,14 @@ func im2colRow[T Float](g *convGeom, src, d []T, iy, off, lo, hi int) {
 	}
 }
 
-// col2im adds col[K×L] into dx[N,C,H,W]: the adjoint of
-// im2col, which it mirrors in reverse order. A shifted row first sends the
+// col2im adds col[K×L] into dx[N,C,H,W] (laid out as im2col's x): the
+// adjoint of im2col, which it mirrors in reverse order. A shifted row first sends the
 // positions im2col wrote from x to dx, then adds the rest into the row it
 // was copied from. col is used as scratch and left changed. dx must be
 // cleared first.
 func col2im[T Float](g *convGeom, col, dx []T) {
 	l, plane, hw, ow, oh, s := g.l(), g.oh*g.ow, g.h*g.w, g.ow, g.oh, g.s
-	chw := g.c * hw
+	chw := g.xs()
 	for ci := g.c - 1; ci >= 0; ci-- {
 		for ki := g.kh - 1; ki >= 0; ki-- {
 			r0 := (ci*g.kh + ki) * g.kw

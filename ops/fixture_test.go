@@ -3,6 +3,7 @@ package ops
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -11,28 +12,42 @@ import (
 // gradient checks, the allocation checks and the tail checks (kernels must
 // not touch elements past the live batch).
 type gradCase struct {
-	name  string
-	op    Op
-	attrs Attrs
-	in    [][]int // input shapes at the live batch; nil for an absent bias
-	capN  int     // buffer capacity in samples; 0 means the live batch
-	scale float64 // Ctx.LossScale; 0 means 1
-	bwd   []bwdStep
+	name   string
+	op     Op
+	attrs  Attrs
+	in     [][]int // input shapes at the live batch; nil for an absent optional input
+	capN   int     // buffer capacity in samples; 0 means the live batch
+	scale  float64 // Ctx.LossScale; 0 means 1
+	derive []deriveStep
+	bwd    []bwdStep
 
-	distinct     bool // input 0 holds well-separated values (no max ties)
-	awayFromZero bool // input 0 keeps clear of 0 (ReLU's kink)
+	distinct     bool  // input 0 holds well-separated values (no max ties)
+	awayFromZero bool  // input 0 keeps clear of 0 (ReLU's kink)
+	positive     []int // inputs filled with values in [0.1, 1) (variances)
+}
+
+// A deriveStep is a forward kernel run before op that computes one of op's
+// inputs from others (BatchNormNorm's statistics from its input), so that
+// the finite differences go through both kernels.
+type deriveStep struct {
+	op   Op
+	args []ref // inputs ('i') only
+	in   int   // the input of op it writes
 }
 
 // A bwdStep is one backward kernel: its inputs, and the forward input whose
-// gradient it writes.
+// gradient it writes, or (when tmp is set) the shape of an intermediate
+// that later steps read as tmpOf(k), k counting such steps.
 type bwdStep struct {
-	op   Op
-	args []ref
-	wrt  int
+	op    Op
+	args  []ref
+	wrt   int
+	tmp   []int
+	attrs *Attrs // nil: the case's attrs
 }
 
 // A ref names a buffer of the forward call: the cotangent of output i
-// ('d'), input i ('i') or output i ('o').
+// ('d'), input i ('i'), output i ('o') or backward intermediate i ('t').
 type ref struct {
 	kind byte
 	i    int
@@ -41,6 +56,7 @@ type ref struct {
 func dyOf(i int) ref  { return ref{'d', i} }
 func inOf(i int) ref  { return ref{'i', i} }
 func outOf(i int) ref { return ref{'o', i} }
+func tmpOf(i int) ref { return ref{'t', i} }
 
 var gradCases = []gradCase{
 	{name: "conv2d", op: Conv2D, in: [][]int{{2, 3, 7, 6}, {4, 3, 3, 3}, {4}}, bwd: convBwd(true)},
@@ -52,69 +68,168 @@ var gradCases = []gradCase{
 		in: [][]int{{1, 2, 5, 4}, {3, 2, 2, 2}, {3}}, capN: 3, bwd: convBwd(true)},
 	{name: "conv2d/stride3-pad2", op: Conv2D, attrs: Attrs{Stride: 3, Padding: 2},
 		in: [][]int{{2, 1, 5, 6}, {2, 1, 3, 3}, {2}}, bwd: convBwd(true)},
+	{name: "conv2d/groups2-partial", op: Conv2D, attrs: Attrs{Groups: 2},
+		in: [][]int{{2, 4, 5, 5}, {6, 2, 3, 3}, {6}}, capN: 3, bwd: convBwd(true)},
+	{name: "conv2d/depthwise-stride2-pad1-nobias", op: Conv2D, attrs: Attrs{Groups: 3, Stride: 2, Padding: 1},
+		in: [][]int{{2, 3, 6, 5}, {3, 1, 3, 3}, nil}, bwd: convBwd(false)},
+	{name: "conv2d/groups2-batch1-pad1", op: Conv2D, attrs: Attrs{Groups: 2, Padding: 1},
+		in: [][]int{{1, 4, 4, 3}, {4, 2, 2, 2}, {4}}, capN: 2, bwd: convBwd(true)},
 	{name: "linear", op: Linear, in: [][]int{{3, 5}, {4, 5}, {4}}, capN: 6, bwd: linearBwd(true)},
 	{name: "linear/nobias", op: Linear, in: [][]int{{2, 3}, {4, 3}, nil}, bwd: linearBwd(false)},
 	{name: "relu", op: ReLU, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,
-		bwd: []bwdStep{{ReLUGrad, []ref{dyOf(0), outOf(0)}, 0}}},
+		bwd: []bwdStep{{op: ReLUGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "maxpool2d/k2", op: MaxPool2D, attrs: Attrs{Kernel: 2}, in: [][]int{{2, 3, 6, 5}}, capN: 3, distinct: true,
-		bwd: []bwdStep{{MaxPool2DGrad, []ref{dyOf(0), outOf(1)}, 0}}},
+		bwd: []bwdStep{{op: MaxPool2DGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "maxpool2d/k3s2-overlap", op: MaxPool2D, attrs: Attrs{Kernel: 3, Stride: 2}, in: [][]int{{2, 2, 7, 8}}, distinct: true,
-		bwd: []bwdStep{{MaxPool2DGrad, []ref{dyOf(0), outOf(1)}, 0}}},
+		bwd: []bwdStep{{op: MaxPool2DGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "dropout", op: Dropout, attrs: Attrs{P: 0.5}, in: [][]int{{4, 6}}, capN: 6,
-		bwd: []bwdStep{{DropoutGrad, []ref{dyOf(0), outOf(1)}, 0}}},
+		bwd: []bwdStep{{op: DropoutGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "dropout/p0", op: Dropout, attrs: Attrs{P: 0}, in: [][]int{{2, 3}},
-		bwd: []bwdStep{{DropoutGrad, []ref{dyOf(0), outOf(1)}, 0}}},
+		bwd: []bwdStep{{op: DropoutGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "dropout2d", op: Dropout2D, attrs: Attrs{P: 0.4}, in: [][]int{{3, 4, 2, 3}}, capN: 4,
-		bwd: []bwdStep{{Dropout2DGrad, []ref{dyOf(0), outOf(1)}, 0}}},
+		bwd: []bwdStep{{op: Dropout2DGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "flatten", op: Flatten, in: [][]int{{3, 2, 2, 3}}, capN: 4,
-		bwd: []bwdStep{{Flatten, []ref{dyOf(0)}, 0}}}, // the gradient of a reshape is a reshape
+		bwd: []bwdStep{{op: Flatten, args: []ref{dyOf(0)}, wrt: 0}}}, // the gradient of a reshape is a reshape
 	{name: "log_softmax", op: LogSoftmax, in: [][]int{{4, 5}}, capN: 5,
-		bwd: []bwdStep{{LogSoftmaxGrad, []ref{dyOf(0), outOf(0)}, 0}}},
+		bwd: []bwdStep{{op: LogSoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "softmax", op: Softmax, in: [][]int{{4, 5}}, capN: 6,
-		bwd: []bwdStep{{SoftmaxGrad, []ref{dyOf(0), outOf(0)}, 0}}},
+		bwd: []bwdStep{{op: SoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "nll_loss", op: NLLLoss, in: [][]int{{5, 4}, {5}}, capN: 7, scale: 1.0 / 7,
-		bwd: []bwdStep{{NLLLossGrad, []ref{dyOf(0), inOf(1)}, 0}}},
+		bwd: []bwdStep{{op: NLLLossGrad, args: []ref{dyOf(0), inOf(1)}, wrt: 0}}},
 	{name: "cross_entropy", op: CrossEntropy, in: [][]int{{5, 4}, {5}}, capN: 6, scale: 0.25,
-		bwd: []bwdStep{{CrossEntropyGrad, []ref{dyOf(0), outOf(1), inOf(1)}, 0}}},
+		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
+	{name: "cross_entropy/label_smoothing", op: CrossEntropy, attrs: Attrs{LabelSmoothing: 0.15},
+		in: [][]int{{4, 5}, {4}}, capN: 6, scale: 0.5,
+		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
+	{name: "mse_loss", op: MSELoss, in: [][]int{{3, 2, 3}, {3, 2, 3}}, capN: 5, scale: 0.2,
+		bwd: []bwdStep{{op: MSELossGrad, args: []ref{dyOf(0), inOf(0), inOf(1)}}}},
+	{name: "mse_loss/2d", op: MSELoss, in: [][]int{{4, 3}, {4, 3}}, scale: 0.25,
+		bwd: []bwdStep{{op: MSELossGrad, args: []ref{dyOf(0), inOf(0), inOf(1)}}}},
+
+	// Batch norm: BatchNormStats computes BatchNormNorm's statistics, so
+	// the finite differences see the whole training-mode layer.
+	bnCase("batch_norm/2d", [][]int{{5, 3}, {3, 3}, {3}, {3}}, 7),
+	bnCase("batch_norm/4d", [][]int{{3, 2, 3, 2}, {3, 2}, {2}, {2}}, 4),
+	bnCase("batch_norm/4d-noaffine", [][]int{{2, 3, 2, 2}, {3, 3}, nil, nil}, 0),
+	bnCase("batch_norm/3d-partial", [][]int{{2, 2, 5}, {3, 2}, {2}, {2}}, 5),
+	// BatchNormEval runs in evaluation only, where nothing is
+	// differentiated: the case checks its writes, tail and allocations.
+	{name: "batch_norm_eval", op: BatchNormEval, attrs: Attrs{Eps: 1e-5},
+		in: [][]int{{3, 2, 2, 2}, {2}, {2}, {2}, {2}}, capN: 4, positive: []int{2}},
+	{name: "batch_norm_eval/noaffine", op: BatchNormEval, attrs: Attrs{Eps: 1e-3},
+		in: [][]int{{3, 4}, {4}, {4}, nil, nil}, positive: []int{2}},
+
+	{name: "avgpool2d/k2", op: AvgPool2D, attrs: Attrs{Kernel: 2}, in: [][]int{{2, 3, 5, 6}}, capN: 3,
+		bwd: []bwdStep{{op: AvgPool2DGrad, args: []ref{dyOf(0)}}}},
+	{name: "avgpool2d/k3s2p1", op: AvgPool2D, attrs: Attrs{Kernel: 3, Stride: 2, Padding: 1}, in: [][]int{{2, 2, 7, 6}},
+		bwd: []bwdStep{{op: AvgPool2DGrad, args: []ref{dyOf(0)}}}},
+	{name: "avgpool2d/k2s1p1", op: AvgPool2D, attrs: Attrs{Kernel: 2, Stride: 1, Padding: 1}, in: [][]int{{1, 2, 3, 4}}, capN: 2,
+		bwd: []bwdStep{{op: AvgPool2DGrad, args: []ref{dyOf(0)}}}},
+	{name: "global_avgpool2d", op: GlobalAvgPool2D, in: [][]int{{3, 4, 3, 2}}, capN: 5,
+		bwd: []bwdStep{{op: GlobalAvgPool2DGrad, args: []ref{dyOf(0)}}}},
+
+	{name: "sigmoid", op: Sigmoid, in: [][]int{{3, 4, 2}}, capN: 4,
+		bwd: []bwdStep{{op: SigmoidGrad, args: []ref{dyOf(0), outOf(0)}}}},
+	{name: "tanh", op: Tanh, in: [][]int{{3, 5}}, capN: 4,
+		bwd: []bwdStep{{op: TanhGrad, args: []ref{dyOf(0), outOf(0)}}}},
+	{name: "leaky_relu", op: LeakyReLU, attrs: Attrs{NegativeSlope: 0.01}, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,
+		bwd: []bwdStep{{op: LeakyReLUGrad, args: []ref{dyOf(0), inOf(0)}}}},
+	{name: "leaky_relu/slope-0.3", op: LeakyReLU, attrs: Attrs{NegativeSlope: -0.3}, in: [][]int{{2, 5}}, awayFromZero: true,
+		bwd: []bwdStep{{op: LeakyReLUGrad, args: []ref{dyOf(0), inOf(0)}}}},
+
+	// The gradients of the elementwise binary ops, as the engine builds
+	// them: Scale passes dy on (negated for Sub's b), Mul multiplies it by
+	// the other operand.
+	{name: "add", op: Add, in: [][]int{{3, 2, 2}, {3, 2, 2}}, capN: 4, bwd: []bwdStep{
+		{op: Scale, args: []ref{dyOf(0)}, wrt: 0, attrs: &Attrs{Alpha: 1}},
+		{op: Scale, args: []ref{dyOf(0)}, wrt: 1, attrs: &Attrs{Alpha: 1}}}},
+	{name: "sub", op: Sub, in: [][]int{{3, 4}, {3, 4}}, capN: 4, bwd: []bwdStep{
+		{op: Scale, args: []ref{dyOf(0)}, wrt: 0, attrs: &Attrs{Alpha: 1}},
+		{op: Scale, args: []ref{dyOf(0)}, wrt: 1, attrs: &Attrs{Alpha: -1}}}},
+	{name: "mul", op: Mul, in: [][]int{{3, 4}, {3, 4}}, capN: 5, bwd: []bwdStep{
+		{op: Mul, args: []ref{dyOf(0), inOf(1)}, wrt: 0},
+		{op: Mul, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
+	{name: "scale", op: Scale, attrs: Attrs{Alpha: -2.5}, in: [][]int{{3, 2, 2}}, capN: 4,
+		bwd: []bwdStep{{op: Scale, args: []ref{dyOf(0)}}}},
+}
+
+// bnCase is a training-mode batch norm gradient check: inputs x, stats
+// (derived from x), gamma and beta (nil for affine=False).
+func bnCase(name string, in [][]int, capN int) gradCase {
+	ch := in[0][1]
+	gs := []int{2, ch}
+	bwd := []bwdStep{
+		{op: BatchNormGradStats, args: []ref{dyOf(0), inOf(0), outOf(1)}, tmp: gs},
+		{op: BatchNormGradInput, args: []ref{dyOf(0), inOf(0), outOf(1), tmpOf(0), inOf(2)}, wrt: 0},
+	}
+	if in[2] != nil {
+		bwd = append(bwd,
+			bwdStep{op: BatchNormGradGamma, args: []ref{tmpOf(0), outOf(1)}, wrt: 2},
+			bwdStep{op: BatchNormGradBeta, args: []ref{tmpOf(0)}, wrt: 3})
+	}
+	return gradCase{name: name, op: BatchNormNorm, attrs: Attrs{Eps: 1e-5}, in: in, capN: capN,
+		derive: []deriveStep{{op: BatchNormStats, args: []ref{inOf(0)}, in: 1}}, bwd: bwd}
 }
 
 func convBwd(bias bool) []bwdStep {
 	s := []bwdStep{
-		{Conv2DGradInput, []ref{dyOf(0), inOf(1)}, 0},
-		{Conv2DGradWeight, []ref{dyOf(0), inOf(0)}, 1},
+		{op: Conv2DGradInput, args: []ref{dyOf(0), inOf(1)}, wrt: 0},
+		{op: Conv2DGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1},
 	}
 	if bias {
-		s = append(s, bwdStep{Conv2DGradBias, []ref{dyOf(0)}, 2})
+		s = append(s, bwdStep{op: Conv2DGradBias, args: []ref{dyOf(0)}, wrt: 2})
 	}
 	return s
 }
 
 func linearBwd(bias bool) []bwdStep {
 	s := []bwdStep{
-		{LinearGradInput, []ref{dyOf(0), inOf(1)}, 0},
-		{LinearGradWeight, []ref{dyOf(0), inOf(0)}, 1},
+		{op: LinearGradInput, args: []ref{dyOf(0), inOf(1)}, wrt: 0},
+		{op: LinearGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1},
 	}
 	if bias {
-		s = append(s, bwdStep{LinearGradBias, []ref{dyOf(0)}, 2})
+		s = append(s, bwdStep{op: LinearGradBias, args: []ref{dyOf(0)}, wrt: 2})
 	}
 	return s
 }
 
-func isLoss(op Op) bool { return op == NLLLoss || op == CrossEntropy }
+func isLoss(op Op) bool { return op == NLLLoss || op == CrossEntropy || op == MSELoss }
 
 // idxIn reports whether forward input i of op holds indices.
-func idxIn(op Op, i int) bool { return isLoss(op) && i == 1 }
+func idxIn(op Op, i int) bool { return (op == NLLLoss || op == CrossEntropy) && i == 1 }
 
 // idxOut reports whether forward output i of op holds indices.
 func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 }
 
 // batchedIn reports whether forward input i of op has the batch as its
-// first dimension (weights and biases do not).
-func batchedIn(op Op, i int) bool { return i == 0 || idxIn(op, i) }
+// first dimension (weights, biases and per-channel statistics do not).
+func batchedIn(op Op, i int) bool {
+	switch op {
+	case MSELoss, Add, Sub, Mul:
+		return true
+	}
+	return i == 0 || idxIn(op, i)
+}
 
-// batchedOut reports whether forward output i of op is batched (losses are
-// not).
-func batchedOut(op Op, i int) bool { return !(isLoss(op) && i == 0) }
+// batchedOut reports whether forward output i of op is batched (losses and
+// per-channel statistics are not).
+func batchedOut(op Op, i int) bool {
+	switch {
+	case isLoss(op) && i == 0, op == BatchNormStats, op == BatchNormNorm && i == 1:
+		return false
+	}
+	return true
+}
+
+// accumulates reports whether backward op honours Attrs.Accumulate (a
+// parameter gradient).
+func accumulates(op Op) bool {
+	switch op {
+	case Conv2DGradWeight, Conv2DGradBias, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta:
+		return true
+	}
+	return false
+}
 
 // A fixture holds the buffers of one gradCase in T.
 type fixture[T Float] struct {
@@ -123,8 +238,10 @@ type fixture[T Float] struct {
 	c       *Ctx[T]
 	in, out []*Buf[T]
 	dy      *Buf[T]     // cotangent of output 0
+	din     [][]*Buf[T] // per derive step
 	bin     [][]*Buf[T] // per backward step
 	bout    []*Buf[T]
+	tmps    []*Buf[T] // the outputs of the backward steps with tmp set
 	work    []T
 }
 
@@ -190,6 +307,11 @@ func newFixture[T Float](t testing.TB, gc *gradCase, k *[NumOps]Kernel[T]) *fixt
 			}
 		} else {
 			fillInput(r, b.Data[:b.Len()], i == 0 && gc.distinct, i == 0 && gc.awayFromZero)
+			if slices.Contains(gc.positive, i) {
+				for j, v := range b.Data[:b.Len()] {
+					b.Data[j] = T(0.1 + 0.9*math.Abs(float64(v)))
+				}
+			}
 		}
 		f.in = append(f.in, b)
 		capIn = append(capIn, capShape(s, batchedIn(gc.op, i), capN))
@@ -201,10 +323,9 @@ func newFixture[T Float](t testing.TB, gc *gradCase, k *[NumOps]Kernel[T]) *fixt
 	f.dy = newBuf[T](outShapes[0], batchedOut(gc.op, 0), capN, false)
 	fillInput(r, f.dy.Data[:f.dy.Len()], false, false)
 	ws := Workspace(gc.op, &gc.attrs, capIn, capOut)
-	for _, st := range gc.bwd {
-		var args []*Buf[T]
-		var argShapes [][]int
-		for _, a := range st.args {
+	var capTmp [][]int
+	resolve := func(refs []ref) (args []*Buf[T], argShapes [][]int) {
+		for _, a := range refs {
 			var b *Buf[T]
 			var s []int
 			switch a.kind {
@@ -214,14 +335,33 @@ func newFixture[T Float](t testing.TB, gc *gradCase, k *[NumOps]Kernel[T]) *fixt
 				b, s = f.in[a.i], capIn[a.i]
 			case 'o':
 				b, s = f.out[a.i], capOut[a.i]
+			case 't':
+				b, s = f.tmps[a.i], capTmp[a.i]
 			}
 			args = append(args, b)
 			argShapes = append(argShapes, s)
 		}
-		o := newBuf[T](gc.in[st.wrt], batchedIn(gc.op, st.wrt), capN, false)
+		return args, argShapes
+	}
+	for _, d := range gc.derive {
+		args, argShapes := resolve(d.args)
+		f.din = append(f.din, args)
+		ws = max(ws, Workspace(d.op, &gc.attrs, argShapes, [][]int{capIn[d.in]}))
+	}
+	for _, st := range gc.bwd {
+		args, argShapes := resolve(st.args)
+		var o *Buf[T]
+		var os []int
+		if st.tmp != nil {
+			o, os = newBuf[T](st.tmp, false, capN, false), st.tmp
+			f.tmps = append(f.tmps, o)
+			capTmp = append(capTmp, os)
+		} else {
+			o, os = newBuf[T](gc.in[st.wrt], batchedIn(gc.op, st.wrt), capN, false), capIn[st.wrt]
+		}
 		f.bin = append(f.bin, args)
 		f.bout = append(f.bout, o)
-		ws = max(ws, Workspace(st.op, &gc.attrs, argShapes, [][]int{capIn[st.wrt]}))
+		ws = max(ws, Workspace(st.op, st.attrsOr(&gc.attrs), argShapes, [][]int{os}))
 	}
 	f.work = make([]T, ws)
 	f.c.Work = f.work
@@ -246,20 +386,39 @@ func fillInput[T Float](r *rand.Rand, s []T, distinct, awayFromZero bool) {
 	}
 }
 
-// forward runs the forward kernel, reseeding the RNG so that dropout draws
-// the same mask every time.
+// forward runs the derive steps and the forward kernel, reseeding the RNG
+// so that dropout draws the same mask every time.
 func (f *fixture[T]) forward() {
 	if f.gc.op.Info().Random {
 		f.c.RNG = rand.New(rand.NewPCG(11, 13))
+	}
+	for i, d := range f.gc.derive {
+		fillNaN(f.work)
+		f.k[d.op](f.c, &f.gc.attrs, f.din[i], []*Buf[T]{f.in[d.in]})
 	}
 	fillNaN(f.work)
 	f.k[f.gc.op](f.c, &f.gc.attrs, f.in, f.out)
 }
 
-// backward runs backward step i with attrs a.
+// attrsOr returns the step's own attrs, or a when it has none.
+func (st *bwdStep) attrsOr(a *Attrs) *Attrs {
+	if st.attrs != nil {
+		return st.attrs
+	}
+	return a
+}
+
+// backward runs backward step i with attrs a (the step's own, if it has
+// them, with a's Accumulate).
 func (f *fixture[T]) backward(i int, a *Attrs) {
+	st := &f.gc.bwd[i]
+	if st.attrs != nil {
+		sa := *st.attrs
+		sa.Accumulate = a.Accumulate
+		a = &sa
+	}
 	fillNaN(f.work)
-	f.k[f.gc.bwd[i].op](f.c, a, f.bin[i], []*Buf[T]{f.bout[i]})
+	f.k[st.op](f.c, a, f.bin[i], []*Buf[T]{f.bout[i]})
 }
 
 // objective is Σ dy ⊙ out[0] over the live elements.

@@ -8,8 +8,10 @@ import (
 )
 
 // ops_golden.json holds PyTorch 1.13's float64 forward and backward values
-// of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy and softmax
-// on small random inputs; testdata/gen_ops_golden.py writes it.
+// of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy, softmax,
+// batch_norm, avg_pool2d, adaptive_avg_pool2d, sigmoid, tanh, leaky_relu,
+// add, sub, mul, scaling and mse_loss on small random inputs;
+// testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
 	Shape []int
@@ -17,12 +19,25 @@ type goldenTensor struct {
 }
 
 type opsGoldenCase struct {
-	Name, Op                string
-	Stride, Padding, Kernel int
-	X, W, B, Y, Dy, Dx, Dw  *goldenTensor
-	Db, Idx, Target, Probs  *goldenTensor
-	Logp, Loss, Dloss       *goldenTensor
-	Dlogp                   *goldenTensor
+	Name, Op                        string
+	Stride, Padding, Kernel, Groups int
+	Eps, Momentum, Alpha            float64
+	LabelSmoothing                  float64 `json:"label_smoothing"`
+	NegativeSlope                   float64 `json:"negative_slope"`
+	X, W, B, Y, Dy, Dx, Dw          *goldenTensor
+	Db, Idx, Target, Probs          *goldenTensor
+	Logp, Loss, Dloss               *goldenTensor
+	Dlogp                           *goldenTensor
+	Other, Dother                   *goldenTensor
+	Gamma, Beta, Dgamma, Dbeta      *goldenTensor
+	RunningMean                     *goldenTensor `json:"running_mean"`
+	RunningVar                      *goldenTensor `json:"running_var"`
+	RunningMeanOut                  *goldenTensor `json:"running_mean_out"`
+	RunningVarOut                   *goldenTensor `json:"running_var_out"`
+	Tracked                         *goldenTensor
+	TrackedOut                      *goldenTensor `json:"tracked_out"`
+	XEval                           *goldenTensor `json:"x_eval"`
+	YEval                           *goldenTensor `json:"y_eval"`
 }
 
 func loadJSON(t *testing.T, name string, v any) {
@@ -110,7 +125,7 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	switch g.Op {
 	case "conv2d":
-		a := &Attrs{Stride: g.Stride, Padding: g.Padding}
+		a := &Attrs{Stride: g.Stride, Padding: g.Padding, Groups: g.Groups}
 		x, w, b, dy := fromGolden[T](g.X), fromGolden[T](g.W), fromGolden[T](g.B), fromGolden[T](g.Dy)
 		y := zeroBuf[T](g.Y.Shape)
 		call(k, c, Conv2D, a, []*Buf[T]{x, w, b}, []*Buf[T]{y})
@@ -155,7 +170,7 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		call(k, c, LogSoftmaxGrad, a, []*Buf[T]{dlogp, logp}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
 	case "cross_entropy":
-		a := &Attrs{}
+		a := &Attrs{LabelSmoothing: g.LabelSmoothing}
 		c.LossScale = 1 / float64(g.X.Shape[0])
 		x, target, dloss := fromGolden[T](g.X), idxFromGolden[T](g.Target), fromGolden[T](g.Dloss)
 		loss, probs := zeroBuf[T]([]int{1}), zeroBuf[T](g.X.Shape)
@@ -173,7 +188,109 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		expectClose(t, "y", y, g.Y, tol)
 		call(k, c, SoftmaxGrad, a, []*Buf[T]{dy, y}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
+	case "mse_loss":
+		a := &Attrs{}
+		c.LossScale = 1 / float64(g.X.Shape[0]) // reduction="mean"
+		x, target, dloss := fromGolden[T](g.X), fromGolden[T](g.Target), fromGolden[T](g.Dloss)
+		loss, dx := zeroBuf[T]([]int{1}), zeroBuf[T](g.X.Shape)
+		call(k, c, MSELoss, a, []*Buf[T]{x, target}, []*Buf[T]{loss})
+		expectClose(t, "loss", loss, g.Loss, tol)
+		call(k, c, MSELossGrad, a, []*Buf[T]{dloss, x, target}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+	case "batch_norm":
+		runBatchNormGolden(t, g, k, c, tol)
+	case "avgpool2d":
+		a := &Attrs{Kernel: g.Kernel, Stride: g.Stride, Padding: g.Padding}
+		runUnaryGolden(t, g, k, c, a, AvgPool2D, AvgPool2DGrad, false, tol)
+	case "global_avgpool2d":
+		runUnaryGolden(t, g, k, c, &Attrs{}, GlobalAvgPool2D, GlobalAvgPool2DGrad, false, tol)
+	case "sigmoid":
+		runUnaryGolden(t, g, k, c, &Attrs{}, Sigmoid, SigmoidGrad, true, tol)
+	case "tanh":
+		runUnaryGolden(t, g, k, c, &Attrs{}, Tanh, TanhGrad, true, tol)
+	case "leaky_relu":
+		runUnaryGolden(t, g, k, c, &Attrs{NegativeSlope: g.NegativeSlope}, LeakyReLU, LeakyReLUGrad, false, tol)
+	case "scale":
+		a := &Attrs{Alpha: g.Alpha}
+		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
+		y, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape)
+		call(k, c, Scale, a, []*Buf[T]{x}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		call(k, c, Scale, a, []*Buf[T]{dy}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+	case "add", "sub", "mul":
+		op := map[string]Op{"add": Add, "sub": Sub, "mul": Mul}[g.Op]
+		x, other, dy := fromGolden[T](g.X), fromGolden[T](g.Other), fromGolden[T](g.Dy)
+		y, dx, dother := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape), zeroBuf[T](g.X.Shape)
+		call(k, c, op, &Attrs{}, []*Buf[T]{x, other}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		// The gradients as the engine builds them.
+		if op == Mul {
+			call(k, c, Mul, &Attrs{}, []*Buf[T]{dy, other}, []*Buf[T]{dx})
+			call(k, c, Mul, &Attrs{}, []*Buf[T]{dy, x}, []*Buf[T]{dother})
+		} else {
+			call(k, c, Scale, &Attrs{Alpha: 1}, []*Buf[T]{dy}, []*Buf[T]{dx})
+			alpha := 1.0
+			if op == Sub {
+				alpha = -1
+			}
+			call(k, c, Scale, &Attrs{Alpha: alpha}, []*Buf[T]{dy}, []*Buf[T]{dother})
+		}
+		expectClose(t, "dx", dx, g.Dx, tol)
+		expectClose(t, "dother", dother, g.Dother, tol)
 	default:
 		t.Fatalf("unknown golden op %q", g.Op)
 	}
+}
+
+// runUnaryGolden checks a one-input op and its gradient, which reads dy
+// and either the forward output (fromY) or nothing else (the pools) or the
+// forward input.
+func runUnaryGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T], c *Ctx[T], a *Attrs, fwd, bwd Op, fromY bool, tol float64) {
+	x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
+	y, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape)
+	call(k, c, fwd, a, []*Buf[T]{x}, []*Buf[T]{y})
+	expectClose(t, "y", y, g.Y, tol)
+	in := []*Buf[T]{dy}
+	switch {
+	case fromY:
+		in = append(in, y)
+	case bwd.Info().NumIn == 2:
+		in = append(in, x)
+	}
+	call(k, c, bwd, a, in, []*Buf[T]{dx})
+	expectClose(t, "dx", dx, g.Dx, tol)
+}
+
+// runBatchNormGolden checks a training-mode batch norm step (forward,
+// backward, running statistics) and evaluation mode with the updated
+// running statistics, as the engine composes the ops.
+func runBatchNormGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T], c *Ctx[T], tol float64) {
+	a := &Attrs{Eps: g.Eps, BNMomentum: g.Momentum}
+	ch := g.X.Shape[1]
+	x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
+	gamma, beta := fromGolden[T](g.Gamma), fromGolden[T](g.Beta)
+	stats, save, gstats := zeroBuf[T]([]int{3, ch}), zeroBuf[T]([]int{3, ch}), zeroBuf[T]([]int{2, ch})
+	y, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape)
+	call(k, c, BatchNormStats, a, []*Buf[T]{x}, []*Buf[T]{stats})
+	call(k, c, BatchNormNorm, a, []*Buf[T]{x, stats, gamma, beta}, []*Buf[T]{y, save})
+	expectClose(t, "y", y, g.Y, tol)
+	call(k, c, BatchNormGradStats, a, []*Buf[T]{dy, x, save}, []*Buf[T]{gstats})
+	call(k, c, BatchNormGradInput, a, []*Buf[T]{dy, x, save, gstats, gamma}, []*Buf[T]{dx})
+	expectClose(t, "dx", dx, g.Dx, tol)
+	if gamma != nil {
+		dgamma, dbeta := zeroBuf[T]([]int{ch}), zeroBuf[T]([]int{ch})
+		call(k, c, BatchNormGradGamma, a, []*Buf[T]{gstats, save}, []*Buf[T]{dgamma})
+		expectClose(t, "dgamma", dgamma, g.Dgamma, tol)
+		call(k, c, BatchNormGradBeta, a, []*Buf[T]{gstats}, []*Buf[T]{dbeta})
+		expectClose(t, "dbeta", dbeta, g.Dbeta, tol)
+	}
+	rm, rv, tracked := fromGolden[T](g.RunningMean), fromGolden[T](g.RunningVar), fromGolden[T](g.Tracked)
+	call(k, c, BatchNormRunning, a, []*Buf[T]{save, rm, rv, tracked}, nil)
+	expectClose(t, "running_mean", rm, g.RunningMeanOut, tol)
+	expectClose(t, "running_var", rv, g.RunningVarOut, tol)
+	expectClose(t, "num_batches_tracked", tracked, g.TrackedOut, 0)
+	xe, ye := fromGolden[T](g.XEval), zeroBuf[T](g.YEval.Shape)
+	call(k, c, BatchNormEval, a, []*Buf[T]{xe, rm, rv, gamma, beta}, []*Buf[T]{ye})
+	expectClose(t, "y_eval", ye, g.YEval, tol)
 }

@@ -12,19 +12,21 @@ func TestGradCheckCoversOps(t *testing.T) {
 	bwd := map[Op]bool{}
 	for _, gc := range gradCases {
 		fwd[gc.op] = true
+		for _, d := range gc.derive {
+			fwd[d.op] = true
+		}
 		for _, st := range gc.bwd {
 			bwd[st.op] = true
 		}
 	}
 	for op := Op(1); int(op) < NumOps; op++ {
-		if op.Info().Forward && !fwd[op] {
+		info := op.Info()
+		if info.Forward && !fwd[op] {
 			t.Errorf("forward op %v has no gradient check", op)
 		}
-	}
-	for _, op := range []Op{Conv2DGradInput, Conv2DGradWeight, Conv2DGradBias, LinearGradInput,
-		LinearGradWeight, LinearGradBias, ReLUGrad, MaxPool2DGrad, DropoutGrad, Dropout2DGrad,
-		LogSoftmaxGrad, SoftmaxGrad, NLLLossGrad, CrossEntropyGrad} {
-		if !bwd[op] {
+		// Every op that is neither a forward op nor an in-place update is
+		// a backward op.
+		if !info.Forward && !info.InPlace && !bwd[op] {
 			t.Errorf("backward op %v is not exercised by any gradient check", op)
 		}
 	}
@@ -49,12 +51,15 @@ func TestGradCheck(t *testing.T) {
 				f.backward(i, &gc.attrs)
 				checkWritten(t, st.op.String(), f.bout[i])
 				analytic[i] = append([]float64(nil), f.bout[i].Data[:f.bout[i].Len()]...)
-				if st.op == Conv2DGradWeight || st.op == Conv2DGradBias || st.op == LinearGradWeight || st.op == LinearGradBias {
+				if accumulates(st.op) {
 					checkAccumulate(t, f, i, analytic[i])
 				}
 			}
 			const h = 1e-5
 			for i, st := range gc.bwd {
+				if st.tmp != nil {
+					continue // an intermediate, not a gradient
+				}
 				x := f.in[st.wrt].Data[:f.in[st.wrt].Len()]
 				maxErr := 0.0
 				for j := range x {

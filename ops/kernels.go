@@ -8,7 +8,8 @@ import "unsafe"
 // Every kernel writes all live elements of its outputs (weight and bias
 // gradients with Attrs.Accumulate add into them instead), so outputs need
 // no clearing beforehand. The elementwise and row-wise kernels (ReLU,
-// ReLUGrad, Add, Dropout, Dropout2D, DropoutGrad, Dropout2DGrad,
+// ReLUGrad, Sigmoid, SigmoidGrad, Tanh, TanhGrad, LeakyReLU, LeakyReLUGrad,
+// Add, Sub, Mul, Scale, Dropout, Dropout2D, DropoutGrad, Dropout2DGrad,
 // LogSoftmax, Softmax, LogSoftmaxGrad, SoftmaxGrad) may write output 0 over
 // input 0; every other kernel needs outputs distinct from its inputs.
 var Kernels32 = kernels[float32]()
@@ -31,6 +32,20 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		Softmax:      softmax[T],
 		NLLLoss:      nllLoss[T],
 		CrossEntropy: crossEntropy[T],
+		MSELoss:      mseLoss[T],
+
+		BatchNormStats:  batchNormStats[T],
+		BatchNormNorm:   batchNormNorm[T],
+		BatchNormEval:   batchNormEval[T],
+		AvgPool2D:       avgPool2D[T],
+		GlobalAvgPool2D: globalAvgPool2D[T],
+		Sigmoid:         sigmoid[T],
+		Tanh:            tanh[T],
+		LeakyReLU:       leakyReLU[T],
+		Add:             add[T],
+		Sub:             sub[T],
+		Mul:             mul[T],
+		Scale:           scale[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],
@@ -46,7 +61,19 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		SoftmaxGrad:      softmaxGrad[T],
 		NLLLossGrad:      nllLossGrad[T],
 		CrossEntropyGrad: crossEntropyGrad[T],
-		Add:              add[T],
+		MSELossGrad:      mseLossGrad[T],
+
+		BatchNormGradStats:  batchNormGradStats[T],
+		BatchNormGradGamma:  batchNormGradGamma[T],
+		BatchNormGradBeta:   batchNormGradBeta[T],
+		BatchNormGradInput:  batchNormGradInput[T],
+		AvgPool2DGrad:       avgPool2DGrad[T],
+		GlobalAvgPool2DGrad: globalAvgPool2DGrad[T],
+		SigmoidGrad:         sigmoidGrad[T],
+		TanhGrad:            tanhGrad[T],
+		LeakyReLUGrad:       leakyReLUGrad[T],
+
+		BatchNormRunning: batchNormRunning[T],
 
 		SGDStep:  sgdStep[T],
 		AdamStep: adamStep[T],

@@ -45,18 +45,29 @@ func nllLossGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 }
 
 // crossEntropy: in logits[N,C], target[N] (Idx); out loss[1] =
-// -LossScale·Σᵢ log_softmax(logits)[i, targetᵢ] and probs[N,C] =
+// LossScale·Σᵢ ((1-ε)·(-logpᵢ[targetᵢ]) + ε·mean_c(-logpᵢ[c])), logp =
+// log_softmax(logits), ε = Attrs.LabelSmoothing, and probs[N,C] =
 // softmax(logits).
 func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, t, probs := in[0], in[1], out[1]
 	n, k := x.Shape[0], x.Shape[1]
-	var loss float64
+	eps := labelSmoothing(a)
+	var loss float64 // Σ log-likelihoods, negated at the end
 	for i, ti := range t.Idx[:n] {
 		checkTarget(CrossEntropy, ti, k)
 		xr, pr := x.Data[i*k:][:k], probs.Data[i*k:][:k]
 		m := rowMax(xr)
 		s := expSum(xr, m)
-		loss += float64(xr[ti]-m) - math.Log(s)
+		ls := math.Log(s)
+		if eps == 0 {
+			loss += float64(xr[ti]-m) - ls
+		} else {
+			var sx float64 // Σ_c logp[c] + C·ls
+			for _, v := range xr {
+				sx += float64(v - m)
+			}
+			loss += (1-eps)*(float64(xr[ti]-m)-ls) + eps*(sx/float64(k)-ls)
+		}
 		inv := 1 / s
 		for j, v := range xr {
 			pr[j] = T(math.Exp(float64(v-m)) * inv)
@@ -66,19 +77,67 @@ func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 }
 
 // crossEntropyGrad: in dloss[1], probs[N,C], target[N] (Idx); out dx[N,C] =
-// LossScale·dloss·(probs - onehot(target)).
+// LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)), ε =
+// Attrs.LabelSmoothing.
 func crossEntropyGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	probs, t, dx := in[1], in[2], out[0]
 	n, k := probs.Shape[0], probs.Shape[1]
 	g := T(c.LossScale * float64(in[0].Data[0]))
+	eps := labelSmoothing(a)
+	off, hit := T(eps/float64(k)), T(1-eps+eps/float64(k))
 	for i, ti := range t.Idx[:n] {
 		checkTarget(CrossEntropyGrad, ti, k)
 		pr, dr := probs.Data[i*k:][:k], dx.Data[i*k:][:k]
-		for j, p := range pr {
-			dr[j] = g * p
+		if eps == 0 {
+			for j, p := range pr {
+				dr[j] = g * p
+			}
+		} else {
+			for j, p := range pr {
+				dr[j] = g * (p - off)
+			}
 		}
-		dr[ti] = g * (pr[ti] - 1)
+		dr[ti] = g * (pr[ti] - hit)
 	}
+}
+
+// mseLoss: in pred[N,...], target[N,...]; out loss[1] = LossScale·Σₙ
+// mean over sample n's D elements of (pred - target)², summed in float64.
+func mseLoss[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	p := live(in[0])
+	t := in[1].Data[:len(p)]
+	var s float64
+	for i, v := range p {
+		d := float64(v) - float64(t[i])
+		s += d * d
+	}
+	if len(p) > 0 {
+		s /= float64(prod(in[0].Shape[1:]))
+	}
+	setLoss(a, out[0], c.LossScale*s)
+}
+
+// mseLossGrad: in dloss[1], pred[N,...], target[N,...]; out dpred =
+// LossScale·dloss·2·(pred - target)/D, D the elements per sample.
+func mseLossGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	p := live(in[1])
+	t := in[2].Data[:len(p)]
+	dx := out[0].Data[:len(p)]
+	if len(p) == 0 {
+		return
+	}
+	g := T(2 * c.LossScale * float64(in[0].Data[0]) / float64(prod(in[1].Shape[1:])))
+	for i, v := range p {
+		dx[i] = g * (v - t[i])
+	}
+}
+
+// labelSmoothing is a's LabelSmoothing; a may be nil.
+func labelSmoothing(a *Attrs) float64 {
+	if a == nil {
+		return 0
+	}
+	return a.LabelSmoothing
 }
 
 func checkTarget(op Op, t int32, classes int) {

@@ -28,8 +28,9 @@ const (
 
 	// Forward ops.
 
-	// Conv2D: in x[N,C,H,W], w[O,C,KH,KW], optional b[O]; out y[N,O,OH,OW].
-	// Attrs: Stride, Padding.
+	// Conv2D: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
+	// y[N,O,OH,OW]. Attrs: Stride, Padding, Groups (G; 0 or 1 is an
+	// ungrouped convolution; C and O must be multiples of G).
 	Conv2D
 	// Linear: in x[N,I], w[O,I], optional b[O]; out y[N,O] = x·wᵀ + b.
 	Linear
@@ -55,19 +56,68 @@ const (
 	// -Ctx.LossScale · Σᵢ logp[i, targetᵢ].
 	NLLLoss
 	// CrossEntropy: in logits[N,C], target[N] (Idx); out loss[1] =
-	// -Ctx.LossScale · Σᵢ log_softmax(logits)[i, targetᵢ], and probs[N,C] =
-	// softmax(logits), kept for the backward pass.
+	// Ctx.LossScale · Σᵢ ((1-ε)·(-logpᵢ[targetᵢ]) + ε·mean_c(-logpᵢ[c])),
+	// logp = log_softmax(logits), and probs[N,C] = softmax(logits), kept
+	// for the backward pass. Attrs: LabelSmoothing (ε, 0 = none).
 	CrossEntropy
+	// MSELoss: in pred[N,...], target[N,...] (same shape, floats); out
+	// loss[1] = Ctx.LossScale · Σₙ mean over sample n's elements of
+	// (pred - target)². With LossScale 1/N it is PyTorch's mse_loss with
+	// reduction="mean".
+	MSELoss
 
-	// NLLLoss and CrossEntropy honour Attrs.Accumulate: when set they add
-	// the loss into their output instead of overwriting it.
+	// NLLLoss, CrossEntropy and MSELoss honour Attrs.Accumulate: when set
+	// they add the loss into their output instead of overwriting it.
+
+	// BatchNormStats: in x[N,C,...]; out stats[3,C]: per channel, row 0 is
+	// Σx, row 1 Σx², row 2 the count N·L (L = prod(...), 1 for [N,C]),
+	// summed in float64. The engine may all-reduce (sum) stats across
+	// devices before BatchNormNorm uses them (SyncBatchNorm).
+	BatchNormStats
+	// BatchNormNorm: in x[N,C,...], stats[3,C] (from BatchNormStats),
+	// optional gamma[C], optional beta[C]; out y (x's shape) and save[3,C]
+	// = (mean, biased variance, count) per channel, derived from stats in
+	// float64 (variance Σx²/count - mean², clamped at 0; mean and variance
+	// 0 when count is 0). y = (x-mean)/sqrt(var+Eps)·gamma + beta; an
+	// absent gamma is 1, an absent beta 0 (affine=False). Attrs: Eps.
+	BatchNormNorm
+	// BatchNormEval: in x[N,C,...], running_mean[C], running_var[C],
+	// optional gamma[C], optional beta[C]; out y = (x-running_mean) /
+	// sqrt(running_var+Eps)·gamma + beta. Attrs: Eps.
+	BatchNormEval
+	// AvgPool2D: in x[N,C,H,W]; out y[N,C,OH,OW], the mean of each window
+	// over Kernel×Kernel elements, padding included (PyTorch's
+	// count_include_pad=True, floor mode). Attrs: Kernel, Stride (0 =
+	// Kernel), Padding (at most Kernel/2).
+	AvgPool2D
+	// GlobalAvgPool2D: in x[N,C,H,W]; out y[N,C,1,1], the mean of each
+	// H×W plane (adaptive_avg_pool2d(x, 1)).
+	GlobalAvgPool2D
+	// Sigmoid: in x; out y = 1/(1+exp(-x)).
+	Sigmoid
+	// Tanh: in x; out y = tanh(x).
+	Tanh
+	// LeakyReLU: in x; out y = x where x > 0, else NegativeSlope·x. Attrs:
+	// NegativeSlope (used as given; PyTorch's default is 0.01).
+	LeakyReLU
+	// Add: in a, b (same shape); out a + b. Also sums the gradients of a
+	// value used twice.
+	Add
+	// Sub: in a, b (same shape); out a - b.
+	Sub
+	// Mul: in a, b (same shape); out a·b, elementwise.
+	Mul
+	// Scale: in x; out Alpha·x. Attrs: Alpha.
+	Scale
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
 
-	// Conv2DGradInput: in dy[N,O,OH,OW], w[O,C,KH,KW]; out dx[N,C,H,W].
+	// Conv2DGradInput: in dy[N,O,OH,OW], w[O,C/G,KH,KW]; out dx[N,C,H,W].
+	// Attrs: as Conv2D.
 	Conv2DGradInput
-	// Conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C,KH,KW].
+	// Conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C/G,KH,KW].
+	// Attrs: as Conv2D.
 	Conv2DGradWeight
 	// Conv2DGradBias: in dy[N,O,OH,OW]; out db[O].
 	Conv2DGradBias
@@ -92,11 +142,60 @@ const (
 	SoftmaxGrad
 	// NLLLossGrad: in dloss[1], target[N] (Idx); out dx[N,C].
 	NLLLossGrad
-	// CrossEntropyGrad: in dloss[1], probs[N,C], target[N] (Idx); out dx[N,C].
+	// CrossEntropyGrad: in dloss[1], probs[N,C], target[N] (Idx); out
+	// dx[N,C] = LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)).
+	// Attrs: LabelSmoothing (ε).
 	CrossEntropyGrad
-	// Add: in a, b (same shape); out a + b. Sums gradients of a value used
-	// twice.
-	Add
+	// MSELossGrad: in dloss[1], pred[N,...], target[N,...]; out dpred =
+	// LossScale·dloss·2·(pred - target)/D, D the elements per sample.
+	MSELossGrad
+	// BatchNormGradStats: in dy[N,C,...], x[N,C,...], save[3,C] (from
+	// BatchNormNorm); out gstats[2,C]: row 0 Σdy, row 1 Σdy·(x-mean), per
+	// channel, summed in float64. Under SyncBatchNorm the engine may
+	// all-reduce (sum) gstats before the ops below use it.
+	BatchNormGradStats
+	// BatchNormGradGamma: in gstats[2,C], save[3,C]; out dgamma[C] =
+	// gstats[1]/sqrt(var+Eps). Attrs: Eps.
+	BatchNormGradGamma
+	// BatchNormGradBeta: in gstats[2,C]; out dbeta[C] = gstats[0].
+	BatchNormGradBeta
+	// BatchNormGradInput: in dy, x, save[3,C], gstats[2,C], optional
+	// gamma[C]; out dx = gamma·invstd·(dy - gstats[0]/M -
+	// (x-mean)·invstd²·gstats[1]/M), invstd = 1/sqrt(var+Eps), M = save's
+	// count (an absent gamma is 1). Attrs: Eps.
+	BatchNormGradInput
+	// AvgPool2DGrad: in dy[N,C,OH,OW]; out dx[N,C,H,W]. Attrs: as
+	// AvgPool2D.
+	AvgPool2DGrad
+	// GlobalAvgPool2DGrad: in dy[N,C,1,1]; out dx[N,C,H,W] = dy/(H·W).
+	GlobalAvgPool2DGrad
+	// SigmoidGrad: in dy, y (the Sigmoid output); out dx = dy·y·(1-y).
+	SigmoidGrad
+	// TanhGrad: in dy, y (the Tanh output); out dx = dy·(1-y²).
+	TanhGrad
+	// LeakyReLUGrad: in dy, x (the LeakyReLU input); out dx = dy where
+	// x > 0, else NegativeSlope·dy. Attrs: NegativeSlope.
+	LeakyReLUGrad
+
+	// The gradients of Add, Sub, Mul and Scale are Scale (dy, or -dy with
+	// Alpha -1, or Alpha·dy) and Mul (dy·b, dy·a).
+
+	// In-place updates of non-trainable state: no outputs.
+
+	// BatchNormRunning: in save[3,C] (from BatchNormNorm), running_mean[C],
+	// running_var[C], num_batches_tracked[1]; updates the last three in
+	// place, as PyTorch's training-mode batch_norm with momentum m:
+	//
+	//	running_mean = (1-m)·running_mean + m·mean
+	//	running_var  = (1-m)·running_var  + m·var·count/(count-1)
+	//	num_batches_tracked += 1
+	//
+	// m is Attrs.BNMomentum, or 1/num_batches_tracked (after the
+	// increment) when BNMomentum is negative (PyTorch's momentum=None, a
+	// cumulative average). A count of 0 changes nothing; a count of 1
+	// updates the mean and the counter but not the variance (PyTorch
+	// refuses to train with one value per channel).
+	BatchNormRunning
 
 	// Optimizer ops update their inputs in place and have no outputs.
 
@@ -118,11 +217,15 @@ const NumOps = int(numOps)
 // Info describes an op's signature.
 type Info struct {
 	Name    string
-	NumIn   int  // inputs, counting an optional bias
+	NumIn   int  // inputs, counting optional ones
 	NumOut  int  // outputs
 	Forward bool // has a shape rule
 	// OptionalLast is true when the last input may be absent (a bias).
 	OptionalLast bool
+	// Optional has bit i set when input i may be absent: nil, or left off
+	// the end of the inputs together with every input after it. It
+	// includes the last input when OptionalLast is set.
+	Optional uint32
 	// Alias is true when output 0 shares input 0's storage (a view).
 	Alias bool
 	// InPlace is true when the op updates its inputs (optimizer steps).
@@ -132,34 +235,75 @@ type Info struct {
 }
 
 var infos = [NumOps]Info{
-	Conv2D:           {Name: "conv2d", NumIn: 3, NumOut: 1, Forward: true, OptionalLast: true},
-	Linear:           {Name: "linear", NumIn: 3, NumOut: 1, Forward: true, OptionalLast: true},
-	ReLU:             {Name: "relu", NumIn: 1, NumOut: 1, Forward: true},
-	MaxPool2D:        {Name: "maxpool2d", NumIn: 1, NumOut: 2, Forward: true},
-	Dropout:          {Name: "dropout", NumIn: 1, NumOut: 2, Forward: true, Random: true},
-	Dropout2D:        {Name: "dropout2d", NumIn: 1, NumOut: 2, Forward: true, Random: true},
-	Flatten:          {Name: "flatten", NumIn: 1, NumOut: 1, Forward: true, Alias: true},
-	LogSoftmax:       {Name: "log_softmax", NumIn: 1, NumOut: 1, Forward: true},
-	Softmax:          {Name: "softmax", NumIn: 1, NumOut: 1, Forward: true},
-	NLLLoss:          {Name: "nll_loss", NumIn: 2, NumOut: 1, Forward: true},
-	CrossEntropy:     {Name: "cross_entropy", NumIn: 2, NumOut: 2, Forward: true},
-	Conv2DGradInput:  {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
-	Conv2DGradWeight: {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
-	Conv2DGradBias:   {Name: "conv2d_grad_bias", NumIn: 1, NumOut: 1},
-	LinearGradInput:  {Name: "linear_grad_input", NumIn: 2, NumOut: 1},
-	LinearGradWeight: {Name: "linear_grad_weight", NumIn: 2, NumOut: 1},
-	LinearGradBias:   {Name: "linear_grad_bias", NumIn: 1, NumOut: 1},
-	ReLUGrad:         {Name: "relu_grad", NumIn: 2, NumOut: 1},
-	MaxPool2DGrad:    {Name: "maxpool2d_grad", NumIn: 2, NumOut: 1},
-	DropoutGrad:      {Name: "dropout_grad", NumIn: 2, NumOut: 1},
-	Dropout2DGrad:    {Name: "dropout2d_grad", NumIn: 2, NumOut: 1},
-	LogSoftmaxGrad:   {Name: "log_softmax_grad", NumIn: 2, NumOut: 1},
-	SoftmaxGrad:      {Name: "softmax_grad", NumIn: 2, NumOut: 1},
-	NLLLossGrad:      {Name: "nll_loss_grad", NumIn: 2, NumOut: 1},
-	CrossEntropyGrad: {Name: "cross_entropy_grad", NumIn: 3, NumOut: 1},
-	Add:              {Name: "add", NumIn: 2, NumOut: 1},
-	SGDStep:          {Name: "sgd_step", NumIn: 3, NumOut: 0, InPlace: true},
-	AdamStep:         {Name: "adam_step", NumIn: 4, NumOut: 0, InPlace: true},
+	Conv2D:          {Name: "conv2d", NumIn: 3, NumOut: 1, Forward: true, OptionalLast: true, Optional: 1 << 2},
+	Linear:          {Name: "linear", NumIn: 3, NumOut: 1, Forward: true, OptionalLast: true, Optional: 1 << 2},
+	ReLU:            {Name: "relu", NumIn: 1, NumOut: 1, Forward: true},
+	MaxPool2D:       {Name: "maxpool2d", NumIn: 1, NumOut: 2, Forward: true},
+	Dropout:         {Name: "dropout", NumIn: 1, NumOut: 2, Forward: true, Random: true},
+	Dropout2D:       {Name: "dropout2d", NumIn: 1, NumOut: 2, Forward: true, Random: true},
+	Flatten:         {Name: "flatten", NumIn: 1, NumOut: 1, Forward: true, Alias: true},
+	LogSoftmax:      {Name: "log_softmax", NumIn: 1, NumOut: 1, Forward: true},
+	Softmax:         {Name: "softmax", NumIn: 1, NumOut: 1, Forward: true},
+	NLLLoss:         {Name: "nll_loss", NumIn: 2, NumOut: 1, Forward: true},
+	CrossEntropy:    {Name: "cross_entropy", NumIn: 2, NumOut: 2, Forward: true},
+	MSELoss:         {Name: "mse_loss", NumIn: 2, NumOut: 1, Forward: true},
+	BatchNormStats:  {Name: "batch_norm_stats", NumIn: 1, NumOut: 1, Forward: true},
+	BatchNormNorm:   {Name: "batch_norm_norm", NumIn: 4, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<2 | 1<<3},
+	BatchNormEval:   {Name: "batch_norm_eval", NumIn: 5, NumOut: 1, Forward: true, OptionalLast: true, Optional: 1<<3 | 1<<4},
+	AvgPool2D:       {Name: "avgpool2d", NumIn: 1, NumOut: 1, Forward: true},
+	GlobalAvgPool2D: {Name: "global_avgpool2d", NumIn: 1, NumOut: 1, Forward: true},
+	Sigmoid:         {Name: "sigmoid", NumIn: 1, NumOut: 1, Forward: true},
+	Tanh:            {Name: "tanh", NumIn: 1, NumOut: 1, Forward: true},
+	LeakyReLU:       {Name: "leaky_relu", NumIn: 1, NumOut: 1, Forward: true},
+	Add:             {Name: "add", NumIn: 2, NumOut: 1, Forward: true},
+	Sub:             {Name: "sub", NumIn: 2, NumOut: 1, Forward: true},
+	Mul:             {Name: "mul", NumIn: 2, NumOut: 1, Forward: true},
+	Scale:           {Name: "scale", NumIn: 1, NumOut: 1, Forward: true},
+
+	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
+	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
+	Conv2DGradBias:      {Name: "conv2d_grad_bias", NumIn: 1, NumOut: 1},
+	LinearGradInput:     {Name: "linear_grad_input", NumIn: 2, NumOut: 1},
+	LinearGradWeight:    {Name: "linear_grad_weight", NumIn: 2, NumOut: 1},
+	LinearGradBias:      {Name: "linear_grad_bias", NumIn: 1, NumOut: 1},
+	ReLUGrad:            {Name: "relu_grad", NumIn: 2, NumOut: 1},
+	MaxPool2DGrad:       {Name: "maxpool2d_grad", NumIn: 2, NumOut: 1},
+	DropoutGrad:         {Name: "dropout_grad", NumIn: 2, NumOut: 1},
+	Dropout2DGrad:       {Name: "dropout2d_grad", NumIn: 2, NumOut: 1},
+	LogSoftmaxGrad:      {Name: "log_softmax_grad", NumIn: 2, NumOut: 1},
+	SoftmaxGrad:         {Name: "softmax_grad", NumIn: 2, NumOut: 1},
+	NLLLossGrad:         {Name: "nll_loss_grad", NumIn: 2, NumOut: 1},
+	CrossEntropyGrad:    {Name: "cross_entropy_grad", NumIn: 3, NumOut: 1},
+	MSELossGrad:         {Name: "mse_loss_grad", NumIn: 3, NumOut: 1},
+	BatchNormGradStats:  {Name: "batch_norm_grad_stats", NumIn: 3, NumOut: 1},
+	BatchNormGradGamma:  {Name: "batch_norm_grad_gamma", NumIn: 2, NumOut: 1},
+	BatchNormGradBeta:   {Name: "batch_norm_grad_beta", NumIn: 1, NumOut: 1},
+	BatchNormGradInput:  {Name: "batch_norm_grad_input", NumIn: 5, NumOut: 1, OptionalLast: true, Optional: 1 << 4},
+	AvgPool2DGrad:       {Name: "avgpool2d_grad", NumIn: 1, NumOut: 1},
+	GlobalAvgPool2DGrad: {Name: "global_avgpool2d_grad", NumIn: 1, NumOut: 1},
+	SigmoidGrad:         {Name: "sigmoid_grad", NumIn: 2, NumOut: 1},
+	TanhGrad:            {Name: "tanh_grad", NumIn: 2, NumOut: 1},
+	LeakyReLUGrad:       {Name: "leaky_relu_grad", NumIn: 2, NumOut: 1},
+
+	BatchNormRunning: {Name: "batch_norm_running", NumIn: 4, NumOut: 0, InPlace: true},
+
+	SGDStep:  {Name: "sgd_step", NumIn: 3, NumOut: 0, InPlace: true},
+	AdamStep: {Name: "adam_step", NumIn: 4, NumOut: 0, InPlace: true},
+}
+
+// MayOmit reports whether input i may be absent.
+func (i Info) MayOmit(in int) bool {
+	return in >= 0 && in < i.NumIn && (i.Optional>>uint(in)&1 != 0 || i.OptionalLast && in == i.NumIn-1)
+}
+
+// MinIn is the fewest inputs the op may be given: its inputs up to the
+// last one that may not be absent.
+func (i Info) MinIn() int {
+	n := i.NumIn
+	for n > 0 && i.MayOmit(n-1) {
+		n--
+	}
+	return n
 }
 
 // Info returns op's signature.
@@ -182,14 +326,30 @@ func (op Op) String() string {
 // the fields its doc comment names.
 type Attrs struct {
 	// Stride, Padding: Conv2D and its gradients. Kernel and Stride:
-	// MaxPool2D. A zero Stride is PyTorch's default: 1 for Conv2D, Kernel
-	// for MaxPool2D.
+	// MaxPool2D. Kernel, Stride and Padding: AvgPool2D. A zero Stride is
+	// PyTorch's default: 1 for Conv2D, Kernel for the pools.
 	Stride, Padding int
 	Kernel          int
-	P               float64
-	Accumulate      bool // weight and bias gradients and losses add into their output
+	// Groups: Conv2D and its gradients; 0 and 1 both mean ungrouped.
+	Groups     int
+	P          float64
+	Accumulate bool // weight and bias gradients and losses add into their output
 
-	// Optimizer hyper-parameters.
+	// LabelSmoothing: CrossEntropy and CrossEntropyGrad, in [0, 1].
+	LabelSmoothing float64
+	// NegativeSlope: LeakyReLU and LeakyReLUGrad, used as given (the
+	// script layer supplies PyTorch's default, 0.01).
+	NegativeSlope float64
+	// Alpha: Scale's factor.
+	Alpha float64
+	// BNMomentum: BatchNormRunning's momentum, PyTorch's meaning (the
+	// weight of the new batch; PyTorch's default is 0.1), used as given; a
+	// negative value means a cumulative average (momentum=None). Eps
+	// (below) is also the batch-norm ops' epsilon (PyTorch's default 1e-5),
+	// used as given.
+	BNMomentum float64
+
+	// Optimizer hyper-parameters. Eps is also the batch-norm ops'.
 	LR, Momentum, Dampening, WeightDecay float64
 	Nesterov                             bool
 	Beta1, Beta2, Eps                    float64

@@ -159,3 +159,89 @@ func maxPool2DGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		}
 	}
 }
+
+// avgPool2D: in x[N,C,H,W]; out y[N,C,OH,OW], each the sum of its
+// Kernel×Kernel window over Kernel² (padding counts as zeros, as PyTorch's
+// count_include_pad=True; floor mode, so no window reaches past the
+// padding).
+func avgPool2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, y := in[0], out[0]
+	h, w := x.Shape[2], x.Shape[3]
+	oh, ow := y.Shape[2], y.Shape[3]
+	k, s, p := a.Kernel, poolStride(a), a.Padding
+	hw, ohw := h*w, oh*ow
+	inv := 1 / float64(k*k)
+	for q := 0; q < x.Shape[0]*x.Shape[1]; q++ {
+		xp := x.Data[q*hw:][:hw]
+		yp := y.Data[q*ohw:][:ohw]
+		for oy := 0; oy < oh; oy++ {
+			y0, y1 := max(oy*s-p, 0), min(oy*s-p+k, h)
+			for ox := 0; ox < ow; ox++ {
+				x0, x1 := max(ox*s-p, 0), min(ox*s-p+k, w)
+				var sum T
+				for iy := y0; iy < y1; iy++ {
+					for _, v := range xp[iy*w+x0 : iy*w+x1] {
+						sum += v
+					}
+				}
+				yp[oy*ow+ox] = T(float64(sum) * inv)
+			}
+		}
+	}
+}
+
+// avgPool2DGrad: in dy[N,C,OH,OW]; out dx[N,C,H,W]: each window's dy over
+// Kernel² added into the window's elements inside the input.
+func avgPool2DGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, dx := in[0], out[0]
+	h, w := dx.Shape[2], dx.Shape[3]
+	oh, ow := dy.Shape[2], dy.Shape[3]
+	k, s, p := a.Kernel, poolStride(a), a.Padding
+	hw, ohw := h*w, oh*ow
+	inv := 1 / float64(k*k)
+	planes := dy.Shape[0] * dy.Shape[1]
+	clear(dx.Data[:planes*hw])
+	for q := 0; q < planes; q++ {
+		dxp := dx.Data[q*hw:][:hw]
+		dyp := dy.Data[q*ohw:][:ohw]
+		for oy := 0; oy < oh; oy++ {
+			y0, y1 := max(oy*s-p, 0), min(oy*s-p+k, h)
+			for ox := 0; ox < ow; ox++ {
+				x0, x1 := max(ox*s-p, 0), min(ox*s-p+k, w)
+				g := T(float64(dyp[oy*ow+ox]) * inv)
+				for iy := y0; iy < y1; iy++ {
+					addScalar(dxp[iy*w+x0:iy*w+x1], g)
+				}
+			}
+		}
+	}
+}
+
+// globalAvgPool2D: in x[N,C,H,W]; out y[N,C,1,1], the mean of each plane
+// (summed in float64).
+func globalAvgPool2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, y := in[0], out[0]
+	planes, hw := x.Shape[0]*x.Shape[1], x.Shape[2]*x.Shape[3]
+	inv := 1 / float64(hw)
+	for q := range y.Data[:planes] {
+		var s float64
+		for _, v := range x.Data[q*hw:][:hw] {
+			s += float64(v)
+		}
+		y.Data[q] = T(s * inv)
+	}
+}
+
+// globalAvgPool2DGrad: in dy[N,C,1,1]; out dx[N,C,H,W] = dy/(H·W).
+func globalAvgPool2DGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, dx := in[0], out[0]
+	planes, hw := dx.Shape[0]*dx.Shape[1], dx.Shape[2]*dx.Shape[3]
+	inv := 1 / float64(hw)
+	for q, g := range dy.Data[:planes] {
+		v := T(float64(g) * inv)
+		dp := dx.Data[q*hw:][:hw]
+		for i := range dp {
+			dp[i] = v
+		}
+	}
+}

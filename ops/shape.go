@@ -1,6 +1,9 @@
 package ops
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Infer returns the output shapes of forward op for input shapes in, or an
 // error that says what was expected and what came. in holds one shape per
@@ -18,15 +21,18 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 	if a == nil {
 		a = &Attrs{}
 	}
-	if len(in) != info.NumIn && !(info.OptionalLast && len(in) == info.NumIn-1) {
-		if info.OptionalLast {
-			return nil, fmt.Errorf("%v: got %d inputs, want %d or %d", op, len(in), info.NumIn-1, info.NumIn)
+	if minIn := info.MinIn(); len(in) < minIn || len(in) > info.NumIn {
+		switch minIn {
+		case info.NumIn:
+			return nil, fmt.Errorf("%v: got %d inputs, want %d", op, len(in), info.NumIn)
+		case info.NumIn - 1:
+			return nil, fmt.Errorf("%v: got %d inputs, want %d or %d", op, len(in), minIn, info.NumIn)
 		}
-		return nil, fmt.Errorf("%v: got %d inputs, want %d", op, len(in), info.NumIn)
+		return nil, fmt.Errorf("%v: got %d inputs, want %d to %d", op, len(in), minIn, info.NumIn)
 	}
 	for i, s := range in {
 		if s == nil {
-			if info.OptionalLast && i == info.NumIn-1 {
+			if info.MayOmit(i) {
 				continue
 			}
 			return nil, fmt.Errorf("%v: %s is missing", op, inputName(op, i))
@@ -75,6 +81,9 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 		}
 		return [][]int{clone(in[0])}, nil
 	case NLLLoss, CrossEntropy:
+		if op == CrossEntropy && !(a.LabelSmoothing >= 0 && a.LabelSmoothing <= 1) {
+			return nil, fmt.Errorf("cross_entropy: label_smoothing must be in [0, 1], got %v", a.LabelSmoothing)
+		}
 		x, t := in[0], in[1]
 		if len(x) != 2 {
 			return nil, fmt.Errorf("%v: input must be [N C], got %v", op, x)
@@ -89,8 +98,85 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 			return [][]int{{1}}, nil
 		}
 		return [][]int{{1}, clone(x)}, nil
+	case MSELoss:
+		p, t := in[0], in[1]
+		if !slices.Equal(p, t) {
+			return nil, fmt.Errorf("mse_loss: target shape %v differs from input shape %v", t, p)
+		}
+		return [][]int{{1}}, nil
+	case BatchNormStats, BatchNormNorm, BatchNormEval:
+		return inferBatchNorm(op, a, in)
+	case AvgPool2D:
+		return inferAvgPool2D(a, in[0])
+	case GlobalAvgPool2D:
+		x := in[0]
+		if len(x) != 4 {
+			return nil, fmt.Errorf("global_avgpool2d: input must be [N C H W], got %v", x)
+		}
+		return [][]int{{x[0], x[1], 1, 1}}, nil
+	case Sigmoid, Tanh, LeakyReLU, Scale:
+		return [][]int{clone(in[0])}, nil
+	case Add, Sub, Mul:
+		if !slices.Equal(in[0], in[1]) {
+			return nil, fmt.Errorf("%v: shapes %v and %v differ", op, in[0], in[1])
+		}
+		return [][]int{clone(in[0])}, nil
 	}
 	return nil, fmt.Errorf("%v: no shape rule", op)
+}
+
+// inferBatchNorm: x is [N C ...]; the per-channel inputs are [C] and the
+// statistics [3 C].
+func inferBatchNorm(op Op, a *Attrs, in [][]int) ([][]int, error) {
+	x := in[0]
+	if len(x) < 2 {
+		return nil, fmt.Errorf("%v: input must be [N C ...], got %v", op, x)
+	}
+	ch := x[1]
+	if op == BatchNormStats {
+		return [][]int{{3, ch}}, nil
+	}
+	if !(a.Eps >= 0) {
+		return nil, fmt.Errorf("%v: eps must not be negative, got %v", op, a.Eps)
+	}
+	for i, s := range in[1:] {
+		i++
+		want := []int{ch}
+		if op == BatchNormNorm && i == 1 {
+			want = []int{3, ch}
+		}
+		if s != nil && !slices.Equal(s, want) {
+			return nil, fmt.Errorf("%v: %s must be %v, one per channel of input %v, got %v", op, inputName(op, i), want, x, s)
+		}
+	}
+	if op == BatchNormNorm {
+		return [][]int{clone(x), {3, ch}}, nil
+	}
+	return [][]int{clone(x)}, nil
+}
+
+func inferAvgPool2D(a *Attrs, x []int) ([][]int, error) {
+	if len(x) != 4 {
+		return nil, fmt.Errorf("avgpool2d: input must be [N C H W], got %v", x)
+	}
+	k, s, p := a.Kernel, poolStride(a), a.Padding
+	if k < 1 {
+		return nil, fmt.Errorf("avgpool2d: kernel must be at least 1, got %d", k)
+	}
+	if s < 1 {
+		return nil, fmt.Errorf("avgpool2d: stride must be at least 1, got %d", s)
+	}
+	if p < 0 || 2*p > k {
+		return nil, fmt.Errorf("avgpool2d: padding must be between 0 and half the kernel (%d), got %d", k/2, p)
+	}
+	if x[2]+2*p < k || x[3]+2*p < k {
+		msg := fmt.Sprintf("avgpool2d: kernel %d does not fit input %d×%d", k, x[2], x[3])
+		if p > 0 {
+			msg += fmt.Sprintf(" with padding %d", p)
+		}
+		return nil, fmt.Errorf("%s", msg)
+	}
+	return [][]int{{x[0], x[1], (x[2]+2*p-k)/s + 1, (x[3]+2*p-k)/s + 1}}, nil
 }
 
 func inferConv2D(a *Attrs, in [][]int) ([][]int, error) {
@@ -101,8 +187,23 @@ func inferConv2D(a *Attrs, in [][]int) ([][]int, error) {
 	if len(w) != 4 {
 		return nil, fmt.Errorf("conv2d: weight must be [O C KH KW], got %v", w)
 	}
-	if x[1] != w[1] {
-		return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+	if g := a.Groups; g < 0 {
+		return nil, fmt.Errorf("conv2d: groups must be at least 1, got %d", g)
+	}
+	if g := convGroups(a); g == 1 {
+		if x[1] != w[1] {
+			return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+		}
+	} else {
+		if x[1]%g != 0 {
+			return nil, fmt.Errorf("conv2d: input channels %d are not divisible by groups %d (input shape %v)", x[1], g, x)
+		}
+		if w[0]%g != 0 {
+			return nil, fmt.Errorf("conv2d: output channels %d are not divisible by groups %d (weight shape %v)", w[0], g, w)
+		}
+		if x[1] != w[1]*g {
+			return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d per group × %d groups = %d (input shape %v, weight shape %v)", x[1], w[1], g, w[1]*g, x, w)
+		}
 	}
 	if b := optShape(in, 2); b != nil && (len(b) != 1 || b[0] != w[0]) {
 		return nil, fmt.Errorf("conv2d: bias must be [%d], one per output channel of weight %v, got %v", w[0], w, b)
@@ -173,8 +274,12 @@ func inputName(op Op, i int) string {
 	switch op {
 	case Conv2D, Linear:
 		return [...]string{"input", "weight", "bias"}[i]
-	case NLLLoss, CrossEntropy:
+	case NLLLoss, CrossEntropy, MSELoss:
 		return [...]string{"input", "target"}[i]
+	case BatchNormNorm:
+		return [...]string{"input", "stats", "weight", "bias"}[i]
+	case BatchNormEval:
+		return [...]string{"input", "running_mean", "running_var", "weight", "bias"}[i]
 	}
 	return "input"
 }
@@ -185,7 +290,8 @@ func inputName(op Op, i int) string {
 // ops need none.
 //
 // Conv2D, Conv2DGradInput and Conv2DGradWeight lower the whole batch into
-// one matrix multiply and need (C·KH·KW + O)·N·OH·OW elements.
+// one matrix multiply (one per group) and need (C/G·KH·KW + O)·N·OH·OW
+// elements, G the groups.
 func Workspace(op Op, a *Attrs, in, out [][]int) int {
 	switch op {
 	case Conv2D: // in x, w; out y
@@ -209,7 +315,11 @@ func convStride(a *Attrs) int {
 	return a.Stride
 }
 
-// poolStride is MaxPool2D's stride; 0 means PyTorch's default, the kernel.
+// convGroups is Conv2D's number of groups; 0 means 1.
+func convGroups(a *Attrs) int { return max(a.Groups, 1) }
+
+// poolStride is MaxPool2D's and AvgPool2D's stride; 0 means PyTorch's
+// default, the kernel.
 func poolStride(a *Attrs) int {
 	if a.Stride == 0 {
 		return a.Kernel

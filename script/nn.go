@@ -11,18 +11,61 @@ import (
 	"gorun/engine/spec"
 )
 
-// Layer is a declared layer as a Starlark value (nn.conv2d(...) and friends).
+// Layer is a declared layer as a Starlark value (nn.conv2d(...) and
+// friends). Calling it on tensors applies it: conv(x). A layer applied
+// twice shares its parameters.
 type Layer struct {
-	L spec.Layer
+	L *spec.Layer
 }
 
-var _ starlark.Value = (*Layer)(nil)
+var (
+	_ starlark.Value    = (*Layer)(nil)
+	_ starlark.Callable = (*Layer)(nil)
+)
 
 // String renders the layer as the call that would declare it.
 func (l *Layer) String() string {
 	var b strings.Builder
-	writeLayer(&b, &l.L)
+	writeLayer(&b, l.L)
 	return b.String()
+}
+
+// Name is the layer's kind, as calls name it in messages.
+func (l *Layer) Name() string { return "nn." + string(l.L.Kind) }
+
+// CallInternal applies the layer to its tensor argument: y = layer(x).
+func (l *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(kwargs) > 0 {
+		return nil, fmt.Errorf("%s: applying a layer takes tensors only, got keyword %s", l.Name(), kwargs[0][0])
+	}
+	if len(args) != 1 {
+		return nil, fmt.Errorf("%s: applying a layer takes one tensor, got %d arguments", l.Name(), len(args))
+	}
+	x, ok := args[0].(*Tensor)
+	if !ok {
+		return nil, fmt.Errorf("%s: got %s, want a tensor (such as data.input())", l.Name(), args[0].Type())
+	}
+	return x.tr.apply(position(thread), l.L, []*Tensor{x}, l.Name()+"(...)")
+}
+
+// newLayer makes a declared layer, noting the nn.module scope it was
+// declared in and its default name.
+func newLayer(thread *starlark.Thread, l spec.Layer) (*Layer, error) {
+	tr, err := traceOf(thread)
+	if err != nil {
+		return nil, err
+	}
+	sl := &spec.Layer{}
+	*sl = l
+	info := &layerInfo{scope: strings.Join(tr.scope, ".")}
+	if l.Name == "" {
+		key := info.scope + "\x00" + string(l.Kind)
+		info.auto = fmt.Sprintf("%s_%d", l.Kind, tr.named[key])
+		tr.named[key]++
+	}
+	tr.layers[sl] = info
+	tr.order = append(tr.order, sl)
+	return &Layer{L: sl}, nil
 }
 
 func writeLayer(b *strings.Builder, l *spec.Layer) {
@@ -30,10 +73,10 @@ func writeLayer(b *strings.Builder, l *spec.Layer) {
 	var args []string
 	switch l.Kind {
 	case spec.Sequential:
-		for i := range l.Layers {
-			var c strings.Builder
-			writeLayer(&c, &l.Layers[i])
-			args = append(args, c.String())
+		for _, c := range l.Layers {
+			var w strings.Builder
+			writeLayer(&w, c)
+			args = append(args, w.String())
 		}
 	case spec.Conv2D:
 		args = append(args, fmt.Sprint(l.In), fmt.Sprint(l.Out), fmt.Sprintf("kernel=%d", l.Kernel))
@@ -43,6 +86,9 @@ func writeLayer(b *strings.Builder, l *spec.Layer) {
 		if l.Padding != 0 {
 			args = append(args, fmt.Sprintf("padding=%d", l.Padding))
 		}
+		if l.Groups > 1 {
+			args = append(args, fmt.Sprintf("groups=%d", l.Groups))
+		}
 		if !l.Bias {
 			args = append(args, "bias=False")
 		}
@@ -51,13 +97,37 @@ func writeLayer(b *strings.Builder, l *spec.Layer) {
 		if !l.Bias {
 			args = append(args, "bias=False")
 		}
-	case spec.MaxPool2D:
+	case spec.MaxPool2D, spec.AvgPool2D:
 		args = append(args, fmt.Sprint(l.Kernel))
 		if l.Stride != l.Kernel {
 			args = append(args, fmt.Sprintf("stride=%d", l.Stride))
 		}
+		if l.Padding != 0 {
+			args = append(args, fmt.Sprintf("padding=%d", l.Padding))
+		}
 	case spec.Dropout, spec.Dropout2D:
 		args = append(args, fmt.Sprint(l.P))
+	case spec.LeakyReLU:
+		args = append(args, fmt.Sprint(l.Slope))
+	case spec.AdaptiveAvgPool2D:
+		args = append(args, "1")
+	case spec.BatchNorm1D, spec.BatchNorm2D:
+		args = append(args, fmt.Sprint(l.In))
+		if l.Eps != 1e-5 {
+			args = append(args, fmt.Sprintf("eps=%g", l.Eps))
+		}
+		if l.Momentum != 0.1 {
+			args = append(args, fmt.Sprintf("momentum=%g", l.Momentum))
+		}
+		if !l.Affine {
+			args = append(args, "affine=False")
+		}
+		if !l.TrackStats {
+			args = append(args, "track_running_stats=False")
+		}
+		if l.Sync {
+			args = append(args, "sync=True")
+		}
 	}
 	if l.Name != "" {
 		args = append(args, fmt.Sprintf("name=%q", l.Name))
@@ -81,16 +151,25 @@ func (l *Layer) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable type: 
 var nnModule = &starlarkstruct.Module{
 	Name: "nn",
 	Members: starlark.StringDict{
-		"sequential":  starlark.NewBuiltin("nn.sequential", nnSequential),
-		"conv2d":      starlark.NewBuiltin("nn.conv2d", nnConv2D),
-		"linear":      starlark.NewBuiltin("nn.linear", nnLinear),
-		"relu":        starlark.NewBuiltin("nn.relu", simpleLayer(spec.ReLU)),
-		"maxpool2d":   starlark.NewBuiltin("nn.maxpool2d", nnMaxPool2D),
-		"dropout":     starlark.NewBuiltin("nn.dropout", dropoutLayer(spec.Dropout)),
-		"dropout2d":   starlark.NewBuiltin("nn.dropout2d", dropoutLayer(spec.Dropout2D)),
-		"flatten":     starlark.NewBuiltin("nn.flatten", simpleLayer(spec.Flatten)),
-		"log_softmax": starlark.NewBuiltin("nn.log_softmax", simpleLayer(spec.LogSoftmax)),
-		"softmax":     starlark.NewBuiltin("nn.softmax", simpleLayer(spec.Softmax)),
+		"sequential":         starlark.NewBuiltin("nn.sequential", nnSequential),
+		"conv2d":             starlark.NewBuiltin("nn.conv2d", nnConv2D),
+		"linear":             starlark.NewBuiltin("nn.linear", nnLinear),
+		"relu":               starlark.NewBuiltin("nn.relu", simpleLayer(spec.ReLU)),
+		"maxpool2d":          starlark.NewBuiltin("nn.maxpool2d", nnMaxPool2D),
+		"dropout":            starlark.NewBuiltin("nn.dropout", dropoutLayer(spec.Dropout)),
+		"dropout2d":          starlark.NewBuiltin("nn.dropout2d", dropoutLayer(spec.Dropout2D)),
+		"flatten":            starlark.NewBuiltin("nn.flatten", simpleLayer(spec.Flatten)),
+		"log_softmax":        starlark.NewBuiltin("nn.log_softmax", simpleLayer(spec.LogSoftmax)),
+		"softmax":            starlark.NewBuiltin("nn.softmax", simpleLayer(spec.Softmax)),
+		"identity":           starlark.NewBuiltin("nn.identity", simpleLayer(spec.Identity)),
+		"sigmoid":            starlark.NewBuiltin("nn.sigmoid", simpleLayer(spec.Sigmoid)),
+		"tanh":               starlark.NewBuiltin("nn.tanh", simpleLayer(spec.Tanh)),
+		"leaky_relu":         starlark.NewBuiltin("nn.leaky_relu", nnLeakyReLU),
+		"avgpool2d":          starlark.NewBuiltin("nn.avgpool2d", nnAvgPool2D),
+		"adaptive_avgpool2d": starlark.NewBuiltin("nn.adaptive_avgpool2d", nnAdaptiveAvgPool2D),
+		"batchnorm1d":        starlark.NewBuiltin("nn.batchnorm1d", nnBatchNorm(spec.BatchNorm1D)),
+		"batchnorm2d":        starlark.NewBuiltin("nn.batchnorm2d", nnBatchNorm(spec.BatchNorm2D)),
+		"module":             starlark.NewBuiltin("nn.module", nnModuleScope),
 	},
 }
 
@@ -134,6 +213,8 @@ func nnSequential(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		switch v := a.(type) {
 		case *Layer:
 			seq.Layers = append(seq.Layers, v.L)
+		case *Tensor:
+			return nil, fmt.Errorf("%s: argument %d is a tensor; nn.sequential takes layers (apply the result to a tensor: nn.sequential(a, b)(x))", b.Name(), i+1)
 		case *starlark.List:
 			// nn.sequential([a, b, c]) is accepted too.
 			if len(args) != 1 {
@@ -153,22 +234,34 @@ func nnSequential(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if len(seq.Layers) == 0 {
 		return nil, fmt.Errorf("%s: needs at least one layer", b.Name())
 	}
-	return &Layer{L: seq}, nil
+	l, err := newLayer(thread, seq)
+	if err != nil {
+		return nil, err
+	}
+	tr, _ := traceOf(thread)
+	for i, c := range l.L.Layers {
+		info := tr.layers[c]
+		if info.parent != nil {
+			return nil, fmt.Errorf("%s: layer %d (%s) already belongs to the nn.sequential declared at %s; declare a new layer", b.Name(), i+1, c.Label(), info.parent.Pos)
+		}
+		info.parent, info.index = l.L, i
+	}
+	return l, nil
 }
 
 func nnConv2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var in, out, kernel int
-	stride, padding, bias := 1, 0, true
+	stride, padding, groups, bias := 1, 0, 1, true
 	var name layerName
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs,
 		"in_channels", &in, "out_channels", &out, "kernel", &kernel,
-		"stride?", &stride, "padding?", &padding, "bias?", &bias, "name?", &name); err != nil {
+		"stride?", &stride, "padding?", &padding, "groups?", &groups, "bias?", &bias, "name?", &name); err != nil {
 		return nil, err
 	}
 	for _, c := range []struct {
 		n string
 		v int
-	}{{"in_channels", in}, {"out_channels", out}, {"kernel", kernel}, {"stride", stride}} {
+	}{{"in_channels", in}, {"out_channels", out}, {"kernel", kernel}, {"stride", stride}, {"groups", groups}} {
 		if err := positive(b, c.n, c.v); err != nil {
 			return nil, err
 		}
@@ -176,8 +269,11 @@ func nnConv2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 	if padding < 0 {
 		return nil, fmt.Errorf("%s: padding must be ≥ 0, got %d", b.Name(), padding)
 	}
-	return &Layer{L: spec.Layer{Kind: spec.Conv2D, Name: string(name), Pos: position(thread),
-		In: in, Out: out, Kernel: kernel, Stride: stride, Padding: padding, Bias: bias}}, nil
+	if in%groups != 0 || out%groups != 0 {
+		return nil, fmt.Errorf("%s: in_channels %d and out_channels %d must both be divisible by groups %d", b.Name(), in, out, groups)
+	}
+	return newLayer(thread, spec.Layer{Kind: spec.Conv2D, Name: string(name), Pos: position(thread),
+		In: in, Out: out, Kernel: kernel, Stride: stride, Padding: padding, Groups: groups, Bias: bias})
 }
 
 func nnLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -194,16 +290,31 @@ func nnLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 	if err := positive(b, "out_features", out); err != nil {
 		return nil, err
 	}
-	return &Layer{L: spec.Layer{Kind: spec.Linear, Name: string(name), Pos: position(thread),
-		In: in, Out: out, Bias: bias}}, nil
+	return newLayer(thread, spec.Layer{Kind: spec.Linear, Name: string(name), Pos: position(thread),
+		In: in, Out: out, Bias: bias})
 }
 
 func nnMaxPool2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var kernel int
+	return poolLayer(thread, b, args, kwargs, spec.MaxPool2D)
+}
+
+func nnAvgPool2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return poolLayer(thread, b, args, kwargs, spec.AvgPool2D)
+}
+
+func poolLayer(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple, kind spec.LayerKind) (starlark.Value, error) {
+	var kernel, padding int
 	stride := starlark.Value(starlark.None)
 	var name layerName
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "kernel", &kernel, "stride?", &stride, "name?", &name); err != nil {
+	params := []any{"kernel", &kernel, "stride?", &stride}
+	if kind == spec.AvgPool2D {
+		params = append(params, "padding?", &padding)
+	}
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, append(params, "name?", &name)...); err != nil {
 		return nil, err
+	}
+	if padding < 0 || 2*padding > kernel {
+		return nil, fmt.Errorf("%s: padding must be between 0 and half the kernel (%d), got %d", b.Name(), kernel/2, padding)
 	}
 	if err := positive(b, "kernel", kernel); err != nil {
 		return nil, err
@@ -217,21 +328,119 @@ func nnMaxPool2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 			return nil, err
 		}
 	}
-	return &Layer{L: spec.Layer{Kind: spec.MaxPool2D, Name: string(name), Pos: position(thread), Kernel: kernel, Stride: s}}, nil
+	return newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), Kernel: kernel, Stride: s, Padding: padding})
+}
+
+// nnAdaptiveAvgPool2D is nn.adaptive_avgpool2d(1): each channel's mean,
+// [N, C, H, W] → [N, C, 1, 1]. Other output sizes are not planned.
+func nnAdaptiveAvgPool2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var size int
+	var name layerName
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "output_size", &size, "name?", &name); err != nil {
+		return nil, err
+	}
+	if size != 1 {
+		return nil, fmt.Errorf("%s: only output_size 1 (global average pooling) is supported, got %d", b.Name(), size)
+	}
+	return newLayer(thread, spec.Layer{Kind: spec.AdaptiveAvgPool2D, Name: string(name), Pos: position(thread)})
+}
+
+func nnLeakyReLU(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if x, rest, ok := tensorFirst(args); ok {
+		l, err := nnLeakyReLU(thread, b, rest, kwargs)
+		if err != nil {
+			return nil, err
+		}
+		return l.(*Layer).CallInternal(thread, starlark.Tuple{x}, nil)
+	}
+	slope := number(0.01)
+	var name layerName
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "negative_slope?", &slope, "name?", &name); err != nil {
+		return nil, err
+	}
+	return newLayer(thread, spec.Layer{Kind: spec.LeakyReLU, Name: string(name), Pos: position(thread), Slope: float64(slope)})
+}
+
+// nnBatchNorm declares nn.batchnorm1d / nn.batchnorm2d with PyTorch's
+// arguments; sync = True makes it a SyncBatchNorm.
+func nnBatchNorm(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var features int
+		eps, momentum := number(1e-5), number(0.1)
+		affine, track, sync := true, true, false
+		var name layerName
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "num_features", &features, "eps?", &eps, "momentum?", &momentum,
+			"affine?", &affine, "track_running_stats?", &track, "sync?", &sync, "name?", &name); err != nil {
+			return nil, err
+		}
+		if err := positive(b, "num_features", features); err != nil {
+			return nil, err
+		}
+		if eps <= 0 {
+			return nil, fmt.Errorf("%s: eps must be positive, got %g", b.Name(), float64(eps))
+		}
+		if momentum < 0 || momentum > 1 {
+			return nil, fmt.Errorf("%s: momentum must be in [0, 1], got %g", b.Name(), float64(momentum))
+		}
+		return newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), In: features,
+			Eps: float64(eps), Momentum: float64(momentum), Affine: affine, TrackStats: track, Sync: sync})
+	}
+}
+
+// nnModuleScope is nn.module(name, fn, *args, **kwargs): it calls fn with
+// the remaining arguments, and the layers fn declares are named under
+// name ("layer1.0" gives "layer1.0.conv1.weight"), as a PyTorch submodule
+// attribute would name them.
+func nnModuleScope(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) < 2 {
+		return nil, fmt.Errorf("%s: want nn.module(name, fn, *args, **kwargs), got %d positional arguments", b.Name(), len(args))
+	}
+	name, ok := starlark.AsString(args[0])
+	if !ok || name == "" || strings.ContainsAny(name, " \t\n") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
+		return nil, fmt.Errorf("%s: name: got %s, want a dotted name such as \"layer1.0\"", b.Name(), args[0].String())
+	}
+	fn, ok := args[1].(starlark.Callable)
+	if !ok {
+		return nil, fmt.Errorf("%s: fn: got %s, want a function", b.Name(), args[1].Type())
+	}
+	tr, err := traceOf(thread)
+	if err != nil {
+		return nil, err
+	}
+	tr.scope = append(tr.scope, name)
+	defer func() { tr.scope = tr.scope[:len(tr.scope)-1] }()
+	return starlark.Call(thread, fn, args[2:], kwargs)
+}
+
+// tensorFirst reports whether args starts with a tensor: nn.relu(x) applies
+// a new layer at once instead of declaring one.
+func tensorFirst(args starlark.Tuple) (*Tensor, starlark.Tuple, bool) {
+	if len(args) > 0 {
+		if x, ok := args[0].(*Tensor); ok {
+			return x, args[1:], true
+		}
+	}
+	return nil, args, false
 }
 
 func simpleLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		x, args, apply := tensorFirst(args)
 		var name layerName
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "name?", &name); err != nil {
 			return nil, err
 		}
-		return &Layer{L: spec.Layer{Kind: kind, Name: string(name), Pos: position(thread)}}, nil
+		l, err := newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread)})
+		if err != nil || !apply {
+			return l, err
+		}
+		return l.CallInternal(thread, starlark.Tuple{x}, nil)
 	}
 }
 
 func dropoutLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		x, args, apply := tensorFirst(args)
 		p := number(0.5)
 		var name layerName
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "p?", &p, "name?", &name); err != nil {
@@ -240,7 +449,11 @@ func dropoutLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin,
 		if p < 0 || p > 1 {
 			return nil, fmt.Errorf("%s: p must be in [0, 1], got %g", b.Name(), float64(p))
 		}
-		return &Layer{L: spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), P: float64(p)}}, nil
+		l, err := newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), P: float64(p)})
+		if err != nil || !apply {
+			return l, err
+		}
+		return l.CallInternal(thread, starlark.Tuple{x}, nil)
 	}
 }
 

@@ -226,6 +226,8 @@ func (l *loader) predeclared() starlark.StringDict {
 
 // loader resolves load() statements.
 type loader struct {
+	// trace records the model the script builds from tensors.
+	trace    *trace
 	opts     options
 	cache    map[string]*loadEntry
 	resolved []string

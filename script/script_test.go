@@ -117,11 +117,11 @@ func TestSpecValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(errorText(err))
 	}
-	if s.Model.Kind != spec.Sequential || len(s.Model.Layers) != 5 {
+	if len(s.Model.Nodes) != 1 || s.Model.Nodes[0].Layer.Kind != spec.Sequential || len(s.Model.Nodes[0].Layer.Layers) != 5 {
 		t.Fatalf("model = %+v", s.Model)
 	}
-	c := s.Model.Layers[0]
-	if c.Kind != spec.Conv2D || c.Name != "conv1" || c.In != 1 || c.Out != 10 || c.Kernel != 5 || c.Stride != 1 || !c.Bias {
+	c := s.Model.Nodes[0].Layer.Layers[0]
+	if c.Kind != spec.Conv2D || c.Name != "conv1" || c.Path != "conv1" || c.In != 1 || c.Out != 10 || c.Kernel != 5 || c.Stride != 1 || !c.Bias {
 		t.Errorf("conv1 = %+v", c)
 	}
 	if c.Pos != "/w/train.star:8:14" {

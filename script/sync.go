@@ -11,12 +11,12 @@ import (
 
 var allreduceMaker = &configMaker{
 	name:   "sync.allreduce",
-	params: []string{"op?", "bucket_mb?", "overlap?"},
+	params: []string{"op?", "bucket_mb?", "overlap?", "broadcast_buffers?"},
 	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
 		op := "mean"
 		bucket := number(25)
-		overlap := true
-		if err := unpack(name, kwargs, "op?", &op, "bucket_mb?", &bucket, "overlap?", &overlap); err != nil {
+		overlap, broadcast := true, true
+		if err := unpack(name, kwargs, "op?", &op, "bucket_mb?", &bucket, "overlap?", &overlap, "broadcast_buffers?", &broadcast); err != nil {
 			return nil, err
 		}
 		if op != "mean" && op != "sum" {
@@ -25,7 +25,7 @@ var allreduceMaker = &configMaker{
 		if bucket <= 0 {
 			return nil, fmt.Errorf("%s: bucket_mb must be positive, got %g", name, float64(bucket))
 		}
-		return spec.Sync{Kind: spec.SyncAllReduce, Op: op, BucketMB: float64(bucket), Overlap: overlap, Pos: position(thread)}, nil
+		return spec.Sync{Kind: spec.SyncAllReduce, Op: op, BucketMB: float64(bucket), Overlap: overlap, BroadcastBuffers: broadcast, Pos: position(thread)}, nil
 	},
 }
 

@@ -71,14 +71,21 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
 		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, OnNonFinite: onNonFinite, Pos: position(thread),
 	}
+	tr, err := traceOf(thread)
+	if err != nil {
+		return nil, err
+	}
 	switch m := model.(type) {
 	case *Layer:
-		s.Model = m.L
-		if m.L.Kind != spec.Sequential {
-			s.Model = spec.Layer{Kind: spec.Sequential, Pos: m.L.Pos, Layers: []spec.Layer{m.L}}
-		}
+		s.Model = spec.SequentialModel(m.L)
+		err = tr.resolve(m.L)
+	case *Tensor:
+		s.Model, err = tr.model(m)
 	default:
-		return nil, fmt.Errorf("%s: model: got %s, want a layer such as nn.sequential(...)", b.Name(), model.Type())
+		return nil, fmt.Errorf("%s: model: got %s, want a layer such as nn.sequential(...) or the tensor a model computes from data.input()", b.Name(), model.Type())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: model: %w", b.Name(), err)
 	}
 	if loss != "nll" && loss != "cross_entropy" {
 		return nil, fmt.Errorf("%s: loss must be \"nll\" or \"cross_entropy\", got %q", b.Name(), loss)
@@ -99,7 +106,7 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		return nil, err
 	}
 	if syncV == starlark.None {
-		s.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: 25, Overlap: true, Pos: s.Pos}
+		s.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: 25, Overlap: true, BroadcastBuffers: true, Pos: s.Pos}
 	} else if s.Sync, err = configOf[spec.Sync](b, "sync", syncV, "sync.allreduce(...), sync.parameter_server(...), sync.local_sgd(...) or sync.none()"); err != nil {
 		return nil, err
 	}

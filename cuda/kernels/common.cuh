@@ -14,6 +14,34 @@
 // the most threads a block of theirs may have (the ABI says exactly 256).
 #define GORUN_RED 256
 
+// gorun_block_sum returns, in thread 0, the sum of the block's threads' v,
+// added in a fixed order, so the result is the same run to run: thread u
+// adds the values of threads 16u … 16u+15, then thread 0 adds those 16
+// sums (two short serial runs, three barriers). red is a __shared__ array
+// of GORUN_RED doubles; every thread must call it; blockDim.x must be at
+// most GORUN_RED (any count, not only a multiple of 16). red may be reused
+// after it returns; other threads get an unspecified value.
+#define GORUN_RED_FAN 16
+__device__ __forceinline__ double gorun_block_sum(double* red, double v) {
+  unsigned int t = threadIdx.x, nt = blockDim.x;
+  red[t] = v;
+  __syncthreads();
+  unsigned int lo = t * GORUN_RED_FAN;
+  if (lo < nt) {
+    double s = red[lo];
+    for (unsigned int j = lo + 1; j < lo + GORUN_RED_FAN && j < nt; j++) s += red[j];
+    red[lo] = s; // only this thread reads or writes red[lo … lo+15]
+  }
+  __syncthreads();
+  double s = 0;
+  if (t == 0) {
+    s = red[0];
+    for (unsigned int j = GORUN_RED_FAN; j < nt; j += GORUN_RED_FAN) s += red[j];
+  }
+  __syncthreads();
+  return s;
+}
+
 // gorun_mix64 is splitmix64's output function (a bijective 64-bit mixer).
 __device__ __forceinline__ unsigned long long gorun_mix64(unsigned long long z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -46,7 +46,7 @@ var Names = []string{
 	"gorun_scale", "gorun_accumulate", "gorun_axpy",
 	"gorun_dropout", "gorun_dropout2d", "gorun_dropout_grad", "gorun_dropout2d_grad",
 	"gorun_im2col", "gorun_col2im", "gorun_onl_to_nol", "gorun_nol_to_onl",
-	"gorun_bias_add", "gorun_bias_grad",
+	"gorun_bias_add", "gorun_bias_grad", "gorun_bias_partial", "gorun_bias_finish",
 	"gorun_maxpool2d", "gorun_maxpool2d_grad",
 	"gorun_log_softmax", "gorun_softmax", "gorun_log_softmax_grad", "gorun_softmax_grad",
 	"gorun_nll_loss", "gorun_nll_loss_grad", "gorun_cross_entropy", "gorun_cross_entropy_grad",

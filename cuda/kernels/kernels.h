@@ -1,7 +1,8 @@
 // kernels.h — the ABI of gorun's CUDA kernels (cuda/kernels).
 //
 // Every kernel is `extern "C" __global__`, named gorun_<name>, and takes only
-// float*, const float*, int* / const int* (int32), int, float and
+// float*, const float*, int* / const int* (int32), double* / const double*
+// (the split sums' partials, device scratch), int, float and
 // unsigned long long arguments, so the Go side launches them through the
 // driver API (cuModuleGetFunction on the embedded PTX, cuLaunchKernel) with
 // a plain argument list. All grids and blocks are one-dimensional.
@@ -14,7 +15,10 @@
 //   kernel has a static __shared__ array of 256 entries and reduces in a
 //   fixed order, so the result is deterministic run to run).
 //   BLOCK_PER(m): grid m, block exactly 256, dynamic shared memory 0; block
-//   b does item b and reduces in a fixed order (deterministic).
+//   b does item b and reduces in a fixed order (deterministic). (These
+//   kernels loop over items with a grid stride and reduce correctly with
+//   any block of at most 256 threads; the result's bits depend on the
+//   block size, so the ABI fixes it.)
 // A kernel with a count of 0 (an empty batch) may be skipped by the caller;
 // launched anyway with grid 1 it writes nothing, except that reductions
 // write their (empty) sum, and losses 0 (or leave an accumulated loss as is).
@@ -39,9 +43,19 @@
 //                dcol[K, L] = Wᵀ · dyT; gorun_col2im(dcol → dx).
 //   grad weight: col = im2col(x); dw[O, K] = dyT · colᵀ (beta 1 to
 //                accumulate).
-//   grad bias:   gorun_bias_grad(dy, db, N, O, OH·OW, accumulate).
+//   grad bias:   the split sum below over dy[N, O, OH·OW].
 // Linear: y = x·wᵀ by cuBLAS, then gorun_bias_add(y, b, N, O, 1); bias grad
-// is gorun_bias_grad(dy, db, N, O, 1, accumulate).
+// is the split sum over dy[N, O, 1].
+//
+// Split sum (bias gradients, and the finiteness check over a flat vector as
+// [1, 1, len]): out[ch] = Σ_{n,k} x[n, ch, k] for x[N, C, plane], in double,
+// deterministic (no atomics). One block per channel is too few when C is
+// small and N·plane large, so each channel's N·plane elements, flattened in
+// (n, k) order, are cut into S chunks of `chunk` elements (S·chunk ≥
+// N·plane): S = 1 runs gorun_bias_grad alone; S > 1 runs
+// gorun_bias_partial (C·S blocks, one partial per chunk) and then
+// gorun_bias_finish (one block per channel adding its S partials). The Go
+// side picks S from N·plane (cuda/geometry.go, splitSum).
 // (Row-major X[m, n] = op(A)·op(B) is column-major Xᵀ = op(B)ᵀ·op(A)ᵀ:
 // cublasSgemm(handle, opB, opA, n, m, k, &alpha, B, ldb, A, lda, &beta, X,
 // n) with the row-major leading dimensions, as ops/matmul.go's arguments.)
@@ -126,10 +140,21 @@ GORUN_KERNEL gorun_nol_to_onl(const float* src, float* dst, int n, int o, int pl
 // linear: plane = 1, C = O). ELEMENTWISE(N·C·plane).
 GORUN_KERNEL gorun_bias_add(float* y, const float* b, int n, int c, int plane);
 // Bias grad (Conv2DGradBias, LinearGradBias): db[c] = Σ_{n,k} dy[n, c, k]
-// (summed in double), or db[c] += that when accumulate != 0.
-// BLOCK_PER(C).
+// (summed in double), or db[c] += (float)that when accumulate != 0.
+// BLOCK_PER(C). The split sum with S = 1.
 GORUN_KERNEL gorun_bias_grad(const float* dy, float* db, int n, int c, int plane,
                              int accumulate);
+// Split sum, phase 1 of 2: part[ch·S + j] = Σ (in double) of elements
+// [j·chunk, min((j+1)·chunk, N·plane)) of channel ch, element i of the
+// channel being dy[(i/plane·C + ch)·plane + i%plane]; an empty range gives
+// 0. BLOCK_PER(C·S): block b is chunk j = b mod S of channel ch = b / S.
+// part holds C·S doubles.
+GORUN_KERNEL gorun_bias_partial(const float* dy, double* part, int n, int c, int plane, int s,
+                                int chunk);
+// Split sum, phase 2 of 2: db[ch] = Σ_j part[ch·S + j] (in double, fixed
+// order, rounded once to float), or db[ch] += (float)that when
+// accumulate != 0. BLOCK_PER(C).
+GORUN_KERNEL gorun_bias_finish(const double* part, float* db, int c, int s, int accumulate);
 
 // ---- pooling ---------------------------------------------------------------
 
@@ -214,7 +239,9 @@ GORUN_KERNEL gorun_gather_rows_int(const int* src, const int* idx, int* dst, int
 GORUN_KERNEL gorun_count_correct(const float* x, const int* target, int* count, int n, int c,
                                  int accumulate);
 // out[0] = Σ x[i] summed in double in a fixed order (rounded once to
-// float); with accumulate != 0, out[0] += that. ONE_BLOCK.
+// float); with accumulate != 0, out[0] += that. ONE_BLOCK. (The CUDA device
+// checks finiteness with the split sum instead, which spreads a long
+// vector over many blocks.)
 GORUN_KERNEL gorun_sum(const float* x, float* out, int n, int accumulate);
 
 #endif // GORUN_KERNELS_H

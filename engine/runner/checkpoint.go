@@ -80,7 +80,58 @@ func (rs *runState) paramTensors() ([]safetensors.Tensor, error) {
 	for i, prm := range rs.plan.Graph.Params {
 		ts = append(ts, safetensors.F32(prm.Name, prm.Value.Shape, vals[i]))
 	}
+	d := rs.devices[0]
+	if d.prog.StatArena == nil {
+		return ts, nil
+	}
+	all, err := download(d, d.prog.StatArena)
+	if err != nil {
+		return nil, err
+	}
+	for i, st := range rs.plan.Graph.Stats {
+		b := d.prog.Stats[i]
+		ts = append(ts, safetensors.F32(st.Name, statShape(st), all[b.Offset-d.prog.StatArena.Offset:][:b.Elems()]))
+	}
 	return ts, nil
+}
+
+// statShape is the shape a statistic is saved with: PyTorch's
+// num_batches_tracked is a 0-dimensional tensor.
+func statShape(st *engine.Stat) []int {
+	if strings.HasSuffix(st.Name, ".num_batches_tracked") {
+		return []int{}
+	}
+	return st.Value.Shape
+}
+
+// setStats uploads the running statistics of file f to every device.
+func (rs *runState) setStats(path string, f *safetensors.File, known map[string]bool) error {
+	for i, st := range rs.plan.Graph.Stats {
+		known[st.Name] = true
+		t, ok := f.Get(st.Name)
+		if !ok {
+			return fmt.Errorf("%s: no tensor %q for the running statistic %s %v", path, st.Name, st.Name, statShape(st))
+		}
+		if !slices.Equal(t.Shape, statShape(st)) && !slices.Equal(t.Shape, st.Value.Shape) {
+			return fmt.Errorf("%s: running statistic %s: shape %v, the model has %v", path, st.Name, t.Shape, statShape(st))
+		}
+		v, err := t.Float32s()
+		if err != nil {
+			return fmt.Errorf("%s: running statistic %s: %v", path, st.Name, err)
+		}
+		for j, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("%s: running statistic %s holds %v at element %d: it must be finite", path, st.Name, x, j)
+			}
+		}
+		for _, d := range rs.devices {
+			b := d.prog.Stats[i]
+			if err := d.dev.UploadF32(d.prog.StatArena, b.Offset-d.prog.StatArena.Offset, v[:b.Elems()]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // download reads a whole float buffer of device d.
@@ -253,6 +304,9 @@ func (rs *runState) setParams(d *device, path string, f *safetensors.File, prefi
 		}
 	}
 	if prefix == "" {
+		if err := rs.setStats(path, f, known); err != nil {
+			return err
+		}
 		for _, name := range f.Names() {
 			if !known[name] {
 				return fmt.Errorf("%s: tensor %q is not a parameter of the model (it has %s)", path, name, paramList(p))

@@ -309,6 +309,13 @@ func (rs *runState) initParams() error {
 			}
 		}
 	}
+	if stats := p.InitialStats(); stats != nil {
+		for _, d := range rs.devices {
+			if err := d.dev.UploadF32(d.prog.StatArena, 0, stats); err != nil {
+				return err
+			}
+		}
+	}
 	root := rs.devices[0]
 	if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
 		return err
@@ -519,6 +526,12 @@ func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
 		pr.GlobalLoss, pr.GlobalCount, pr.TrainSeconds = 0, 0, 0
 		clear(pr.RankLoss)
 		clear(pr.RankCount)
+	}
+	if a, ok := rs.train.(datasets.EpochDataset); ok {
+		// Random transforms: the epoch's samples depend on (seed, epoch, sample) only.
+		if d.train, err = d.dev.LoadData(a.Epoch(s.Seed, epoch)); err != nil {
+			return false, fmt.Errorf("%s: training data, epoch %d: %w", d.dev.Name(), epoch+1, err)
+		}
 	}
 	if d == rs.devices[0] {
 		rs.epochBegins(d, sc, pr, epoch)

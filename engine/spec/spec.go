@@ -29,28 +29,89 @@ const (
 	Flatten    LayerKind = "flatten"
 	LogSoftmax LayerKind = "log_softmax"
 	Softmax    LayerKind = "softmax"
+	Identity   LayerKind = "identity"
+	Sigmoid    LayerKind = "sigmoid"
+	Tanh       LayerKind = "tanh"
+	LeakyReLU  LayerKind = "leaky_relu"
+	AvgPool2D  LayerKind = "avgpool2d"
+	// AdaptiveAvgPool2D is adaptive_avgpool2d(1): the mean of each channel.
+	AdaptiveAvgPool2D LayerKind = "adaptive_avgpool2d"
+	BatchNorm1D       LayerKind = "batchnorm1d"
+	BatchNorm2D       LayerKind = "batchnorm2d"
+
+	// Functional layers: what arithmetic on tensors and nn.cat, .reshape,
+	// .flatten and .mean apply. They have no parameters and no name.
+	AddOp     LayerKind = "add"
+	SubOp     LayerKind = "sub"
+	MulOp     LayerKind = "mul"
+	CatOp     LayerKind = "cat"
+	ReshapeOp LayerKind = "reshape"
+	MeanOp    LayerKind = "mean"
 )
 
-// Layer is one declared layer. Fields not used by its Kind are zero.
+// Layer is one declared layer. Fields not used by its Kind are zero. A
+// layer applied twice is one *Layer: its parameters are shared.
 type Layer struct {
 	Kind LayerKind
 	// Name is the name given with name=, or "" for the PyTorch default (the
 	// index within the enclosing sequential).
 	Name string
+	// Path is the layer's full name in PyTorch's state_dict ("layer1.0.conv1"),
+	// resolved by the script when train(...) is called: the nn.module
+	// scopes it was declared in, or its enclosing sequential's path, and
+	// its name. The root sequential's path is "".
+	Path string
 	Pos  Pos
 
-	In, Out         int  // conv2d channels, linear features
-	Kernel          int  // conv2d, maxpool2d
-	Stride, Padding int  // conv2d, maxpool2d (Stride)
+	In, Out         int  // conv2d channels, linear features; batchnorm: In features
+	Kernel          int  // conv2d, maxpool2d, avgpool2d
+	Stride, Padding int  // conv2d, maxpool2d (Stride), avgpool2d
+	Groups          int  // conv2d (1: ungrouped)
 	Bias            bool // conv2d, linear
 	P               float64
+	Slope           float64 // leaky_relu's negative slope
 
-	Layers []Layer // sequential
+	// Batch normalisation (batchnorm1d, batchnorm2d): PyTorch's eps,
+	// momentum, affine and track_running_stats; Sync computes the batch
+	// statistics over every device (SyncBatchNorm).
+	Eps, Momentum      float64
+	Affine, TrackStats bool
+	Sync               bool
+
+	Dims []int // reshape: the sample shape; cat, mean: the dimension
+
+	Layers []*Layer // sequential
 }
 
-// Label is how errors name the layer: its name, or its kind.
+// Apply is one application of a layer to tensors, in script order. Tensor 0
+// is the model's input; Apply i's output is tensor Out.
+type Apply struct {
+	Layer *Layer
+	In    []int
+	Out   int
+	Pos   Pos // the call
+}
+
+// Model is the model as the script traced it: layer applications in an
+// order where every input is computed before it is used, and the tensor
+// the model outputs (before the loss).
+type Model struct {
+	Nodes  []Apply
+	Output int
+}
+
+// SequentialModel is the model that applies layer l to the input: what
+// train(model = nn.sequential(...)) means.
+func SequentialModel(l *Layer) Model {
+	return Model{Nodes: []Apply{{Layer: l, In: []int{0}, Out: 1, Pos: l.Pos}}, Output: 1}
+}
+
+// Label is how errors name the layer: its path (or name), or its kind.
 func (l *Layer) Label() string {
-	if l.Name != "" {
+	switch {
+	case l.Path != "":
+		return fmt.Sprintf("%s %q", l.Kind, l.Path)
+	case l.Name != "":
 		return fmt.Sprintf("%s %q", l.Kind, l.Name)
 	}
 	return string(l.Kind)
@@ -58,12 +119,30 @@ func (l *Layer) Label() string {
 
 // Data describes a dataset.
 type Data struct {
-	Kind      string // "mnist" or "synthetic"
+	Kind      string // "mnist", "fashion_mnist", "tensors" or "synthetic"
 	Split     string // "train" or "test"
-	Dir       string // mnist: "" for the copy that ships with the GoMNIST module
+	Dir       string // mnist: "" for the copy that ships with the GoMNIST module; fashion_mnist: "" for Debian's
 	Normalize [2]float64
 	// Limit keeps only the first Limit samples when > 0.
 	Limit int
+
+	// Tensors: File is the .safetensors file that holds the samples under
+	// the key X and the labels under the key Y; when File is "", X and Y
+	// are the paths of two .npy files. Classes, when > 0, is the number of
+	// classes (else the largest label + 1).
+	File string
+	X, Y string
+
+	// Transforms are random transforms of the training samples, applied
+	// in order whenever a batch is filled, drawn from the run's seed, the
+	// epoch and the sample index only. Evaluation data are never
+	// transformed.
+	Transforms []struct {
+		Kind          string  // "random_crop" or "hflip"
+		Height, Width int     // random_crop: the size of the crop
+		Padding       int     // random_crop: values added on every side first
+		P             float64 // hflip: the probability of a flip
+	}
 
 	// Synthetic data: Size samples of Shape in Classes classes, template
 	// plus Gaussian noise of std Noise, drawn from Seed.
@@ -104,9 +183,12 @@ type Sync struct {
 	Op       string  // allreduce: "mean" or "sum"
 	BucketMB float64 // allreduce: bucket size
 	Overlap  bool    // allreduce: start each bucket as soon as it is ready
-	Root     int     // parameter_server
-	Every    int     // local_sgd
-	Pos      Pos
+	// BroadcastBuffers (allreduce) sends rank 0's running statistics to
+	// every device before each forward pass, as DDP does.
+	BroadcastBuffers bool
+	Root             int // parameter_server
+	Every            int // local_sgd
+	Pos              Pos
 }
 
 // PartitionContext is what a partition strategy is told.
@@ -131,7 +213,7 @@ type Partition struct {
 // Spec is a whole training run as a script declares it.
 type Spec struct {
 	Script string // path of the script
-	Model  Layer  // a Sequential
+	Model  Model
 	Loss   string // "nll" or "cross_entropy"
 	Data   Data
 	Eval   *Data // nil when no evaluation set

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Writes ops_golden.json: forward and backward values of conv2d, max_pool2d,
-log_softmax, softmax, nll_loss and cross_entropy from PyTorch 1.13 in
-float64 on small random inputs. ops/golden_test.go checks the kernels
-against it.
+"""Writes ops_golden.json: forward and backward values of conv2d (grouped
+too), max_pool2d, log_softmax, softmax, nll_loss, cross_entropy (with label
+smoothing), batch_norm (training, with the running statistics, and
+evaluation), avg_pool2d, adaptive_avg_pool2d(1), sigmoid, tanh, leaky_relu,
+add, sub, mul, scaling and mse_loss from PyTorch 1.13 in float64 on small
+random inputs. ops/golden_test.go checks the kernels against it.
 
 Regenerate (from the repository root):
 
@@ -29,15 +31,17 @@ def randn(*shape):
 cases = []
 
 
-def conv(name, x, w, b, stride, padding):
+def conv(name, x, w, b, stride, padding, groups=1):
     x, w = x.requires_grad_(), w.requires_grad_()
     if b is not None:
         b.requires_grad_()
-    y = F.conv2d(x, w, b, stride=stride, padding=padding)
+    y = F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
     dy = randn(*y.shape)
     y.backward(dy)
     c = dict(name=name, op="conv2d", stride=stride, padding=padding,
               x=t(x), w=t(w), y=t(y), dy=t(dy), dx=t(x.grad), dw=t(w.grad))
+    if groups != 1:
+        c.update(groups=groups)
     if b is not None:
         c.update(b=t(b), db=t(b.grad))
     cases.append(c)
@@ -86,6 +90,117 @@ y = F.softmax(x, dim=1)
 dy = randn(4, 6)
 y.backward(dy)
 cases.append(dict(name="softmax", op="softmax", x=t(x), y=t(y), dy=t(dy), dx=t(x.grad)))
+
+# The cases below were added after the ones above; they come last so that
+# the earlier cases keep their random draws.
+
+
+def batch_norm(name, shape, affine, momentum=0.1, tracked=0, eps=1e-5):
+    """Training-mode batch norm through nn.BatchNorm (so that momentum=None
+    and num_batches_tracked are PyTorch's own), then evaluation mode."""
+    c = shape[1]
+    bn = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d}[len(shape)](
+        c, eps=eps, momentum=momentum, affine=affine).double()
+    with torch.no_grad():
+        if affine:
+            bn.weight.copy_(randn(c))
+            bn.bias.copy_(randn(c))
+        bn.running_mean.copy_(randn(c))
+        bn.running_var.copy_(torch.rand(c, dtype=D) + 0.5)
+        bn.num_batches_tracked.fill_(tracked)
+    rm, rv = bn.running_mean.clone(), bn.running_var.clone()
+    x = (randn(*shape) * 2 + 0.5).requires_grad_()
+    bn.train()
+    y = bn(x)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    c = dict(name=name, op="batch_norm", eps=eps, momentum=-1 if momentum is None else momentum,
+             x=t(x), y=t(y), dy=t(dy), dx=t(x.grad),
+             running_mean=t(rm), running_var=t(rv), tracked=t(torch.tensor([float(tracked)], dtype=D)),
+             running_mean_out=t(bn.running_mean), running_var_out=t(bn.running_var),
+             tracked_out=t(bn.num_batches_tracked.double().reshape(1)))
+    if affine:
+        c.update(gamma=t(bn.weight), beta=t(bn.bias), dgamma=t(bn.weight.grad), dbeta=t(bn.bias.grad))
+    # Evaluation mode on a fresh input, with the updated running statistics.
+    bn.eval()
+    xe = randn(*shape) * 2
+    c.update(x_eval=t(xe), y_eval=t(bn(xe)))
+    cases.append(c)
+
+
+batch_norm("batch_norm_2d", (6, 3), True)
+batch_norm("batch_norm_4d", (3, 4, 3, 5), True)
+batch_norm("batch_norm_3d_noaffine", (4, 2, 5), False)
+batch_norm("batch_norm_4d_cumulative", (2, 3, 4, 4), True, momentum=None, tracked=4, eps=1e-3)
+
+
+def avg_pool(name, x, kernel, stride, padding):
+    x.requires_grad_()
+    y = F.avg_pool2d(x, kernel, stride, padding)  # count_include_pad=True, floor mode
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op="avgpool2d", kernel=kernel, stride=stride, padding=padding,
+                      x=t(x), y=t(y), dy=t(dy), dx=t(x.grad)))
+
+
+avg_pool("avgpool2d_k2", randn(2, 3, 5, 6), 2, 2, 0)
+avg_pool("avgpool2d_k3s2p1", randn(2, 2, 7, 8), 3, 2, 1)
+avg_pool("avgpool2d_k3s1p1", randn(1, 2, 4, 5), 3, 1, 1)
+
+x = randn(3, 4, 5, 3).requires_grad_()
+y = F.adaptive_avg_pool2d(x, 1)
+dy = randn(*y.shape)
+y.backward(dy)
+cases.append(dict(name="global_avgpool2d", op="global_avgpool2d", x=t(x), y=t(y), dy=t(dy), dx=t(x.grad)))
+
+
+def unary(name, op, f, **attrs):
+    x = (randn(3, 4, 5) * 3).requires_grad_()
+    y = f(x)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op=op, x=t(x), y=t(y), dy=t(dy), dx=t(x.grad), **attrs))
+
+
+unary("sigmoid", "sigmoid", torch.sigmoid)
+unary("tanh", "tanh", torch.tanh)
+unary("leaky_relu", "leaky_relu", F.leaky_relu, negative_slope=0.01)
+unary("leaky_relu_0.2", "leaky_relu", lambda x: F.leaky_relu(x, 0.2), negative_slope=0.2)
+unary("scale", "scale", lambda x: x * -1.75, alpha=-1.75)
+
+
+def binary(name, f):
+    x, other = randn(4, 3, 2).requires_grad_(), randn(4, 3, 2).requires_grad_()
+    y = f(x, other)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op=name, x=t(x), other=t(other), y=t(y), dy=t(dy),
+                      dx=t(x.grad), dother=t(other.grad)))
+
+
+binary("add", torch.add)
+binary("sub", torch.sub)
+binary("mul", torch.mul)
+
+pred = randn(5, 3, 2).requires_grad_()
+target = randn(5, 3, 2)
+loss = F.mse_loss(pred, target)  # reduction="mean": LossScale = 1/N
+loss.backward(dloss)
+cases.append(dict(name="mse_loss", op="mse_loss", x=t(pred), target=t(target), loss=t(loss.reshape(1)),
+                  dloss=t(dloss.reshape(1)), dx=t(pred.grad)))
+
+for eps in (0.1, 0.35):
+    x = (randn(6, 5) * 3).requires_grad_()
+    target = torch.randint(0, 5, (6,))
+    loss = F.cross_entropy(x, target, label_smoothing=eps)
+    loss.backward(dloss)
+    cases.append(dict(name="cross_entropy_smoothing_%g" % eps, op="cross_entropy", label_smoothing=eps,
+                      x=t(x), target=t(target.double()), probs=t(F.softmax(x, dim=1)),
+                      loss=t(loss.reshape(1)), dloss=t(dloss.reshape(1)), dx=t(x.grad)))
+
+conv("conv2d_groups2", randn(2, 4, 6, 5), randn(6, 2, 3, 3), randn(6), 1, 1, groups=2)
+conv("conv2d_depthwise_x2_stride2", randn(3, 3, 7, 6), randn(6, 1, 3, 2), None, 2, 1, groups=3)
+conv("conv2d_groups2_batch1", randn(1, 4, 5, 5), randn(2, 2, 3, 3), randn(2), 1, 0, groups=2)
 
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.

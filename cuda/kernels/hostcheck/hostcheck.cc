@@ -67,6 +67,13 @@ void hc_bias_grad(int g, int b, const float* dy, float* db, int n, int c, int pl
                   int accumulate) {
   BLK(gorun_bias_grad, dy, db, n, c, plane, accumulate);
 }
+void hc_bias_partial(int g, int b, const float* dy, double* part, int n, int c, int plane, int s,
+                     int chunk) {
+  BLK(gorun_bias_partial, dy, part, n, c, plane, s, chunk);
+}
+void hc_bias_finish(int g, int b, const double* part, float* db, int c, int s, int accumulate) {
+  BLK(gorun_bias_finish, part, db, c, s, accumulate);
+}
 
 void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
                   int oh, int ow, int k, int s) {

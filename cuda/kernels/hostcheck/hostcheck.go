@@ -32,6 +32,13 @@ func fp(s []float32) *C.float {
 	return (*C.float)(unsafe.Pointer(&s[0]))
 }
 
+func dp(s []float64) *C.double {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.double)(unsafe.Pointer(&s[0]))
+}
+
 func ip(s []int32) *C.int {
 	if len(s) == 0 {
 		return nil
@@ -142,6 +149,16 @@ func BiasAdd(g Geom, y, b []float32, n, c, plane int) {
 // BiasGrad launches gorun_bias_grad.
 func BiasGrad(g Geom, dy, db []float32, n, c, plane int, accumulate bool) {
 	C.hc_bias_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(db), ci(n), ci(c), ci(plane), cb(accumulate))
+}
+
+// BiasPartial launches gorun_bias_partial.
+func BiasPartial(g Geom, dy []float32, part []float64, n, c, plane, s, chunk int) {
+	C.hc_bias_partial(ci(g.Grid), ci(g.Block), fp(dy), dp(part), ci(n), ci(c), ci(plane), ci(s), ci(chunk))
+}
+
+// BiasFinish launches gorun_bias_finish.
+func BiasFinish(g Geom, part []float64, db []float32, c, s int, accumulate bool) {
+	C.hc_bias_finish(ci(g.Grid), ci(g.Block), dp(part), fp(db), ci(c), ci(s), cb(accumulate))
 }
 
 // MaxPool2D launches gorun_maxpool2d.

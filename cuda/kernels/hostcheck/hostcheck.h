@@ -35,6 +35,9 @@ void hc_nol_to_onl(int g, int b, const float* src, float* dst, int n, int o, int
 void hc_bias_add(int g, int b, float* y, const float* bias, int n, int c, int plane);
 void hc_bias_grad(int g, int b, const float* dy, float* db, int n, int c, int plane,
                   int accumulate);
+void hc_bias_partial(int g, int b, const float* dy, double* part, int n, int c, int plane, int s,
+                     int chunk);
+void hc_bias_finish(int g, int b, const double* part, float* db, int c, int s, int accumulate);
 
 void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
                   int oh, int ow, int k, int s);

@@ -499,6 +499,129 @@ func TestLinearBias(t *testing.T) {
 	}
 }
 
+// runSplitSum runs kernels.h's split sum of dy[n, c, plane] into db in s
+// chunks: gorun_bias_grad alone when s is 1, else gorun_bias_partial
+// (geometry g1) into NaN-filled scratch, whose tail past c·s must stay
+// untouched, then gorun_bias_finish (g2).
+func runSplitSum(t *testing.T, what string, g1, g2 Geom, dy, db []float32, n, c, plane, s int, acc bool) {
+	t.Helper()
+	if s == 1 {
+		BiasGrad(g2, dy, db, n, c, plane, acc)
+		return
+	}
+	chunk := (n*plane + s - 1) / s
+	part := make([]float64, c*s+3)
+	for i := range part {
+		part[i] = math.NaN()
+	}
+	BiasPartial(g1, dy, part, n, c, plane, s, chunk)
+	for i := c * s; i < len(part); i++ {
+		if !math.IsNaN(part[i]) {
+			t.Errorf("%s: partial %d past the %d written: %v", what, i, c*s, part[i])
+			break
+		}
+	}
+	BiasFinish(g2, part, db, c, s, acc)
+}
+
+// ulp32 is the gap between |v| and the next float32 up.
+func ulp32(v float32) float64 {
+	a := float32(math.Abs(float64(v)))
+	return float64(math.Nextafter32(a, float32(math.Inf(1))) - a)
+}
+
+// TestSplitSum checks the split sum (bias gradients and the finiteness
+// check) against ops.Conv2DGradBias / LinearGradBias and against the
+// exact sum rounded to float32 (within one float32 ulp: the kernels sum in
+// double), for one chunk and several, chunks that end inside a plane or
+// span many, plane 1 (linear: the chunks cut the batch), odd block
+// geometries, accumulate on and off, and an empty batch.
+func TestSplitSum(t *testing.T) {
+	r := newRand(15)
+	cases := []struct {
+		n, c, plane int
+		splits      []int
+	}{
+		{3, 3, 1003, []int{1, 5}},
+		{5, 2, 4099, []int{1, 3}},
+		{3001, 3, 1, []int{1, 4}},
+		{301, 5, 7, []int{1, 3}},
+		{9, 2, 255, []int{2}},
+		{9, 2, 257, []int{3}},
+		{1, 1, 20011, []int{1, 3}}, // Finite's flat vector
+		{0, 3, 5, []int{1, 3}},
+	}
+	for _, cc := range cases {
+		capN := cc.n + 2
+		dy := randf(r, cc.n*cc.c*cc.plane, capN*cc.c*cc.plane)
+		exact := make([]float64, cc.c)
+		for i := range cc.n {
+			for ch := range cc.c {
+				for k := range cc.plane {
+					exact[ch] += float64(dy[(i*cc.c+ch)*cc.plane+k])
+				}
+			}
+		}
+		for _, acc := range []bool{false, true} {
+			init := randf(r, cc.c, cc.c)
+			want := slices.Clone(init)
+			if cc.plane == 1 {
+				run(ops.LinearGradBias, &ops.Attrs{Accumulate: acc}, nil, []*ops.Buf[float32]{fbuf(dy, cc.n, cc.c)}, fbuf(want, cc.c))
+			} else {
+				run(ops.Conv2DGradBias, &ops.Attrs{Accumulate: acc}, nil, []*ops.Buf[float32]{fbuf(dy, cc.n, cc.c, cc.plane)}, fbuf(want, cc.c))
+			}
+			for _, s := range cc.splits {
+				var first []float32
+				geos := [][2]Geom{{BlockPer(cc.c * s), BlockPer(cc.c)}}
+				if !acc && s > 1 { // odd geometries once (a host launch is slow; TestConv2D has gorun_bias_grad's)
+					geos = append(geos, [2]Geom{{2, 256}, {1, 256}}, [2]Geom{{3, 64}, {2, 100}})
+				}
+				for gi, geo := range geos {
+					what := fmt.Sprintf("split sum n=%d c=%d plane=%d s=%d accumulate=%v geom=%v", cc.n, cc.c, cc.plane, s, acc, geo)
+					got := append(slices.Clone(init), float32(math.NaN()))
+					runSplitSum(t, what, geo[0], geo[1], dy, got, cc.n, cc.c, cc.plane, s, acc)
+					checkClose(t, what, got, want, cc.c)
+					checkTail(t, what, got, cc.c)
+					for ch := range cc.c {
+						// Rounding the double sum to float32 may go either way
+						// near a tie (one ulp), and so may the add to db.
+						e := float32(exact[ch])
+						w, tol := e, ulp32(e)
+						if acc {
+							w = init[ch] + e
+							tol += ulp32(w)
+						}
+						if math.Abs(float64(got[ch])-float64(w)) > tol {
+							t.Errorf("%s: channel %d = %v, want %v (the exact sum %v rounded)", what, ch, got[ch], w, exact[ch])
+						}
+					}
+					// The same block size gives the same bits whatever the
+					// grid: a block's partial does not depend on it.
+					if gi == 0 {
+						first = got
+					} else if geo[0].Block == 256 && geo[1].Block == 256 {
+						checkExact(t, what+" vs BLOCK_PER", got, first, cc.c)
+					}
+				}
+			}
+		}
+	}
+	// NaN and ±Inf anywhere make the sum non-finite (the finiteness check).
+	const m = 30011
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		for _, at := range []int{0, m - 1} {
+			x := randf(r, m, m)
+			x[at] = bad
+			got := []float32{0}
+			const s = (m + 8191) / 8192
+			runSplitSum(t, "finite", BlockPer(s), BlockPer(1), x, got, 1, 1, m, s, false)
+			if v := got[0]; v-v == 0 {
+				t.Errorf("split sum with %v at %d = %v, want a non-finite sum", bad, at, v)
+			}
+		}
+	}
+}
+
 // ---- pooling ----
 
 func TestMaxPool2D(t *testing.T) {

@@ -1,0 +1,260 @@
+package datasets
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"gorun/engine/safetensors"
+)
+
+// maxTensorClasses bounds the number of classes read from labels when no
+// class count is given: a larger label is almost surely not a class.
+const maxTensorClasses = 1 << 24
+
+// TensorsSource says where Tensors finds its two arrays: the samples and
+// their labels.
+type TensorsSource struct {
+	// File is a .safetensors file that holds the samples under the key X
+	// and the labels under the key Y. When File is "", X and Y are instead
+	// the paths of two .npy files.
+	File string
+	X, Y string
+}
+
+// files is the base name of the file, or of the two .npy files.
+func (s TensorsSource) files() string {
+	if s.File != "" {
+		return filepath.Base(s.File)
+	}
+	return filepath.Base(s.X) + "+" + filepath.Base(s.Y)
+}
+
+// name is the dataset's name: the files and the split, e.g.
+// "cifar10.safetensors/train".
+func (s TensorsSource) name(split string) string { return s.files() + "/" + split }
+
+// Tensors reads a dataset from two arrays (see TensorsSource): the samples
+// x, of dtype float32, float64 or uint8 and shape [N, ...] (the sample
+// dimension first; a sample is x[i], of shape x.shape[1:]), and the labels
+// y, of dtype int64, int32 or uint8 and shape [N]. split ("train" or
+// "test") only names the dataset.
+//
+// The number of classes is classes when it is > 0 (every label must then
+// be below it), else the largest label + 1. Samples are converted to
+// float32: a uint8 value v becomes v/255, as torchvision's ToTensor does,
+// floats are kept; then each value v becomes (v − mean)/std in float32
+// (pass 0 and 1 to keep the values). Every problem is an error that names
+// the file (and tensor) and says what is wrong: a missing key (listing the
+// keys the file holds), a wrong dtype or shape, sample counts that differ
+// between x and y, a negative or out-of-range label, a NaN or infinite
+// sample value, a truncated or malformed file.
+func Tensors(src TensorsSource, split string, classes int, mean, std float64) (Dataset, error) {
+	name := src.name(split)
+	if split != "train" && split != "test" {
+		return nil, fmt.Errorf("datasets: %s: unknown split %q: want \"train\" or \"test\"", name, split)
+	}
+	if math.IsNaN(mean) || math.IsInf(mean, 0) {
+		return nil, fmt.Errorf("datasets: %s: normalization mean %v is not a finite number", name, mean)
+	}
+	if !(std > 0) || math.IsInf(std, 0) {
+		return nil, fmt.Errorf("datasets: %s: normalization std %v must be a positive finite number", name, std)
+	}
+	x, y, err := readTensors(src, false)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	labels, classes, err := tensorLabels(x, y, classes)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	shape := append([]int(nil), x.shape[1:]...)
+	if x.dtype == safetensors.DTypeU8 {
+		return newImageSet(name, x.data, labels, shape, classes, mean, std), nil
+	}
+	v, err := tensorSamples(x, float32(mean), float32(std))
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	return &floatSet{name: name, shape: shape, classes: classes, size: len(v) / len(labels), x: v, labels: labels}, nil
+}
+
+// TensorsInfo returns the sample shape and number of classes Tensors
+// would give, checking the labels fully but reading only the header of
+// the samples' .npy file (a .safetensors file is read whole).
+func TensorsInfo(src TensorsSource, classes int) (shape []int, numClasses int, err error) {
+	x, y, err := readTensors(src, true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("datasets: %s: %w", src.files(), err)
+	}
+	if _, classes, err = tensorLabels(x, y, classes); err != nil {
+		return nil, 0, fmt.Errorf("datasets: %s: %w", src.files(), err)
+	}
+	return append([]int(nil), x.shape[1:]...), classes, nil
+}
+
+// readTensors reads the samples and labels arrays and checks their dtypes
+// and shapes. With headerOnly, the samples of a .npy file are not read.
+func readTensors(src TensorsSource, headerOnly bool) (x, y *array, err error) {
+	if src.File != "" {
+		f, err := safetensors.ReadFile(src.File)
+		if err != nil {
+			return nil, nil, err
+		}
+		get := func(key, role string) (*array, error) {
+			t, ok := f.Get(key)
+			if !ok {
+				return nil, fmt.Errorf("%s has no tensor %q (the %s); it holds %s", src.File, key, role, keyList(f.Names()))
+			}
+			return &array{where: fmt.Sprintf("%s: tensor %q", src.File, key), dtype: t.DType, shape: t.Shape, data: t.Data}, nil
+		}
+		if x, err = get(src.X, "samples, x"); err != nil {
+			return nil, nil, err
+		}
+		if y, err = get(src.Y, "labels, y"); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if x, err = readNPY(src.X, headerOnly); err != nil {
+			return nil, nil, err
+		}
+		if y, err = readNPY(src.Y, false); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch x.dtype {
+	case safetensors.DTypeF32, safetensors.DTypeF64, safetensors.DTypeU8:
+	default:
+		return nil, nil, fmt.Errorf("%s: samples of dtype %s: want float32, float64 or uint8", x.where, dtypeName(x.dtype))
+	}
+	if len(x.shape) < 2 {
+		return nil, nil, fmt.Errorf("%s: samples of shape %v: want the sample dimension first and the sample's after it, [N, ...]", x.where, x.shape)
+	}
+	if x.shape[0] == 0 {
+		return nil, nil, fmt.Errorf("%s: shape %v holds no samples", x.where, x.shape)
+	}
+	for _, d := range x.shape[1:] {
+		if d == 0 {
+			return nil, nil, fmt.Errorf("%s: shape %v: samples of shape %v hold no values", x.where, x.shape, x.shape[1:])
+		}
+	}
+	switch y.dtype {
+	case safetensors.DTypeI64, safetensors.DTypeI32, safetensors.DTypeU8:
+	default:
+		return nil, nil, fmt.Errorf("%s: labels of dtype %s: want integer class labels of dtype int64, int32 or uint8", y.where, dtypeName(y.dtype))
+	}
+	if len(y.shape) != 1 {
+		return nil, nil, fmt.Errorf("%s: labels of shape %v: want one label per sample, shape [N]", y.where, y.shape)
+	}
+	if x.shape[0] != y.shape[0] {
+		return nil, nil, fmt.Errorf("%s holds %d samples but %s holds %d labels", x.where, x.shape[0], y.where, y.shape[0])
+	}
+	return x, y, nil
+}
+
+// keyList lists a file's keys for a message, shortened when there are
+// many.
+func keyList(names []string) string {
+	if len(names) == 0 {
+		return "no tensors"
+	}
+	q := make([]string, 0, min(len(names), 20))
+	for _, n := range names[:min(len(names), 20)] {
+		q = append(q, fmt.Sprintf("%q", n))
+	}
+	s := strings.Join(q, ", ")
+	if len(names) > 20 {
+		s += fmt.Sprintf(" and %d more", len(names)-20)
+	}
+	return fmt.Sprintf("%d tensors: %s", len(names), s)
+}
+
+// tensorLabels decodes and checks the labels y and gives the number of
+// classes: classes when > 0, else the largest label + 1.
+func tensorLabels(x, y *array, classes int) ([]int32, int, error) {
+	if classes < 0 {
+		return nil, 0, fmt.Errorf("classes %d is negative", classes)
+	}
+	n := y.shape[0]
+	labels := make([]int32, n)
+	size := y.dtype.Size()
+	limit := int64(classes)
+	if classes == 0 {
+		limit = maxTensorClasses
+	}
+	top := int64(-1)
+	for i := range labels {
+		var v int64
+		switch y.dtype {
+		case safetensors.DTypeI64:
+			v = int64(binary.LittleEndian.Uint64(y.data[i*size:]))
+		case safetensors.DTypeI32:
+			v = int64(int32(binary.LittleEndian.Uint32(y.data[i*size:])))
+		default:
+			v = int64(y.data[i])
+		}
+		switch {
+		case v < 0:
+			return nil, 0, fmt.Errorf("%s: label %d of sample %d is negative: labels are class indices, 0 to classes − 1", y.where, v, i)
+		case v >= limit && classes > 0:
+			return nil, 0, fmt.Errorf("%s: label %d of sample %d is out of range [0, %d) (classes = %d)", y.where, v, i, classes, classes)
+		case v >= limit:
+			return nil, 0, fmt.Errorf("%s: label %d of sample %d is too large: labels are class indices, and more than %d classes is not supported", y.where, v, i, maxTensorClasses)
+		}
+		labels[i] = int32(v)
+		top = max(top, v)
+	}
+	if classes == 0 {
+		classes = int(top) + 1
+	}
+	return labels, classes, nil
+}
+
+// tensorSamples converts float samples to float32, checks that every value
+// is finite, and normalizes them as (v − mean)/std in float32.
+func tensorSamples(x *array, mean, std float32) ([]float32, error) {
+	per := 1
+	for _, d := range x.shape[1:] {
+		per *= d
+	}
+	n := len(x.data) / x.dtype.Size()
+	out := make([]float32, n)
+	bad := func(i int, v float64) error {
+		return fmt.Errorf("%s: sample %d holds %v at element %d: every value must be finite", x.where, i/per, v, i%per)
+	}
+	if x.dtype == safetensors.DTypeF32 {
+		for i := range out {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(x.data[4*i:]))
+			if v-v != 0 { // NaN or ±Inf
+				return nil, bad(i, float64(v))
+			}
+			out[i] = (v - mean) / std
+		}
+		return out, checkNormalized(x, out, per)
+	}
+	for i := range out {
+		v := math.Float64frombits(binary.LittleEndian.Uint64(x.data[8*i:]))
+		if v-v != 0 {
+			return nil, bad(i, v)
+		}
+		f := float32(v)
+		if math.IsInf(float64(f), 0) {
+			return nil, fmt.Errorf("%s: sample %d holds %g at element %d: beyond float32's range", x.where, i/per, v, i%per)
+		}
+		out[i] = (f - mean) / std
+	}
+	return out, checkNormalized(x, out, per)
+}
+
+// checkNormalized reports a value that normalization took out of float32's
+// range (a tiny std).
+func checkNormalized(x *array, v []float32, per int) error {
+	for i, f := range v {
+		if f-f != 0 {
+			return fmt.Errorf("%s: sample %d, element %d: normalization gives %v: std too small", x.where, i/per, i%per, f)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package runner
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"slices"
+	"testing"
+)
+
+// resnetScript is testdata/gen_resnet_golden.py's Net written with
+// symbolic tensors: a block function called under nn.module scopes, a
+// layer applied to a tensor, a residual +, a sequential downsample.
+const resnetScript = `
+def block(x, cin, cout, stride):
+    conv1 = nn.conv2d(cin, cout, 3, stride = stride, padding = 1, bias = False, name = "conv1")
+    bn1 = nn.batchnorm2d(cout, name = "bn1")
+    conv2 = nn.conv2d(cout, cout, 3, padding = 1, bias = False, name = "conv2")
+    bn2 = nn.batchnorm2d(cout, name = "bn2")
+    y = nn.relu(bn1(conv1(x)))
+    y = bn2(conv2(y))
+    if stride != 1 or cin != cout:
+        x = nn.sequential(nn.conv2d(cin, cout, 1, stride = stride, bias = False), nn.batchnorm2d(cout), name = "downsample")(x)
+    return nn.relu(y + x)
+
+x = data.input()
+y = nn.relu(nn.batchnorm2d(4, name = "bn1")(nn.conv2d(1, 4, 3, padding = 1, bias = False, name = "conv1")(x)))
+y = nn.module("layer1.0", block, y, 4, 4, 1)
+y = nn.module("layer2.0", block, y, 4, 8, 2)
+y = nn.adaptive_avgpool2d(1)(y).flatten()
+y = nn.linear(8, 4, name = "fc")(y)
+train(
+    model = y,
+    loss = "cross_entropy",
+    data = data.synthetic(size = 64, shape = (1, 8, 8), classes = 4, seed = 3),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 6,
+)
+`
+
+// TestResNetMatchesPyTorch runs one training step of a small ResNet with
+// batch normalisation and compares the loss, every parameter gradient, the
+// running statistics after the step and the eval-mode loss with PyTorch
+// 1.13's (testdata/gen_resnet_golden.py). The parameter and statistic
+// names must be exactly the PyTorch module's state_dict keys.
+func TestResNetMatchesPyTorch(t *testing.T) {
+	b, err := os.ReadFile("testdata/resnet_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tensor struct {
+		Shape []int
+		Data  []float32
+	}
+	var golden struct {
+		X              []float32
+		Y              []int32
+		Params         map[string]tensor
+		StateDictKeys  []string `json:"state_dict_keys"`
+		Loss, EvalLoss float64
+		Grads          map[string][]float32
+		Stats          map[string]tensor
+	}
+	if err := json.Unmarshal(b, &golden); err != nil {
+		t.Fatal(err)
+	}
+	golden.EvalLoss = evalLossOf(b)
+	p := compile(t, loadSpec(t, resnetScript), 1)
+	var names []string
+	for _, prm := range p.Graph.Params {
+		names = append(names, prm.Name)
+	}
+	for _, st := range p.Graph.Stats {
+		names = append(names, st.Name)
+	}
+	want := slices.Clone(golden.StateDictKeys)
+	slices.Sort(want)
+	slices.Sort(names)
+	if !slices.Equal(names, want) {
+		t.Fatalf("state_dict names:\n gorun   %v\n PyTorch %v", names, want)
+	}
+	d, cd := testDevice(t, p, 0, 1)
+	if err := d.dev.UploadF32(d.prog.StatArena, 0, p.InitialStats()); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range golden.Params {
+		if err := setParam(d, name, v.Shape, v.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := &fixedSet{x: golden.X, y: golden.Y, shape: []int{1, 8, 8}, classes: 4}
+	idx := []int{0, 1, 2, 3, 4, 5}
+	backward(t, d, ds, idx)
+	if got, _ := d.readLoss(); math.Abs(got-golden.Loss) > 1e-5*math.Abs(golden.Loss) {
+		t.Errorf("loss %.7f, PyTorch %.7f", got, golden.Loss)
+	}
+	for i, prm := range p.Graph.Params {
+		g := golden.Grads[prm.Name]
+		if diff := maxAbsDiff(cd.Buf(d.prog.Grads[i]).Data, g); diff > 1e-5*(1+maxAbs(g)) {
+			t.Errorf("gradient of %s differs from PyTorch's by %.2e", prm.Name, diff)
+		}
+	}
+	for i, st := range p.Graph.Stats {
+		w := golden.Stats[st.Name].Data
+		if diff := maxAbsDiff(cd.Buf(d.prog.Stats[i]).Data, w); diff > 1e-5*(1+maxAbs(w)) {
+			t.Errorf("%s = %v, PyTorch %v", st.Name, cd.Buf(d.prog.Stats[i]).Data, w)
+		}
+	}
+	feed(t, d, ds, idx)
+	if err := d.evalBatch(true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.readLoss(); math.Abs(got-golden.EvalLoss) > 1e-5*math.Abs(golden.EvalLoss) {
+		t.Errorf("eval loss %.7f, PyTorch %.7f", got, golden.EvalLoss)
+	}
+}
+
+func evalLossOf(b []byte) float64 {
+	var v struct {
+		EvalLoss float64 `json:"eval_loss"`
+	}
+	json.Unmarshal(b, &v)
+	return v.EvalLoss
+}
+
+func maxAbs(v []float32) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, math.Abs(float64(x)))
+	}
+	return m
+}

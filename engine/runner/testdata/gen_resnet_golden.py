@@ -1,0 +1,69 @@
+# Regenerate resnet_golden.json with PyTorch 1.13 (Debian python3-torch):
+#   /usr/bin/python3 engine/runner/testdata/gen_resnet_golden.py > engine/runner/testdata/resnet_golden.json
+# The model is resnet_test.go's resnetScript: a stem conv → bn → relu, a
+# basic block, a strided basic block with a 1×1 downsample, global average
+# pooling and a linear head, with the submodule names a torchvision-style
+# ResNet uses. One training step's loss, every gradient and the running
+# statistics after it; then the loss in eval mode (running statistics).
+import json
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        if self.downsample is not None:
+            x = self.downsample(x)
+        return F.relu(y + x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.layer1 = nn.Sequential(Block(4, 4, 1))
+        self.layer2 = nn.Sequential(Block(4, 8, 2))
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer2(self.layer1(x))
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.fc(x)
+
+
+net = Net()
+with torch.no_grad():
+    for name, p in net.named_parameters():
+        p.copy_(torch.randn(p.shape) * (0.5 if p.dim() > 1 else 0.3) + (1.0 if name.endswith("bn1.weight") or name.endswith("bn2.weight") else 0.0))
+x = torch.randn(6, 1, 8, 8)
+y = torch.tensor([0, 3, 1, 2, 3, 1])
+params = {k: {"shape": list(v.shape), "data": v.flatten().tolist()} for k, v in net.named_parameters()}
+net.train()
+loss = F.cross_entropy(net(x), y)
+loss.backward()
+state = {k: {"shape": list(v.shape), "data": v.flatten().float().tolist()} for k, v in net.state_dict().items()
+         if k.endswith("running_mean") or k.endswith("running_var") or k.endswith("num_batches_tracked")}
+net.eval()
+with torch.no_grad():
+    eval_loss = F.cross_entropy(net(x), y).item()
+print(json.dumps({"x": x.flatten().tolist(), "y": y.tolist(), "params": params,
+                  "state_dict_keys": list(net.state_dict().keys()),
+                  "loss": loss.item(), "grads": {k: v.grad.flatten().tolist() for k, v in net.named_parameters()},
+                  "stats": state, "eval_loss": eval_loss}))

@@ -1,0 +1,194 @@
+package ops
+
+import "math"
+
+// Batch normalisation is split at the points where SyncBatchNorm
+// all-reduces: BatchNormStats sums per channel, the engine may sum those
+// sums across devices, and BatchNormNorm derives mean and variance from
+// them; backward, BatchNormGradStats sums per channel, the engine may sum
+// those too, and BatchNormGradInput, BatchNormGradGamma and
+// BatchNormGradBeta use the sums. x is [N,C,...], seen as [N,C,L] with L
+// the product of the trailing dimensions (1 for [N,C]).
+
+// bnDims returns x's batch, channels and elements per channel per sample.
+func bnDims(shape []int) (n, c, l int) {
+	return shape[0], shape[1], prod(shape[2:])
+}
+
+// batchNormStats: in x[N,C,...]; out stats[3,C] = (Σx, Σx², N·L) per
+// channel, summed in float64.
+func batchNormStats[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, st := in[0], out[0]
+	n, ch, l := bnDims(x.Shape)
+	s := st.Data[:3*ch]
+	for j := 0; j < ch; j++ {
+		var s1, s2 float64
+		for i := 0; i < n; i++ {
+			for _, v := range x.Data[(i*ch+j)*l:][:l] {
+				f := float64(v)
+				s1 += f
+				s2 += f * f
+			}
+		}
+		s[j], s[ch+j], s[2*ch+j] = T(s1), T(s2), T(n*l)
+	}
+}
+
+// bnMoments returns the mean and biased variance of one channel from its
+// sums and count: Σx²/count - mean², clamped at 0; both 0 for no count.
+func bnMoments(s1, s2, cnt float64) (mean, v float64) {
+	if cnt <= 0 {
+		return 0, 0
+	}
+	mean = s1 / cnt
+	return mean, max(s2/cnt-mean*mean, 0)
+}
+
+// invStd is 1/sqrt(v+eps).
+func invStd(v, eps float64) float64 { return 1 / math.Sqrt(v+eps) }
+
+// bnApply sets y = (x - mean)·scale + shift over channel j of every sample.
+func bnApply[T Float](x, y []T, n, ch, l, j int, mean, scale, shift T) {
+	for i := 0; i < n; i++ {
+		o := (i*ch + j) * l
+		yr := y[o:][:l]
+		for k, v := range x[o:][:l] {
+			yr[k] = (v-mean)*scale + shift
+		}
+	}
+}
+
+// optAt returns b.Data[j], or def when b is nil.
+func optAt[T Float](b *Buf[T], j int, def float64) float64 {
+	if b == nil {
+		return def
+	}
+	return float64(b.Data[j])
+}
+
+// batchNormNorm: in x[N,C,...], stats[3,C], optional gamma[C], optional
+// beta[C]; out y and save[3,C] = (mean, biased variance, count).
+func batchNormNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, st, gamma, beta := in[0], in[1], optIn(in, 2), optIn(in, 3)
+	y, save := out[0], out[1]
+	n, ch, l := bnDims(x.Shape)
+	s := st.Data[:3*ch]
+	sv := save.Data[:3*ch]
+	for j := 0; j < ch; j++ {
+		cnt := float64(s[2*ch+j])
+		mean, v := bnMoments(float64(s[j]), float64(s[ch+j]), cnt)
+		sv[j], sv[ch+j], sv[2*ch+j] = T(mean), T(v), T(cnt)
+		scale := optAt(gamma, j, 1) * invStd(v, a.Eps)
+		bnApply(x.Data, y.Data, n, ch, l, j, T(mean), T(scale), T(optAt(beta, j, 0)))
+	}
+}
+
+// batchNormEval: in x[N,C,...], running_mean[C], running_var[C], optional
+// gamma[C], optional beta[C]; out y = (x - running_mean) /
+// sqrt(running_var + Eps)·gamma + beta.
+func batchNormEval[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, rm, rv, gamma, beta := in[0], in[1], in[2], optIn(in, 3), optIn(in, 4)
+	n, ch, l := bnDims(x.Shape)
+	for j := 0; j < ch; j++ {
+		scale := optAt(gamma, j, 1) * invStd(float64(rv.Data[j]), a.Eps)
+		bnApply(x.Data, out[0].Data, n, ch, l, j, rm.Data[j], T(scale), T(optAt(beta, j, 0)))
+	}
+}
+
+// batchNormRunning: in save[3,C], running_mean[C], running_var[C],
+// num_batches_tracked[1]; updates the last three in place (see
+// BatchNormRunning).
+func batchNormRunning[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	save, rm, rv, tracked := in[0], in[1], in[2], in[3]
+	ch := save.Shape[1]
+	sv := save.Data[:3*ch]
+	if ch == 0 || !(sv[2*ch] >= 1) {
+		return // no samples: nothing to learn from
+	}
+	t := float64(tracked.Data[0]) + 1
+	tracked.Data[0] = T(t)
+	m := a.BNMomentum
+	if m < 0 {
+		m = 1 / t
+	}
+	for j, mr := range rm.Data[:ch] {
+		rm.Data[j] = T((1-m)*float64(mr) + m*float64(sv[j]))
+		if cnt := float64(sv[2*ch+j]); cnt > 1 {
+			rv.Data[j] = T((1-m)*float64(rv.Data[j]) + m*float64(sv[ch+j])*cnt/(cnt-1))
+		}
+	}
+}
+
+// batchNormGradStats: in dy, x, save[3,C]; out gstats[2,C] = (Σdy,
+// Σdy·(x-mean)) per channel, summed in float64.
+func batchNormGradStats[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, x, save, gs := in[0], in[1], in[2], out[0]
+	n, ch, l := bnDims(x.Shape)
+	g := gs.Data[:2*ch]
+	for j := 0; j < ch; j++ {
+		mean := save.Data[j]
+		var s0, s1 float64
+		for i := 0; i < n; i++ {
+			o := (i*ch + j) * l
+			xr := x.Data[o:][:l]
+			for k, d := range dy.Data[o:][:l] {
+				s0 += float64(d)
+				s1 += float64(d) * float64(xr[k]-mean)
+			}
+		}
+		g[j], g[ch+j] = T(s0), T(s1)
+	}
+}
+
+// setGrad writes v into a parameter gradient, or adds it with
+// Attrs.Accumulate.
+func setGrad[T Float](a *Attrs, dst *T, v float64) {
+	if a.Accumulate {
+		*dst += T(v)
+	} else {
+		*dst = T(v)
+	}
+}
+
+// batchNormGradGamma: in gstats[2,C], save[3,C]; out dgamma[C] =
+// gstats[1]/sqrt(var+Eps).
+func batchNormGradGamma[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	gs, save, dg := in[0], in[1], out[0]
+	ch := gs.Shape[1]
+	for j := range dg.Data[:ch] {
+		setGrad(a, &dg.Data[j], float64(gs.Data[ch+j])*invStd(float64(save.Data[ch+j]), a.Eps))
+	}
+}
+
+// batchNormGradBeta: in gstats[2,C]; out dbeta[C] = gstats[0].
+func batchNormGradBeta[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	gs, db := in[0], out[0]
+	ch := gs.Shape[1]
+	for j, v := range gs.Data[:ch] {
+		setGrad(a, &db.Data[j], float64(v))
+	}
+}
+
+// batchNormGradInput: in dy, x, save[3,C], gstats[2,C], optional gamma[C];
+// out dx = gamma·invstd·(dy - gstats[0]/M - (x-mean)·invstd²·gstats[1]/M).
+func batchNormGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, x, save, gs, gamma, dx := in[0], in[1], in[2], in[3], optIn(in, 4), out[0]
+	n, ch, l := bnDims(x.Shape)
+	for j := 0; j < ch; j++ {
+		mean := save.Data[j]
+		is := invStd(float64(save.Data[ch+j]), a.Eps)
+		var m0, m1 float64 // gstats/M
+		if cnt := float64(save.Data[2*ch+j]); cnt > 0 {
+			m0 = float64(gs.Data[j]) / cnt
+			m1 = float64(gs.Data[ch+j]) / cnt * is * is
+		}
+		k, sub, slope := T(optAt(gamma, j, 1)*is), T(m0), T(m1)
+		for i := 0; i < n; i++ {
+			o := (i*ch + j) * l
+			xr, dr := x.Data[o:][:l], dx.Data[o:][:l]
+			for q, d := range dy.Data[o:][:l] {
+				dr[q] = k * (d - sub - (xr[q]-mean)*slope)
+			}
+		}
+	}
+}
