@@ -48,3 +48,27 @@ func FuzzMNIST(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNPY feeds arbitrary bytes as the samples and labels .npy files of
+// data.tensors. Reading must fail with an error or give a dataset whose
+// every sample can be filled; it must never panic.
+func FuzzNPY(f *testing.F) {
+	f.Add(npyBytes(1, "<f4", false, []int{2, 1}, f32Bytes(1, 2)), npyBytes(1, "<i8", false, []int{2}, i64Bytes(0, 1)))
+	f.Add(npyBytes(2, "|u1", false, []int{1, 2, 2}, []byte{1, 2, 3, 4}), npyBytes(1, "|u1", false, []int{1}, []byte{3}))
+	f.Add(npyBytes(1, "<f8", false, []int{1, 1}, f64Bytes(1)), npyBytes(3, "<i4", false, []int{1}, i32Bytes(-1)))
+	f.Fuzz(func(t *testing.T, x, y []byte) {
+		dir := t.TempDir()
+		xp, yp := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
+		writeFile(t, xp, x)
+		writeFile(t, yp, y)
+		d, err := Tensors(TensorsSource{X: xp, Y: yp}, "train", 0, 0, 1)
+		if err != nil {
+			return
+		}
+		idx := make([]int, d.Len())
+		for i := range idx {
+			idx[i] = i
+		}
+		fillAll(d, idx)
+	})
+}

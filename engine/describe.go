@@ -2,10 +2,11 @@ package engine
 
 import (
 	"fmt"
-	"gorun/engine/spec"
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"gorun/engine/spec"
 )
 
 // Describe writes the Plan as a reader checks it: the run's settings, the
@@ -37,6 +38,13 @@ func (p *Plan) Describe(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%v\t%d\n", prm.Name, prm.Value.Shape, prm.Value.Elems())
 	}
 	tw.Flush()
+	if len(p.Graph.Stats) > 0 {
+		ew.printf("\nrunning statistics (saved, not trained; %s): %d tensors\n", statsSharing(p), len(p.Graph.Stats))
+		for _, st := range p.Graph.Stats {
+			fmt.Fprintf(tw, "  %s\t%v\t%d\n", st.Name, st.Value.Shape, st.Value.Elems())
+		}
+		tw.Flush()
+	}
 	if p.World > 1 {
 		ew.printf("\ngradient buckets (%s, %g MB):\n", s.Sync.Kind, bucketMB(p))
 		at := map[string]int{}
@@ -184,3 +192,14 @@ func (e *errWriter) Write(b []byte) (int, error) {
 }
 
 func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+// statsSharing says how devices share their running statistics.
+func statsSharing(p *Plan) string {
+	switch {
+	case p.World == 1:
+		return "one device"
+	case p.Spec.Sync.Kind == spec.SyncAllReduce && p.Spec.Sync.BroadcastBuffers:
+		return "rank 0's broadcast before each forward pass"
+	}
+	return "each device keeps its own; checkpoints hold rank 0's"
+}

@@ -130,6 +130,7 @@ func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 	k, l := g.k(), g.l()
 	col := c.Work[:k*l]
+	im2col(&g, x.Data, col) // group 0
 	dyT := permuteDy(&g, dy.Data, c.Work[k*l:][:g.o*l])
 	var beta T
 	if a.Accumulate {
@@ -137,7 +138,9 @@ func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 	og, xg := g.o/g.ng(), g.c*g.h*g.w
 	for gi := range g.ng() {
-		im2col(&g, x.Data[gi*xg:], col)
+		if gi > 0 {
+			im2col(&g, x.Data[gi*xg:], col)
+		}
 		matmul(false, true, og, k, l, 1, dyT[gi*og*l:], l, col, l, beta, dw.Data[gi*og*k:][:og*k], k)
 	}
 }

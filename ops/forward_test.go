@@ -271,24 +271,34 @@ func TestInPlace(t *testing.T) {
 	for _, tc := range []struct {
 		op Op
 		in []*Buf[float64]
+		a  Attrs
 	}{
-		{ReLU, []*Buf[float64]{rnd(3, 4, 2, 2)}},
-		{ReLUGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4, 2, 2)}},
-		{Add, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}},
-		{DropoutGrad, []*Buf[float64]{rnd(3, 4, 2, 2), mask}},
-		{Dropout2DGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4)}},
-		{LogSoftmax, []*Buf[float64]{rnd(3, 4)}},
-		{Softmax, []*Buf[float64]{rnd(3, 4)}},
-		{LogSoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}},
-		{SoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}},
+		{ReLU, []*Buf[float64]{rnd(3, 4, 2, 2)}, Attrs{}},
+		{ReLUGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4, 2, 2)}, Attrs{}},
+		{Sigmoid, []*Buf[float64]{rnd(3, 4, 2)}, Attrs{}},
+		{SigmoidGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{}},
+		{Tanh, []*Buf[float64]{rnd(3, 4, 2)}, Attrs{}},
+		{TanhGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{}},
+		{LeakyReLU, []*Buf[float64]{rnd(3, 4, 2)}, Attrs{NegativeSlope: 0.1}},
+		{LeakyReLUGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{NegativeSlope: 0.1}},
+		{Add, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
+		{Sub, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
+		{Mul, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
+		{Scale, []*Buf[float64]{rnd(3, 4)}, Attrs{Alpha: -3}},
+		{DropoutGrad, []*Buf[float64]{rnd(3, 4, 2, 2), mask}, Attrs{}},
+		{Dropout2DGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4)}, Attrs{}},
+		{LogSoftmax, []*Buf[float64]{rnd(3, 4)}, Attrs{}},
+		{Softmax, []*Buf[float64]{rnd(3, 4)}, Attrs{}},
+		{LogSoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
+		{SoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
 	} {
 		want := buf64(tc.in[0].Shape)
 		var in []*Buf[float64]
 		for _, b := range tc.in {
 			in = append(in, dup(b))
 		}
-		run64(tc.op, &Attrs{}, nil, in, []*Buf[float64]{want})
-		run64(tc.op, &Attrs{}, nil, tc.in, []*Buf[float64]{tc.in[0]})
+		run64(tc.op, &tc.a, nil, in, []*Buf[float64]{want})
+		run64(tc.op, &tc.a, nil, tc.in, []*Buf[float64]{tc.in[0]})
 		if !slices.Equal(tc.in[0].Data, want.Data) {
 			t.Errorf("%v in place: %v, want %v", tc.op, tc.in[0].Data, want.Data)
 		}
@@ -308,4 +318,140 @@ func TestInPlace(t *testing.T) {
 			t.Errorf("%v in place: %v, want %v", op, x.Data, want.Data)
 		}
 	}
+}
+
+func TestBatchNormForward(t *testing.T) {
+	// One channel holding 1 and 3: mean 2, biased variance 1.
+	x := buf64([]int{2, 1}, 1, 3)
+	stats, save := buf64([]int{3, 1}), buf64([]int{3, 1})
+	run64(BatchNormStats, &Attrs{}, nil, []*Buf[float64]{x}, []*Buf[float64]{stats})
+	expectData(t, "batch_norm_stats", stats.Data, 4, 10, 2)
+	y := buf64([]int{2, 1})
+	a := &Attrs{BNMomentum: 0.1}
+	run64(BatchNormNorm, a, nil, []*Buf[float64]{x, stats, buf64([]int{1}, 2), buf64([]int{1}, 0.5)}, []*Buf[float64]{y, save})
+	expectData(t, "batch_norm_norm save", save.Data, 2, 1, 2)
+	expectData(t, "batch_norm_norm", y.Data, -1.5, 2.5)
+	run64(BatchNormNorm, a, nil, []*Buf[float64]{x, stats}, []*Buf[float64]{y, save}) // affine=False
+	expectData(t, "batch_norm_norm without gamma and beta", y.Data, -1, 1)
+
+	// The running statistics take the unbiased variance, 2.
+	rm, rv, tracked := buf64([]int{1}, 0), buf64([]int{1}, 1), buf64([]int{1}, 0)
+	run := func(a *Attrs, save *Buf[float64]) {
+		run64(BatchNormRunning, a, nil, []*Buf[float64]{save, rm, rv, tracked}, nil)
+	}
+	run(a, save)
+	expectData(t, "running mean", rm.Data, 0.2)
+	expectData(t, "running var", rv.Data, 0.9+0.2)
+	expectData(t, "num_batches_tracked", tracked.Data, 1)
+	// Momentum=None (negative): a cumulative average, 1/tracked.
+	run(&Attrs{BNMomentum: -1}, save)
+	expectData(t, "cumulative running mean", rm.Data, 0.2+(2-0.2)/2)
+	expectData(t, "cumulative running var", rv.Data, 1.1+(2-1.1)/2)
+	expectData(t, "num_batches_tracked", tracked.Data, 2)
+	// One value per channel: the mean moves, the variance does not.
+	run(a, buf64([]int{3, 1}, 5, 0, 1))
+	expectData(t, "running mean after count 1", rm.Data, 0.9*1.1+0.5)
+	expectData(t, "running var after count 1", rv.Data, 1.55)
+	expectData(t, "num_batches_tracked", tracked.Data, 3)
+	// No values: nothing changes.
+	run(a, buf64([]int{3, 1}, 0, 0, 0))
+	expectData(t, "running mean after count 0", rm.Data, 0.9*1.1+0.5)
+	expectData(t, "running var after count 0", rv.Data, 1.55)
+	expectData(t, "num_batches_tracked", tracked.Data, 3)
+
+	// Statistics whose variance rounds below 0 give variance 0; a count of
+	// 0 gives mean and variance 0.
+	y2, save2 := buf64([]int{1, 2}), buf64([]int{3, 2})
+	run64(BatchNormNorm, &Attrs{Eps: 1}, nil, []*Buf[float64]{buf64([]int{1, 2}, 7, 7), buf64([]int{3, 2}, 2, 0, 1, 0, 2, 0)},
+		[]*Buf[float64]{y2, save2})
+	expectData(t, "batch_norm_norm clamped save", save2.Data, 1, 0, 0, 0, 2, 0)
+	expectData(t, "batch_norm_norm clamped", y2.Data, 6, 7)
+
+	// Evaluation: running statistics, 4-d input.
+	xe := buf64([]int{1, 2, 1, 2}, 1, 2, 3, 4)
+	ye := buf64([]int{1, 2, 1, 2})
+	run64(BatchNormEval, &Attrs{Eps: 0}, nil, []*Buf[float64]{xe, buf64([]int{2}, 1, 3), buf64([]int{2}, 4, 0.25), buf64([]int{2}, 1, 2), nil},
+		[]*Buf[float64]{ye})
+	expectData(t, "batch_norm_eval", ye.Data, 0, 0.5, 0, 4)
+}
+
+func TestAvgPoolForward(t *testing.T) {
+	// Padding 1 around a 2×2 image, kernel 2, stride 2: each window holds
+	// one element and three zeros of padding, and divides by 4.
+	x := buf64([]int{1, 1, 2, 2}, 1, 2, 3, 4)
+	y := buf64([]int{1, 1, 2, 2})
+	a := &Attrs{Kernel: 2, Padding: 1}
+	run64(AvgPool2D, a, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "avgpool2d padded", y.Data, 0.25, 0.5, 0.75, 1)
+	dx := buf64([]int{1, 1, 2, 2})
+	run64(AvgPool2DGrad, a, nil, []*Buf[float64]{buf64([]int{1, 1, 2, 2}, 4, 8, 12, 16)}, []*Buf[float64]{dx})
+	expectData(t, "avgpool2d_grad padded", dx.Data, 1, 2, 3, 4)
+	// Floor mode drops the last column for kernel 2 on width 3.
+	x = buf64([]int{1, 1, 2, 3}, 1, 2, 100, 3, 4, 100)
+	y = buf64([]int{1, 1, 1, 1})
+	run64(AvgPool2D, &Attrs{Kernel: 2}, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "avgpool2d floor", y.Data, 2.5)
+
+	g := buf64([]int{1, 2, 1, 1})
+	run64(GlobalAvgPool2D, nil, nil, []*Buf[float64]{buf64([]int{1, 2, 1, 3}, 1, 2, 3, 4, 4, 4)}, []*Buf[float64]{g})
+	expectData(t, "global_avgpool2d", g.Data, 2, 4)
+	dg := buf64([]int{1, 2, 1, 3})
+	run64(GlobalAvgPool2DGrad, nil, nil, []*Buf[float64]{buf64([]int{1, 2, 1, 1}, 3, 6)}, []*Buf[float64]{dg})
+	expectData(t, "global_avgpool2d_grad", dg.Data, 1, 1, 1, 2, 2, 2)
+}
+
+func TestActivationsForward(t *testing.T) {
+	x := buf64([]int{5}, -2, 0, 1, math.NaN(), 5)
+	y := buf64([]int{5})
+	run64(LeakyReLU, &Attrs{NegativeSlope: 0.1}, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
+	expectData(t, "leaky_relu", y.Data, -0.2, 0, 1, math.NaN(), 5)
+	dx := buf64([]int{5})
+	run64(LeakyReLUGrad, &Attrs{NegativeSlope: 0.1}, nil, []*Buf[float64]{buf64([]int{5}, 1, 1, 1, 1, 1), x}, []*Buf[float64]{dx})
+	expectData(t, "leaky_relu_grad", dx.Data, 0.1, 0.1, 1, 0.1, 1)
+	run64(Sigmoid, nil, nil, []*Buf[float64]{buf64([]int{3}, 0, math.Log(3), math.Inf(-1))}, []*Buf[float64]{y})
+	expectData(t, "sigmoid", y.Data, 0.5, 0.75, 0)
+	run64(SigmoidGrad, nil, nil, []*Buf[float64]{buf64([]int{2}, 2, 4), buf64([]int{2}, 0.5, 0.75)}, []*Buf[float64]{dx})
+	expectData(t, "sigmoid_grad", dx.Data, 0.5, 0.75)
+	run64(Tanh, nil, nil, []*Buf[float64]{buf64([]int{2}, 0, math.Log(3))}, []*Buf[float64]{y})
+	expectData(t, "tanh", y.Data, 0, 0.8)
+	run64(TanhGrad, nil, nil, []*Buf[float64]{buf64([]int{2}, 2, 1), buf64([]int{2}, 0, 0.8)}, []*Buf[float64]{dx})
+	expectData(t, "tanh_grad", dx.Data, 2, 0.36)
+
+	a, b := buf64([]int{2, 2}, 1, 2, 3, 4), buf64([]int{2, 2}, 4, 3, 2, 1)
+	z := buf64([]int{2, 2})
+	run64(Sub, nil, nil, []*Buf[float64]{a, b}, []*Buf[float64]{z})
+	expectData(t, "sub", z.Data, -3, -1, 1, 3)
+	run64(Mul, nil, nil, []*Buf[float64]{a, b}, []*Buf[float64]{z})
+	expectData(t, "mul", z.Data, 4, 6, 6, 4)
+	run64(Scale, &Attrs{Alpha: -0.5}, nil, []*Buf[float64]{a}, []*Buf[float64]{z})
+	expectData(t, "scale", z.Data, -0.5, -1, -1.5, -2)
+}
+
+func TestLossesWithSmoothingAndMSE(t *testing.T) {
+	// Uniform logits over 4 classes: every -logp is ln 4, whatever ε.
+	c := &Ctx[float64]{LossScale: 0.5}
+	logits := buf64([]int{2, 4})
+	target := idx64([]int{2}, 1, 3)
+	loss, probs := buf64([]int{1}), buf64([]int{2, 4})
+	a := &Attrs{LabelSmoothing: 0.2}
+	run64(CrossEntropy, a, c, []*Buf[float64]{logits, target}, []*Buf[float64]{loss, probs})
+	expectData(t, "cross_entropy smoothed", loss.Data, math.Log(4))
+	dx := buf64([]int{2, 4})
+	run64(CrossEntropyGrad, a, c, []*Buf[float64]{buf64([]int{1}, 2), probs, target}, []*Buf[float64]{dx})
+	// probs 0.25; smoothed target 0.05 off, 0.85 on.
+	expectData(t, "cross_entropy_grad smoothed", dx.Data, 0.2, -0.6, 0.2, 0.2, 0.2, 0.2, 0.2, -0.6)
+	// With Accumulate the loss adds up.
+	a.Accumulate = true
+	run64(CrossEntropy, a, c, []*Buf[float64]{logits, target}, []*Buf[float64]{loss, probs})
+	expectData(t, "cross_entropy smoothed, accumulated", loss.Data, 2*math.Log(4))
+
+	pred := buf64([]int{2, 2}, 1, 2, 3, 4)
+	tgt := buf64([]int{2, 2}, 0, 0, 3, 6)
+	run64(MSELoss, nil, c, []*Buf[float64]{pred, tgt}, []*Buf[float64]{loss})
+	expectData(t, "mse_loss", loss.Data, 0.5*((1+4)/2.0+(0+4)/2.0))
+	run64(MSELoss, &Attrs{Accumulate: true}, c, []*Buf[float64]{pred, tgt}, []*Buf[float64]{loss})
+	expectData(t, "mse_loss accumulated", loss.Data, 2*0.5*((1+4)/2.0+(0+4)/2.0))
+	dp := buf64([]int{2, 2})
+	run64(MSELossGrad, nil, c, []*Buf[float64]{buf64([]int{1}, 3), pred, tgt}, []*Buf[float64]{dp})
+	expectData(t, "mse_loss_grad", dp.Data, 1.5, 3, 0, -3) // 0.5·3·2·(p-t)/2
 }

@@ -22,7 +22,8 @@ import (
 type Op uint8
 
 // The op set. Forward ops have a shape rule; backward and optimizer ops get
-// their output shapes from the engine (a gradient has its primal's shape).
+// their output shapes from the engine (a gradient has its primal's shape;
+// BatchNormGradStats's output is [2,C]).
 const (
 	Invalid Op = iota
 

@@ -27,6 +27,29 @@ func TestInfer(t *testing.T) {
 		{Softmax, Attrs{}, [][]int{{64, 10}}, [][]int{{64, 10}}},
 		{NLLLoss, Attrs{}, [][]int{{64, 10}, {64}}, [][]int{{1}}},
 		{CrossEntropy, Attrs{}, [][]int{{64, 10}, {64}}, [][]int{{1}, {64, 10}}},
+		{CrossEntropy, Attrs{LabelSmoothing: 0.1}, [][]int{{64, 10}, {64}}, [][]int{{1}, {64, 10}}},
+		{Conv2D, Attrs{Groups: 2}, [][]int{{8, 4, 9, 9}, {6, 2, 3, 3}, {6}}, [][]int{{8, 6, 7, 7}}},
+		{Conv2D, Attrs{Groups: 1}, [][]int{{8, 4, 9, 9}, {6, 4, 3, 3}}, [][]int{{8, 6, 7, 7}}},
+		{Conv2D, Attrs{Groups: 4, Padding: 1}, [][]int{{8, 4, 9, 9}, {8, 1, 3, 3}, nil}, [][]int{{8, 8, 9, 9}}},
+		{MSELoss, Attrs{}, [][]int{{64, 3, 2}, {64, 3, 2}}, [][]int{{1}}},
+		{BatchNormStats, Attrs{}, [][]int{{64, 16, 8, 8}}, [][]int{{3, 16}}},
+		{BatchNormStats, Attrs{}, [][]int{{64, 50}}, [][]int{{3, 50}}},
+		{BatchNormNorm, Attrs{Eps: 1e-5}, [][]int{{64, 16, 8, 8}, {3, 16}, {16}, {16}}, [][]int{{64, 16, 8, 8}, {3, 16}}},
+		{BatchNormNorm, Attrs{}, [][]int{{64, 16, 8, 8}, {3, 16}, nil, nil}, [][]int{{64, 16, 8, 8}, {3, 16}}},
+		{BatchNormNorm, Attrs{}, [][]int{{64, 50}, {3, 50}}, [][]int{{64, 50}, {3, 50}}},
+		{BatchNormEval, Attrs{}, [][]int{{64, 16, 8}, {16}, {16}, {16}, {16}}, [][]int{{64, 16, 8}}},
+		{BatchNormEval, Attrs{}, [][]int{{64, 16, 8}, {16}, {16}}, [][]int{{64, 16, 8}}},
+		{AvgPool2D, Attrs{Kernel: 2}, [][]int{{64, 10, 24, 24}}, [][]int{{64, 10, 12, 12}}},
+		{AvgPool2D, Attrs{Kernel: 3, Stride: 2, Padding: 1}, [][]int{{1, 1, 7, 8}}, [][]int{{1, 1, 4, 4}}},
+		{AvgPool2D, Attrs{Kernel: 2}, [][]int{{1, 1, 5, 5}}, [][]int{{1, 1, 2, 2}}},
+		{GlobalAvgPool2D, Attrs{}, [][]int{{64, 10, 7, 5}}, [][]int{{64, 10, 1, 1}}},
+		{Sigmoid, Attrs{}, [][]int{{3, 4, 5}}, [][]int{{3, 4, 5}}},
+		{Tanh, Attrs{}, [][]int{{3, 4}}, [][]int{{3, 4}}},
+		{LeakyReLU, Attrs{NegativeSlope: 0.01}, [][]int{{3, 4}}, [][]int{{3, 4}}},
+		{Scale, Attrs{Alpha: 2}, [][]int{{3, 4}}, [][]int{{3, 4}}},
+		{Add, Attrs{}, [][]int{{3, 4}, {3, 4}}, [][]int{{3, 4}}},
+		{Sub, Attrs{}, [][]int{{3, 4}, {3, 4}}, [][]int{{3, 4}}},
+		{Mul, Attrs{}, [][]int{{3, 4, 2}, {3, 4, 2}}, [][]int{{3, 4, 2}}},
 	} {
 		got, err := Infer(tc.op, &tc.a, tc.in)
 		if err != nil {
@@ -108,6 +131,46 @@ func TestInferErrors(t *testing.T) {
 			"cross_entropy: target must be [N], got [64 1]"},
 		{ReLU, Attrs{}, [][]int{{1}, {1}},
 			"relu: got 2 inputs, want 1"},
+		{Conv2D, Attrs{Groups: 3}, [][]int{{8, 4, 9, 9}, {6, 2, 3, 3}},
+			"conv2d: input channels 4 are not divisible by groups 3 (input shape [8 4 9 9])"},
+		{Conv2D, Attrs{Groups: 2}, [][]int{{8, 4, 9, 9}, {5, 2, 3, 3}},
+			"conv2d: output channels 5 are not divisible by groups 2 (weight shape [5 2 3 3])"},
+		{Conv2D, Attrs{Groups: 2}, [][]int{{8, 4, 9, 9}, {6, 4, 3, 3}},
+			"conv2d: input has 4 channels, weight expects 4 per group × 2 groups = 8 (input shape [8 4 9 9], weight shape [6 4 3 3])"},
+		{Conv2D, Attrs{Groups: -1}, [][]int{{8, 4, 9, 9}, {6, 4, 3, 3}},
+			"conv2d: groups must be at least 1, got -1"},
+		{CrossEntropy, Attrs{LabelSmoothing: 1.5}, [][]int{{64, 10}, {64}},
+			"cross_entropy: label_smoothing must be in [0, 1], got 1.5"},
+		{MSELoss, Attrs{}, [][]int{{64, 10}, {64}},
+			"mse_loss: target shape [64] differs from input shape [64 10]"},
+		{BatchNormStats, Attrs{}, [][]int{{64}},
+			"batch_norm_stats: input must be [N C ...], got [64]"},
+		{BatchNormNorm, Attrs{}, [][]int{{64, 16, 8, 8}, {2, 16}},
+			"batch_norm_norm: stats must be [3 16], one per channel of input [64 16 8 8], got [2 16]"},
+		{BatchNormNorm, Attrs{}, [][]int{{64, 16, 8, 8}, {3, 16}, {8}, {16}},
+			"batch_norm_norm: weight must be [16], one per channel of input [64 16 8 8], got [8]"},
+		{BatchNormNorm, Attrs{}, [][]int{{64, 16, 8, 8}, nil, {16}, {16}},
+			"batch_norm_norm: stats is missing"},
+		{BatchNormNorm, Attrs{}, [][]int{{64, 16, 8, 8}},
+			"batch_norm_norm: got 1 inputs, want 2 to 4"},
+		{BatchNormNorm, Attrs{Eps: -1}, [][]int{{64, 16}, {3, 16}},
+			"batch_norm_norm: eps must not be negative, got -1"},
+		{BatchNormEval, Attrs{}, [][]int{{64, 16}, {16}, {15}},
+			"batch_norm_eval: running_var must be [16], one per channel of input [64 16], got [15]"},
+		{BatchNormEval, Attrs{}, [][]int{{64, 16}, {16}, {16}, {16}, {4}},
+			"batch_norm_eval: bias must be [16], one per channel of input [64 16], got [4]"},
+		{AvgPool2D, Attrs{Kernel: 3, Padding: 2}, [][]int{{64, 20, 8, 8}},
+			"avgpool2d: padding must be between 0 and half the kernel (1), got 2"},
+		{AvgPool2D, Attrs{Kernel: 3}, [][]int{{64, 20, 2, 8}},
+			"avgpool2d: kernel 3 does not fit input 2×8"},
+		{AvgPool2D, Attrs{Kernel: 5, Padding: 1}, [][]int{{64, 20, 2, 8}},
+			"avgpool2d: kernel 5 does not fit input 2×8 with padding 1"},
+		{AvgPool2D, Attrs{}, [][]int{{64, 20, 2, 8}},
+			"avgpool2d: kernel must be at least 1, got 0"},
+		{GlobalAvgPool2D, Attrs{}, [][]int{{64, 20}},
+			"global_avgpool2d: input must be [N C H W], got [64 20]"},
+		{Sub, Attrs{}, [][]int{{64, 20}, {64, 21}},
+			"sub: shapes [64 20] and [64 21] differ"},
 		{ReLUGrad, Attrs{}, [][]int{{1}, {1}},
 			"relu_grad: not a forward op, it has no shape rule"},
 	} {
@@ -135,7 +198,57 @@ func TestWorkspace(t *testing.T) {
 			t.Errorf("Workspace(%v) = %d, want %d", tc.op, got, want)
 		}
 	}
+	// Grouped: col holds one group's channels.
+	xg, wg, yg := []int{8, 6, 9, 9}, []int{4, 2, 3, 3}, []int{8, 4, 7, 7}
+	wantG := (2*9 + 4) * 8 * 7 * 7
+	a := &Attrs{Groups: 3}
+	if got := Workspace(Conv2D, a, [][]int{xg, wg, nil}, [][]int{yg}); got != wantG {
+		t.Errorf("Workspace(grouped conv2d) = %d, want %d", got, wantG)
+	}
+	if got := Workspace(Conv2DGradInput, a, [][]int{yg, wg}, [][]int{xg}); got != wantG {
+		t.Errorf("Workspace(grouped conv2d_grad_input) = %d, want %d", got, wantG)
+	}
+	if got := Workspace(Conv2DGradWeight, a, [][]int{yg, xg}, [][]int{wg}); got != wantG {
+		t.Errorf("Workspace(grouped conv2d_grad_weight) = %d, want %d", got, wantG)
+	}
 	if got := Workspace(Linear, &Attrs{}, [][]int{{64, 320}, {50, 320}}, [][]int{{64, 50}}); got != 0 {
 		t.Errorf("Workspace(linear) = %d, want 0", got)
+	}
+}
+
+func TestOptionalInputs(t *testing.T) {
+	for _, tc := range []struct {
+		op    Op
+		omit  []int
+		minIn int
+	}{
+		{Conv2D, []int{2}, 2},
+		{Linear, []int{2}, 2},
+		{ReLU, nil, 1},
+		{BatchNormNorm, []int{2, 3}, 2},
+		{BatchNormEval, []int{3, 4}, 3},
+		{BatchNormGradInput, []int{4}, 4},
+		{SGDStep, nil, 3},
+	} {
+		info := tc.op.Info()
+		for i := -1; i <= info.NumIn; i++ {
+			if got, want := info.MayOmit(i), slices.Contains(tc.omit, i); got != want {
+				t.Errorf("%v: MayOmit(%d) = %v, want %v", tc.op, i, got, want)
+			}
+		}
+		if got := info.MinIn(); got != tc.minIn {
+			t.Errorf("%v: MinIn() = %d, want %d", tc.op, got, tc.minIn)
+		}
+	}
+	// Every op's Optional bits lie within its inputs, and agree with
+	// OptionalLast.
+	for op := Op(1); int(op) < NumOps; op++ {
+		info := op.Info()
+		if info.Optional>>uint(info.NumIn) != 0 {
+			t.Errorf("%v: Optional %b names inputs past its %d", op, info.Optional, info.NumIn)
+		}
+		if last := info.NumIn > 0 && info.Optional>>uint(info.NumIn-1)&1 != 0; last != info.OptionalLast {
+			t.Errorf("%v: OptionalLast %v, but Optional %b", op, info.OptionalLast, info.Optional)
+		}
 	}
 }

@@ -3,9 +3,9 @@ package script
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
-	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -170,7 +170,7 @@ func tensorReshape(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	if dims[0] == -1 && len(dims) > 1 {
 		dims = dims[1:] // the batch
 	}
-	if n := strings.Count(fmt.Sprint(dims), "-1"); n > 1 {
+	if n := slices.Index(dims, -1); n >= 0 && slices.Contains(dims[n+1:], -1) {
 		return nil, fmt.Errorf("reshape: only one dimension may be -1, got %v", dims)
 	}
 	return t.tr.apply(position(thread), &spec.Layer{Kind: spec.ReshapeOp, Dims: dims, Pos: position(thread)}, []*Tensor{t}, "reshape")
@@ -284,6 +284,9 @@ func (tr *trace) model(out *Tensor) (spec.Model, error) {
 			mark(c)
 		}
 	}
+	if err := tr.resolve(nil); err != nil {
+		return spec.Model{}, err
+	}
 	for i, n := range tr.nodes {
 		if !used[i] {
 			return spec.Model{}, fmt.Errorf("%s: the result of %s is never used by the model's output (a value no output depends on would get no gradient)",
@@ -291,9 +294,6 @@ func (tr *trace) model(out *Tensor) (spec.Model, error) {
 		}
 		m.Nodes = append(m.Nodes, n)
 		mark(n.Layer)
-	}
-	if err := tr.resolve(nil); err != nil {
-		return spec.Model{}, err
 	}
 	for _, l := range tr.order {
 		if !applied[l] && hasParams(l) {

@@ -30,14 +30,15 @@ def load_safetensors(path):
     return out
 
 
-ckpt, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-model = Net()
-model.load_state_dict(load_safetensors(ckpt), strict=True)
-model.eval()
-x = read_idx(os.path.join(data, "t10k-images-idx3-ubyte.gz"))[:n]
-y = torch.from_numpy(read_idx(os.path.join(data, "t10k-labels-idx1-ubyte.gz"))[:n])
-x = (torch.from_numpy(x.astype(np.float32)) / 255 - 0.1307) / 0.3081
-with torch.no_grad():
-    out = model(x)
-print(json.dumps({"accuracy": (out.argmax(1) == y).float().mean().item(),
-                  "loss": F.nll_loss(out, y).item()}))
+if __name__ == "__main__":
+    ckpt, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    model = Net()
+    model.load_state_dict(load_safetensors(ckpt), strict=True)
+    model.eval()
+    x = read_idx(os.path.join(data, "t10k-images-idx3-ubyte.gz"))[:n]
+    y = torch.from_numpy(read_idx(os.path.join(data, "t10k-labels-idx1-ubyte.gz"))[:n])
+    x = (torch.from_numpy(x.astype(np.float32)) / 255 - 0.1307) / 0.3081
+    with torch.no_grad():
+        out = model(x)
+    print(json.dumps({"accuracy": (out.argmax(1) == y).float().mean().item(),
+                      "loss": F.nll_loss(out, y).item()}))
