@@ -126,7 +126,7 @@ func (b *builder) value(name string, shape []int, batched bool) *Value {
 // BuildGraph infers every shape of the model for the given per-device
 // maximum batch and sample shape, then differentiates the loss; lossPos is
 // where the loss was chosen (the train(...) call).
-func BuildGraph(model *spec.Model, loss string, lossPos spec.Pos, batch int, sample []int, classes int) (*Graph, error) {
+func BuildGraph(model *spec.Model, loss string, smoothing float64, lossPos spec.Pos, batch int, sample []int, classes int) (*Graph, error) {
 	g := &Graph{}
 	b := &builder{g: g, params: map[*spec.Layer][]*Value{}, paths: map[string]*spec.Layer{}}
 	g.Input = b.value("input", append([]int{batch}, sample...), true)
@@ -150,7 +150,7 @@ func BuildGraph(model *spec.Model, loss string, lossPos spec.Pos, batch int, sam
 	if g.Output = tensors[model.Output]; g.Output == nil || g.Output == g.Input {
 		return nil, &CompileError{Pos: lossPos, Layer: "model", Err: fmt.Errorf("the model computes nothing from its input")}
 	}
-	if err := b.loss(loss, lossPos, classes); err != nil {
+	if err := b.loss(loss, smoothing, lossPos, classes); err != nil {
 		return nil, err
 	}
 	if err := b.differentiate(); err != nil {
@@ -456,7 +456,7 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 	return nil
 }
 
-func (b *builder) loss(loss string, pos spec.Pos, classes int) error {
+func (b *builder) loss(loss string, smoothing float64, pos spec.Pos, classes int) error {
 	g := b.g
 	out := g.Output
 	node := &Node{Layer: "loss " + strconv.Quote(loss), Pos: pos}
@@ -465,6 +465,7 @@ func (b *builder) loss(loss string, pos spec.Pos, classes int) error {
 		node.Op = ops.NLLLoss
 	case "cross_entropy":
 		node.Op = ops.CrossEntropy
+		node.Attrs.LabelSmoothing = smoothing
 	default:
 		return fmt.Errorf("unknown loss %q (want \"nll\" or \"cross_entropy\")", loss)
 	}

@@ -258,7 +258,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, s.Loss, s.Pos, p.MaxBatch, info.sample, info.classes)
+	g, err := BuildGraph(&s.Model, s.Loss, s.LabelSmoothing, s.Pos, p.MaxBatch, info.sample, info.classes)
 	if err != nil {
 		return nil, err
 	}

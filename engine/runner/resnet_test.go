@@ -108,6 +108,22 @@ func TestResNetMatchesPyTorch(t *testing.T) {
 			t.Errorf("%s = %v, PyTorch %v", st.Name, cd.Buf(d.prog.Stats[i]).Data, w)
 		}
 	}
+	// The same forward pass under label smoothing (train(label_smoothing)).
+	ps := compile(t, loadSpec(t, resnetScript, "label_smoothing=0.1"), 1)
+	ds2, _ := testDevice(t, ps, 0, 1)
+	if err := ds2.dev.UploadF32(ds2.prog.StatArena, 0, ps.InitialStats()); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range golden.Params {
+		if err := setParam(ds2, name, v.Shape, v.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backward(t, ds2, ds, idx)
+	if got, want := mustLoss(t, ds2), smoothedLossOf(b); math.Abs(got-want) > 1e-5*want {
+		t.Errorf("label_smoothing 0.1: loss %.7f, PyTorch %.7f", got, want)
+	}
+
 	feed(t, d, ds, idx)
 	if err := d.evalBatch(true); err != nil {
 		t.Fatal(err)
@@ -123,6 +139,23 @@ func evalLossOf(b []byte) float64 {
 	}
 	json.Unmarshal(b, &v)
 	return v.EvalLoss
+}
+
+func smoothedLossOf(b []byte) float64 {
+	var v struct {
+		Smoothed float64 `json:"smoothed_loss"`
+	}
+	json.Unmarshal(b, &v)
+	return v.Smoothed
+}
+
+func mustLoss(t *testing.T, d *device) float64 {
+	t.Helper()
+	l, err := d.readLoss()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func maxAbs(v []float32) float64 {

@@ -215,8 +215,10 @@ type Spec struct {
 	Script string // path of the script
 	Model  Model
 	Loss   string // "nll" or "cross_entropy"
-	Data   Data
-	Eval   *Data // nil when no evaluation set
+	// LabelSmoothing is cross-entropy's label smoothing ε (0: none).
+	LabelSmoothing float64
+	Data           Data
+	Eval           *Data // nil when no evaluation set
 
 	Partition *Partition // nil: the engine's default (each rank a strided shard)
 	Sync      Sync

@@ -56,7 +56,9 @@ x = torch.randn(6, 1, 8, 8)
 y = torch.tensor([0, 3, 1, 2, 3, 1])
 params = {k: {"shape": list(v.shape), "data": v.flatten().tolist()} for k, v in net.named_parameters()}
 net.train()
-loss = F.cross_entropy(net(x), y)
+out = net(x)
+loss = F.cross_entropy(out, y)
+smoothed = F.cross_entropy(out, y, label_smoothing=0.1).item()
 loss.backward()
 state = {k: {"shape": list(v.shape), "data": v.flatten().float().tolist()} for k, v in net.state_dict().items()
          if k.endswith("running_mean") or k.endswith("running_var") or k.endswith("num_batches_tracked")}
@@ -66,4 +68,4 @@ with torch.no_grad():
 print(json.dumps({"x": x.flatten().tolist(), "y": y.tolist(), "params": params,
                   "state_dict_keys": list(net.state_dict().keys()),
                   "loss": loss.item(), "grads": {k: v.grad.flatten().tolist() for k, v in net.named_parameters()},
-                  "stats": state, "eval_loss": eval_loss}))
+                  "stats": state, "eval_loss": eval_loss, "smoothed_loss": smoothed}))
