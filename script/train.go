@@ -101,6 +101,9 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		if err != nil {
 			return nil, err
 		}
+		if len(e.Transforms) > 0 {
+			return nil, fmt.Errorf("%s: eval: transforms are for training data (evaluation sees each sample as it is); drop transforms= from the eval set", b.Name())
+		}
 		s.Eval = &e
 	}
 	if s.Optimizer, err = configOf[spec.Optimizer](b, "optimizer", optV, "optim.sgd(...) or optim.adam(...)"); err != nil {
