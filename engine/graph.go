@@ -44,10 +44,12 @@ type Param struct {
 	FanIn int
 	// Bias marks biases (initialised like PyTorch's biases).
 	Bias bool
-	// Fill, when Init is set, is the constant the parameter starts at
-	// (batch norm's weight 1 and bias 0) instead of the uniform draw.
-	Init  bool
-	Fill  float32
+	// FanOut is the fan-out (kaiming_normal's, xavier's).
+	FanOut int
+	// Init, when its Kind is set, replaces the layer's default (batch
+	// norm's weight starts at 1 and its bias at 0); else the layer's
+	// init= applies to its weight.
+	Init  spec.Init
 	Layer *spec.Layer
 }
 
@@ -276,8 +278,11 @@ func (b *builder) paramsOf(l *spec.Layer) ([]*Value, error) {
 		ps = []*Value{nil, nil}
 		if l.Affine {
 			ps[0], ps[1] = param("weight", []int{l.In}, 0, false), param("bias", []int{l.In}, 0, true)
-			ps[0].Param.Init, ps[0].Param.Fill = true, 1
-			ps[1].Param.Init = true
+			ps[0].Param.Init = spec.Init{Kind: "constant", Value: 1}
+			ps[1].Param.Init = spec.Init{Kind: "constant"}
+			if l.Init != "" {
+				ps[0].Param.Init = spec.ParseInit(l.Init)
+			}
 		}
 		if l.TrackStats {
 			stat := func(suffix string, shape []int, fill float32) *Value {
@@ -299,6 +304,7 @@ func (b *builder) paramsOf(l *spec.Layer) ([]*Value, error) {
 			fan = l.In / groups * l.Kernel * l.Kernel
 		}
 		ps = []*Value{param("weight", shape, fan, false), nil}
+		ps[0].Param.FanOut = shape[0] * fan / shape[1]
 		if l.Bias {
 			ps[1] = param("bias", []int{l.Out}, fan, true)
 		}
@@ -393,7 +399,7 @@ func (b *builder) reshape(x *Value, dims []int, pos spec.Pos, name string) (*Val
 		known = have
 	}
 	if known != have {
-		return nil, &CompileError{Pos: pos, Layer: "reshape", Err: fmt.Errorf("cannot view samples of shape %v (%d values) as %v", x.Shape[1:], have, dims)}
+		return nil, &CompileError{Pos: pos, Layer: "reshape", Err: fmt.Errorf("cannot view samples of shape %v (%d values) as %v (after the batch)", x.Shape[1:], have, dims)}
 	}
 	// A view: the Flatten op's buffer aliasing, with the asked shape.
 	node := &Node{Op: ops.Flatten, In: []*Value{x}, Layer: "reshape", Pos: pos}

@@ -717,9 +717,11 @@ func (p *Plan) optimizerSteps(prog *Program, update bool) error {
 
 // InitialParams returns the parameter arena's first values as PyTorch's
 // default initialisation draws them: weights from U(-1/√fan_in, 1/√fan_in)
-// (kaiming_uniform_ with a=√5) and biases from the same range, parameter
-// after parameter in the model's order, from an RNG seeded with seed. The
-// runner uploads them to rank 0, which broadcasts them.
+// (kaiming_uniform_ with a=√5) and biases from the same range, batch
+// norm's weights 1 and biases 0, or as the layer's init= asks for its
+// weight; parameter after parameter in the model's order, from an RNG
+// seeded with seed. The runner uploads them to rank 0, which broadcasts
+// them.
 func (p *Plan) InitialParams(seed int64) []float32 {
 	prog := p.Devices[0]
 	out := make([]float32, prog.ParamArena.Elems())
@@ -727,18 +729,46 @@ func (p *Plan) InitialParams(seed int64) []float32 {
 	for i, prm := range p.Graph.Params {
 		b := prog.Params[i]
 		data := out[b.Offset-prog.ParamArena.Offset:][:b.Elems()]
-		if prm.Init {
-			for j := range data {
-				data[j] = prm.Fill
-			}
-			continue
-		}
-		bound := 1 / math.Sqrt(float64(prm.FanIn))
+		initParam(data, prm, rng)
+	}
+	return out
+}
+
+// initParam fills data with parameter prm's first values (see InitialParams).
+func initParam(data []float32, prm *Param, rng *rand.Rand) {
+	init := prm.Init
+	if init.Kind == "" && prm.Layer != nil && !prm.Bias && prm.Layer.Init != "" {
+		init = spec.ParseInit(prm.Layer.Init)
+	}
+	fanIn, fanOut := float64(prm.FanIn), float64(prm.FanOut)
+	uniform := func(bound float64) {
 		for j := range data {
 			data[j] = float32((rng.Float64()*2 - 1) * bound)
 		}
 	}
-	return out
+	normal := func(std float64) {
+		for j := range data {
+			data[j] = float32(rng.NormFloat64() * std)
+		}
+	}
+	switch init.Kind {
+	case "constant":
+		for j := range data {
+			data[j] = float32(init.Value)
+		}
+	case "kaiming_normal": // fan_out, relu: torchvision's ResNet convolutions
+		normal(math.Sqrt(2 / fanOut))
+	case "kaiming_uniform": // fan_in, relu
+		uniform(math.Sqrt(6 / fanIn))
+	case "xavier_uniform":
+		uniform(math.Sqrt(6 / (fanIn + fanOut)))
+	case "xavier_normal":
+		normal(math.Sqrt(2 / (fanIn + fanOut)))
+	case "normal":
+		normal(init.Value)
+	default:
+		uniform(1 / math.Sqrt(fanIn))
+	}
 }
 
 // InitialStats returns the running-statistics arena's first values (means

@@ -3,6 +3,7 @@ package script
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"go.starlark.net/starlark"
@@ -173,6 +174,28 @@ var nnModule = &starlarkstruct.Module{
 	},
 }
 
+// initArg unpacks init=: how a layer's weight starts (spec.InitNames): a
+// name, "normal(STD)", or a number.
+type initArg string
+
+func (a *initArg) Unpack(v starlark.Value) error {
+	var s string
+	switch x := v.(type) {
+	case starlark.String:
+		s = string(x)
+	case starlark.Int, starlark.Float:
+		f, _ := starlark.AsFloat(x)
+		s = strconv.FormatFloat(f, 'g', -1, 64)
+	default:
+		return fmt.Errorf("got %s, want %s", v.Type(), spec.InitNames)
+	}
+	if err := spec.CheckInit(s); err != nil {
+		return err
+	}
+	*a = initArg(s)
+	return nil
+}
+
 // layerName unpacks name=: None or a non-empty string without dots.
 type layerName string
 
@@ -253,9 +276,10 @@ func nnConv2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 	var in, out, kernel int
 	stride, padding, groups, bias := 1, 0, 1, true
 	var name layerName
+	var init initArg
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs,
 		"in_channels", &in, "out_channels", &out, "kernel", &kernel,
-		"stride?", &stride, "padding?", &padding, "groups?", &groups, "bias?", &bias, "name?", &name); err != nil {
+		"stride?", &stride, "padding?", &padding, "groups?", &groups, "bias?", &bias, "init?", &init, "name?", &name); err != nil {
 		return nil, err
 	}
 	for _, c := range []struct {
@@ -273,15 +297,16 @@ func nnConv2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 		return nil, fmt.Errorf("%s: in_channels %d and out_channels %d must both be divisible by groups %d", b.Name(), in, out, groups)
 	}
 	return newLayer(thread, spec.Layer{Kind: spec.Conv2D, Name: string(name), Pos: position(thread),
-		In: in, Out: out, Kernel: kernel, Stride: stride, Padding: padding, Groups: groups, Bias: bias})
+		In: in, Out: out, Kernel: kernel, Stride: stride, Padding: padding, Groups: groups, Bias: bias, Init: string(init)})
 }
 
 func nnLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var in, out int
 	bias := true
 	var name layerName
+	var init initArg
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs,
-		"in_features", &in, "out_features", &out, "bias?", &bias, "name?", &name); err != nil {
+		"in_features", &in, "out_features", &out, "bias?", &bias, "init?", &init, "name?", &name); err != nil {
 		return nil, err
 	}
 	if err := positive(b, "in_features", in); err != nil {
@@ -291,7 +316,7 @@ func nnLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 		return nil, err
 	}
 	return newLayer(thread, spec.Layer{Kind: spec.Linear, Name: string(name), Pos: position(thread),
-		In: in, Out: out, Bias: bias})
+		In: in, Out: out, Bias: bias, Init: string(init)})
 }
 
 func nnMaxPool2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -369,8 +394,9 @@ func nnBatchNorm(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, 
 		eps, momentum := number(1e-5), number(0.1)
 		affine, track, sync := true, true, false
 		var name layerName
+		var init initArg
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "num_features", &features, "eps?", &eps, "momentum?", &momentum,
-			"affine?", &affine, "track_running_stats?", &track, "sync?", &sync, "name?", &name); err != nil {
+			"affine?", &affine, "track_running_stats?", &track, "sync?", &sync, "init?", &init, "name?", &name); err != nil {
 			return nil, err
 		}
 		if err := positive(b, "num_features", features); err != nil {
@@ -383,7 +409,7 @@ func nnBatchNorm(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, 
 			return nil, fmt.Errorf("%s: momentum must be in [0, 1], got %g", b.Name(), float64(momentum))
 		}
 		return newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), In: features,
-			Eps: float64(eps), Momentum: float64(momentum), Affine: affine, TrackStats: track, Sync: sync})
+			Eps: float64(eps), Momentum: float64(momentum), Affine: affine, TrackStats: track, Sync: sync, Init: string(init)})
 	}
 }
 

@@ -79,6 +79,9 @@ type Layer struct {
 	Sync               bool
 
 	Dims []int // reshape: the sample shape; cat, mean: the dimension
+	// Init is init=: how the weight starts (engine.InitNames); "" is
+	// PyTorch's default for the layer.
+	Init string
 
 	Layers []*Layer // sequential
 }
