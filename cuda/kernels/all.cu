@@ -2,6 +2,7 @@
 // compiles with g++): every kernel of kernels.h.
 #include "elementwise.cu"
 #include "conv.cu"
+#include "batchnorm.cu"
 #include "pool.cu"
 #include "softmax.cu"
 #include "optim.cu"

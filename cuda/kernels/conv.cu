@@ -3,8 +3,8 @@
 // ABI limits every buffer to fewer than 2^31 elements.
 #include "common.cuh"
 
-GORUN_KERNEL gorun_im2col(const float* x, float* col, int n, int c, int h, int w, int kh,
-                          int kw, int oh, int ow, int stride, int pad) {
+GORUN_KERNEL gorun_im2col(const float* x, float* col, int n, int c, int cx, int h, int w,
+                          int kh, int kw, int oh, int ow, int stride, int pad) {
   int l = n * oh * ow, ohw = oh * ow, khw = kh * kw;
   GORUN_FOR(e64, (long long)c * khw * l) {
     int e = (int)e64;
@@ -13,13 +13,13 @@ GORUN_KERNEL gorun_im2col(const float* x, float* col, int n, int c, int h, int w
     int ni = j / ohw, q = j - ni * ohw, oy = q / ow, ox = q - oy * ow;
     int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
     float v = 0.0f;
-    if (iy >= 0 && iy < h && ix >= 0 && ix < w) v = x[((ni * c + ci) * h + iy) * w + ix];
+    if (iy >= 0 && iy < h && ix >= 0 && ix < w) v = x[((ni * cx + ci) * h + iy) * w + ix];
     col[e] = v;
   }
 }
 
-GORUN_KERNEL gorun_col2im(const float* col, float* dx, int n, int c, int h, int w, int kh,
-                          int kw, int oh, int ow, int stride, int pad) {
+GORUN_KERNEL gorun_col2im(const float* col, float* dx, int n, int c, int cx, int h, int w,
+                          int kh, int kw, int oh, int ow, int stride, int pad) {
   int l = n * oh * ow, hw = h * w;
   GORUN_FOR(e64, (long long)n * c * hw) {
     int e = (int)e64;
@@ -40,7 +40,7 @@ GORUN_KERNEL gorun_col2im(const float* col, float* dx, int n, int c, int h, int 
         s += col[r * l + (ni * oh + oy) * ow + ox];
       }
     }
-    dx[e] = s;
+    dx[(ni * cx + ci) * hw + pos] = s;
   }
 }
 

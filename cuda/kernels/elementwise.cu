@@ -12,8 +12,59 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n) 
   GORUN_FOR(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
 }
 
-GORUN_KERNEL gorun_add(const float* a, const float* b, float* out, int n) {
-  GORUN_FOR(i, n) { out[i] = a[i] + b[i]; }
+// The op is the same for every thread: one loop per op keeps the loops
+// free of a per-element switch.
+GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha) {
+  switch (op) {
+  case GORUN_UNARY_SIGMOID:
+    GORUN_FOR(i, n) { y[i] = (float)(1.0 / (1.0 + exp(-(double)x[i]))); }
+    break;
+  case GORUN_UNARY_TANH:
+    GORUN_FOR(i, n) { y[i] = (float)tanh((double)x[i]); }
+    break;
+  case GORUN_UNARY_LEAKY_RELU:
+    GORUN_FOR(i, n) {
+      float v = x[i];
+      y[i] = v > 0.0f ? v : v * alpha; // NaN·alpha stays NaN
+    }
+    break;
+  case GORUN_UNARY_SCALE:
+    GORUN_FOR(i, n) { y[i] = alpha * x[i]; }
+    break;
+  }
+}
+
+GORUN_KERNEL gorun_binary(const float* a, const float* b, float* out, int n, int op,
+                          float alpha) {
+  switch (op) {
+  case GORUN_BINARY_ADD:
+    GORUN_FOR(i, n) { out[i] = a[i] + b[i]; }
+    break;
+  case GORUN_BINARY_SUB:
+    GORUN_FOR(i, n) { out[i] = a[i] - b[i]; }
+    break;
+  case GORUN_BINARY_MUL:
+    GORUN_FOR(i, n) { out[i] = a[i] * b[i]; }
+    break;
+  case GORUN_BINARY_SIGMOID_GRAD:
+    GORUN_FOR(i, n) {
+      float y = b[i];
+      out[i] = a[i] * (1.0f - y) * y;
+    }
+    break;
+  case GORUN_BINARY_TANH_GRAD:
+    GORUN_FOR(i, n) {
+      float y = b[i];
+      out[i] = a[i] * (1.0f - y * y);
+    }
+    break;
+  case GORUN_BINARY_LEAKY_RELU_GRAD:
+    GORUN_FOR(i, n) {
+      float g = a[i];
+      out[i] = b[i] > 0.0f ? g : g * alpha;
+    }
+    break;
+  }
 }
 
 GORUN_KERNEL gorun_copy(const float* src, float* dst, int n) {

@@ -125,6 +125,7 @@ using std::isnan;
 using std::log;
 using std::pow;
 using std::sqrt;
+using std::tanh;
 
 #endif // __CUDACC__
 #endif // GORUN_HOST_H

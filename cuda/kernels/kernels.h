@@ -44,6 +44,11 @@
 //   grad weight: col = im2col(x); dw[O, K] = dyT · colᵀ (beta 1 to
 //                accumulate).
 //   grad bias:   the split sum below over dy[N, O, OH·OW].
+// A grouped convolution (G groups; C is then one group's input channels,
+// W is [O, C·KH·KW] and K = C·KH·KW) runs the im2col/GEMM/col2im part once
+// per group g, as ops/conv.go does: x and dx from the group's first channel
+// (x + g·C·H·W, with cx = G·C channels per sample), and W's, tmp's and
+// dyT's rows [g·O/G, (g+1)·O/G); the permutes and the bias cover all O.
 // Linear: y = x·wᵀ by cuBLAS, then gorun_bias_add(y, b, N, O, 1); bias grad
 // is the split sum over dy[N, O, 1].
 //
@@ -82,8 +87,34 @@
 GORUN_KERNEL gorun_relu(const float* x, float* y, int n);
 // ReLUGrad: dx[i] = y[i] > 0 ? dy[i] : 0. ELEMENTWISE(n). dx may be dy.
 GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n);
-// Add: out[i] = a[i] + b[i]. ELEMENTWISE(n). out may be a or b.
-GORUN_KERNEL gorun_add(const float* a, const float* b, float* out, int n);
+// Unary ops, y[i] = f(x[i]), f chosen by op (GORUN_UNARY_*):
+//   SIGMOID     1/(1+exp(-x)), in double (ops' Sigmoid)
+//   TANH        tanh(x), in double (Tanh)
+//   LEAKY_RELU  x > 0 ? x : alpha·x, NaN stays NaN (LeakyReLU, alpha = its
+//               NegativeSlope)
+//   SCALE       alpha·x (Scale, alpha = its Alpha)
+// ELEMENTWISE(n). In place ok.
+#define GORUN_UNARY_SIGMOID 0
+#define GORUN_UNARY_TANH 1
+#define GORUN_UNARY_LEAKY_RELU 2
+#define GORUN_UNARY_SCALE 3
+GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
+// Binary ops, out[i] = f(a[i], b[i]), f chosen by op (GORUN_BINARY_*):
+//   ADD              a + b (Add)
+//   SUB              a - b (Sub)
+//   MUL              a·b (Mul)
+//   SIGMOID_GRAD     a·(1-b)·b: a = dy, b = the Sigmoid output
+//   TANH_GRAD        a·(1-b²): a = dy, b = the Tanh output
+//   LEAKY_RELU_GRAD  b > 0 ? a : alpha·a: a = dy, b = the LeakyReLU input
+// alpha is used by LEAKY_RELU_GRAD only. ELEMENTWISE(n). out may be a or b.
+#define GORUN_BINARY_ADD 0
+#define GORUN_BINARY_SUB 1
+#define GORUN_BINARY_MUL 2
+#define GORUN_BINARY_SIGMOID_GRAD 3
+#define GORUN_BINARY_TANH_GRAD 4
+#define GORUN_BINARY_LEAKY_RELU_GRAD 5
+GORUN_KERNEL gorun_binary(const float* a, const float* b, float* out, int n, int op,
+                          float alpha);
 // dst[i] = src[i] (also Flatten when not aliased). ELEMENTWISE(n).
 GORUN_KERNEL gorun_copy(const float* src, float* dst, int n);
 // x[i] = value. ELEMENTWISE(n).
@@ -122,14 +153,18 @@ GORUN_KERNEL gorun_dropout2d_grad(const float* dy, const float* mask, float* dx,
 // im2col: x[N,C,H,W] → col[C·KH·KW, N·OH·OW], zero where the window reaches
 // into the padding; OH = (H+2·pad-KH)/stride+1, OW likewise (the caller
 // passes them). stride is the resolved stride (ops' Stride 0 means 1).
+// cx is the number of channels of a sample of x: C, or for one group of a
+// grouped convolution all groups' channels (G·C, C being the group's), x
+// then pointing at the group's first channel of sample 0.
 // ELEMENTWISE(C·KH·KW·N·OH·OW).
-GORUN_KERNEL gorun_im2col(const float* x, float* col, int n, int c, int h, int w, int kh,
-                          int kw, int oh, int ow, int stride, int pad);
+GORUN_KERNEL gorun_im2col(const float* x, float* col, int n, int c, int cx, int h, int w,
+                          int kh, int kw, int oh, int ow, int stride, int pad);
 // col2im: dx[N,C,H,W] = the adjoint of im2col applied to col (each dx
-// element sums the col entries that im2col copied from it). Overwrites dx
-// (no clearing needed), no atomics. ELEMENTWISE(N·C·H·W).
-GORUN_KERNEL gorun_col2im(const float* col, float* dx, int n, int c, int h, int w, int kh,
-                          int kw, int oh, int ow, int stride, int pad);
+// element sums the col entries that im2col copied from it); cx as im2col's
+// (a group writes its C channels of each sample and no others).
+// Overwrites dx (no clearing needed), no atomics. ELEMENTWISE(N·C·H·W).
+GORUN_KERNEL gorun_col2im(const float* col, float* dx, int n, int c, int cx, int h, int w,
+                          int kh, int kw, int oh, int ow, int stride, int pad);
 // [O, N, plane] → [N, O, plane]: dst[(n·O+o)·plane+k] =
 // src[(o·N+n)·plane+k] (conv forward output). ELEMENTWISE(N·O·plane).
 GORUN_KERNEL gorun_onl_to_nol(const float* src, float* dst, int n, int o, int plane);
@@ -156,6 +191,79 @@ GORUN_KERNEL gorun_bias_partial(const float* dy, double* part, int n, int c, int
 // accumulate != 0. BLOCK_PER(C).
 GORUN_KERNEL gorun_bias_finish(const double* part, float* db, int c, int s, int accumulate);
 
+// ---- batch normalisation (ops/batchnorm.go), x[N, C, L] ---------------------
+// L is the product of the trailing dimensions (1 for [N, C]). Per-channel
+// sums use the split sum's chunking (S chunks of `chunk` elements, the same
+// S and chunk as for a bias gradient over the channel's N·L elements, S = 1
+// included): gorun_bn_partial writes two partials per chunk, gorun_bn_finish
+// adds them per channel in a fixed order (deterministic, no atomics).
+// gorun_bn_params derives per-channel float parameters (into device
+// scratch, par) in double, as the CPU kernels do, and gorun_bn_apply /
+// gorun_bn_grad_input apply them elementwise.
+
+#define GORUN_BN_SUMS 0      // gorun_bn_partial: Σa, Σa² (BatchNormStats)
+#define GORUN_BN_GRAD_SUMS 1 // gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
+#define GORUN_BN_NORM 0      // gorun_bn_params: BatchNormNorm
+#define GORUN_BN_EVAL 1      // gorun_bn_params: BatchNormEval
+#define GORUN_BN_GRAD 2      // gorun_bn_params: BatchNormGradInput
+
+// Phase 1 of 2: block b = ch·S + j sums, in double, the elements
+// [j·chunk, min((j+1)·chunk, N·L)) of channel ch (element i of the channel
+// being a[(i/L·C + ch)·L + i%L], b likewise):
+//   mode GORUN_BN_SUMS:      part[b] = Σa, part[C·S + b] = Σa² (b and save
+//                            unused, may be null);
+//   mode GORUN_BN_GRAD_SUMS: part[b] = Σa, part[C·S + b] = Σa·(b - mean),
+//                            a = dy, b = x, mean = save[ch] (save[3, C]),
+//                            the difference taken in float as ops does.
+// An empty range gives 0. part holds 2·C·S doubles. BLOCK_PER(C·S).
+GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save, double* part,
+                              int n, int c, int plane, int s, int chunk, int mode);
+// Phase 2 of 2: out[r·C + ch] = Σ_j part[r·C·S + ch·S + j] for rows r = 0, 1
+// (in double, fixed order, rounded once to float); with count >= 0 also
+// out[2·C + ch] = count (BatchNormStats' stats[3, C], count = N·L); with
+// count < 0 only the two rows (BatchNormGradStats' gstats[2, C]).
+// BLOCK_PER(C).
+GORUN_KERNEL gorun_bn_finish(const double* part, float* out, int c, int s, int count);
+// Per-channel parameters, in double from float inputs, rounded to float;
+// one thread per channel, ELEMENTWISE(C). gamma and beta may be null (1
+// and 0). par holds 4·C floats (device scratch); by mode:
+//   GORUN_BN_NORM: a = stats[3, C] (Σx, Σx², count): mean = Σx/count,
+//     var = max(Σx²/count - mean², 0) (both 0 when count <= 0);
+//     save[3, C] = (mean, var, count); par rows = (mean, gamma/sqrt(var+eps),
+//     beta). b unused.
+//   GORUN_BN_EVAL: a = running_mean[C], b = running_var[C]; par rows =
+//     (running_mean, gamma/sqrt(running_var+eps), beta). save unused.
+//   GORUN_BN_GRAD: a = save[3, C], b = gstats[2, C]; with invstd =
+//     1/sqrt(var+eps) and M = count: par rows = (mean, gamma·invstd,
+//     gstats[0]/M, gstats[1]/M·invstd²), the last two 0 when M <= 0.
+//     beta and save unused.
+GORUN_KERNEL gorun_bn_params(const float* a, const float* b, const float* gamma,
+                             const float* beta, float* save, float* par, int c, float eps,
+                             int mode);
+// y = (x - par[ch])·par[C + ch] + par[2·C + ch] (BatchNormNorm,
+// BatchNormEval with GORUN_BN_NORM / GORUN_BN_EVAL's par). ELEMENTWISE(N·C·L).
+// y may be x.
+GORUN_KERNEL gorun_bn_apply(const float* x, const float* par, float* y, int n, int c,
+                            int plane);
+// BatchNormGradInput with GORUN_BN_GRAD's par (mean, k, sub, slope):
+// dx = k·(dy - sub - (x - mean)·slope). ELEMENTWISE(N·C·L). dx may be dy.
+GORUN_KERNEL gorun_bn_grad_input(const float* dy, const float* x, const float* par, float* dx,
+                                 int n, int c, int plane);
+// BatchNormGradGamma: dgamma[ch] = gstats[C + ch]/sqrt(save[C + ch] + eps)
+// (in double), or dgamma[ch] += (float)that when accumulate != 0.
+// ELEMENTWISE(C). (BatchNormGradBeta is gorun_copy / gorun_accumulate of
+// gstats' first row.)
+GORUN_KERNEL gorun_bn_grad_gamma(const float* gstats, const float* save, float* dgamma, int c,
+                                 float eps, int accumulate);
+// BatchNormRunning, in place: when c > 0 and save's count (save[2·C]) >= 1,
+// tracked[0] += 1 and, with m = momentum (or 1/tracked[0] after the
+// increment when momentum < 0), in double: running_mean = (1-m)·running_mean
+// + m·mean, and where count > 1 running_var = (1-m)·running_var +
+// m·var·count/(count-1). Otherwise nothing changes. ONE_BLOCK (any block
+// size; every thread reads tracked before thread 0 writes it).
+GORUN_KERNEL gorun_bn_running(const float* save, float* running_mean, float* running_var,
+                              float* tracked, int c, float momentum);
+
 // ---- pooling ---------------------------------------------------------------
 
 // MaxPool2D: x[planes, H, W] (planes = N·C) → y[planes, OH, OW] and
@@ -172,6 +280,24 @@ GORUN_KERNEL gorun_maxpool2d(const float* x, float* y, int* idx, int planes, int
 // for overlapping windows too; no atomics. ELEMENTWISE(planes·H·W).
 GORUN_KERNEL gorun_maxpool2d_grad(const float* dy, const int* idx, float* dx, int planes,
                                   int h, int w, int oh, int ow, int k, int s);
+
+// AvgPool2D: x[planes, H, W] → y[planes, OH, OW], each the float sum of its
+// k×k window's elements inside the input (row by row, as ops/pool.go),
+// times 1/k² in double (padding counts as zeros: count_include_pad), stride
+// s (resolved: 0 means k), padding p. ELEMENTWISE(planes·OH·OW).
+GORUN_KERNEL gorun_avgpool2d(const float* x, float* y, int planes, int h, int w, int oh,
+                             int ow, int k, int s, int p);
+// AvgPool2DGrad: dx[planes, H, W] = Σ over the outputs j whose window
+// covers the element, in increasing j, of (float)(dy[j]/k²) (bit for bit
+// the CPU kernel's scatter). Overwrites all of dx, no atomics.
+// ELEMENTWISE(planes·H·W).
+GORUN_KERNEL gorun_avgpool2d_grad(const float* dy, float* dx, int planes, int h, int w, int oh,
+                                  int ow, int k, int s, int p);
+// GlobalAvgPool2D: y[q] = (Σ_k x[q, k] in double, in order)/hw for
+// x[planes, hw]. One thread per plane: ELEMENTWISE(planes).
+GORUN_KERNEL gorun_global_avgpool2d(const float* x, float* y, int planes, int hw);
+// GlobalAvgPool2DGrad: dx[q, k] = dy[q]/hw (in double). ELEMENTWISE(planes·hw).
+GORUN_KERNEL gorun_global_avgpool2d_grad(const float* dy, float* dx, int planes, int hw);
 
 // ---- softmax family, over dimension 1 of [N, C] -----------------------------
 // One thread per row (sums in double, as ops/activation.go):
@@ -197,16 +323,29 @@ GORUN_KERNEL gorun_nll_loss(const float* logp, const int* target, float* loss, i
 // device pointer to one float). ELEMENTWISE(N·C).
 GORUN_KERNEL gorun_nll_loss_grad(const float* dloss, const int* target, float* dx, int n,
                                  int c, float scale);
-// CrossEntropy: probs = softmax(logits) per row, and loss[0] =
-// -scale·Σ_i log_softmax(logits)[i, target[i]] (fixed order); with
-// accumulate != 0, loss[0] += that. ONE_BLOCK.
+// CrossEntropy with label smoothing ε (0 = none): probs = softmax(logits)
+// per row, and loss[0] = scale·Σ_i ((1-ε)·(-logp_i[target_i]) +
+// ε·mean_j(-logp_i[j])), logp = log_softmax(logits) (in double, fixed
+// order); with accumulate != 0, loss[0] += that. ONE_BLOCK.
 GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* loss,
-                                 float* probs, int n, int c, float scale, int accumulate);
-// CrossEntropyGrad: dx[i, j] = g·probs[i, j] - (j == target[i] ? g : 0)
-// computed as g·(p-1) on the target, g = scale·dloss[0]. ELEMENTWISE(N·C).
+                                 float* probs, int n, int c, float smoothing, float scale,
+                                 int accumulate);
+// CrossEntropyGrad: dx[i, j] = g·(probs[i, j] - (j == target[i] ? hit :
+// off)), g = scale·dloss[0], off = ε/C and hit = 1-ε+ε/C (computed in
+// double, rounded to float); ε = 0 gives g·p and g·(p-1).
+// ELEMENTWISE(N·C).
 GORUN_KERNEL gorun_cross_entropy_grad(const float* dloss, const float* probs,
                                       const int* target, float* dx, int n, int c,
-                                      float scale);
+                                      float smoothing, float scale);
+// MSELoss over pred[N, D] and target[N, D]: loss[0] = scale·(Σ (pred -
+// target)², differences and sum in double, fixed order)/D (0 for N = 0);
+// with accumulate != 0, loss[0] += that. ONE_BLOCK.
+GORUN_KERNEL gorun_mse_loss(const float* pred, const float* target, float* loss, int n, int d,
+                            float scale, int accumulate);
+// MSELossGrad: dx = g·(pred - target), g = 2·scale·dloss[0]/D in double,
+// rounded to float. ELEMENTWISE(N·D). dx may be pred.
+GORUN_KERNEL gorun_mse_loss_grad(const float* dloss, const float* pred, const float* target,
+                                 float* dx, int n, int d, float scale);
 
 // ---- optimizers (in place; PyTorch's rules exactly as ops/optim.go) --------
 

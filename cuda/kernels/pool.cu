@@ -1,5 +1,6 @@
-// pool.cu — max pooling (see kernels.h and ops/pool.go). Index arithmetic
-// is 32-bit: the ABI limits every buffer to fewer than 2^31 elements.
+// pool.cu — max, average and global average pooling (see kernels.h and
+// ops/pool.go). Index arithmetic is 32-bit: the ABI limits every buffer to
+// fewer than 2^31 elements.
 #include "common.cuh"
 
 GORUN_KERNEL gorun_maxpool2d(const float* x, float* y, int* idx, int planes, int h, int w,
@@ -45,5 +46,62 @@ GORUN_KERNEL gorun_maxpool2d_grad(const float* dy, const int* idx, float* dx, in
         if (ip[j] == pos) g += dyp[j];
       }
     dx[e] = g;
+  }
+}
+
+GORUN_KERNEL gorun_avgpool2d(const float* x, float* y, int planes, int h, int w, int oh,
+                             int ow, int k, int s, int p) {
+  int ohw = oh * ow;
+  double inv = 1.0 / (double)(k * k);
+  GORUN_FOR(e64, (long long)planes * ohw) {
+    int e = (int)e64;
+    int q = e / ohw, r = e - q * ohw, oy = r / ow, ox = r - oy * ow;
+    const float* xp = x + q * h * w;
+    int y0 = max(oy * s - p, 0), y1 = min(oy * s - p + k, h);
+    int x0 = max(ox * s - p, 0), x1 = min(ox * s - p + k, w);
+    float sum = 0.0f; // in float, row by row, as the CPU kernel
+    for (int iy = y0; iy < y1; iy++)
+      for (int ix = x0; ix < x1; ix++) sum += xp[iy * w + ix];
+    y[e] = (float)((double)sum * inv);
+  }
+}
+
+GORUN_KERNEL gorun_avgpool2d_grad(const float* dy, float* dx, int planes, int h, int w, int oh,
+                                  int ow, int k, int s, int p) {
+  int hw = h * w, ohw = oh * ow;
+  double inv = 1.0 / (double)(k * k);
+  GORUN_FOR(e64, (long long)planes * hw) {
+    int e = (int)e64;
+    int q = e / hw, pos = e - q * hw, iy = pos / w, ix = pos - iy * w;
+    // The outputs oy whose window rows [oy·s-p, oy·s-p+k) hold iy; likewise
+    // ox.
+    int ty = iy + p - k + 1, tx = ix + p - k + 1;
+    int ylo = ty <= 0 ? 0 : (ty + s - 1) / s, yhi = min((iy + p) / s, oh - 1);
+    int xlo = tx <= 0 ? 0 : (tx + s - 1) / s, xhi = min((ix + p) / s, ow - 1);
+    const float* dyp = dy + q * ohw;
+    float g = 0.0f;
+    // In increasing output order, as the CPU kernel adds: bit-identical.
+    for (int oy = ylo; oy <= yhi; oy++)
+      for (int ox = xlo; ox <= xhi; ox++) g += (float)((double)dyp[oy * ow + ox] * inv);
+    dx[e] = g;
+  }
+}
+
+GORUN_KERNEL gorun_global_avgpool2d(const float* x, float* y, int planes, int hw) {
+  double inv = 1.0 / (double)hw;
+  GORUN_FOR(q64, planes) {
+    int q = (int)q64;
+    const float* xp = x + (long long)q * hw;
+    double s = 0;
+    for (int i = 0; i < hw; i++) s += (double)xp[i];
+    y[q] = (float)(s * inv);
+  }
+}
+
+GORUN_KERNEL gorun_global_avgpool2d_grad(const float* dy, float* dx, int planes, int hw) {
+  double inv = 1.0 / (double)hw;
+  GORUN_FOR(e64, (long long)planes * hw) {
+    int e = (int)e64;
+    dx[e] = (float)((double)dy[e / hw] * inv);
   }
 }

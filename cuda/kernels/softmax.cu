@@ -90,20 +90,26 @@ GORUN_KERNEL gorun_nll_loss_grad(const float* dloss, const int* target, float* d
 }
 
 GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* loss,
-                                 float* probs, int n, int c, float scale, int accumulate) {
+                                 float* probs, int n, int c, float smoothing, float scale,
+                                 int accumulate) {
   __shared__ double part[GORUN_RED];
   if (blockIdx.x != 0) return;
-  double s = 0;
+  double eps = smoothing, s = 0; // s: Σ log-likelihoods, negated at the end
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float* xr = logits + (long long)i * c;
     float* pr = probs + (long long)i * c;
     float m = gorun_row_max(xr, c);
-    double es = gorun_exp_sum(xr, c, m);
+    double es = gorun_exp_sum(xr, c, m), ls = log(es);
     int t = target[i];
-    if (t < 0 || t >= c)
+    if (t < 0 || t >= c) {
       s += NAN;
-    else
-      s += (double)(xr[t] - m) - log(es);
+    } else if (eps == 0) {
+      s += (double)(xr[t] - m) - ls;
+    } else {
+      double sx = 0; // Σ_j logp[j] + C·ls
+      for (int j = 0; j < c; j++) sx += (double)(xr[j] - m);
+      s += (1 - eps) * ((double)(xr[t] - m) - ls) + eps * (sx / c - ls);
+    }
     double inv = 1 / es;
     for (int j = 0; j < c; j++) pr[j] = (float)(exp((double)(xr[j] - m)) * inv);
   }
@@ -112,11 +118,37 @@ GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* 
 
 GORUN_KERNEL gorun_cross_entropy_grad(const float* dloss, const float* probs,
                                       const int* target, float* dx, int n, int c,
-                                      float scale) {
+                                      float smoothing, float scale) {
   float g = (float)((double)scale * (double)dloss[0]);
+  double eps = smoothing;
+  // With ε = 0: off = 0 and hit = 1, so g·(p-0) = g·p exactly.
+  float off = (float)(eps / c), hit = (float)(1 - eps + eps / c);
   GORUN_FOR(e64, (long long)n * c) {
     int e = (int)e64, i = e / c;
-    float p = probs[e];
-    dx[e] = target[i] == e - i * c ? g * (p - 1.0f) : g * p;
+    dx[e] = g * (probs[e] - (target[i] == e - i * c ? hit : off));
   }
+}
+
+GORUN_KERNEL gorun_mse_loss(const float* pred, const float* target, float* loss, int n, int d,
+                            float scale, int accumulate) {
+  __shared__ double red[GORUN_RED];
+  if (blockIdx.x != 0) return;
+  long long total = (long long)n * d;
+  double s = 0;
+  for (long long i = threadIdx.x; i < total; i += blockDim.x) {
+    double v = (double)pred[i] - (double)target[i];
+    s += v * v;
+  }
+  double t = gorun_block_sum(red, s);
+  if (threadIdx.x == 0) {
+    double v = total > 0 ? (double)scale * (t / d) : 0.0;
+    loss[0] = accumulate ? (float)((double)loss[0] + v) : (float)v;
+  }
+}
+
+GORUN_KERNEL gorun_mse_loss_grad(const float* dloss, const float* pred, const float* target,
+                                 float* dx, int n, int d, float scale) {
+  if (d <= 0) return;
+  float g = (float)(2 * (double)scale * (double)dloss[0] / d);
+  GORUN_FOR(e, (long long)n * d) { dx[e] = g * (pred[e] - target[e]); }
 }

@@ -19,7 +19,16 @@ import (
 // PyTorch's measured in the same run. ok is false, with the reason, when
 // /usr/bin/python3 has no torch or MNIST is missing.
 func torchReference(b *testing.B, steps, batch, world int) (float64, bool) {
-	key := fmt.Sprint(steps, batch, world)
+	return torchModelReference(b, "net", steps, batch, world)
+}
+
+// fashionDir is where Debian's dataset-fashion-mnist installs the files.
+const fashionDir = "/usr/share/datasets/fashion-mnist"
+
+// torchModelReference is torchReference for model "net" (the tutorial's,
+// on MNIST) or "resnet" (resnet_fashion.star's, on Fashion-MNIST).
+func torchModelReference(b *testing.B, model string, steps, batch, world int) (float64, bool) {
+	key := fmt.Sprint(model, steps, batch, world)
 	torchMu.Lock()
 	defer torchMu.Unlock()
 	if r, ok := torchCache[key]; ok {
@@ -27,6 +36,9 @@ func torchReference(b *testing.B, steps, batch, world int) (float64, bool) {
 	}
 	torchCache[key] = 0
 	dir, err := datasets.MNISTDefaultDir()
+	if model == "resnet" {
+		dir = fashionDir
+	}
 	if err != nil {
 		b.Logf("SKIP PyTorch reference: %v", err)
 		return 0, false
@@ -35,7 +47,7 @@ func torchReference(b *testing.B, steps, batch, world int) (float64, bool) {
 		b.Logf("SKIP PyTorch reference: /usr/bin/python3 cannot import torch (install python3-torch)")
 		return 0, false
 	}
-	cmd := exec.Command("/usr/bin/python3", "testdata/torch_mnist.py", "--data", dir,
+	cmd := exec.Command("/usr/bin/python3", "testdata/torch_mnist.py", "--model", model, "--data", dir,
 		"--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--world", fmt.Sprint(world))
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
 	out, err := cmd.Output()
@@ -101,14 +113,50 @@ func benchTrain(b *testing.B, devices, batch int) {
 	}
 }
 
+// BenchmarkTrainResNet trains scripts/examples/resnet_fashion.star's
+// ResNet on Fashion-MNIST on one device at batch 64 and on two at global
+// batch 128, and reports both next to the same model and recipe in
+// PyTorch 1.13 (one thread per process; DDP over gloo for two) measured in
+// the same run. Use -benchtime=100x.
+func BenchmarkTrainResNet(b *testing.B) {
+	src, err := os.ReadFile("../../scripts/examples/resnet_fashion.star")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := os.Stat(fashionDir); err != nil {
+		b.Skip("SKIP: Fashion-MNIST not found; install dataset-fashion-mnist")
+	}
+	one := trainScriptSpeed(b, string(src), 1, 64)
+	two := trainScriptSpeed(b, string(src), 2, 128)
+	b.ReportMetric(one, "samples/s")
+	b.ReportMetric(two, "two_device_samples/s")
+	b.ReportMetric(two/one, "ratio_two_to_one")
+	if b.N < 30 {
+		return // too short to compare; run with -benchtime=100x
+	}
+	if ref, ok := torchModelReference(b, "resnet", 100, 64, 1); ok {
+		b.ReportMetric(ref, "torch_samples/s")
+		b.ReportMetric(one/ref, "ratio_to_torch")
+	}
+	if ref, ok := torchModelReference(b, "resnet", 100, 128, 2); ok {
+		b.ReportMetric(ref, "ddp_samples/s")
+		b.ReportMetric(two/ref, "ratio_to_ddp")
+	}
+}
+
 // trainSpeed trains b.N optimizer steps (after 10 untimed ones) and
 // returns samples/s over the timed steps.
 func trainSpeed(b *testing.B, devices, batch int) float64 {
-	s := loadSpec(b, mnistScript, fmt.Sprintf("batch_size=%d", batch), "eval=None")
+	return trainScriptSpeed(b, mnistScript, devices, batch)
+}
+
+// trainScriptSpeed is trainSpeed for the model and data of script src.
+func trainScriptSpeed(b *testing.B, src string, devices, batch int) float64 {
+	s := loadSpec(b, src, fmt.Sprintf("batch_size=%d", batch), "eval=None")
 	p := compile(b, s, devices)
 	ds, err := engine.LoadData(&s.Data)
 	if err != nil {
-		b.Skipf("SKIP: MNIST not available: %v", err)
+		b.Skipf("SKIP: training data not available: %v", err)
 	}
 	steps := max(b.N, 1)
 	const warmup = 10 // steps not timed

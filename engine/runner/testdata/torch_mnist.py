@@ -5,7 +5,11 @@
 #
 #   python3 torch_mnist.py --data DIR --steps 300 --batch 64            # one process
 #   python3 torch_mnist.py --data DIR --steps 300 --batch 128 --world 2 # DDP over gloo
+#   python3 torch_mnist.py --model resnet --data FASHION_DIR ...         # resnet_fashion.star's ResNet
 #
+# --model resnet is scripts/examples/resnet_fashion.star's ResNet
+# (torch_resnet_load.py) with its recipe: cross-entropy, SGD lr 0.1
+# momentum 0.9 weight decay 5e-4, Fashion-MNIST normalisation.
 # With --world N, N processes each take batch/N samples per step (a global
 # batch, as gorun's batch_size) and average gradients with
 # DistributedDataParallel; each process uses one thread.
@@ -56,12 +60,20 @@ def worker(rank, args, result):
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     x = read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))
     y = read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))
-    x = (torch.from_numpy(x.astype(np.float32)) / 255 - 0.1307) / 0.3081
+    mean, std = (0.2860, 0.3530) if args.model == "resnet" else (0.1307, 0.3081)
+    x = (torch.from_numpy(x.astype(np.float32)) / 255 - mean) / std
     y = torch.from_numpy(y)
-    model = Net()
+    if args.model == "resnet":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_resnet_load import ResNet
+        model, lossf = ResNet(), F.cross_entropy
+        opt_args = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
+    else:
+        model, lossf = Net(), F.nll_loss
+        opt_args = dict(lr=0.01, momentum=0.5)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+    opt = torch.optim.SGD(model.parameters(), **opt_args)
     local = args.batch // world
     g = torch.Generator()
     g.manual_seed(1234)
@@ -71,7 +83,7 @@ def worker(rank, args, result):
     def step(s):
         idx = order[((s * world + rank) * local) % (len(y) - local):][:local]
         opt.zero_grad()
-        loss = F.nll_loss(model(x[idx]), y[idx])
+        loss = lossf(model(x[idx]), y[idx])
         loss.backward()
         opt.step()
 
@@ -95,6 +107,7 @@ def worker(rank, args, result):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
+    ap.add_argument("--model", default="net", choices=["net", "resnet"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batch", type=int, default=64)
