@@ -588,6 +588,9 @@ const loadChunk = 4096
 // LoadData uploads the whole dataset to the GPU once; Gather then moves
 // only sample indices.
 func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) {
+	if _, ok := ds.(datasets.Regression); ok {
+		return nil, fmt.Errorf("%s: %s has float targets (regression), which the cuda backend does not gather yet; use backend = \"cpu\"", d.Name(), ds.Name())
+	}
 	n, per := ds.Len(), datasets.SampleSize(ds)
 	if err := d.enter(); err != nil {
 		return nil, err

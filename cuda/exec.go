@@ -119,14 +119,28 @@ func (d *Device) step(st *engine.Step, acc bool) error {
 	return fmt.Errorf("%s: step %d (%s) is not a kernel or copy step", d.Name(), st.ID, st.Layer)
 }
 
-// convShape is one convolution's geometry (ops/conv.go's convGeom).
+// convShape is one convolution's geometry (ops/conv.go's convGeom): c is
+// one group's input channels (the weight's dimension 1), o all output
+// channels, g the groups (at least 1).
 type convShape struct {
-	n, c, h, w, o, kh, kw, oh, ow, s, p int
+	n, c, h, w, o, kh, kw, oh, ow, s, p, g int
 }
 
 func (g convShape) k() int     { return g.c * g.kh * g.kw }
 func (g convShape) l() int     { return g.n * g.oh * g.ow }
 func (g convShape) plane() int { return g.oh * g.ow }
+
+// cx is the channels of a sample of x: all groups'.
+func (g convShape) cx() int { return g.c * g.g }
+
+// og is one group's output channels.
+func (g convShape) og() int { return g.o / g.g }
+
+// xGroup is the byte offset of group gi's first channel in x (or dx).
+func (g convShape) xGroup(gi int) uintptr { return 4 * uintptr(gi*g.c*g.h*g.w) }
+
+// rows is the byte offset of group gi's rows in an [O, cols] matrix.
+func (g convShape) rows(gi, cols int) uintptr { return 4 * uintptr(gi*g.og()*cols) }
 
 func convStride(a *ops.Attrs) int {
 	if a.Stride == 0 {
@@ -138,13 +152,15 @@ func convStride(a *ops.Attrs) int {
 // conv builds a convolution's geometry from x's (or dx's) and w's shapes
 // and y's (or dy's) spatial size, at the live batch n.
 func (d *Device) conv(a *ops.Attrs, n int, x, w, y *engine.Buffer) convShape {
-	return convShape{n: n, c: x.Max[1], h: x.Max[2], w: x.Max[3], o: w.Max[0], kh: w.Max[2], kw: w.Max[3],
-		oh: y.Max[2], ow: y.Max[3], s: convStride(a), p: a.Padding}
+	return convShape{n: n, c: w.Max[1], h: x.Max[2], w: x.Max[3], o: w.Max[0], kh: w.Max[2], kw: w.Max[3],
+		oh: y.Max[2], ow: y.Max[3], s: convStride(a), p: a.Padding, g: max(a.Groups, 1)}
 }
 
+// im2col unrolls one group's channels of x (x pointing at the group's
+// first channel) into col.
 func (d *Device) im2col(g convShape, x, col uintptr) error {
-	return d.launch(kIm2col, elementwise(g.k()*g.l()), ptrArg(x), ptrArg(col), intArg(g.n), intArg(g.c), intArg(g.h),
-		intArg(g.w), intArg(g.kh), intArg(g.kw), intArg(g.oh), intArg(g.ow), intArg(g.s), intArg(g.p))
+	return d.launch(kIm2col, elementwise(g.k()*g.l()), ptrArg(x), ptrArg(col), intArg(g.n), intArg(g.c), intArg(g.cx()),
+		intArg(g.h), intArg(g.w), intArg(g.kh), intArg(g.kw), intArg(g.oh), intArg(g.ow), intArg(g.s), intArg(g.p))
 }
 
 // dyT returns dy[N,O,OH,OW] as an [O, N·OH·OW] matrix: dy itself when N
@@ -192,15 +208,18 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		}
 		k, l := g.k(), g.l()
 		col := work
-		if err := d.im2col(g, d.ptr(x), col); err != nil {
-			return err
-		}
+		// [O, N·OH·OW] for one sample is already [N, O, OH, OW].
 		dst := d.ptr(y)
 		if g.n > 1 {
 			dst = work + 4*uintptr(k*l)
 		}
-		if err := d.gemm(rowMajorGemm(false, false, g.o, l, k, k, l, l), 1, 0, d.ptr(w), col, dst); err != nil {
-			return err
+		for gi := range g.g {
+			if err := d.im2col(g, d.ptr(x)+g.xGroup(gi), col); err != nil {
+				return err
+			}
+			if err := d.gemm(rowMajorGemm(false, false, g.og(), l, k, k, l, l), 1, 0, d.ptr(w)+g.rows(gi, k), col, dst+g.rows(gi, l)); err != nil {
+				return err
+			}
 		}
 		if g.n > 1 {
 			if err := d.launch(kONLToNOL, elementwise(g.n*g.o*g.plane()), ptrArg(dst), P(y), intArg(g.n), intArg(g.o), intArg(g.plane())); err != nil {
@@ -224,11 +243,18 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 			return err
 		}
 		dcol := work
-		if err := d.gemm(rowMajorGemm(true, false, k, l, g.o, k, l, l), 1, 0, d.ptr(w), dyT, dcol); err != nil {
-			return err
+		for gi := range g.g {
+			if err := d.gemm(rowMajorGemm(true, false, k, l, g.og(), k, l, l), 1, 0, d.ptr(w)+g.rows(gi, k), dyT+g.rows(gi, l), dcol); err != nil {
+				return err
+			}
+			// Each group writes its own channels of dx, all of them.
+			if err := d.launch(kCol2im, elementwise(g.n*g.c*g.h*g.w), ptrArg(dcol), ptrArg(d.ptr(dx)+g.xGroup(gi)), intArg(g.n),
+				intArg(g.c), intArg(g.cx()), intArg(g.h), intArg(g.w), intArg(g.kh), intArg(g.kw), intArg(g.oh), intArg(g.ow),
+				intArg(g.s), intArg(g.p)); err != nil {
+				return err
+			}
 		}
-		return d.launch(kCol2im, elementwise(g.n*g.c*g.h*g.w), ptrArg(dcol), P(dx), intArg(g.n), intArg(g.c), intArg(g.h),
-			intArg(g.w), intArg(g.kh), intArg(g.kw), intArg(g.oh), intArg(g.ow), intArg(g.s), intArg(g.p))
+		return nil
 
 	case ops.Conv2DGradWeight:
 		dy, x, dw := st.In[0], st.In[1], st.Out[0]
@@ -241,14 +267,19 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		}
 		k, l := g.k(), g.l()
 		col := work
-		if err := d.im2col(g, d.ptr(x), col); err != nil {
-			return err
-		}
 		dyT, err := d.dyT(g, d.ptr(dy), work+4*uintptr(k*l))
 		if err != nil {
 			return err
 		}
-		return d.gemm(rowMajorGemm(false, true, g.o, k, l, l, l, k), 1, f32(acc), dyT, col, d.ptr(dw))
+		for gi := range g.g {
+			if err := d.im2col(g, d.ptr(x)+g.xGroup(gi), col); err != nil {
+				return err
+			}
+			if err := d.gemm(rowMajorGemm(false, true, g.og(), k, l, l, l, k), 1, f32(acc), dyT+g.rows(gi, l), col, d.ptr(dw)+g.rows(gi, k)); err != nil {
+				return err
+			}
+		}
+		return nil
 
 	case ops.Conv2DGradBias:
 		dy, db := st.In[0], st.Out[0]
@@ -293,9 +324,79 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		n := d.live(st.In[0])
 		return d.launch(kReluGrad, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
 
-	case ops.Add:
+	case ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Scale:
+		alpha := 0.0
+		switch st.Op {
+		case ops.LeakyReLU:
+			alpha = a.NegativeSlope
+		case ops.Scale:
+			alpha = a.Alpha
+		}
 		n := d.live(st.In[0])
-		return d.launch(kAdd, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
+		return d.launch(kUnary, elementwise(n), P(st.In[0]), P(st.Out[0]), intArg(n), intArg(unaryCode[st.Op]), floatArg(alpha))
+
+	case ops.Add, ops.Sub, ops.Mul, ops.SigmoidGrad, ops.TanhGrad, ops.LeakyReLUGrad:
+		n := d.live(st.In[0])
+		return d.launch(kBinary, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n), intArg(binaryCode[st.Op]), floatArg(a.NegativeSlope))
+
+	case ops.BatchNormStats:
+		x := st.In[0]
+		_, c, plane := biasShape(x.Max)
+		n := d.dim(x, 0)
+		return d.bnSums(bnSums, P(x), ptrArg(0), ptrArg(0), P(st.Out[0]), n, c, plane, n*plane)
+
+	case ops.BatchNormGradStats:
+		dy, x, save := st.In[0], st.In[1], st.In[2]
+		_, c, plane := biasShape(x.Max)
+		return d.bnSums(bnGradSums, P(dy), P(x), P(save), P(st.Out[0]), d.dim(x, 0), c, plane, -1)
+
+	case ops.BatchNormNorm, ops.BatchNormEval, ops.BatchNormGradInput:
+		x := st.In[0]
+		if st.Op == ops.BatchNormGradInput {
+			x = st.In[1]
+		}
+		_, c, plane := biasShape(x.Max)
+		n := d.dim(x, 0)
+		if bnParamsDoubles(c) > d.partN {
+			return fmt.Errorf("%s: batch norm over %d channels needs %d doubles of scratch, Load reserved %d", d.Name(), c, bnParamsDoubles(c), d.partN)
+		}
+		par := ptrArg(uintptr(d.part))
+		var err error
+		switch st.Op {
+		case ops.BatchNormNorm: // x, stats, gamma, beta → y, save
+			err = d.launch(kBNParams, elementwise(c), P(st.In[1]), ptrArg(0), P(in(2)), P(in(3)), P(st.Out[1]), par, intArg(c),
+				floatArg(a.Eps), intArg(bnNorm))
+		case ops.BatchNormEval: // x, running_mean, running_var, gamma, beta → y
+			err = d.launch(kBNParams, elementwise(c), P(st.In[1]), P(st.In[2]), P(in(3)), P(in(4)), ptrArg(0), par, intArg(c),
+				floatArg(a.Eps), intArg(bnEval))
+		default: // dy, x, save, gstats, gamma → dx
+			err = d.launch(kBNParams, elementwise(c), P(st.In[2]), P(st.In[3]), P(in(4)), ptrArg(0), ptrArg(0), par, intArg(c),
+				floatArg(a.Eps), intArg(bnGrad))
+		}
+		if err != nil {
+			return err
+		}
+		if st.Op == ops.BatchNormGradInput {
+			return d.launch(kBNGradInput, elementwise(n*c*plane), P(st.In[0]), P(x), par, P(st.Out[0]), intArg(n), intArg(c), intArg(plane))
+		}
+		return d.launch(kBNApply, elementwise(n*c*plane), P(x), par, P(st.Out[0]), intArg(n), intArg(c), intArg(plane))
+
+	case ops.BatchNormGradGamma: // gstats, save → dgamma
+		dg := st.Out[0]
+		c := dg.Max[0]
+		return d.launch(kBNGradGamma, elementwise(c), P(st.In[0]), P(st.In[1]), P(dg), intArg(c), floatArg(a.Eps), boolArg(acc))
+
+	case ops.BatchNormGradBeta: // gstats → dbeta = gstats[0]
+		db := st.Out[0]
+		c := db.Max[0]
+		if acc {
+			return d.launch(kAccumulate, elementwise(c), P(db), P(st.In[0]), intArg(c))
+		}
+		return d.launch(kCopy, elementwise(c), P(st.In[0]), P(db), intArg(c))
+
+	case ops.BatchNormRunning: // save, running_mean, running_var, num_batches_tracked, in place
+		save := st.In[0]
+		return d.launch(kBNRunning, oneBlock(), P(save), P(st.In[1]), P(st.In[2]), P(st.In[3]), intArg(save.Max[1]), floatArg(a.BNMomentum))
 
 	case ops.MaxPool2D:
 		x, y, idx := st.In[0], st.Out[0], st.Out[1]
@@ -312,6 +413,32 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		oh, ow := dy.Max[2], dy.Max[3]
 		return d.launch(kMaxPoolGrad, elementwise(planes*h*w), P(dy), P(idx), P(dx), intArg(planes), intArg(h), intArg(w),
 			intArg(oh), intArg(ow), intArg(k), intArg(s))
+
+	case ops.AvgPool2D:
+		x, y := st.In[0], st.Out[0]
+		planes, h, w := d.dim(x, 0)*x.Max[1], x.Max[2], x.Max[3]
+		k, s := poolGeom(a)
+		oh, ow := y.Max[2], y.Max[3]
+		return d.launch(kAvgPool, elementwise(planes*oh*ow), P(x), P(y), intArg(planes), intArg(h), intArg(w),
+			intArg(oh), intArg(ow), intArg(k), intArg(s), intArg(a.Padding))
+
+	case ops.AvgPool2DGrad:
+		dy, dx := st.In[0], st.Out[0]
+		planes, h, w := d.dim(dy, 0)*dy.Max[1], dx.Max[2], dx.Max[3]
+		k, s := poolGeom(a)
+		oh, ow := dy.Max[2], dy.Max[3]
+		return d.launch(kAvgPoolGrad, elementwise(planes*h*w), P(dy), P(dx), intArg(planes), intArg(h), intArg(w),
+			intArg(oh), intArg(ow), intArg(k), intArg(s), intArg(a.Padding))
+
+	case ops.GlobalAvgPool2D:
+		x := st.In[0]
+		planes, hw := d.dim(x, 0)*x.Max[1], x.Max[2]*x.Max[3]
+		return d.launch(kGlobalAvgPool, elementwise(planes), P(x), P(st.Out[0]), intArg(planes), intArg(hw))
+
+	case ops.GlobalAvgPool2DGrad:
+		dx := st.Out[0]
+		planes, hw := d.dim(dx, 0)*dx.Max[1], dx.Max[2]*dx.Max[3]
+		return d.launch(kGlobalAvgPoolGrad, elementwise(planes*hw), P(st.In[0]), P(dx), intArg(planes), intArg(hw))
 
 	case ops.Dropout:
 		x, y, mask := st.In[0], st.Out[0], st.Out[1]
@@ -375,12 +502,24 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 	case ops.CrossEntropy:
 		x, t := st.In[0], st.In[1]
 		n, c := d.dim(x, 0), x.Max[1]
-		return d.launch(kCrossEntropy, oneBlock(), P(x), P(t), P(st.Out[0]), P(st.Out[1]), intArg(n), intArg(c), lossScaleArg(), boolArg(acc))
+		return d.launch(kCrossEntropy, oneBlock(), P(x), P(t), P(st.Out[0]), P(st.Out[1]), intArg(n), intArg(c),
+			floatArg(a.LabelSmoothing), lossScaleArg(), boolArg(acc))
 
 	case ops.CrossEntropyGrad:
 		dx := st.Out[0]
 		n, c := d.dim(dx, 0), dx.Max[1]
-		return d.launch(kCrossEntropyGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(st.In[2]), P(dx), intArg(n), intArg(c), lossScaleArg())
+		return d.launch(kCrossEntropyGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(st.In[2]), P(dx), intArg(n), intArg(c),
+			floatArg(a.LabelSmoothing), lossScaleArg())
+
+	case ops.MSELoss: // pred, target → loss
+		p := st.In[0]
+		n, per := d.dim(p, 0), sampleElems(p)
+		return d.launch(kMSELoss, oneBlock(), P(p), P(st.In[1]), P(st.Out[0]), intArg(n), intArg(per), lossScaleArg(), boolArg(acc))
+
+	case ops.MSELossGrad: // dloss, pred, target → dpred
+		p := st.In[1]
+		n, per := d.dim(p, 0), sampleElems(p)
+		return d.launch(kMSELossGrad, elementwise(n*per), P(st.In[0]), P(p), P(st.In[2]), P(st.Out[0]), intArg(n), intArg(per), lossScaleArg())
 
 	case ops.SGDStep:
 		param, grad, buf := st.In[0], st.In[1], in(2)
@@ -423,7 +562,43 @@ func (d *Device) splitSum(x, out uintptr, n, c, plane int, acc bool) error {
 	return d.launch(kBiasFinish, blockPer(c), part, ptrArg(out), intArg(c), intArg(s), boolArg(acc))
 }
 
-// poolGeom is MaxPool2D's kernel and stride (0 means the kernel).
+// unaryCode and binaryCode are the ops gorun_unary and gorun_binary run,
+// by op code.
+var (
+	unaryCode = map[ops.Op]int{ops.Sigmoid: unarySigmoid, ops.Tanh: unaryTanh, ops.LeakyReLU: unaryLeakyReLU,
+		ops.Scale: unaryScale}
+	binaryCode = map[ops.Op]int{ops.Add: binaryAdd, ops.Sub: binarySub, ops.Mul: binaryMul,
+		ops.SigmoidGrad: binarySigmoidGrad, ops.TanhGrad: binaryTanhGrad, ops.LeakyReLUGrad: binaryLeakyReLUGrad}
+)
+
+// bnSums queues batch norm's per-channel sums (gorun_bn_partial in mode,
+// then gorun_bn_finish) over a[n, c, plane] (and b) into out: the split
+// sum's chunks, two partials per chunk in d.part, added per channel in a
+// fixed order; count >= 0 adds stats' count row. Always two phases, also
+// with one chunk.
+func (d *Device) bnSums(mode int, a, b, save, out arg, n, c, plane, count int) error {
+	s, chunk := splitSum(n * plane)
+	if need := bnPartials(c, n*plane); need > d.partN {
+		return fmt.Errorf("%s: batch norm sums of %d channels × %d elements need %d partials, Load reserved %d", d.Name(), c, n*plane, need, d.partN)
+	}
+	part := ptrArg(uintptr(d.part))
+	if err := d.launch(kBNPartial, blockPer(c*s), a, b, save, part, intArg(n), intArg(c), intArg(plane), intArg(s), intArg(chunk), intArg(mode)); err != nil {
+		return err
+	}
+	return d.launch(kBNFinish, blockPer(c), part, out, intArg(c), intArg(s), intArg(count))
+}
+
+// sampleElems is the elements of one sample of b: the product of its
+// dimensions after the first.
+func sampleElems(b *engine.Buffer) int {
+	n := 1
+	for _, v := range b.Max[1:] {
+		n *= v
+	}
+	return n
+}
+
+// poolGeom is the pools' kernel and stride (0 means the kernel).
 func poolGeom(a *ops.Attrs) (k, s int) {
 	k, s = a.Kernel, a.Stride
 	if s == 0 {

@@ -12,11 +12,15 @@ import (
 // ops.NumOps so that a new op without a CUDA kernel fails.
 var hasKernel = func() (h [ops.NumOps]bool) {
 	for _, op := range []ops.Op{ops.Conv2D, ops.Linear, ops.ReLU, ops.MaxPool2D, ops.Dropout, ops.Dropout2D,
-		ops.Flatten, ops.LogSoftmax, ops.Softmax, ops.NLLLoss, ops.CrossEntropy,
+		ops.Flatten, ops.LogSoftmax, ops.Softmax, ops.NLLLoss, ops.CrossEntropy, ops.MSELoss,
+		ops.BatchNormStats, ops.BatchNormNorm, ops.BatchNormEval, ops.AvgPool2D, ops.GlobalAvgPool2D,
+		ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Add, ops.Sub, ops.Mul, ops.Scale,
 		ops.Conv2DGradInput, ops.Conv2DGradWeight, ops.Conv2DGradBias, ops.LinearGradInput,
 		ops.LinearGradWeight, ops.LinearGradBias, ops.ReLUGrad, ops.MaxPool2DGrad, ops.DropoutGrad,
 		ops.Dropout2DGrad, ops.LogSoftmaxGrad, ops.SoftmaxGrad, ops.NLLLossGrad, ops.CrossEntropyGrad,
-		ops.Add, ops.SGDStep, ops.AdamStep} {
+		ops.MSELossGrad, ops.BatchNormGradStats, ops.BatchNormGradGamma, ops.BatchNormGradBeta,
+		ops.BatchNormGradInput, ops.AvgPool2DGrad, ops.GlobalAvgPool2DGrad, ops.SigmoidGrad, ops.TanhGrad,
+		ops.LeakyReLUGrad, ops.BatchNormRunning, ops.SGDStep, ops.AdamStep} {
 		h[op] = true
 	}
 	return h
@@ -53,7 +57,8 @@ func checkWork(prog *engine.Program, st *engine.Step) error {
 }
 
 // biasShape is a bias gradient's dy[N, C, plane…] as the split sum's
-// (n, c, plane): a linear layer's dy[N, O] has plane 1.
+// (n, c, plane): a linear layer's dy[N, O] has plane 1. Batch norm's
+// x[N, C, …] is cut the same way.
 func biasShape(dy []int) (n, c, plane int) {
 	plane = 1
 	for _, v := range dy[2:] {
@@ -62,22 +67,30 @@ func biasShape(dy []int) (n, c, plane int) {
 	return dy[0], dy[1], plane
 }
 
-// partialsNeeded is the scratch, in partials, that the program's split sums
-// need at most: its bias gradients at the planned batch (a live batch is
-// never larger, and fewer elements never take more chunks) and the
-// finiteness check over its largest float32 buffer. The device allocates
-// it at Load, since no memory may be allocated during a step or a graph
-// capture.
+// partialsNeeded is the scratch, in doubles, that the program's split sums
+// and batch norms need at most: its bias gradients at the planned batch (a
+// live batch is never larger, and fewer elements never take more chunks),
+// the finiteness check over its largest float32 buffer, batch norm's
+// per-channel sums (two partials per chunk, bnPartials) and its
+// per-channel parameters (4·C floats, bnParamsDoubles). The device
+// allocates it at Load, since no memory may be allocated during a step or
+// a graph capture.
 func partialsNeeded(prog *engine.Program) int {
 	need := 0
 	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
 		for _, st := range steps {
-			if st.Kind != engine.KernelStep || (st.Op != ops.Conv2DGradBias && st.Op != ops.LinearGradBias) ||
-				len(st.In) == 0 || len(st.In[0].Max) < 2 {
+			if st.Kind != engine.KernelStep || len(st.In) == 0 || st.In[0] == nil || len(st.In[0].Max) < 2 {
 				continue
 			}
 			n, c, plane := biasShape(st.In[0].Max)
-			need = max(need, splitPartials(c, n*plane))
+			switch st.Op {
+			case ops.Conv2DGradBias, ops.LinearGradBias:
+				need = max(need, splitPartials(c, n*plane))
+			case ops.BatchNormStats, ops.BatchNormGradStats:
+				need = max(need, bnPartials(c, n*plane))
+			case ops.BatchNormNorm, ops.BatchNormEval, ops.BatchNormGradInput:
+				need = max(need, bnParamsDoubles(c))
+			}
 		}
 	}
 	for _, b := range prog.Buffers {
@@ -87,3 +100,15 @@ func partialsNeeded(prog *engine.Program) int {
 	}
 	return need
 }
+
+// bnPartials is the scratch, in doubles, of batch norm's per-channel sums
+// over c channels of total elements: two partials per chunk, in two phases
+// even with one chunk.
+func bnPartials(c, total int) int {
+	s, _ := splitSum(total)
+	return 2 * c * s
+}
+
+// bnParamsDoubles is the scratch, in doubles, of gorun_bn_params' 4·C
+// floats.
+func bnParamsDoubles(c int) int { return 2 * c }

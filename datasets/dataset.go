@@ -61,6 +61,9 @@ func Subset(d Dataset, n int) Dataset {
 	if n >= d.Len() {
 		return d
 	}
+	if r, ok := d.(*regressionSet); ok {
+		return r.subset(n)
+	}
 	if p, ok := d.(*prefix); ok {
 		d = p.base
 	}

@@ -66,6 +66,9 @@ func Tensors(src TensorsSource, split string, classes int, mean, std float64) (D
 	if err != nil {
 		return nil, fmt.Errorf("datasets: %s: %w", name, err)
 	}
+	if isFloat(y) {
+		return tensorRegression(name, x, y, classes, float32(mean), float32(std))
+	}
 	labels, classes, err := tensorLabels(x, y, classes)
 	if err != nil {
 		return nil, fmt.Errorf("datasets: %s: %w", name, err)
@@ -84,15 +87,59 @@ func Tensors(src TensorsSource, split string, classes int, mean, std float64) (D
 // TensorsInfo returns the sample shape and number of classes Tensors
 // would give, checking the labels fully but reading only the header of
 // the samples' .npy file (a .safetensors file is read whole).
-func TensorsInfo(src TensorsSource, classes int) (shape []int, numClasses int, err error) {
+//
+// For float targets (regression) numClasses is 0 and target is the shape of
+// one sample's target ([1] when y has shape [N]); for labels target is nil.
+func TensorsInfo(src TensorsSource, classes int) (shape []int, numClasses int, target []int, err error) {
 	x, y, err := readTensors(src, true)
 	if err != nil {
-		return nil, 0, fmt.Errorf("datasets: %s: %w", src.files(), err)
+		return nil, 0, nil, fmt.Errorf("datasets: %s: %w", src.files(), err)
+	}
+	if isFloat(y) {
+		if classes != 0 {
+			return nil, 0, nil, fmt.Errorf("datasets: %s: %s holds float targets (regression), which have no classes; drop classes = %d", src.files(), y.where, classes)
+		}
+		return append([]int(nil), x.shape[1:]...), 0, targetShape(y), nil
 	}
 	if _, classes, err = tensorLabels(x, y, classes); err != nil {
-		return nil, 0, fmt.Errorf("datasets: %s: %w", src.files(), err)
+		return nil, 0, nil, fmt.Errorf("datasets: %s: %w", src.files(), err)
 	}
-	return append([]int(nil), x.shape[1:]...), classes, nil
+	return append([]int(nil), x.shape[1:]...), classes, nil, nil
+}
+
+func isFloat(a *array) bool {
+	return a.dtype == safetensors.DTypeF32 || a.dtype == safetensors.DTypeF64
+}
+
+// targetShape is one sample's target shape: y's after the sample
+// dimension, [1] for one value per sample.
+func targetShape(y *array) []int {
+	if len(y.shape) == 1 {
+		return []int{1}
+	}
+	return append([]int(nil), y.shape[1:]...)
+}
+
+// tensorRegression makes the regression dataset of samples x and float
+// targets y (not normalised; checked finite).
+func tensorRegression(name string, x, y *array, classes int, mean, std float32) (Dataset, error) {
+	if classes != 0 {
+		return nil, fmt.Errorf("datasets: %s: %s holds float targets (regression), which have no classes; drop classes = %d", name, y.where, classes)
+	}
+	if x.dtype == safetensors.DTypeU8 {
+		return nil, fmt.Errorf("datasets: %s: uint8 samples with float targets: store the samples as float32", name)
+	}
+	v, err := tensorSamples(x, mean, std)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	t, err := tensorSamples(&array{where: y.where, dtype: y.dtype, shape: append([]int{y.shape[0]}, targetShape(y)...), data: y.data}, 0, 1)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	n := x.shape[0]
+	return &regressionSet{name: name, shape: append([]int(nil), x.shape[1:]...), tshape: targetShape(y),
+		size: len(v) / n, tsize: len(t) / n, x: v, y: t, n: n}, nil
 }
 
 // readTensors reads the samples and labels arrays and checks their dtypes
@@ -142,11 +189,16 @@ func readTensors(src TensorsSource, headerOnly bool) (x, y *array, err error) {
 	}
 	switch y.dtype {
 	case safetensors.DTypeI64, safetensors.DTypeI32, safetensors.DTypeU8:
+		if len(y.shape) != 1 {
+			return nil, nil, fmt.Errorf("%s: labels of shape %v: want one label per sample, shape [N]", y.where, y.shape)
+		}
+	case safetensors.DTypeF32, safetensors.DTypeF64:
+		// Float targets: regression (nn.mse_loss), one target of any shape per sample.
+		if len(y.shape) < 1 {
+			return nil, nil, fmt.Errorf("%s: targets of shape %v: want the sample dimension first, [N, ...]", y.where, y.shape)
+		}
 	default:
-		return nil, nil, fmt.Errorf("%s: labels of dtype %s: want integer class labels of dtype int64, int32 or uint8", y.where, dtypeName(y.dtype))
-	}
-	if len(y.shape) != 1 {
-		return nil, nil, fmt.Errorf("%s: labels of shape %v: want one label per sample, shape [N]", y.where, y.shape)
+		return nil, nil, fmt.Errorf("%s: labels of dtype %s: want integer class labels of dtype int64, int32 or uint8, or float32/float64 regression targets", y.where, dtypeName(y.dtype))
 	}
 	if x.shape[0] != y.shape[0] {
 		return nil, nil, fmt.Errorf("%s holds %d samples but %s holds %d labels", x.where, x.shape[0], y.where, y.shape[0])

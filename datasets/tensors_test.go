@@ -71,7 +71,7 @@ func TestTensorsSafetensors(t *testing.T) {
 			if err != nil || d.NumClasses() != 10 {
 				t.Errorf("classes 10: %v, %v", d, err)
 			}
-			shape, classes, err := TensorsInfo(src, 0)
+			shape, classes, _, err := TensorsInfo(src, 0)
 			if err != nil || !slices.Equal(shape, []int{1, 2, 2}) || classes != 3 {
 				t.Errorf("TensorsInfo = %v, %d, %v", shape, classes, err)
 			}
@@ -98,13 +98,13 @@ func TestTensorsNPYPair(t *testing.T) {
 	}
 	// TensorsInfo reads only the samples' header: a truncated data part
 	// is still caught, by the file's length.
-	shape, classes, err := TensorsInfo(src, 0)
+	shape, classes, _, err := TensorsInfo(src, 0)
 	if err != nil || !slices.Equal(shape, []int{3}) || classes != 2 {
 		t.Errorf("TensorsInfo = %v, %d, %v", shape, classes, err)
 	}
 	b, _ := os.ReadFile(xp)
 	writeFile(t, xp, b[:len(b)-1])
-	if _, _, err := TensorsInfo(src, 0); err == nil || !strings.Contains(err.Error(), "truncated") {
+	if _, _, _, err := TensorsInfo(src, 0); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("TensorsInfo of a truncated file: %v", err)
 	}
 }
@@ -127,8 +127,8 @@ func TestTensorsErrors(t *testing.T) {
 		{"missing y", []safetensors.Tensor{x}, 0, []string{`has no tensor "labels" (the labels, y); it holds 1 tensors: "images"`}},
 		{"x dtype", []safetensors.Tensor{safetensors.I32("images", []int{2, 1}, []int32{1, 2}), y}, 0,
 			[]string{`tensor "images": samples of dtype int32 (I32): want float32, float64 or uint8`}},
-		{"y dtype", []safetensors.Tensor{x, safetensors.F32("labels", []int{2}, []float32{0, 1})}, 0,
-			[]string{`tensor "labels": labels of dtype float32 (F32): want integer class labels of dtype int64, int32 or uint8`}},
+		{"float targets with classes", []safetensors.Tensor{x, safetensors.F32("labels", []int{2}, []float32{0, 1})}, 3,
+			[]string{`tensor "labels" holds float targets (regression), which have no classes; drop classes = 3`}},
 		{"y shape", []safetensors.Tensor{x, safetensors.I64("labels", []int{2, 1}, []int64{0, 1})}, 0,
 			[]string{"labels of shape [2 1]: want one label per sample, shape [N]"}},
 		{"x rank 1", []safetensors.Tensor{safetensors.F32("images", []int{2}, []float32{1, 2}), y}, 0,
@@ -206,5 +206,49 @@ func unwrapAll(err error) error {
 			return err
 		}
 		err = u.Unwrap()
+	}
+}
+
+// TestTensorsRegression: float targets make a Regression dataset whose
+// FillTargets copies targets of the per-sample shape ([1] for y of shape
+// [N]); limits keep it a Regression.
+func TestTensorsRegression(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "reg.safetensors")
+	xs := safetensors.F32("images", []int{3, 2}, []float32{1, 2, 3, 4, 5, 6})
+	for _, c := range []struct {
+		y     safetensors.Tensor
+		shape []int
+	}{
+		{safetensors.F32("labels", []int{3}, []float32{0.5, -1, 2}), []int{1}},
+		{safetensors.F64("labels", []int{3, 2}, []float64{1, 2, 3, 4, 5, 6}), []int{2}},
+	} {
+		if err := safetensors.WriteFile(path, []safetensors.Tensor{xs, c.y}, nil); err != nil {
+			t.Fatal(err)
+		}
+		src := TensorsSource{File: path, X: "images", Y: "labels"}
+		shape, classes, target, err := TensorsInfo(src, 0)
+		if err != nil || classes != 0 || !slices.Equal(shape, []int{2}) || !slices.Equal(target, c.shape) {
+			t.Fatalf("TensorsInfo = %v %d %v %v", shape, classes, target, err)
+		}
+		ds, err := Tensors(src, "train", 0, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := Subset(ds, 2).(Regression)
+		if !ok {
+			t.Fatalf("%T is not a Regression", ds)
+		}
+		tn := c.shape[0]
+		x, y := make([]float32, 4), make([]float32, 2*tn)
+		r.FillTargets([]int{1, 0}, x, y)
+		want, _ := c.y.Float32s()
+		if c.y.DType == safetensors.DTypeF64 {
+			f, _ := c.y.Float64s()
+			want = []float32{float32(f[0]), float32(f[1]), float32(f[2]), float32(f[3])}
+		}
+		if !slices.Equal(x, []float32{3, 4, 1, 2}) || !slices.Equal(y, append(append([]float32(nil), want[tn:2*tn]...), want[:tn]...)) {
+			t.Errorf("FillTargets: x %v y %v", x, y)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 type dataInfo struct {
 	sample  []int
 	classes int
+	target  []int // one sample's float target (regression); nil for class labels
 }
 
 // datasetInfo gives a dataset's sample shape and class count without
@@ -25,11 +26,14 @@ func datasetInfo(d *spec.Data) (dataInfo, error) {
 	case "synthetic":
 		info = dataInfo{sample: d.Shape, classes: d.Classes}
 	case "tensors":
-		shape, classes, err := datasets.TensorsInfo(tensorsSource(d), d.Classes)
+		shape, classes, target, err := datasets.TensorsInfo(tensorsSource(d), d.Classes)
 		if err != nil {
 			return dataInfo{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
-		info = dataInfo{sample: shape, classes: classes}
+		info = dataInfo{sample: shape, classes: classes, target: target}
+		if target != nil && len(d.Transforms) > 0 {
+			return dataInfo{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
+		}
 	default:
 		return dataInfo{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
 	}

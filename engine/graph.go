@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gorun/engine/spec"
 	"gorun/ops"
@@ -125,15 +126,30 @@ func (b *builder) value(name string, shape []int, batched bool) *Value {
 	return v
 }
 
+// Loss is what a model is trained against: the loss function ("nll",
+// "cross_entropy" or "mse"), cross-entropy's label smoothing, where it was
+// chosen (the train(...) call), and the data's targets: Classes class
+// labels, or float targets of shape Target (regression).
+type Loss struct {
+	Kind           string
+	LabelSmoothing float64
+	Pos            spec.Pos
+	Classes        int
+	Target         []int
+}
+
 // BuildGraph infers every shape of the model for the given per-device
-// maximum batch and sample shape, then differentiates the loss; lossPos is
-// where the loss was chosen (the train(...) call).
-func BuildGraph(model *spec.Model, loss string, smoothing float64, lossPos spec.Pos, batch int, sample []int, classes int) (*Graph, error) {
+// maximum batch and sample shape, then differentiates the loss.
+func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int) (*Graph, error) {
 	g := &Graph{}
 	b := &builder{g: g, params: map[*spec.Layer][]*Value{}, paths: map[string]*spec.Layer{}}
 	g.Input = b.value("input", append([]int{batch}, sample...), true)
-	g.Target = b.value("target", []int{batch}, true)
-	g.Target.Int = true
+	if loss.Target != nil {
+		g.Target = b.value("target", append([]int{batch}, loss.Target...), true)
+	} else {
+		g.Target = b.value("target", []int{batch}, true)
+		g.Target.Int = true
+	}
 
 	tensors := map[int]*Value{0: g.Input}
 	for _, a := range model.Nodes {
@@ -150,9 +166,9 @@ func BuildGraph(model *spec.Model, loss string, smoothing float64, lossPos spec.
 		tensors[a.Out] = out
 	}
 	if g.Output = tensors[model.Output]; g.Output == nil || g.Output == g.Input {
-		return nil, &CompileError{Pos: lossPos, Layer: "model", Err: fmt.Errorf("the model computes nothing from its input")}
+		return nil, &CompileError{Pos: loss.Pos, Layer: "model", Err: fmt.Errorf("the model computes nothing from its input")}
 	}
-	if err := b.loss(loss, smoothing, lossPos, classes); err != nil {
+	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
 	if err := b.differentiate(); err != nil {
@@ -462,22 +478,34 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 	return nil
 }
 
-func (b *builder) loss(loss string, smoothing float64, pos spec.Pos, classes int) error {
+func (b *builder) loss(l Loss) error {
 	g := b.g
 	out := g.Output
-	node := &Node{Layer: "loss " + strconv.Quote(loss), Pos: pos}
-	switch loss {
+	node := &Node{Layer: "loss " + strconv.Quote(l.Kind), Pos: l.Pos}
+	switch l.Kind {
 	case "nll":
 		node.Op = ops.NLLLoss
 	case "cross_entropy":
 		node.Op = ops.CrossEntropy
-		node.Attrs.LabelSmoothing = smoothing
+		node.Attrs.LabelSmoothing = l.LabelSmoothing
+	case "mse":
+		node.Op = ops.MSELoss
 	default:
-		return fmt.Errorf("unknown loss %q (want \"nll\" or \"cross_entropy\")", loss)
+		return fmt.Errorf("unknown loss %q (want \"nll\", \"cross_entropy\" or \"mse\")", l.Kind)
 	}
-	if len(out.Shape) != 2 || out.Shape[1] != classes {
-		return &CompileError{Pos: pos, Layer: node.Layer,
-			Err: fmt.Errorf("the model's output has shape %v, want [N %d] (one score per class of the dataset)", out.Shape, classes)}
+	switch {
+	case l.Kind == "mse" && l.Target == nil:
+		return &CompileError{Pos: l.Pos, Layer: node.Layer,
+			Err: fmt.Errorf("mse needs float targets (regression data, such as data.tensors with a float y); this dataset has %d classes: use \"cross_entropy\"", l.Classes)}
+	case l.Kind == "mse" && !slices.Equal(out.Shape[1:], l.Target):
+		return &CompileError{Pos: l.Pos, Layer: node.Layer,
+			Err: fmt.Errorf("the model's output has shape %v, want [N %s] (the shape of one sample's target)", out.Shape, strings.Trim(fmt.Sprint(l.Target), "[]"))}
+	case l.Kind != "mse" && l.Target != nil:
+		return &CompileError{Pos: l.Pos, Layer: node.Layer,
+			Err: fmt.Errorf("the data have float targets of shape %v (regression): use loss = \"mse\"", l.Target)}
+	case l.Kind != "mse" && (len(out.Shape) != 2 || out.Shape[1] != l.Classes):
+		return &CompileError{Pos: l.Pos, Layer: node.Layer,
+			Err: fmt.Errorf("the model's output has shape %v, want [N %d] (one score per class of the dataset)", out.Shape, l.Classes)}
 	}
 	if err := b.apply(node, []*Value{out, g.Target}, "loss"); err != nil {
 		return err

@@ -22,6 +22,9 @@ type Plan struct {
 	// Sample is the shape of one sample; Classes the number of classes.
 	Sample  []int
 	Classes int
+	// Target is one sample's float target shape for regression data
+	// (nn.mse_loss), nil for class labels.
+	Target []int
 	// LocalBatch[r] is rank r's share of the global batch (by the
 	// cluster's weights, when it has some); MaxBatch the largest, which
 	// every device's buffers are planned for.
@@ -235,7 +238,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes {
+		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes || !slices.Equal(ev.target, info.target) {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
 				s.Eval.Pos, s.Eval.Kind, ev.sample, ev.classes, info.sample, info.classes)
 		}
@@ -247,7 +250,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if s.BatchSize < world {
 		return nil, fmt.Errorf("%s: batch_size %d is smaller than the %d devices: every device needs at least one sample", s.Pos, s.BatchSize, world)
 	}
-	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, World: world, Process: proc}
+	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, Target: info.target, World: world, Process: proc}
 	p.LocalBatch = SplitBatch(s.BatchSize, c.Weights, world)
 	for r, b := range p.LocalBatch {
 		if b == 0 {
@@ -258,7 +261,8 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, s.Loss, s.LabelSmoothing, s.Pos, p.MaxBatch, info.sample, info.classes)
+	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target},
+		p.MaxBatch, info.sample)
 	if err != nil {
 		return nil, err
 	}

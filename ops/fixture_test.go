@@ -151,6 +151,20 @@ var gradCases = []gradCase{
 		{op: Mul, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
 	{name: "scale", op: Scale, attrs: Attrs{Alpha: -2.5}, in: [][]int{{3, 2, 2}}, capN: 4,
 		bwd: []bwdStep{{op: Scale, args: []ref{dyOf(0)}}}},
+
+	// Concat's gradients are Narrow at each input's offset.
+	{name: "concat", op: Concat, in: [][]int{{3, 2, 3}, {3, 4, 3}}, capN: 5, bwd: []bwdStep{
+		{op: Narrow, args: []ref{dyOf(0)}, wrt: 0, attrs: &Attrs{Offset: 0}},
+		{op: Narrow, args: []ref{dyOf(0)}, wrt: 1, attrs: &Attrs{Offset: 2}}}},
+	{name: "concat/2d", op: Concat, in: [][]int{{2, 3}, {2, 1}}, bwd: []bwdStep{
+		{op: Narrow, args: []ref{dyOf(0)}, wrt: 0, attrs: &Attrs{Offset: 0}},
+		{op: Narrow, args: []ref{dyOf(0)}, wrt: 1, attrs: &Attrs{Offset: 3}}}},
+
+	// Embedding: fewer rows than ids, so that rows repeat.
+	{name: "embedding", op: Embedding, in: [][]int{{3, 4}, {5, 3}}, capN: 5,
+		bwd: []bwdStep{{op: EmbeddingGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
+	{name: "embedding/1d", op: Embedding, in: [][]int{{4}, {3, 2}},
+		bwd: []bwdStep{{op: EmbeddingGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
 }
 
 // bnCase is a training-mode batch norm gradient check: inputs x, stats
@@ -196,7 +210,18 @@ func linearBwd(bias bool) []bwdStep {
 func isLoss(op Op) bool { return op == NLLLoss || op == CrossEntropy || op == MSELoss }
 
 // idxIn reports whether forward input i of op holds indices.
-func idxIn(op Op, i int) bool { return (op == NLLLoss || op == CrossEntropy) && i == 1 }
+func idxIn(op Op, i int) bool {
+	return (op == NLLLoss || op == CrossEntropy) && i == 1 || op == Embedding && i == 0
+}
+
+// idxRange is the number of valid indices of the case's index input: the
+// embedding's rows, or the classes (the input's last dimension).
+func idxRange(gc *gradCase) int {
+	if gc.op == Embedding {
+		return gc.in[1][0]
+	}
+	return gc.in[0][len(gc.in[0])-1]
+}
 
 // idxOut reports whether forward output i of op holds indices.
 func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 }
@@ -205,7 +230,7 @@ func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 }
 // first dimension (weights, biases and per-channel statistics do not).
 func batchedIn(op Op, i int) bool {
 	switch op {
-	case MSELoss, Add, Sub, Mul:
+	case MSELoss, Add, Sub, Mul, Concat:
 		return true
 	}
 	return i == 0 || idxIn(op, i)
@@ -225,7 +250,8 @@ func batchedOut(op Op, i int) bool {
 // parameter gradient).
 func accumulates(op Op) bool {
 	switch op {
-	case Conv2DGradWeight, Conv2DGradBias, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta:
+	case Conv2DGradWeight, Conv2DGradBias, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
+		EmbeddingGradWeight:
 		return true
 	}
 	return false
@@ -301,8 +327,8 @@ func newFixture[T Float](t testing.TB, gc *gradCase, k *[NumOps]Kernel[T]) *fixt
 		}
 		b := newBuf[T](s, batchedIn(gc.op, i), capN, idxIn(gc.op, i))
 		if b.Idx != nil {
-			classes := gc.in[0][1]
-			for j := range b.Shape[0] {
+			classes := idxRange(gc)
+			for j := range b.Len() {
 				b.Idx[j] = int32(r.IntN(classes))
 			}
 		} else {

@@ -10,7 +10,7 @@ import (
 // ops_golden.json holds PyTorch 1.13's float64 forward and backward values
 // of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy, softmax,
 // batch_norm, avg_pool2d, adaptive_avg_pool2d, sigmoid, tanh, leaky_relu,
-// add, sub, mul, scaling and mse_loss on small random inputs;
+// add, sub, mul, scaling, mse_loss, cat, embedding on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
@@ -25,7 +25,7 @@ type opsGoldenCase struct {
 	LabelSmoothing                  float64 `json:"label_smoothing"`
 	NegativeSlope                   float64 `json:"negative_slope"`
 	X, W, B, Y, Dy, Dx, Dw          *goldenTensor
-	Db, Idx, Target, Probs          *goldenTensor
+	Db, Idx, Target, Probs, Ids     *goldenTensor
 	Logp, Loss, Dloss               *goldenTensor
 	Dlogp                           *goldenTensor
 	Other, Dother                   *goldenTensor
@@ -197,6 +197,22 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		expectClose(t, "loss", loss, g.Loss, tol)
 		call(k, c, MSELossGrad, a, []*Buf[T]{dloss, x, target}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
+	case "concat":
+		x, other, dy := fromGolden[T](g.X), fromGolden[T](g.Other), fromGolden[T](g.Dy)
+		y, dx, dother := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape), zeroBuf[T](g.Other.Shape)
+		call(k, c, Concat, &Attrs{}, []*Buf[T]{x, other}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		call(k, c, Narrow, &Attrs{Offset: 0}, []*Buf[T]{dy}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+		call(k, c, Narrow, &Attrs{Offset: g.X.Shape[1]}, []*Buf[T]{dy}, []*Buf[T]{dother})
+		expectClose(t, "dother", dother, g.Dother, tol)
+	case "embedding":
+		ids, w, dy := idxFromGolden[T](g.Ids), fromGolden[T](g.W), fromGolden[T](g.Dy)
+		y, dw := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.W.Shape)
+		call(k, c, Embedding, &Attrs{}, []*Buf[T]{ids, w}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		call(k, c, EmbeddingGradWeight, &Attrs{}, []*Buf[T]{dy, ids}, []*Buf[T]{dw})
+		expectClose(t, "dw", dw, g.Dw, tol)
 	case "batch_norm":
 		runBatchNormGolden(t, g, k, c, tol)
 	case "avgpool2d":

@@ -46,6 +46,8 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		Sub:             sub[T],
 		Mul:             mul[T],
 		Scale:           scale[T],
+		Concat:          concat[T],
+		Embedding:       embedding[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],
@@ -72,6 +74,8 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		SigmoidGrad:         sigmoidGrad[T],
 		TanhGrad:            tanhGrad[T],
 		LeakyReLUGrad:       leakyReLUGrad[T],
+		Narrow:              narrow[T],
+		EmbeddingGradWeight: embeddingGradWeight[T],
 
 		BatchNormRunning: batchNormRunning[T],
 

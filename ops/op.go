@@ -110,6 +110,17 @@ const (
 	Mul
 	// Scale: in x; out Alpha·x. Attrs: Alpha.
 	Scale
+	// Concat: in a[N,A,...], b[N,B,...] (the same batch and trailing
+	// dimensions); out [N,A+B,...], a then b along dimension 1, as
+	// torch.cat((a, b), dim=1). Its gradients are Narrow of dy with
+	// Offset 0 (for a) and Offset A (for b).
+	Concat
+	// Embedding: in ids[N,...] (Idx), weight[V,D]; out [N,...,D], row
+	// ids[i] of weight for each id (F.embedding). Ids must lie in [0, V), a
+	// precondition the engine checks on the data; the kernel clamps
+	// nothing, but writes zeros for an id outside and never reads or
+	// writes out of bounds.
+	Embedding
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -177,6 +188,14 @@ const (
 	// LeakyReLUGrad: in dy, x (the LeakyReLU input); out dx = dy where
 	// x > 0, else NegativeSlope·dy. Attrs: NegativeSlope.
 	LeakyReLUGrad
+	// Narrow: in dy[N,S,...]; out [N,L,...], the slice [Offset, Offset+L)
+	// of dimension 1 (L from the output's shape; Offset+L ≤ S). Concat's
+	// gradient. Attrs: Offset.
+	Narrow
+	// EmbeddingGradWeight: in dy[N,...,D], ids[N,...] (Idx); out dW[V,D]:
+	// row v is the sum of the rows of dy whose id is v, added in input
+	// order (deterministic); ids outside [0, V) add nothing.
+	EmbeddingGradWeight
 
 	// The gradients of Add, Sub, Mul and Scale are Scale (dy, or -dy with
 	// Alpha -1, or Alpha·dy) and Mul (dy·b, dy·a).
@@ -260,6 +279,8 @@ var infos = [NumOps]Info{
 	Sub:             {Name: "sub", NumIn: 2, NumOut: 1, Forward: true},
 	Mul:             {Name: "mul", NumIn: 2, NumOut: 1, Forward: true},
 	Scale:           {Name: "scale", NumIn: 1, NumOut: 1, Forward: true},
+	Concat:          {Name: "concat", NumIn: 2, NumOut: 1, Forward: true},
+	Embedding:       {Name: "embedding", NumIn: 2, NumOut: 1, Forward: true},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -285,6 +306,8 @@ var infos = [NumOps]Info{
 	SigmoidGrad:         {Name: "sigmoid_grad", NumIn: 2, NumOut: 1},
 	TanhGrad:            {Name: "tanh_grad", NumIn: 2, NumOut: 1},
 	LeakyReLUGrad:       {Name: "leaky_relu_grad", NumIn: 2, NumOut: 1},
+	Narrow:              {Name: "narrow", NumIn: 1, NumOut: 1},
+	EmbeddingGradWeight: {Name: "embedding_grad_weight", NumIn: 2, NumOut: 1},
 
 	BatchNormRunning: {Name: "batch_norm_running", NumIn: 4, NumOut: 0, InPlace: true},
 
@@ -343,6 +366,8 @@ type Attrs struct {
 	NegativeSlope float64
 	// Alpha: Scale's factor.
 	Alpha float64
+	// Offset: Narrow's first index along dimension 1.
+	Offset int
 	// BNMomentum: BatchNormRunning's momentum, PyTorch's meaning (the
 	// weight of the new batch; PyTorch's default is 0.1), used as given; a
 	// negative value means a cumulative average (momentum=None). Eps

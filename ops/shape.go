@@ -121,6 +121,23 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 			return nil, fmt.Errorf("%v: shapes %v and %v differ", op, in[0], in[1])
 		}
 		return [][]int{clone(in[0])}, nil
+	case Concat:
+		x, y := in[0], in[1]
+		if len(x) < 2 || len(y) < 2 {
+			return nil, fmt.Errorf("concat: inputs must be [N C ...] with at least 2 dimensions, got %v and %v", x, y)
+		}
+		if len(x) != len(y) || x[0] != y[0] || !slices.Equal(x[2:], y[2:]) {
+			return nil, fmt.Errorf("concat: shapes %v and %v differ outside dimension 1", x, y)
+		}
+		z := clone(x)
+		z[1] += y[1]
+		return [][]int{z}, nil
+	case Embedding:
+		ids, w := in[0], in[1]
+		if len(w) != 2 {
+			return nil, fmt.Errorf("embedding: weight must be [V D], got %v", w)
+		}
+		return [][]int{append(clone(ids), w[1])}, nil
 	}
 	return nil, fmt.Errorf("%v: no shape rule", op)
 }
@@ -280,6 +297,10 @@ func inputName(op Op, i int) string {
 		return [...]string{"input", "stats", "weight", "bias"}[i]
 	case BatchNormEval:
 		return [...]string{"input", "running_mean", "running_var", "weight", "bias"}[i]
+	case Embedding:
+		return [...]string{"ids", "weight"}[i]
+	case Concat:
+		return [...]string{"input", "other"}[i]
 	}
 	return "input"
 }

@@ -50,6 +50,10 @@ func TestInfer(t *testing.T) {
 		{Add, Attrs{}, [][]int{{3, 4}, {3, 4}}, [][]int{{3, 4}}},
 		{Sub, Attrs{}, [][]int{{3, 4}, {3, 4}}, [][]int{{3, 4}}},
 		{Mul, Attrs{}, [][]int{{3, 4, 2}, {3, 4, 2}}, [][]int{{3, 4, 2}}},
+		{Concat, Attrs{}, [][]int{{3, 4, 2}, {3, 1, 2}}, [][]int{{3, 5, 2}}},
+		{Concat, Attrs{}, [][]int{{3, 4}, {3, 6}}, [][]int{{3, 10}}},
+		{Embedding, Attrs{}, [][]int{{8, 16}, {100, 32}}, [][]int{{8, 16, 32}}},
+		{Embedding, Attrs{}, [][]int{{8}, {100, 32}}, [][]int{{8, 32}}},
 	} {
 		got, err := Infer(tc.op, &tc.a, tc.in)
 		if err != nil {
@@ -171,6 +175,16 @@ func TestInferErrors(t *testing.T) {
 			"global_avgpool2d: input must be [N C H W], got [64 20]"},
 		{Sub, Attrs{}, [][]int{{64, 20}, {64, 21}},
 			"sub: shapes [64 20] and [64 21] differ"},
+		{Concat, Attrs{}, [][]int{{64}, {64, 3}},
+			"concat: inputs must be [N C ...] with at least 2 dimensions, got [64] and [64 3]"},
+		{Concat, Attrs{}, [][]int{{64, 2, 3}, {64, 2, 4}},
+			"concat: shapes [64 2 3] and [64 2 4] differ outside dimension 1"},
+		{Concat, Attrs{}, [][]int{{64, 2}, {32, 2}},
+			"concat: shapes [64 2] and [32 2] differ outside dimension 1"},
+		{Embedding, Attrs{}, [][]int{{64, 3}, {100}},
+			"embedding: weight must be [V D], got [100]"},
+		{Embedding, Attrs{}, [][]int{{64, 3}},
+			"embedding: got 1 inputs, want 2"},
 		{ReLUGrad, Attrs{}, [][]int{{1}, {1}},
 			"relu_grad: not a forward op, it has no shape rule"},
 	} {

@@ -88,8 +88,8 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if err != nil {
 		return nil, fmt.Errorf("%s: model: %w", b.Name(), err)
 	}
-	if loss != "nll" && loss != "cross_entropy" {
-		return nil, fmt.Errorf("%s: loss must be \"nll\" or \"cross_entropy\", got %q", b.Name(), loss)
+	if loss != "nll" && loss != "cross_entropy" && loss != "mse" {
+		return nil, fmt.Errorf("%s: loss must be \"nll\", \"cross_entropy\" or \"mse\", got %q", b.Name(), loss)
 	}
 	d, err := configOf[spec.Data](b, "data", dataV, "data.mnist(...)")
 	if err != nil {

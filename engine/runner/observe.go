@@ -93,10 +93,16 @@ func (rs *runState) endEpoch(d *device, pr *progress, epoch int, took time.Durat
 		}); err != nil {
 			return err
 		}
-		line += fmt.Sprintf(", test accuracy %.4f, test loss %.4f", acc, evalLoss)
+		score := acc
+		if math.IsNaN(acc) { // regression: the lowest loss is the best
+			line += fmt.Sprintf(", test loss %.4f", evalLoss)
+			score = -evalLoss
+		} else {
+			line += fmt.Sprintf(", test accuracy %.4f, test loss %.4f", acc, evalLoss)
+		}
 		rs.res.TestAccuracy, rs.res.TestLoss = acc, evalLoss
-		if acc > rs.best {
-			rs.best = acc
+		if score > rs.best {
+			rs.best = score
 			if err := rs.saveParams(BestFile, map[string]string{"step": strconv.Itoa(d.step),
 				"epoch": strconv.Itoa(epoch + 1), "accuracy": fmtF(acc)}); err != nil {
 				return err

@@ -127,7 +127,7 @@ type runState struct {
 	res       Result
 	log       io.Writer
 	resume    *progress // nil for a fresh run
-	best      float64   // best eval accuracy so far
+	best      float64   // best eval accuracy so far (minus the loss for regression), -Inf before any
 	// lead is set in the process that holds global rank 0: it alone
 	// writes metrics, checkpoints and the summary.
 	lead bool
@@ -149,6 +149,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		}
 	}
 	rs.res.TestAccuracy, rs.res.TestLoss = math.NaN(), math.NaN()
+	rs.best = math.Inf(-1)
 	if rs.log == nil {
 		rs.log = io.Discard
 	}
@@ -683,6 +684,9 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 		if err := d.evalBatch(i == lo); err != nil {
 			return 0, 0, err
 		}
+		if classes == 0 {
+			continue // regression: the loss is the measure
+		}
 		out := d.out[:n*classes]
 		if err := d.dev.DownloadF32(prog.Output, 0, out); err != nil {
 			return 0, 0, err
@@ -710,6 +714,9 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 		return 0, 0, err
 	}
 	n := float64(rs.eval.Len())
+	if classes == 0 {
+		return math.NaN(), lossSum / n, nil
+	}
 	return correct / n, lossSum / n, nil
 }
 

@@ -202,6 +202,32 @@ conv("conv2d_groups2", randn(2, 4, 6, 5), randn(6, 2, 3, 3), randn(6), 1, 1, gro
 conv("conv2d_depthwise_x2_stride2", randn(3, 3, 7, 6), randn(6, 1, 3, 2), None, 2, 1, groups=3)
 conv("conv2d_groups2_batch1", randn(1, 4, 5, 5), randn(2, 2, 3, 3), randn(2), 1, 0, groups=2)
 
+
+def concat(name, a_shape, b_shape):
+    x, other = randn(*a_shape).requires_grad_(), randn(*b_shape).requires_grad_()
+    y = torch.cat((x, other), dim=1)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op="concat", x=t(x), other=t(other), y=t(y), dy=t(dy),
+                      dx=t(x.grad), dother=t(other.grad)))
+
+
+concat("concat_3d", (3, 2, 4), (3, 5, 4))
+concat("concat_2d", (4, 3), (4, 1))
+
+
+def embedding(name, ids_shape, v, d):
+    ids = torch.randint(0, v, ids_shape)
+    w = randn(v, d).requires_grad_()
+    y = F.embedding(ids, w)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op="embedding", ids=t(ids.double()), w=t(w), y=t(y), dy=t(dy), dw=t(w.grad)))
+
+
+embedding("embedding_2d", (3, 5), 4, 3)
+embedding("embedding_1d", (6,), 10, 4)
+
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.
 print(re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text))

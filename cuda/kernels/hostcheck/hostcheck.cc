@@ -17,8 +17,12 @@ void hc_relu(int g, int b, const float* x, float* y, int n) { SEQ(gorun_relu, x,
 void hc_relu_grad(int g, int b, const float* dy, const float* y, float* dx, int n) {
   SEQ(gorun_relu_grad, dy, y, dx, n);
 }
-void hc_add(int g, int b, const float* a, const float* bb, float* out, int n) {
-  SEQ(gorun_add, a, bb, out, n);
+void hc_unary(int g, int b, const float* x, float* y, int n, int op, float alpha) {
+  SEQ(gorun_unary, x, y, n, op, alpha);
+}
+void hc_binary(int g, int b, const float* a, const float* bb, float* out, int n, int op,
+               float alpha) {
+  SEQ(gorun_binary, a, bb, out, n, op, alpha);
 }
 void hc_copy(int g, int b, const float* src, float* dst, int n) { SEQ(gorun_copy, src, dst, n); }
 void hc_fill(int g, int b, float* x, int n, float value) { SEQ(gorun_fill, x, n, value); }
@@ -46,13 +50,13 @@ void hc_dropout2d_grad(int g, int b, const float* dy, const float* mask, float* 
   SEQ(gorun_dropout2d_grad, dy, mask, dx, planes, hw);
 }
 
-void hc_im2col(int g, int b, const float* x, float* col, int n, int c, int h, int w, int kh,
-               int kw, int oh, int ow, int stride, int pad) {
-  SEQ(gorun_im2col, x, col, n, c, h, w, kh, kw, oh, ow, stride, pad);
+void hc_im2col(int g, int b, const float* x, float* col, int n, int c, int cx, int h, int w,
+               int kh, int kw, int oh, int ow, int stride, int pad) {
+  SEQ(gorun_im2col, x, col, n, c, cx, h, w, kh, kw, oh, ow, stride, pad);
 }
-void hc_col2im(int g, int b, const float* col, float* dx, int n, int c, int h, int w, int kh,
-               int kw, int oh, int ow, int stride, int pad) {
-  SEQ(gorun_col2im, col, dx, n, c, h, w, kh, kw, oh, ow, stride, pad);
+void hc_col2im(int g, int b, const float* col, float* dx, int n, int c, int cx, int h, int w,
+               int kh, int kw, int oh, int ow, int stride, int pad) {
+  SEQ(gorun_col2im, col, dx, n, c, cx, h, w, kh, kw, oh, ow, stride, pad);
 }
 void hc_onl_to_nol(int g, int b, const float* src, float* dst, int n, int o, int plane) {
   SEQ(gorun_onl_to_nol, src, dst, n, o, plane);
@@ -75,6 +79,34 @@ void hc_bias_finish(int g, int b, const double* part, float* db, int c, int s, i
   BLK(gorun_bias_finish, part, db, c, s, accumulate);
 }
 
+void hc_bn_partial(int g, int b, const float* a, const float* bb, const float* save,
+                   double* part, int n, int c, int plane, int s, int chunk, int mode) {
+  BLK(gorun_bn_partial, a, bb, save, part, n, c, plane, s, chunk, mode);
+}
+void hc_bn_finish(int g, int b, const double* part, float* out, int c, int s, int count) {
+  BLK(gorun_bn_finish, part, out, c, s, count);
+}
+void hc_bn_params(int g, int b, const float* a, const float* bb, const float* gamma,
+                  const float* beta, float* save, float* par, int c, float eps, int mode) {
+  SEQ(gorun_bn_params, a, bb, gamma, beta, save, par, c, eps, mode);
+}
+void hc_bn_apply(int g, int b, const float* x, const float* par, float* y, int n, int c,
+                 int plane) {
+  SEQ(gorun_bn_apply, x, par, y, n, c, plane);
+}
+void hc_bn_grad_input(int g, int b, const float* dy, const float* x, const float* par,
+                      float* dx, int n, int c, int plane) {
+  SEQ(gorun_bn_grad_input, dy, x, par, dx, n, c, plane);
+}
+void hc_bn_grad_gamma(int g, int b, const float* gstats, const float* save, float* dgamma,
+                      int c, float eps, int accumulate) {
+  SEQ(gorun_bn_grad_gamma, gstats, save, dgamma, c, eps, accumulate);
+}
+void hc_bn_running(int g, int b, const float* save, float* running_mean, float* running_var,
+                   float* tracked, int c, float momentum) {
+  BLK(gorun_bn_running, save, running_mean, running_var, tracked, c, momentum);
+}
+
 void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
                   int oh, int ow, int k, int s) {
   SEQ(gorun_maxpool2d, x, y, idx, planes, h, w, oh, ow, k, s);
@@ -82,6 +114,20 @@ void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, 
 void hc_maxpool2d_grad(int g, int b, const float* dy, const int* idx, float* dx, int planes,
                        int h, int w, int oh, int ow, int k, int s) {
   SEQ(gorun_maxpool2d_grad, dy, idx, dx, planes, h, w, oh, ow, k, s);
+}
+void hc_avgpool2d(int g, int b, const float* x, float* y, int planes, int h, int w, int oh,
+                  int ow, int k, int s, int p) {
+  SEQ(gorun_avgpool2d, x, y, planes, h, w, oh, ow, k, s, p);
+}
+void hc_avgpool2d_grad(int g, int b, const float* dy, float* dx, int planes, int h, int w,
+                       int oh, int ow, int k, int s, int p) {
+  SEQ(gorun_avgpool2d_grad, dy, dx, planes, h, w, oh, ow, k, s, p);
+}
+void hc_global_avgpool2d(int g, int b, const float* x, float* y, int planes, int hw) {
+  SEQ(gorun_global_avgpool2d, x, y, planes, hw);
+}
+void hc_global_avgpool2d_grad(int g, int b, const float* dy, float* dx, int planes, int hw) {
+  SEQ(gorun_global_avgpool2d_grad, dy, dx, planes, hw);
 }
 
 void hc_log_softmax(int g, int b, const float* x, float* y, int n, int c) {
@@ -107,12 +153,21 @@ void hc_nll_loss_grad(int g, int b, const float* dloss, const int* target, float
   SEQ(gorun_nll_loss_grad, dloss, target, dx, n, c, scale);
 }
 void hc_cross_entropy(int g, int b, const float* logits, const int* target, float* loss,
-                      float* probs, int n, int c, float scale, int accumulate) {
-  BLK(gorun_cross_entropy, logits, target, loss, probs, n, c, scale, accumulate);
+                      float* probs, int n, int c, float smoothing, float scale, int accumulate) {
+  BLK(gorun_cross_entropy, logits, target, loss, probs, n, c, smoothing, scale, accumulate);
 }
 void hc_cross_entropy_grad(int g, int b, const float* dloss, const float* probs,
-                           const int* target, float* dx, int n, int c, float scale) {
-  SEQ(gorun_cross_entropy_grad, dloss, probs, target, dx, n, c, scale);
+                           const int* target, float* dx, int n, int c, float smoothing,
+                           float scale) {
+  SEQ(gorun_cross_entropy_grad, dloss, probs, target, dx, n, c, smoothing, scale);
+}
+void hc_mse_loss(int g, int b, const float* pred, const float* target, float* loss, int n,
+                 int d, float scale, int accumulate) {
+  BLK(gorun_mse_loss, pred, target, loss, n, d, scale, accumulate);
+}
+void hc_mse_loss_grad(int g, int b, const float* dloss, const float* pred, const float* target,
+                      float* dx, int n, int d, float scale) {
+  SEQ(gorun_mse_loss_grad, dloss, pred, target, dx, n, d, scale);
 }
 
 void hc_sgd_step(int g, int b, float* param, const float* grad, float* buf, int n, float lr,

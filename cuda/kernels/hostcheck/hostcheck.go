@@ -65,9 +65,57 @@ func ReLUGrad(g Geom, dy, y, dx []float32, n int) {
 	C.hc_relu_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(y), fp(dx), ci(n))
 }
 
-// Add launches gorun_add.
-func Add(g Geom, a, b, out []float32, n int) {
-	C.hc_add(ci(g.Grid), ci(g.Block), fp(a), fp(b), fp(out), ci(n))
+// The op codes of gorun_unary and gorun_binary and the modes of the batch
+// norm kernels: kernels.h's GORUN_UNARY_*, GORUN_BINARY_* and GORUN_BN_*
+// (kernels.h is C++, which cgo cannot read; Codes maps the macros' names
+// to these values, and a test checks them against the header).
+const (
+	UnarySigmoid   = 0
+	UnaryTanh      = 1
+	UnaryLeakyReLU = 2
+	UnaryScale     = 3
+
+	BinaryAdd           = 0
+	BinarySub           = 1
+	BinaryMul           = 2
+	BinarySigmoidGrad   = 3
+	BinaryTanhGrad      = 4
+	BinaryLeakyReLUGrad = 5
+
+	BNSums     = 0
+	BNGradSums = 1
+	BNNorm     = 0
+	BNEval     = 1
+	BNGrad     = 2
+)
+
+// Codes maps kernels.h's op-code and mode macros to the constants above.
+var Codes = map[string]int{
+	"GORUN_UNARY_SIGMOID":          UnarySigmoid,
+	"GORUN_UNARY_TANH":             UnaryTanh,
+	"GORUN_UNARY_LEAKY_RELU":       UnaryLeakyReLU,
+	"GORUN_UNARY_SCALE":            UnaryScale,
+	"GORUN_BINARY_ADD":             BinaryAdd,
+	"GORUN_BINARY_SUB":             BinarySub,
+	"GORUN_BINARY_MUL":             BinaryMul,
+	"GORUN_BINARY_SIGMOID_GRAD":    BinarySigmoidGrad,
+	"GORUN_BINARY_TANH_GRAD":       BinaryTanhGrad,
+	"GORUN_BINARY_LEAKY_RELU_GRAD": BinaryLeakyReLUGrad,
+	"GORUN_BN_SUMS":                BNSums,
+	"GORUN_BN_GRAD_SUMS":           BNGradSums,
+	"GORUN_BN_NORM":                BNNorm,
+	"GORUN_BN_EVAL":                BNEval,
+	"GORUN_BN_GRAD":                BNGrad,
+}
+
+// Unary launches gorun_unary.
+func Unary(g Geom, x, y []float32, n, op int, alpha float32) {
+	C.hc_unary(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n), ci(op), C.float(alpha))
+}
+
+// Binary launches gorun_binary.
+func Binary(g Geom, a, b, out []float32, n, op int, alpha float32) {
+	C.hc_binary(ci(g.Grid), ci(g.Block), fp(a), fp(b), fp(out), ci(n), ci(op), C.float(alpha))
 }
 
 // Copy launches gorun_copy.
@@ -116,19 +164,27 @@ func Dropout2DGrad(g Geom, dy, mask, dx []float32, planes, hw int) {
 }
 
 // ConvGeom is the geometry arguments shared by gorun_im2col and
-// gorun_col2im, in their order.
+// gorun_col2im, in their order. CX, the channels of a sample of x, may be
+// left 0 for C (an ungrouped convolution).
 type ConvGeom struct {
-	N, C, H, W, KH, KW, OH, OW, Stride, Pad int
+	N, C, CX, H, W, KH, KW, OH, OW, Stride, Pad int
+}
+
+func (c ConvGeom) cx() int {
+	if c.CX == 0 {
+		return c.C
+	}
+	return c.CX
 }
 
 // Im2col launches gorun_im2col.
 func Im2col(g Geom, x, col []float32, c ConvGeom) {
-	C.hc_im2col(ci(g.Grid), ci(g.Block), fp(x), fp(col), ci(c.N), ci(c.C), ci(c.H), ci(c.W), ci(c.KH), ci(c.KW), ci(c.OH), ci(c.OW), ci(c.Stride), ci(c.Pad))
+	C.hc_im2col(ci(g.Grid), ci(g.Block), fp(x), fp(col), ci(c.N), ci(c.C), ci(c.cx()), ci(c.H), ci(c.W), ci(c.KH), ci(c.KW), ci(c.OH), ci(c.OW), ci(c.Stride), ci(c.Pad))
 }
 
 // Col2im launches gorun_col2im.
 func Col2im(g Geom, col, dx []float32, c ConvGeom) {
-	C.hc_col2im(ci(g.Grid), ci(g.Block), fp(col), fp(dx), ci(c.N), ci(c.C), ci(c.H), ci(c.W), ci(c.KH), ci(c.KW), ci(c.OH), ci(c.OW), ci(c.Stride), ci(c.Pad))
+	C.hc_col2im(ci(g.Grid), ci(g.Block), fp(col), fp(dx), ci(c.N), ci(c.C), ci(c.cx()), ci(c.H), ci(c.W), ci(c.KH), ci(c.KW), ci(c.OH), ci(c.OW), ci(c.Stride), ci(c.Pad))
 }
 
 // ONLToNOL launches gorun_onl_to_nol.
@@ -161,6 +217,41 @@ func BiasFinish(g Geom, part []float64, db []float32, c, s int, accumulate bool)
 	C.hc_bias_finish(ci(g.Grid), ci(g.Block), dp(part), fp(db), ci(c), ci(s), cb(accumulate))
 }
 
+// BNPartial launches gorun_bn_partial.
+func BNPartial(g Geom, a, b, save []float32, part []float64, n, c, plane, s, chunk, mode int) {
+	C.hc_bn_partial(ci(g.Grid), ci(g.Block), fp(a), fp(b), fp(save), dp(part), ci(n), ci(c), ci(plane), ci(s), ci(chunk), ci(mode))
+}
+
+// BNFinish launches gorun_bn_finish.
+func BNFinish(g Geom, part []float64, out []float32, c, s, count int) {
+	C.hc_bn_finish(ci(g.Grid), ci(g.Block), dp(part), fp(out), ci(c), ci(s), ci(count))
+}
+
+// BNParams launches gorun_bn_params.
+func BNParams(g Geom, a, b, gamma, beta, save, par []float32, c int, eps float32, mode int) {
+	C.hc_bn_params(ci(g.Grid), ci(g.Block), fp(a), fp(b), fp(gamma), fp(beta), fp(save), fp(par), ci(c), C.float(eps), ci(mode))
+}
+
+// BNApply launches gorun_bn_apply.
+func BNApply(g Geom, x, par, y []float32, n, c, plane int) {
+	C.hc_bn_apply(ci(g.Grid), ci(g.Block), fp(x), fp(par), fp(y), ci(n), ci(c), ci(plane))
+}
+
+// BNGradInput launches gorun_bn_grad_input.
+func BNGradInput(g Geom, dy, x, par, dx []float32, n, c, plane int) {
+	C.hc_bn_grad_input(ci(g.Grid), ci(g.Block), fp(dy), fp(x), fp(par), fp(dx), ci(n), ci(c), ci(plane))
+}
+
+// BNGradGamma launches gorun_bn_grad_gamma.
+func BNGradGamma(g Geom, gstats, save, dgamma []float32, c int, eps float32, accumulate bool) {
+	C.hc_bn_grad_gamma(ci(g.Grid), ci(g.Block), fp(gstats), fp(save), fp(dgamma), ci(c), C.float(eps), cb(accumulate))
+}
+
+// BNRunning launches gorun_bn_running.
+func BNRunning(g Geom, save, runningMean, runningVar, tracked []float32, c int, momentum float32) {
+	C.hc_bn_running(ci(g.Grid), ci(g.Block), fp(save), fp(runningMean), fp(runningVar), fp(tracked), ci(c), C.float(momentum))
+}
+
 // MaxPool2D launches gorun_maxpool2d.
 func MaxPool2D(g Geom, x, y []float32, idx []int32, planes, h, w, oh, ow, k, s int) {
 	C.hc_maxpool2d(ci(g.Grid), ci(g.Block), fp(x), fp(y), ip(idx), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s))
@@ -169,6 +260,26 @@ func MaxPool2D(g Geom, x, y []float32, idx []int32, planes, h, w, oh, ow, k, s i
 // MaxPool2DGrad launches gorun_maxpool2d_grad.
 func MaxPool2DGrad(g Geom, dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow, k, s int) {
 	C.hc_maxpool2d_grad(ci(g.Grid), ci(g.Block), fp(dy), ip(idx), fp(dx), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s))
+}
+
+// AvgPool2D launches gorun_avgpool2d.
+func AvgPool2D(g Geom, x, y []float32, planes, h, w, oh, ow, k, s, p int) {
+	C.hc_avgpool2d(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s), ci(p))
+}
+
+// AvgPool2DGrad launches gorun_avgpool2d_grad.
+func AvgPool2DGrad(g Geom, dy, dx []float32, planes, h, w, oh, ow, k, s, p int) {
+	C.hc_avgpool2d_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(dx), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s), ci(p))
+}
+
+// GlobalAvgPool2D launches gorun_global_avgpool2d.
+func GlobalAvgPool2D(g Geom, x, y []float32, planes, hw int) {
+	C.hc_global_avgpool2d(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(planes), ci(hw))
+}
+
+// GlobalAvgPool2DGrad launches gorun_global_avgpool2d_grad.
+func GlobalAvgPool2DGrad(g Geom, dy, dx []float32, planes, hw int) {
+	C.hc_global_avgpool2d_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(dx), ci(planes), ci(hw))
 }
 
 // LogSoftmax launches gorun_log_softmax.
@@ -202,13 +313,23 @@ func NLLLossGrad(g Geom, dloss []float32, target []int32, dx []float32, n, c int
 }
 
 // CrossEntropy launches gorun_cross_entropy.
-func CrossEntropy(g Geom, logits []float32, target []int32, loss, probs []float32, n, c int, scale float32, accumulate bool) {
-	C.hc_cross_entropy(ci(g.Grid), ci(g.Block), fp(logits), ip(target), fp(loss), fp(probs), ci(n), ci(c), C.float(scale), cb(accumulate))
+func CrossEntropy(g Geom, logits []float32, target []int32, loss, probs []float32, n, c int, smoothing, scale float32, accumulate bool) {
+	C.hc_cross_entropy(ci(g.Grid), ci(g.Block), fp(logits), ip(target), fp(loss), fp(probs), ci(n), ci(c), C.float(smoothing), C.float(scale), cb(accumulate))
 }
 
 // CrossEntropyGrad launches gorun_cross_entropy_grad.
-func CrossEntropyGrad(g Geom, dloss, probs []float32, target []int32, dx []float32, n, c int, scale float32) {
-	C.hc_cross_entropy_grad(ci(g.Grid), ci(g.Block), fp(dloss), fp(probs), ip(target), fp(dx), ci(n), ci(c), C.float(scale))
+func CrossEntropyGrad(g Geom, dloss, probs []float32, target []int32, dx []float32, n, c int, smoothing, scale float32) {
+	C.hc_cross_entropy_grad(ci(g.Grid), ci(g.Block), fp(dloss), fp(probs), ip(target), fp(dx), ci(n), ci(c), C.float(smoothing), C.float(scale))
+}
+
+// MSELoss launches gorun_mse_loss.
+func MSELoss(g Geom, pred, target, loss []float32, n, d int, scale float32, accumulate bool) {
+	C.hc_mse_loss(ci(g.Grid), ci(g.Block), fp(pred), fp(target), fp(loss), ci(n), ci(d), C.float(scale), cb(accumulate))
+}
+
+// MSELossGrad launches gorun_mse_loss_grad.
+func MSELossGrad(g Geom, dloss, pred, target, dx []float32, n, d int, scale float32) {
+	C.hc_mse_loss_grad(ci(g.Grid), ci(g.Block), fp(dloss), fp(pred), fp(target), fp(dx), ci(n), ci(d), C.float(scale))
 }
 
 // SGDStep launches gorun_sgd_step.

@@ -11,7 +11,9 @@ typedef unsigned long long u64;
 
 void hc_relu(int g, int b, const float* x, float* y, int n);
 void hc_relu_grad(int g, int b, const float* dy, const float* y, float* dx, int n);
-void hc_add(int g, int b, const float* a, const float* bb, float* out, int n);
+void hc_unary(int g, int b, const float* x, float* y, int n, int op, float alpha);
+void hc_binary(int g, int b, const float* a, const float* bb, float* out, int n, int op,
+               float alpha);
 void hc_copy(int g, int b, const float* src, float* dst, int n);
 void hc_fill(int g, int b, float* x, int n, float value);
 void hc_scale(int g, int b, float* x, int n, float s);
@@ -26,10 +28,10 @@ void hc_dropout_grad(int g, int b, const float* dy, const float* mask, float* dx
 void hc_dropout2d_grad(int g, int b, const float* dy, const float* mask, float* dx, int planes,
                        int hw);
 
-void hc_im2col(int g, int b, const float* x, float* col, int n, int c, int h, int w, int kh,
-               int kw, int oh, int ow, int stride, int pad);
-void hc_col2im(int g, int b, const float* col, float* dx, int n, int c, int h, int w, int kh,
-               int kw, int oh, int ow, int stride, int pad);
+void hc_im2col(int g, int b, const float* x, float* col, int n, int c, int cx, int h, int w,
+               int kh, int kw, int oh, int ow, int stride, int pad);
+void hc_col2im(int g, int b, const float* col, float* dx, int n, int c, int cx, int h, int w,
+               int kh, int kw, int oh, int ow, int stride, int pad);
 void hc_onl_to_nol(int g, int b, const float* src, float* dst, int n, int o, int plane);
 void hc_nol_to_onl(int g, int b, const float* src, float* dst, int n, int o, int plane);
 void hc_bias_add(int g, int b, float* y, const float* bias, int n, int c, int plane);
@@ -39,10 +41,30 @@ void hc_bias_partial(int g, int b, const float* dy, double* part, int n, int c, 
                      int chunk);
 void hc_bias_finish(int g, int b, const double* part, float* db, int c, int s, int accumulate);
 
+void hc_bn_partial(int g, int b, const float* a, const float* bb, const float* save,
+                   double* part, int n, int c, int plane, int s, int chunk, int mode);
+void hc_bn_finish(int g, int b, const double* part, float* out, int c, int s, int count);
+void hc_bn_params(int g, int b, const float* a, const float* bb, const float* gamma,
+                  const float* beta, float* save, float* par, int c, float eps, int mode);
+void hc_bn_apply(int g, int b, const float* x, const float* par, float* y, int n, int c,
+                 int plane);
+void hc_bn_grad_input(int g, int b, const float* dy, const float* x, const float* par,
+                      float* dx, int n, int c, int plane);
+void hc_bn_grad_gamma(int g, int b, const float* gstats, const float* save, float* dgamma,
+                      int c, float eps, int accumulate);
+void hc_bn_running(int g, int b, const float* save, float* running_mean, float* running_var,
+                   float* tracked, int c, float momentum);
+
 void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
                   int oh, int ow, int k, int s);
 void hc_maxpool2d_grad(int g, int b, const float* dy, const int* idx, float* dx, int planes,
                        int h, int w, int oh, int ow, int k, int s);
+void hc_avgpool2d(int g, int b, const float* x, float* y, int planes, int h, int w, int oh,
+                  int ow, int k, int s, int p);
+void hc_avgpool2d_grad(int g, int b, const float* dy, float* dx, int planes, int h, int w,
+                       int oh, int ow, int k, int s, int p);
+void hc_global_avgpool2d(int g, int b, const float* x, float* y, int planes, int hw);
+void hc_global_avgpool2d_grad(int g, int b, const float* dy, float* dx, int planes, int hw);
 
 void hc_log_softmax(int g, int b, const float* x, float* y, int n, int c);
 void hc_softmax(int g, int b, const float* x, float* y, int n, int c);
@@ -55,9 +77,14 @@ void hc_nll_loss(int g, int b, const float* logp, const int* target, float* loss
 void hc_nll_loss_grad(int g, int b, const float* dloss, const int* target, float* dx, int n,
                       int c, float scale);
 void hc_cross_entropy(int g, int b, const float* logits, const int* target, float* loss,
-                      float* probs, int n, int c, float scale, int accumulate);
+                      float* probs, int n, int c, float smoothing, float scale, int accumulate);
 void hc_cross_entropy_grad(int g, int b, const float* dloss, const float* probs,
-                           const int* target, float* dx, int n, int c, float scale);
+                           const int* target, float* dx, int n, int c, float smoothing,
+                           float scale);
+void hc_mse_loss(int g, int b, const float* pred, const float* target, float* loss, int n,
+                 int d, float scale, int accumulate);
+void hc_mse_loss_grad(int g, int b, const float* dloss, const float* pred, const float* target,
+                      float* dx, int n, int d, float scale);
 
 void hc_sgd_step(int g, int b, float* param, const float* grad, float* buf, int n, float lr,
                  float momentum, float dampening, float weight_decay, int nesterov, int step);

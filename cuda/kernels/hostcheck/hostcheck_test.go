@@ -10,7 +10,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 
 	"gorun/ops"
@@ -193,15 +195,6 @@ func TestElementwise(t *testing.T) {
 			checkExact(t, "relu_grad "+name, got, want, n)
 			checkTail(t, "relu_grad "+name, got, n)
 
-			want, got = nans(capacity), nans(capacity)
-			run(ops.Add, nil, nil, []*ops.Buf[float32]{fbuf(x, n), fbuf(b, n)}, fbuf(want, n))
-			Add(g, x, b, got, n)
-			checkExact(t, "add "+name, got, want, n)
-			checkTail(t, "add "+name, got, n)
-			inplace = slices.Clone(x)
-			Add(g, inplace, b, inplace, n)
-			checkExact(t, "add in place "+name, inplace, want, n)
-
 			got = nans(capacity)
 			Copy(g, x, got, n)
 			checkExact(t, "copy "+name, got, x, n)
@@ -239,6 +232,115 @@ func TestElementwise(t *testing.T) {
 				want[i] = float32(math.FMA(float64(float32(0.7)), float64(dy[i]), float64(b[i])))
 			}
 			checkClose(t, "axpy "+name, got, want, n)
+		}
+	}
+}
+
+// TestUnaryBinary checks gorun_unary and gorun_binary op by op against
+// ops (Sigmoid, Tanh, LeakyReLU, Scale; Add, Sub, Mul, SigmoidGrad,
+// TanhGrad, LeakyReLUGrad) with NaN, ±Inf and -0 among the inputs, out of
+// place and in place (out = a and out = b), under several geometries, and
+// with n = 0. Exact but for sigmoid and tanh (double exp and tanh of the
+// C library and of Go may differ in the last bit).
+func TestUnaryBinary(t *testing.T) {
+	r := newRand(16)
+	slope, alpha := f32(0.01), f32(-1.7)
+	unary := []struct {
+		name  string
+		op    ops.Op
+		code  int
+		alpha float64
+		exact bool
+	}{
+		{"sigmoid", ops.Sigmoid, UnarySigmoid, 0, false},
+		{"tanh", ops.Tanh, UnaryTanh, 0, false},
+		{"leaky_relu", ops.LeakyReLU, UnaryLeakyReLU, slope, true},
+		{"leaky_relu slope 0", ops.LeakyReLU, UnaryLeakyReLU, 0, true},
+		{"scale", ops.Scale, UnaryScale, alpha, true},
+	}
+	binary := []struct {
+		name string
+		op   ops.Op
+		code int
+	}{
+		{"add", ops.Add, BinaryAdd},
+		{"sub", ops.Sub, BinarySub},
+		{"mul", ops.Mul, BinaryMul},
+		{"sigmoid_grad", ops.SigmoidGrad, BinarySigmoidGrad},
+		{"tanh_grad", ops.TanhGrad, BinaryTanhGrad},
+		{"leaky_relu_grad", ops.LeakyReLUGrad, BinaryLeakyReLUGrad},
+	}
+	check := func(exact bool, what string, got, want []float32, n int) {
+		t.Helper()
+		if exact {
+			checkExact(t, what, got, want, n)
+		} else {
+			checkClose(t, what, got, want, n)
+		}
+	}
+	for _, n := range []int{0, 1, 7, 300, 1025} {
+		capacity := n + 5
+		a, b := randf(r, n, capacity), randf(r, n, capacity)
+		for i := range n {
+			a[i] *= 12 // sigmoid and tanh near saturation too
+		}
+		specials := []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.Copysign(0, -1)), 0}
+		for j, v := range specials {
+			if i := 2*j + 1; i < n {
+				a[i] = v
+			}
+			if i := 3*j + 2; i < n {
+				b[i] = v
+			}
+		}
+		for _, g := range geoms(n) {
+			name := fmt.Sprintf("n=%d geom=%v", n, g)
+			for _, u := range unary {
+				attrs := &ops.Attrs{NegativeSlope: u.alpha, Alpha: u.alpha}
+				want, got := nans(capacity), nans(capacity)
+				run(u.op, attrs, nil, []*ops.Buf[float32]{fbuf(a, n)}, fbuf(want, n))
+				Unary(g, a, got, n, u.code, float32(u.alpha))
+				check(u.exact, u.name+" "+name, got, want, n)
+				checkTail(t, u.name+" "+name, got, n)
+				inplace := slices.Clone(a)
+				Unary(g, inplace, inplace, n, u.code, float32(u.alpha))
+				check(u.exact, u.name+" in place "+name, inplace, want, n)
+			}
+			for _, bo := range binary {
+				attrs := &ops.Attrs{NegativeSlope: slope}
+				want, got := nans(capacity), nans(capacity)
+				run(bo.op, attrs, nil, []*ops.Buf[float32]{fbuf(a, n), fbuf(b, n)}, fbuf(want, n))
+				Binary(g, a, b, got, n, bo.code, float32(slope))
+				checkExact(t, bo.name+" "+name, got, want, n)
+				checkTail(t, bo.name+" "+name, got, n)
+				inA, inB := slices.Clone(a), slices.Clone(b)
+				Binary(g, inA, b, inA, n, bo.code, float32(slope))
+				checkExact(t, bo.name+" in place of a "+name, inA, want, n)
+				Binary(g, a, inB, inB, n, bo.code, float32(slope))
+				checkExact(t, bo.name+" in place of b "+name, inB, want, n)
+			}
+		}
+	}
+}
+
+// TestCodes checks the op codes and modes (Codes) against kernels.h's
+// macros, both ways.
+func TestCodes(t *testing.T) {
+	h, err := os.ReadFile(filepath.Join("..", "kernels.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN)_\w+) (\d+)`).FindAllStringSubmatch(string(h), -1) {
+		v, _ := strconv.Atoi(m[2])
+		found[m[1]] = v
+	}
+	if len(found) != len(Codes) {
+		t.Errorf("kernels.h defines %d codes, Codes has %d", len(found), len(Codes))
+	}
+	for name, v := range found {
+		if w, ok := Codes[name]; !ok || w != v {
+			t.Errorf("kernels.h: %s = %d; Codes: %d (present %v)", name, v, w, ok)
 		}
 	}
 }
@@ -373,54 +475,68 @@ func TestDropout2D(t *testing.T) {
 
 // ---- convolution and linear ----
 
+// convCase is one convolution: c input and o output channels in g groups.
 type convCase struct {
-	n, c, h, w, o, kh, kw, stride, pad, capN int
+	n, c, h, w, o, kh, kw, stride, pad, capN, g int
 }
 
 var convCases = []convCase{
-	{1, 1, 5, 5, 2, 3, 3, 1, 0, 3},
-	{3, 3, 9, 5, 4, 3, 3, 1, 1, 4},
-	{7, 3, 5, 9, 2, 3, 2, 2, 1, 7},
-	{3, 1, 9, 9, 3, 5, 5, 2, 0, 3},
-	{2, 2, 7, 8, 5, 3, 2, 2, 1, 3},
-	{1, 3, 5, 9, 4, 2, 2, 2, 1, 1},
-	{3, 3, 9, 5, 2, 1, 1, 1, 0, 3},
-	{2, 1, 5, 6, 2, 3, 3, 3, 2, 2},
-	{7, 1, 9, 9, 3, 5, 5, 1, 2, 9},
+	{1, 1, 5, 5, 2, 3, 3, 1, 0, 3, 1},
+	{3, 3, 9, 5, 4, 3, 3, 1, 1, 4, 1},
+	{7, 3, 5, 9, 2, 3, 2, 2, 1, 7, 1},
+	{3, 1, 9, 9, 3, 5, 5, 2, 0, 3, 1},
+	{2, 2, 7, 8, 5, 3, 2, 2, 1, 3, 1},
+	{1, 3, 5, 9, 4, 2, 2, 2, 1, 1, 1},
+	{3, 3, 9, 5, 2, 1, 1, 1, 0, 3, 1},
+	{2, 1, 5, 6, 2, 3, 3, 3, 2, 2, 1},
+	{7, 1, 9, 9, 3, 5, 5, 1, 2, 9, 1},
+	// Grouped: two groups, depthwise (a group per channel, two outputs
+	// each), one sample, and three groups of two channels.
+	{3, 6, 9, 5, 4, 3, 3, 1, 1, 4, 2},
+	{2, 3, 7, 8, 6, 3, 2, 2, 1, 3, 3},
+	{1, 4, 5, 9, 2, 2, 2, 2, 1, 1, 2},
+	{3, 6, 5, 5, 3, 1, 1, 1, 0, 3, 3},
 }
 
 // TestConv2D composes im2col, a reference GEMM and the permute and bias
-// kernels as the CUDA backend does with cuBLAS, and compares the result
-// with ops' Conv2D and its three gradients.
+// kernels as the CUDA backend does with cuBLAS (once per group for a
+// grouped convolution), and compares the result with ops' Conv2D and its
+// three gradients.
 func TestConv2D(t *testing.T) {
 	r := newRand(4)
 	for _, cc := range convCases {
 		name := fmt.Sprintf("%+v", cc)
 		oh := (cc.h+2*cc.pad-cc.kh)/cc.stride + 1
 		ow := (cc.w+2*cc.pad-cc.kw)/cc.stride + 1
-		k, l, plane := cc.c*cc.kh*cc.kw, cc.n*oh*ow, oh*ow
-		g := ConvGeom{N: cc.n, C: cc.c, H: cc.h, W: cc.w, KH: cc.kh, KW: cc.kw, OH: oh, OW: ow, Stride: cc.stride, Pad: cc.pad}
-		attrs := &ops.Attrs{Stride: cc.stride, Padding: cc.pad}
+		cg, og := cc.c/cc.g, cc.o/cc.g // one group's channels
+		k, l, plane := cg*cc.kh*cc.kw, cc.n*oh*ow, oh*ow
+		xg := cg * cc.h * cc.w // one group's offset in x
+		g := ConvGeom{N: cc.n, C: cg, CX: cc.c, H: cc.h, W: cc.w, KH: cc.kh, KW: cc.kw, OH: oh, OW: ow, Stride: cc.stride, Pad: cc.pad}
+		attrs := &ops.Attrs{Stride: cc.stride, Padding: cc.pad, Groups: cc.g}
 		xLen, yLen := cc.n*cc.c*cc.h*cc.w, cc.n*cc.o*plane
 		xCap, yCap := cc.capN*cc.c*cc.h*cc.w, cc.capN*cc.o*plane
 		x := randf(r, xLen, xCap)
 		w := randf(r, cc.o*k, cc.o*k)
 		b := randf(r, cc.o, cc.o)
 		dy := randf(r, yLen, yCap)
-		xs, ws, ys := []int{cc.n, cc.c, cc.h, cc.w}, []int{cc.o, cc.c, cc.kh, cc.kw}, []int{cc.n, cc.o, oh, ow}
+		xs, ws, ys := []int{cc.n, cc.c, cc.h, cc.w}, []int{cc.o, cg, cc.kh, cc.kw}, []int{cc.n, cc.o, oh, ow}
 		ctx := &ops.Ctx[float32]{LossScale: 1, Step: 1, Work: make([]float32, (k+cc.o)*cc.capN*plane)}
 
 		// Forward.
 		want := nans(yCap)
 		run(ops.Conv2D, attrs, ctx, []*ops.Buf[float32]{fbuf(x, xs...), fbuf(w, ws...), fbuf(b, cc.o)}, fbuf(want, ys...))
-		col := nans(k*l + 3)
-		Im2col(Elementwise(k*l), x, col, g)
-		checkTail(t, "im2col "+name, col, k*l)
-		col2 := nans(k * l)
-		Im2col(Geom{2, 32}, x, col2, g)
-		checkExact(t, "im2col geometry "+name, col2, col, k*l)
+		cols := make([][]float32, cc.g) // each group's, for the weight gradient
 		tmp := nans(cc.o * l)
-		gemm(false, false, cc.o, l, k, w, k, col, l, tmp, l)
+		for gi := range cc.g {
+			col := nans(k*l + 3)
+			Im2col(Elementwise(k*l), x[gi*xg:], col, g)
+			checkTail(t, "im2col "+name, col, k*l)
+			col2 := nans(k * l)
+			Im2col(Geom{2, 32}, x[gi*xg:], col2, g)
+			checkExact(t, "im2col geometry "+name, col2, col, k*l)
+			gemm(false, false, og, l, k, w[gi*og*k:], k, col, l, tmp[gi*og*l:], l)
+			cols[gi] = col
+		}
 		got := nans(yCap)
 		ONLToNOL(Elementwise(yLen), tmp, got, cc.n, cc.o, plane)
 		if cc.n == 1 {
@@ -442,21 +558,33 @@ func TestConv2D(t *testing.T) {
 		back := nans(yLen)
 		ONLToNOL(Geom{1, 7}, dyT, back, cc.n, cc.o, plane)
 		checkExact(t, "onl_to_nol inverts nol_to_onl "+name, back, dy, yLen)
-		dcol := nans(k * l)
-		gemm(true, false, k, l, cc.o, w, k, dyT, l, dcol, l)
 		got = nans(xCap)
-		Col2im(Elementwise(xLen), dcol, got, g)
+		got2 := nans(xLen)
+		for gi := range cc.g {
+			dcol := nans(k * l)
+			gemm(true, false, k, l, og, w[gi*og*k:], k, dyT[gi*og*l:], l, dcol, l)
+			// Each group writes its own channels of dx and no others.
+			Col2im(Elementwise(cc.n*cg*cc.h*cc.w), dcol, got[gi*xg:], g)
+			Col2im(Geom{3, 64}, dcol, got2[gi*xg:], g)
+			if gi == 0 && cc.g > 1 {
+				for i := range xLen {
+					if ch := i / (cc.h * cc.w) % cc.c; ch >= cg && !isNaN(got[i]) {
+						t.Fatalf("col2im %s: group 0 wrote element %d (channel %d)", name, i, ch)
+					}
+				}
+			}
+		}
 		checkClose(t, "conv2d_grad_input "+name, got, want, xLen)
 		checkTail(t, "conv2d_grad_input "+name, got, xLen)
-		got2 := nans(xLen)
-		Col2im(Geom{3, 64}, dcol, got2, g)
 		checkExact(t, "col2im geometry "+name, got2, got, xLen)
 
 		// Gradient of the weight.
 		want = nans(cc.o * k)
 		run(ops.Conv2DGradWeight, attrs, ctx, []*ops.Buf[float32]{fbuf(dy, ys...), fbuf(x, xs...)}, fbuf(want, ws...))
 		got = nans(cc.o * k)
-		gemm(false, true, cc.o, k, l, dyT, l, col, l, got, k)
+		for gi := range cc.g {
+			gemm(false, true, og, k, l, dyT[gi*og*l:], l, cols[gi], l, got[gi*og*k:], k)
+		}
 		checkClose(t, "conv2d_grad_weight "+name, got, want, cc.o*k)
 
 		// Gradient of the bias, overwritten and accumulated.
@@ -748,7 +876,7 @@ func TestLosses(t *testing.T) {
 			for i := range n {
 				target[i] = int32(r.IntN(c))
 			}
-			ctx := &ops.Ctx[float32]{LossScale: scale, Step: 1}
+			ctx := &ops.Ctx[float32]{LossScale: f32(scale), Step: 1} // the kernels take it as a float
 			dloss := []float32{0.7}
 
 			for _, acc := range []bool{false, true} {
@@ -762,13 +890,17 @@ func TestLosses(t *testing.T) {
 				NLLLoss(OneBlock, logp, target, again, n, c, scale, acc)
 				checkExact(t, "nll_loss deterministic "+aname, again, got, 1)
 
-				want, got = []float32{0.25}, []float32{0.25}
-				wantP, gotP := nans(capN*c), nans(capN*c)
-				run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf(want, 1), fbuf(wantP, n, c))
-				CrossEntropy(OneBlock, logits, target, got, gotP, n, c, scale, acc)
-				checkClose(t, "cross_entropy loss "+aname, got, want, 1)
-				checkClose(t, "cross_entropy probs "+aname, gotP, wantP, n*c)
-				checkTail(t, "cross_entropy probs "+aname, gotP, n*c)
+				for _, eps := range []float64{0, f32(0.1), 1} {
+					ename := fmt.Sprintf("%s smoothing=%v", aname, eps)
+					attrs := &ops.Attrs{Accumulate: acc, LabelSmoothing: eps}
+					want, got = []float32{0.25}, []float32{0.25}
+					wantP, gotP := nans(capN*c), nans(capN*c)
+					run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf(want, 1), fbuf(wantP, n, c))
+					CrossEntropy(OneBlock, logits, target, got, gotP, n, c, float32(eps), scale, acc)
+					checkClose(t, "cross_entropy loss "+ename, got, want, 1)
+					checkClose(t, "cross_entropy probs "+ename, gotP, wantP, n*c)
+					checkTail(t, "cross_entropy probs "+ename, gotP, n*c)
+				}
 			}
 
 			want, got := nans(capN*c), nans(capN*c)
@@ -779,11 +911,14 @@ func TestLosses(t *testing.T) {
 
 			probs := nans(capN * c)
 			run(ops.CrossEntropy, nil, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf([]float32{0}, 1), fbuf(probs, n, c))
-			want, got = nans(capN*c), nans(capN*c)
-			run(ops.CrossEntropyGrad, nil, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(probs, n, c), ibuf(target, n)}, fbuf(want, n, c))
-			CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, scale)
-			checkClose(t, "cross_entropy_grad "+name, got, want, n*c)
-			checkTail(t, "cross_entropy_grad "+name, got, n*c)
+			for _, eps := range []float64{0, f32(0.1), 1} {
+				ename := fmt.Sprintf("%s smoothing=%v", name, eps)
+				want, got = nans(capN*c), nans(capN*c)
+				run(ops.CrossEntropyGrad, &ops.Attrs{LabelSmoothing: eps}, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(probs, n, c), ibuf(target, n)}, fbuf(want, n, c))
+				CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, float32(eps), scale)
+				checkExact(t, "cross_entropy_grad "+ename, got, want, n*c)
+				checkTail(t, "cross_entropy_grad "+ename, got, n*c)
+			}
 		}
 	}
 
@@ -795,18 +930,63 @@ func TestLosses(t *testing.T) {
 		t.Errorf("nll_loss with target 3 of 3 classes = %v, want NaN", loss[0])
 	}
 	probs := nans(3)
-	CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, 1, false)
-	if !isNaN(loss[0]) {
-		t.Errorf("cross_entropy with target -1 = %v, want NaN", loss[0])
+	for _, eps := range []float32{0, 0.1} {
+		CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, eps, 1, false)
+		if !isNaN(loss[0]) {
+			t.Errorf("cross_entropy (smoothing %v) with target -1 = %v, want NaN", eps, loss[0])
+		}
 	}
 	NLLLoss(OneBlock, logp, []int32{0}, loss, 0, 3, 1, false)
 	if loss[0] != 0 {
 		t.Errorf("nll_loss of an empty batch = %v, want 0", loss[0])
 	}
 	loss[0] = 2
-	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 1, true)
+	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 0.1, 1, true)
 	if loss[0] != 2 {
 		t.Errorf("cross_entropy of an empty batch accumulated into 2 = %v, want 2", loss[0])
+	}
+}
+
+// TestMSELoss: the loss (accumulate on and off) and its gradient against
+// ops, for samples of one and of many elements (D), a batch large enough
+// for every thread of the block, and an empty batch.
+func TestMSELoss(t *testing.T) {
+	r := newRand(17)
+	const scale = 1.0 / 7
+	for _, n := range []int{0, 1, 3, 7, 600} {
+		for _, shape := range [][]int{{1}, {3}, {2, 5, 3}} {
+			d := 1
+			for _, v := range shape {
+				d *= v
+			}
+			full := append([]int{n}, shape...)
+			name := fmt.Sprintf("n=%d sample=%v", n, shape)
+			capacity := (n + 2) * d
+			pred, target := randf(r, n*d, capacity), randf(r, n*d, capacity)
+			ctx := &ops.Ctx[float32]{LossScale: f32(scale), Step: 1} // the kernels take it as a float
+			for _, acc := range []bool{false, true} {
+				aname := fmt.Sprintf("%s accumulate=%v", name, acc)
+				want, got := []float32{0.25}, []float32{0.25}
+				run(ops.MSELoss, &ops.Attrs{Accumulate: acc}, ctx, []*ops.Buf[float32]{fbuf(pred, full...), fbuf(target, full...)}, fbuf(want, 1))
+				MSELoss(OneBlock, pred, target, got, n, d, scale, acc)
+				checkClose(t, "mse_loss "+aname, got, want, 1)
+				again := []float32{0.25}
+				MSELoss(OneBlock, pred, target, again, n, d, scale, acc)
+				checkExact(t, "mse_loss deterministic "+aname, again, got, 1)
+			}
+			dloss := []float32{0.7}
+			want, got := nans(capacity), nans(capacity)
+			run(ops.MSELossGrad, nil, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(pred, full...), fbuf(target, full...)}, fbuf(want, full...))
+			for _, g := range geoms(n * d) {
+				got = nans(capacity)
+				MSELossGrad(g, dloss, pred, target, got, n, d, scale)
+				checkExact(t, "mse_loss_grad "+name, got, want, n*d)
+				checkTail(t, "mse_loss_grad "+name, got, n*d)
+			}
+			inplace := slices.Clone(pred)
+			MSELossGrad(Elementwise(n*d), dloss, inplace, target, inplace, n, d, scale)
+			checkExact(t, "mse_loss_grad in place "+name, inplace, want, n*d)
+		}
 	}
 }
 

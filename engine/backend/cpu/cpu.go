@@ -271,6 +271,15 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 		return fmt.Errorf("%s: %d samples for a batch of %d", d.Name(), n, input.Max[0])
 	}
 	per := input.Elems() / input.Max[0]
+	if target.DType == engine.Float32 {
+		r, ok := h.Dataset.(datasets.Regression)
+		if !ok {
+			return fmt.Errorf("%s: %s has class labels, the model's target takes float values", d.Name(), h.Name())
+		}
+		t := target.Elems() / target.Max[0]
+		r.FillTargets(idx, d.bufs[input.ID].Data[:n*per], d.bufs[target.ID].Data[:n*t])
+		return nil
+	}
 	h.Fill(idx, d.bufs[input.ID].Data[:n*per], d.bufs[target.ID].Idx[:n])
 	return nil
 }

@@ -1,0 +1,116 @@
+package runner
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gorun/engine"
+	"gorun/engine/safetensors"
+	"gorun/engine/spec"
+)
+
+// TestRegressionMSE trains nn.linear on float targets from data.tensors
+// with loss = "mse": the first step's loss is PyTorch's mse_loss of the
+// initial parameters (computed here by hand), training drives it down to
+// the noise level, and evaluation reports the loss (no accuracy).
+func TestRegressionMSE(t *testing.T) {
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(1, 2))
+	const n, in, out = 256, 4, 2
+	w := [out][in]float64{{1, -2, 0.5, 3}, {0, 1, 1, -1}}
+	x, y := make([]float32, n*in), make([]float32, n*out)
+	for i := range n {
+		for j := range in {
+			x[i*in+j] = float32(r.NormFloat64())
+		}
+		for o := range out {
+			s := 0.3 + 0.01*r.NormFloat64()
+			for j := range in {
+				s += w[o][j] * float64(x[i*in+j])
+			}
+			y[i*out+o] = float32(s)
+		}
+	}
+	path := filepath.Join(dir, "reg.safetensors")
+	if err := safetensors.WriteFile(path, []safetensors.Tensor{
+		safetensors.F32("x", []int{n, in}, x), safetensors.F32("y", []int{n, out}, y)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.ReplaceAll(`
+train(
+    model = nn.linear(4, 2, name = "fc")(data.input()),
+    loss = "mse",
+    data = data.tensors("PATH", x = "x", y = "y"),
+    eval = data.tensors("PATH", x = "x", y = "y", limit = 100),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 32,
+    epochs = 20,
+    shuffle = False,
+)
+`, "PATH", path)
+	p := compile(t, loadSpec(t, src), 2)
+	init := p.InitialParams(p.Spec.Seed)
+	// The first step's loss: the first 32 samples under the initial
+	// parameters (fc.weight [2 4], then fc.bias [2]).
+	var want float64
+	for i := range 32 {
+		for o := range out {
+			s := float64(init[in*out+o])
+			for j := range in {
+				s += float64(init[o*in+j]) * float64(x[i*in+j])
+			}
+			d := s - float64(y[i*out+o])
+			want += d * d / out
+		}
+	}
+	want /= 32
+	runDir := filepath.Join(dir, "run")
+	res, err := Run(p, RunOptions{Out: runDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first float64
+	var evals int
+	for _, m := range readMetrics(t, filepath.Join(runDir, MetricsFile)) {
+		if m["kind"] == "step" && m["step"].(float64) == 1 {
+			first = m["loss"].(float64)
+		}
+		if m["kind"] == "eval" {
+			evals++
+			if m["accuracy"] != nil {
+				t.Errorf("eval line of a regression run has accuracy %v", m["accuracy"])
+			}
+		}
+	}
+	if math.Abs(first-want) > 1e-5*want {
+		t.Errorf("first step loss %.7f, mean squared error of the initial parameters %.7f", first, want)
+	}
+	if evals != 20 || !(res.TestLoss < 1e-3) || !math.IsNaN(res.TestAccuracy) {
+		t.Errorf("%d evals, test loss %g, accuracy %g: want 20, below 1e-3, NaN", evals, res.TestLoss, res.TestAccuracy)
+	}
+	if _, err := os.Stat(filepath.Join(runDir, BestFile)); err != nil {
+		t.Errorf("no best.safetensors for a regression run: %v", err)
+	}
+	// A classification loss on float targets, and mse on class labels, are refused.
+	if _, err := compileErr(loadSpec(t, strings.Replace(src, `loss = "mse"`, `loss = "cross_entropy"`, 1)), 1); err == nil ||
+		!strings.Contains(err.Error(), `the data have float targets of shape [2] (regression): use loss = "mse"`) {
+		t.Errorf("cross_entropy on float targets: %v", err)
+	}
+	if _, err := compileErr(loadSpec(t, strings.Replace(src, `nn.linear(4, 2`, `nn.linear(4, 3`, 1)), 1); err == nil ||
+		!strings.Contains(err.Error(), "the model's output has shape [32 3], want [N 2]") {
+		t.Errorf("output shape: %v", err)
+	}
+	if _, err := compileErr(loadSpec(t, tinyScript, "loss=mse"), 1); err == nil || !strings.Contains(err.Error(), "mse needs float targets") {
+		t.Errorf("mse on class labels: %v", err)
+	}
+}
+
+func compileErr(s *spec.Spec, devices int) (*engine.Plan, error) {
+	c := engine.DefaultCluster()
+	c.Devices = devices
+	return engine.Compile(s, c)
+}
