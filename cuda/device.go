@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -581,6 +582,19 @@ type deviceData struct {
 
 // Len is the number of samples.
 func (dd *deviceData) Len() int { return dd.n }
+
+// Free gives the dataset's device memory back once the work queued on it
+// is done (backend.Freer).
+func (dd *deviceData) Free() {
+	d := dd.dev
+	if dd.freed || d.enter() != nil {
+		return
+	}
+	defer d.exit()
+	_ = syncStream(d.stream) // an error here shows at the next step
+	dd.free()
+	d.data = slices.DeleteFunc(d.data, func(x *deviceData) bool { return x == dd })
+}
 
 // loadChunk is how many samples LoadData converts and uploads at a time.
 const loadChunk = 4096

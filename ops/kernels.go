@@ -48,6 +48,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		Scale:           scale[T],
 		Concat:          concat[T],
 		Embedding:       embedding[T],
+		LayerNorm:       layerNorm[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],
@@ -76,6 +77,9 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		LeakyReLUGrad:       leakyReLUGrad[T],
 		Narrow:              narrow[T],
 		EmbeddingGradWeight: embeddingGradWeight[T],
+		LayerNormGradInput:  layerNormGradInput[T],
+		LayerNormGradGamma:  layerNormGradGamma[T],
+		LayerNormGradBeta:   layerNormGradBeta[T],
 
 		BatchNormRunning: batchNormRunning[T],
 

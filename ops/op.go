@@ -121,6 +121,14 @@ const (
 	// nothing, but writes zeros for an id outside and never reads or
 	// writes out of bounds.
 	Embedding
+	// LayerNorm: in x[N,...,D], optional gamma[D], optional beta[D]; out
+	// y = (x-mean)·invstd·gamma + beta over the last dimension, invstd =
+	// 1/sqrt(var+Eps) with the biased variance (F.layer_norm(x, (D,))),
+	// and save[N,...,2] (x's shape with the last dimension 2; [N,2] for
+	// x[N,D]): each row's mean and invstd, computed in float64. An absent
+	// gamma is 1, an absent beta 0 (elementwise_affine=False). Attrs: Eps
+	// (used as given; PyTorch's default is 1e-5).
+	LayerNorm
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -196,6 +204,16 @@ const (
 	// row v is the sum of the rows of dy whose id is v, added in input
 	// order (deterministic); ids outside [0, V) add nothing.
 	EmbeddingGradWeight
+	// LayerNormGradInput: in dy, x, save (from LayerNorm), optional
+	// gamma[D]; out dx = invstd·(g - mean(g) - x̂·mean(g·x̂)) per row, g =
+	// dy·gamma, x̂ = (x-mean)·invstd (an absent gamma is 1).
+	LayerNormGradInput
+	// LayerNormGradGamma: in dy, x, save; out dgamma[D] = Σ over rows of
+	// dy·x̂, summed in float64.
+	LayerNormGradGamma
+	// LayerNormGradBeta: in dy; out dbeta[D] = Σ over rows of dy, summed in
+	// float64.
+	LayerNormGradBeta
 
 	// The gradients of Add, Sub, Mul and Scale are Scale (dy, or -dy with
 	// Alpha -1, or Alpha·dy) and Mul (dy·b, dy·a).
@@ -281,6 +299,7 @@ var infos = [NumOps]Info{
 	Scale:           {Name: "scale", NumIn: 1, NumOut: 1, Forward: true},
 	Concat:          {Name: "concat", NumIn: 2, NumOut: 1, Forward: true},
 	Embedding:       {Name: "embedding", NumIn: 2, NumOut: 1, Forward: true},
+	LayerNorm:       {Name: "layer_norm", NumIn: 3, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<1 | 1<<2},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -308,6 +327,9 @@ var infos = [NumOps]Info{
 	LeakyReLUGrad:       {Name: "leaky_relu_grad", NumIn: 2, NumOut: 1},
 	Narrow:              {Name: "narrow", NumIn: 1, NumOut: 1},
 	EmbeddingGradWeight: {Name: "embedding_grad_weight", NumIn: 2, NumOut: 1},
+	LayerNormGradInput:  {Name: "layer_norm_grad_input", NumIn: 4, NumOut: 1, OptionalLast: true, Optional: 1 << 3},
+	LayerNormGradGamma:  {Name: "layer_norm_grad_gamma", NumIn: 3, NumOut: 1},
+	LayerNormGradBeta:   {Name: "layer_norm_grad_beta", NumIn: 1, NumOut: 1},
 
 	BatchNormRunning: {Name: "batch_norm_running", NumIn: 4, NumOut: 0, InPlace: true},
 
@@ -372,10 +394,11 @@ type Attrs struct {
 	// weight of the new batch; PyTorch's default is 0.1), used as given; a
 	// negative value means a cumulative average (momentum=None). Eps
 	// (below) is also the batch-norm ops' epsilon (PyTorch's default 1e-5),
-	// used as given.
+	// used as given. LayerNorm uses Eps too.
 	BNMomentum float64
 
-	// Optimizer hyper-parameters. Eps is also the batch-norm ops'.
+	// Optimizer hyper-parameters. Eps is also the batch-norm and
+	// layer-norm ops'.
 	LR, Momentum, Dampening, WeightDecay float64
 	Nesterov                             bool
 	Beta1, Beta2, Eps                    float64

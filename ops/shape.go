@@ -138,6 +138,23 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 			return nil, fmt.Errorf("embedding: weight must be [V D], got %v", w)
 		}
 		return [][]int{append(clone(ids), w[1])}, nil
+	case LayerNorm:
+		x := in[0]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("layer_norm: input must be [N ... D] with at least 2 dimensions, got %v", x)
+		}
+		if !(a.Eps >= 0) {
+			return nil, fmt.Errorf("layer_norm: eps must not be negative, got %v", a.Eps)
+		}
+		d := x[len(x)-1]
+		for i := 1; i < len(in); i++ {
+			if s := in[i]; s != nil && !slices.Equal(s, []int{d}) {
+				return nil, fmt.Errorf("layer_norm: %s must be [%d], the last dimension of input %v, got %v", inputName(op, i), d, x, s)
+			}
+		}
+		save := clone(x)
+		save[len(save)-1] = 2
+		return [][]int{clone(x), save}, nil
 	}
 	return nil, fmt.Errorf("%v: no shape rule", op)
 }
@@ -299,6 +316,8 @@ func inputName(op Op, i int) string {
 		return [...]string{"input", "running_mean", "running_var", "weight", "bias"}[i]
 	case Embedding:
 		return [...]string{"ids", "weight"}[i]
+	case LayerNorm:
+		return [...]string{"input", "weight", "bias"}[i]
 	case Concat:
 		return [...]string{"input", "other"}[i]
 	}

@@ -147,6 +147,13 @@ type Data interface {
 	Len() int
 }
 
+// Freer is a Data that holds device memory and can give it back before the
+// device closes: the runner frees a training set it uploads again each
+// epoch (random transforms).
+type Freer interface {
+	Free()
+}
+
 // Collectives are one device's collectives over its own buffers: the
 // k-th calls of every device of a group form one collective. off and n
 // are elements of b.

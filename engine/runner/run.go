@@ -530,6 +530,9 @@ func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
 	}
 	if a, ok := rs.train.(datasets.EpochDataset); ok {
 		// Random transforms: the epoch's samples depend on (seed, epoch, sample) only.
+		if f, ok := d.train.(backend.Freer); ok {
+			f.Free() // the last epoch's copy
+		}
 		if d.train, err = d.dev.LoadData(a.Epoch(s.Seed, epoch)); err != nil {
 			return false, fmt.Errorf("%s: training data, epoch %d: %w", d.dev.Name(), epoch+1, err)
 		}
