@@ -85,6 +85,17 @@ var gradRules = [ops.NumOps]gradRule{
 		return out
 	},
 	ops.BatchNormNorm: batchNormRule,
+	ops.Concat: func(b *builder, n *Node, d []*Value) []*Value {
+		a, c := n.In[0], n.In[1]
+		out := make([]*Value, 2)
+		if a.needsGrad {
+			out[0] = b.gradWith(n, ops.Narrow, ops.Attrs{Offset: 0}, a, d[0])
+		}
+		if c.needsGrad {
+			out[1] = b.gradWith(n, ops.Narrow, ops.Attrs{Offset: a.Shape[1]}, c, d[0])
+		}
+		return out
+	},
 }
 
 // batchNormRule differentiates BatchNormNorm (in x, stats, gamma, beta;

@@ -259,6 +259,17 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 		}
 	case spec.ReshapeOp:
 		return b.reshape(x, l.Dims, pos, name)
+	case spec.CatOp:
+		// nn.cat([a, b, c]): ((a, b), c) along the channels.
+		out := in[0]
+		for _, v := range in[1:] {
+			node := &Node{Op: ops.Concat, Layer: "nn.cat", Pos: pos}
+			if err := b.apply(node, []*Value{out, v}, "cat"); err != nil {
+				return nil, err
+			}
+			out = node.Out[0]
+		}
+		return out, nil
 	default:
 		return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("unknown layer kind %q", l.Kind)}
 	}

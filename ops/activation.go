@@ -231,3 +231,52 @@ func scale[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		y[i] = al * v
 	}
 }
+
+// The tanh form of GELU: 0.5·x·(1+tanh(k·(x + 0.044715·x³))), k =
+// sqrt(2/π).
+const (
+	geluK     = 0.7978845608028654 // sqrt(2/π)
+	geluC     = 0.044715
+	invSqrt2  = 0.7071067811865476 // 1/sqrt(2)
+	invSqrt2π = 0.3989422804014327 // 1/sqrt(2π)
+)
+
+// gelu: in x; out y = x·Φ(x) (erf), or the tanh form with Approximate,
+// computed in float64. The output may alias the input.
+func gelu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	if a.Approximate {
+		for i, v := range x {
+			f := float64(v)
+			y[i] = T(0.5 * f * (1 + math.Tanh(geluK*(f+geluC*f*f*f))))
+		}
+		return
+	}
+	for i, v := range x {
+		f := float64(v)
+		y[i] = T(0.5 * f * (1 + math.Erf(f*invSqrt2)))
+	}
+}
+
+// geluGrad: in dy, x (the GELU input); out dx = dy·GELU'(x), computed in
+// float64. The output may alias dy.
+func geluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy := live(in[0])
+	x := in[1].Data[:len(dy)]
+	dx := out[0].Data[:len(dy)]
+	if a.Approximate {
+		for i, g := range dy {
+			f := float64(x[i])
+			th := math.Tanh(geluK * (f + geluC*f*f*f))
+			d := 0.5*(1+th) + 0.5*f*(1-th*th)*geluK*(1+3*geluC*f*f)
+			dx[i] = T(float64(g) * d)
+		}
+		return
+	}
+	for i, g := range dy {
+		f := float64(x[i])
+		d := 0.5*(1+math.Erf(f*invSqrt2)) + f*invSqrt2π*math.Exp(-0.5*f*f)
+		dx[i] = T(float64(g) * d)
+	}
+}

@@ -165,6 +165,30 @@ var gradCases = []gradCase{
 		bwd: []bwdStep{{op: EmbeddingGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
 	{name: "embedding/1d", op: Embedding, in: [][]int{{4}, {3, 2}},
 		bwd: []bwdStep{{op: EmbeddingGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
+
+	lnCase("layer_norm/3d", [][]int{{3, 4, 5}, {5}, {5}}, 5),
+	lnCase("layer_norm/2d-noaffine", [][]int{{4, 6}, nil, nil}, 0),
+	lnCase("layer_norm/4d-gamma-only", [][]int{{2, 2, 3, 4}, {4}}, 3),
+
+	{name: "gelu", op: GELU, in: [][]int{{3, 4, 2}}, capN: 4,
+		bwd: []bwdStep{{op: GELUGrad, args: []ref{dyOf(0), inOf(0)}}}},
+	{name: "gelu/tanh", op: GELU, attrs: Attrs{Approximate: true}, in: [][]int{{3, 5}}, capN: 5,
+		bwd: []bwdStep{{op: GELUGrad, args: []ref{dyOf(0), inOf(0)}}}},
+}
+
+// lnCase is a layer norm gradient check: inputs x, gamma and beta (nil or
+// left off when absent).
+func lnCase(name string, in [][]int, capN int) gradCase {
+	bwd := []bwdStep{{op: LayerNormGradInput, args: []ref{dyOf(0), inOf(0), outOf(1), inOf(1)}, wrt: 0}}
+	if len(in) < 2 || in[1] == nil {
+		bwd[0].args = bwd[0].args[:3]
+	} else {
+		bwd = append(bwd, bwdStep{op: LayerNormGradGamma, args: []ref{dyOf(0), inOf(0), outOf(1)}, wrt: 1})
+	}
+	if len(in) > 2 && in[2] != nil {
+		bwd = append(bwd, bwdStep{op: LayerNormGradBeta, args: []ref{dyOf(0)}, wrt: 2})
+	}
+	return gradCase{name: name, op: LayerNorm, attrs: Attrs{Eps: 1e-5}, in: in, capN: capN, bwd: bwd}
 }
 
 // bnCase is a training-mode batch norm gradient check: inputs x, stats
@@ -251,7 +275,7 @@ func batchedOut(op Op, i int) bool {
 func accumulates(op Op) bool {
 	switch op {
 	case Conv2DGradWeight, Conv2DGradBias, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
-		EmbeddingGradWeight:
+		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta:
 		return true
 	}
 	return false

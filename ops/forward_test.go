@@ -281,6 +281,10 @@ func TestInPlace(t *testing.T) {
 		{TanhGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{}},
 		{LeakyReLU, []*Buf[float64]{rnd(3, 4, 2)}, Attrs{NegativeSlope: 0.1}},
 		{LeakyReLUGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{NegativeSlope: 0.1}},
+		{GELU, []*Buf[float64]{rnd(3, 4, 2)}, Attrs{}},
+		{GELU, []*Buf[float64]{rnd(3, 4, 2)}, Attrs{Approximate: true}},
+		{GELUGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{}},
+		{GELUGrad, []*Buf[float64]{rnd(3, 4, 2), rnd(3, 4, 2)}, Attrs{Approximate: true}},
 		{Add, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
 		{Sub, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
 		{Mul, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
@@ -425,6 +429,15 @@ func TestActivationsForward(t *testing.T) {
 	expectData(t, "mul", z.Data, 4, 6, 6, 4)
 	run64(Scale, &Attrs{Alpha: -0.5}, nil, []*Buf[float64]{a}, []*Buf[float64]{z})
 	expectData(t, "scale", z.Data, -0.5, -1, -1.5, -2)
+
+	// GELU(0) = 0, GELU(x) → x and 0 far out, GELU(-x) = GELU(x) - x.
+	g := buf64([]int{4})
+	run64(GELU, &Attrs{}, nil, []*Buf[float64]{buf64([]int{4}, 0, 40, -40, -1)}, []*Buf[float64]{g})
+	expectData(t, "gelu", g.Data, 0, 40, 0, 0.8413447460685429-1)
+	run64(GELU, &Attrs{Approximate: true}, nil, []*Buf[float64]{buf64([]int{4}, 0, 40, -40, 1)}, []*Buf[float64]{g})
+	expectData(t, "gelu tanh", g.Data, 0, 40, 0, 0.5*(1+math.Tanh(math.Sqrt(2/math.Pi)*1.044715)))
+	run64(GELUGrad, &Attrs{}, nil, []*Buf[float64]{buf64([]int{2}, 2, 2), buf64([]int{2}, 0, 40)}, []*Buf[float64]{g})
+	expectData(t, "gelu_grad", g.Data, 1, 2)
 }
 
 func TestLossesWithSmoothingAndMSE(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 // ops_golden.json holds PyTorch 1.13's float64 forward and backward values
 // of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy, softmax,
 // batch_norm, avg_pool2d, adaptive_avg_pool2d, sigmoid, tanh, leaky_relu,
-// add, sub, mul, scaling, mse_loss, cat, embedding on small random inputs;
+// add, sub, mul, scaling, mse_loss, cat, embedding, layer_norm, gelu on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
@@ -24,12 +24,14 @@ type opsGoldenCase struct {
 	Eps, Momentum, Alpha            float64
 	LabelSmoothing                  float64 `json:"label_smoothing"`
 	NegativeSlope                   float64 `json:"negative_slope"`
+	Approximate                     bool
 	X, W, B, Y, Dy, Dx, Dw          *goldenTensor
 	Db, Idx, Target, Probs, Ids     *goldenTensor
 	Logp, Loss, Dloss               *goldenTensor
 	Dlogp                           *goldenTensor
 	Other, Dother                   *goldenTensor
 	Gamma, Beta, Dgamma, Dbeta      *goldenTensor
+	Mean, Rstd                      *goldenTensor
 	RunningMean                     *goldenTensor `json:"running_mean"`
 	RunningVar                      *goldenTensor `json:"running_var"`
 	RunningMeanOut                  *goldenTensor `json:"running_mean_out"`
@@ -213,6 +215,30 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		expectClose(t, "y", y, g.Y, tol)
 		call(k, c, EmbeddingGradWeight, &Attrs{}, []*Buf[T]{dy, ids}, []*Buf[T]{dw})
 		expectClose(t, "dw", dw, g.Dw, tol)
+	case "layer_norm":
+		a := &Attrs{Eps: g.Eps}
+		x, dy, gamma, beta := fromGolden[T](g.X), fromGolden[T](g.Dy), fromGolden[T](g.Gamma), fromGolden[T](g.Beta)
+		rows := len(g.Mean.Data)
+		y, save, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T]([]int{rows, 2}), zeroBuf[T](g.X.Shape)
+		call(k, c, LayerNorm, a, []*Buf[T]{x, gamma, beta}, []*Buf[T]{y, save})
+		expectClose(t, "y", y, g.Y, tol)
+		for r := range rows {
+			if m, w := float64(save.Data[2*r]), g.Mean.Data[r]; !(math.Abs(m-w) <= tol*(1+math.Abs(w))) {
+				t.Errorf("mean[%d] = %v, PyTorch %v", r, m, w)
+			}
+			if s, w := float64(save.Data[2*r+1]), g.Rstd.Data[r]; !(math.Abs(s-w) <= tol*(1+math.Abs(w))) {
+				t.Errorf("invstd[%d] = %v, PyTorch %v", r, s, w)
+			}
+		}
+		call(k, c, LayerNormGradInput, a, []*Buf[T]{dy, x, save, gamma}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+		if gamma != nil {
+			dgamma, dbeta := zeroBuf[T](g.Gamma.Shape), zeroBuf[T](g.Beta.Shape)
+			call(k, c, LayerNormGradGamma, a, []*Buf[T]{dy, x, save}, []*Buf[T]{dgamma})
+			expectClose(t, "dgamma", dgamma, g.Dgamma, tol)
+			call(k, c, LayerNormGradBeta, a, []*Buf[T]{dy}, []*Buf[T]{dbeta})
+			expectClose(t, "dbeta", dbeta, g.Dbeta, tol)
+		}
 	case "batch_norm":
 		runBatchNormGolden(t, g, k, c, tol)
 	case "avgpool2d":
@@ -226,6 +252,8 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		runUnaryGolden(t, g, k, c, &Attrs{}, Tanh, TanhGrad, true, tol)
 	case "leaky_relu":
 		runUnaryGolden(t, g, k, c, &Attrs{NegativeSlope: g.NegativeSlope}, LeakyReLU, LeakyReLUGrad, false, tol)
+	case "gelu":
+		runUnaryGolden(t, g, k, c, &Attrs{Approximate: g.Approximate}, GELU, GELUGrad, false, tol)
 	case "scale":
 		a := &Attrs{Alpha: g.Alpha}
 		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)

@@ -9,9 +9,10 @@ import "unsafe"
 // gradients with Attrs.Accumulate add into them instead), so outputs need
 // no clearing beforehand. The elementwise and row-wise kernels (ReLU,
 // ReLUGrad, Sigmoid, SigmoidGrad, Tanh, TanhGrad, LeakyReLU, LeakyReLUGrad,
-// Add, Sub, Mul, Scale, Dropout, Dropout2D, DropoutGrad, Dropout2DGrad,
-// LogSoftmax, Softmax, LogSoftmaxGrad, SoftmaxGrad) may write output 0 over
-// input 0; every other kernel needs outputs distinct from its inputs.
+// GELU, GELUGrad, Add, Sub, Mul, Scale, Dropout, Dropout2D, DropoutGrad,
+// Dropout2DGrad, LogSoftmax, Softmax, LogSoftmaxGrad, SoftmaxGrad) may write
+// output 0 over input 0; every other kernel needs outputs distinct from its
+// inputs.
 var Kernels32 = kernels[float32]()
 
 // Kernels64 holds the float64 kernel of every op, indexed by Op, for
@@ -49,6 +50,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		Concat:          concat[T],
 		Embedding:       embedding[T],
 		LayerNorm:       layerNorm[T],
+		GELU:            gelu[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],
@@ -80,6 +82,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		LayerNormGradInput:  layerNormGradInput[T],
 		LayerNormGradGamma:  layerNormGradGamma[T],
 		LayerNormGradBeta:   layerNormGradBeta[T],
+		GELUGrad:            geluGrad[T],
 
 		BatchNormRunning: batchNormRunning[T],
 

@@ -129,6 +129,10 @@ const (
 	// gamma is 1, an absent beta 0 (elementwise_affine=False). Attrs: Eps
 	// (used as given; PyTorch's default is 1e-5).
 	LayerNorm
+	// GELU: in x; out y = x·Φ(x), Φ the standard normal CDF (erf, exact),
+	// or with Approximate PyTorch's approximate="tanh" form
+	// 0.5·x·(1+tanh(sqrt(2/π)·(x+0.044715·x³))). Attrs: Approximate.
+	GELU
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -214,6 +218,9 @@ const (
 	// LayerNormGradBeta: in dy; out dbeta[D] = Σ over rows of dy, summed in
 	// float64.
 	LayerNormGradBeta
+	// GELUGrad: in dy, x (the GELU input); out dx = dy·GELU'(x). Attrs:
+	// Approximate.
+	GELUGrad
 
 	// The gradients of Add, Sub, Mul and Scale are Scale (dy, or -dy with
 	// Alpha -1, or Alpha·dy) and Mul (dy·b, dy·a).
@@ -300,6 +307,7 @@ var infos = [NumOps]Info{
 	Concat:          {Name: "concat", NumIn: 2, NumOut: 1, Forward: true},
 	Embedding:       {Name: "embedding", NumIn: 2, NumOut: 1, Forward: true},
 	LayerNorm:       {Name: "layer_norm", NumIn: 3, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<1 | 1<<2},
+	GELU:            {Name: "gelu", NumIn: 1, NumOut: 1, Forward: true},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -330,6 +338,7 @@ var infos = [NumOps]Info{
 	LayerNormGradInput:  {Name: "layer_norm_grad_input", NumIn: 4, NumOut: 1, OptionalLast: true, Optional: 1 << 3},
 	LayerNormGradGamma:  {Name: "layer_norm_grad_gamma", NumIn: 3, NumOut: 1},
 	LayerNormGradBeta:   {Name: "layer_norm_grad_beta", NumIn: 1, NumOut: 1},
+	GELUGrad:            {Name: "gelu_grad", NumIn: 2, NumOut: 1},
 
 	BatchNormRunning: {Name: "batch_norm_running", NumIn: 4, NumOut: 0, InPlace: true},
 
@@ -390,6 +399,9 @@ type Attrs struct {
 	Alpha float64
 	// Offset: Narrow's first index along dimension 1.
 	Offset int
+	// Approximate: GELU and GELUGrad use the tanh form (PyTorch's
+	// approximate="tanh") instead of the exact erf one.
+	Approximate bool
 	// BNMomentum: BatchNormRunning's momentum, PyTorch's meaning (the
 	// weight of the new batch; PyTorch's default is 0.1), used as given; a
 	// negative value means a cumulative average (momentum=None). Eps

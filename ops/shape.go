@@ -114,7 +114,7 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 			return nil, fmt.Errorf("global_avgpool2d: input must be [N C H W], got %v", x)
 		}
 		return [][]int{{x[0], x[1], 1, 1}}, nil
-	case Sigmoid, Tanh, LeakyReLU, Scale:
+	case Sigmoid, Tanh, LeakyReLU, Scale, GELU:
 		return [][]int{clone(in[0])}, nil
 	case Add, Sub, Mul:
 		if !slices.Equal(in[0], in[1]) {

@@ -54,6 +54,9 @@ func TestInfer(t *testing.T) {
 		{Concat, Attrs{}, [][]int{{3, 4}, {3, 6}}, [][]int{{3, 10}}},
 		{Embedding, Attrs{}, [][]int{{8, 16}, {100, 32}}, [][]int{{8, 16, 32}}},
 		{Embedding, Attrs{}, [][]int{{8}, {100, 32}}, [][]int{{8, 32}}},
+		{LayerNorm, Attrs{Eps: 1e-5}, [][]int{{8, 16, 32}, {32}, {32}}, [][]int{{8, 16, 32}, {8, 16, 2}}},
+		{LayerNorm, Attrs{}, [][]int{{8, 32}}, [][]int{{8, 32}, {8, 2}}},
+		{LayerNorm, Attrs{}, [][]int{{8, 32}, nil, {32}}, [][]int{{8, 32}, {8, 2}}},
 	} {
 		got, err := Infer(tc.op, &tc.a, tc.in)
 		if err != nil {
@@ -185,6 +188,14 @@ func TestInferErrors(t *testing.T) {
 			"embedding: weight must be [V D], got [100]"},
 		{Embedding, Attrs{}, [][]int{{64, 3}},
 			"embedding: got 1 inputs, want 2"},
+		{LayerNorm, Attrs{}, [][]int{{8}},
+			"layer_norm: input must be [N ... D] with at least 2 dimensions, got [8]"},
+		{LayerNorm, Attrs{Eps: -1}, [][]int{{8, 4}},
+			"layer_norm: eps must not be negative, got -1"},
+		{LayerNorm, Attrs{}, [][]int{{8, 4, 6}, {4}},
+			"layer_norm: weight must be [6], the last dimension of input [8 4 6], got [4]"},
+		{LayerNorm, Attrs{}, [][]int{{8, 6}, {6}, {6, 1}},
+			"layer_norm: bias must be [6], the last dimension of input [8 6], got [6 1]"},
 		{ReLUGrad, Attrs{}, [][]int{{1}, {1}},
 			"relu_grad: not a forward op, it has no shape rule"},
 	} {
@@ -242,6 +253,8 @@ func TestOptionalInputs(t *testing.T) {
 		{BatchNormNorm, []int{2, 3}, 2},
 		{BatchNormEval, []int{3, 4}, 3},
 		{BatchNormGradInput, []int{4}, 4},
+		{LayerNorm, []int{1, 2}, 1},
+		{LayerNormGradInput, []int{3}, 3},
 		{SGDStep, nil, 3},
 	} {
 		info := tc.op.Info()

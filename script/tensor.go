@@ -314,6 +314,8 @@ func applyName(l *spec.Layer) string {
 		return "*"
 	case spec.ReshapeOp, spec.MeanOp:
 		return "." + string(l.Kind) + "(...)"
+	case spec.CatOp:
+		return "nn.cat"
 	}
 	return l.Label()
 }
@@ -380,6 +382,32 @@ func joinPath(prefix, name string) string {
 
 func init() {
 	dataModule.Members["input"] = starlark.NewBuiltin("data.input", dataInput)
+	nnModule.Members["cat"] = starlark.NewBuiltin("nn.cat", nnCat)
+}
+
+// nnCat is nn.cat([a, b, ...], dim = 1): the tensors joined along the
+// channel dimension, as torch.cat.
+func nnCat(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var seq starlark.Indexable
+	dim := 1
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "tensors", &seq, "dim?", &dim); err != nil {
+		return nil, err
+	}
+	if dim != 1 {
+		return nil, fmt.Errorf("%s: only dim = 1 (the channels, after the batch) is supported, got %d", b.Name(), dim)
+	}
+	if seq.Len() < 2 {
+		return nil, fmt.Errorf("%s: want a list of at least two tensors, got %d", b.Name(), seq.Len())
+	}
+	ts := make([]*Tensor, seq.Len())
+	for i := range ts {
+		t, ok := seq.Index(i).(*Tensor)
+		if !ok {
+			return nil, fmt.Errorf("%s: element %d is %s, want a tensor", b.Name(), i, seq.Index(i).Type())
+		}
+		ts[i] = t
+	}
+	return ts[0].tr.apply(position(thread), &spec.Layer{Kind: spec.CatOp, Dims: []int{dim}, Pos: position(thread)}, ts, "nn.cat")
 }
 
 // dataInput is data.input(): the model's input tensor, a batch of the

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gorun/engine"
 )
 
 // resnetScript is testdata/gen_resnet_golden.py's Net written with
@@ -215,4 +217,63 @@ func maxRelDiff64(a, b []float64) float64 {
 		m = math.Max(m, math.Abs(a[i]-b[i])/math.Max(math.Abs(a[i]), 1e-12))
 	}
 	return m
+}
+
+// wiringScript uses every autodiff rule the symbolic surface adds that
+// TestResNetMatchesPyTorch does not: cat, -, *, sigmoid, tanh, leaky_relu,
+// avgpool2d, a shared layer, .mean, batch norm without affine parameters
+// over [N, C] — with no kinks where finite differences land (leaky_relu's
+// slope 0.9 keeps its kink small).
+const wiringScript = `
+x = data.input()
+a = nn.conv2d(1, 2, 3, padding = 1, name = "a")(x)
+b = nn.conv2d(1, 3, 3, padding = 1, name = "b")(x)
+h = nn.cat([nn.tanh(a), nn.sigmoid(b), a * a], dim = 1)
+h = nn.avgpool2d(2)(h)
+h = nn.leaky_relu(h, 0.9)
+m = h.mean((2, 3))
+shared = nn.linear(7, 7, name = "shared")
+m = shared(nn.tanh(shared(m))) - m * nn.sigmoid(m)
+m = nn.batchnorm1d(7, affine = False, name = "bn")(m)
+train(model = nn.linear(7, 4, name = "fc")(m), loss = "cross_entropy",
+      data = data.synthetic(size = 64, shape = (1, 8, 8), classes = 4, seed = 3),
+      optimizer = optim.sgd(lr = 0.1), batch_size = 6)
+`
+
+// TestSymbolicGradientFiniteDifferences checks the whole compiled backward
+// pass of wiringScript against central differences of the loss.
+func TestSymbolicGradientFiniteDifferences(t *testing.T) {
+	p := compile(t, loadSpec(t, wiringScript), 1)
+	d, cd := testDevice(t, p, 0, 3)
+	if err := d.dev.UploadF32(d.prog.StatArena, 0, p.InitialStats()); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := engine.LoadData(&p.Spec.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := []int{3, 1, 4, 1, 5}
+	lossAt := func() float64 {
+		backward(t, d, ds, idx) // batch statistics: the loss of training mode
+		return mustLoss(t, d)
+	}
+	lossAt()
+	grads := append([]float32(nil), cd.Buf(d.prog.GradArena).Data...)
+	params := cd.Buf(d.prog.ParamArena).Data
+	var num, den float64
+	for i := range params {
+		old := params[i]
+		const h = 1e-2
+		params[i] = old + h
+		lp := lossAt()
+		params[i] = old - h
+		lm := lossAt()
+		params[i] = old
+		fd := (lp - lm) / (2 * h)
+		num += (fd - float64(grads[i])) * (fd - float64(grads[i]))
+		den += fd * fd
+	}
+	if rel := math.Sqrt(num / den); rel > 2e-3 {
+		t.Errorf("relative gradient error %.2e", rel)
+	}
 }

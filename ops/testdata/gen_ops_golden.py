@@ -228,6 +228,29 @@ def embedding(name, ids_shape, v, d):
 embedding("embedding_2d", (3, 5), 4, 3)
 embedding("embedding_1d", (6,), 10, 4)
 
+
+def layer_norm(name, shape, affine, eps=1e-5):
+    d = shape[-1]
+    x = (randn(*shape) * 2 + 0.5).requires_grad_()
+    gamma = randn(d).requires_grad_() if affine else None
+    beta = randn(d).requires_grad_() if affine else None
+    y = F.layer_norm(x, (d,), gamma, beta, eps)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x.detach(), [d], None, None, eps)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    c = dict(name=name, op="layer_norm", eps=eps, x=t(x), y=t(y), dy=t(dy), dx=t(x.grad),
+             mean=t(mean.reshape(-1)), rstd=t(rstd.reshape(-1)))
+    if affine:
+        c.update(gamma=t(gamma), beta=t(beta), dgamma=t(gamma.grad), dbeta=t(beta.grad))
+    cases.append(c)
+
+
+layer_norm("layer_norm_3d", (3, 4, 6), True)
+layer_norm("layer_norm_2d_noaffine", (5, 7), False, eps=1e-3)
+
+unary("gelu", "gelu", F.gelu)
+unary("gelu_tanh", "gelu", lambda x: F.gelu(x, approximate="tanh"), approximate=True)
+
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.
 print(re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text))

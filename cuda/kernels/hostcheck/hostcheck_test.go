@@ -750,6 +750,220 @@ func TestSplitSum(t *testing.T) {
 	}
 }
 
+// ---- batch normalisation ----
+
+// runBNSums runs kernels.h's batch norm sums over a[n, c, plane] (and b)
+// in s chunks: gorun_bn_partial (geometry g1) into NaN-filled scratch,
+// whose tail past 2·c·s must stay untouched, then gorun_bn_finish (g2).
+func runBNSums(t *testing.T, what string, g1, g2 Geom, mode int, a, b, save, out []float32, n, c, plane, s, count int) {
+	t.Helper()
+	chunk := (n*plane + s - 1) / s
+	part := make([]float64, 2*c*s+3)
+	for i := range part {
+		part[i] = math.NaN()
+	}
+	BNPartial(g1, a, b, save, part, n, c, plane, s, chunk, mode)
+	for i := 2 * c * s; i < len(part); i++ {
+		if !math.IsNaN(part[i]) {
+			t.Errorf("%s: partial %d past the %d written: %v", what, i, 2*c*s, part[i])
+			break
+		}
+	}
+	BNFinish(g2, part, out, c, s, count)
+}
+
+// TestBatchNorm checks the batch norm kernels against ops' BatchNorm*
+// ops: the per-channel sums (stats and gradient stats: one chunk and
+// several, odd geometries, which give the same bits at block 256) within
+// the float32 tolerance, and, given the CPU's sums, everything else bit
+// for bit: the normalisation and its saved moments, evaluation with
+// running statistics, the gradients of gamma (accumulate on and off), beta
+// and the input, with and without gamma and beta, and the running
+// statistics' update (momentum and cumulative average, counts of 0, 1 and
+// more). Inputs sit away from 0 (mean 2) so that the variance is a
+// difference of large sums, as in real activations; N = 0 is an empty
+// batch.
+func TestBatchNorm(t *testing.T) {
+	r := newRand(18)
+	eps := float32(1e-5)
+	cases := []struct {
+		n, c, plane, capN int
+		splits            []int
+	}{
+		{3, 3, 25, 5, []int{1, 3}},
+		{7, 2, 1, 9, []int{1, 2}}, // x[N, C]
+		{1, 3, 1, 2, []int{1}},    // one value per channel: count 1
+		{0, 3, 5, 2, []int{1, 2}}, // an empty batch
+		{5, 2, 4099, 6, []int{1, 3}},
+		{301, 5, 7, 301, []int{1, 3}},
+	}
+	for _, cc := range cases {
+		n, c, plane := cc.n, cc.c, cc.plane
+		name := fmt.Sprintf("n=%d c=%d plane=%d", n, c, plane)
+		shape := []int{n, c, plane}
+		if plane == 1 {
+			shape = shape[:2]
+		}
+		total, capacity := n*c*plane, cc.capN*c*plane
+		x, dy := randf(r, total, capacity), randf(r, total, capacity)
+		for i := range total {
+			x[i] = 3*x[i] + 2
+		}
+		gamma, beta := randf(r, c, c), randf(r, c, c)
+		attrs := &ops.Attrs{Eps: float64(eps)}
+
+		// Stats.
+		wantS := nans(3 * c)
+		run(ops.BatchNormStats, attrs, nil, []*ops.Buf[float32]{fbuf(x, shape...)}, fbuf(wantS, 3, c))
+		for _, s := range cc.splits {
+			var first []float32
+			for gi, geo := range [][2]Geom{{BlockPer(c * s), BlockPer(c)}, {{2, 256}, {1, 256}}, {{3, 64}, {2, 100}}} {
+				what := fmt.Sprintf("batch_norm_stats %s s=%d geom=%v", name, s, geo)
+				got := nans(3*c + 1)
+				runBNSums(t, what, geo[0], geo[1], BNSums, x, nil, nil, got, n, c, plane, s, n*plane)
+				checkClose(t, what, got, wantS, 2*c)
+				checkExact(t, what+" count", got[2*c:], wantS[2*c:], c)
+				checkTail(t, what, got, 3*c)
+				if gi == 0 {
+					first = got
+				} else if geo[0].Block == 256 && geo[1].Block == 256 {
+					checkExact(t, what+" vs BLOCK_PER", got, first, 3*c)
+				}
+			}
+		}
+
+		// Normalisation, with and without gamma and beta; the CPU's stats.
+		affine := []struct {
+			name        string
+			gamma, beta []float32
+		}{{"affine", gamma, beta}, {"no affine", nil, nil}, {"gamma only", gamma, nil}}
+		opt := func(b []float32) *ops.Buf[float32] {
+			if b == nil {
+				return nil
+			}
+			return fbuf(b, c)
+		}
+		var save []float32 // the CPU's, for the backward kernels
+		for _, af := range affine {
+			what := name + " " + af.name
+			wantY, wantSave := nans(capacity), nans(3*c)
+			run(ops.BatchNormNorm, attrs, nil, []*ops.Buf[float32]{fbuf(x, shape...), fbuf(wantS, 3, c), opt(af.gamma), opt(af.beta)},
+				fbuf(wantY, shape...), fbuf(wantSave, 3, c))
+			save = wantSave
+			for _, geo := range geoms(total) {
+				gotY, gotSave, par := nans(capacity), nans(3*c+1), nans(4*c+1)
+				BNParams(Elementwise(c), wantS, nil, af.gamma, af.beta, gotSave, par, c, eps, BNNorm)
+				checkExact(t, "batch_norm_norm save "+what, gotSave, wantSave, 3*c)
+				checkTail(t, "batch_norm_norm save "+what, gotSave, 3*c)
+				checkTail(t, "batch_norm_norm params "+what, par, 3*c)
+				BNApply(geo, x, par, gotY, n, c, plane)
+				checkExact(t, fmt.Sprintf("batch_norm_norm %s geom=%v", what, geo), gotY, wantY, total)
+				checkTail(t, "batch_norm_norm "+what, gotY, total)
+				if geo == geoms(total)[0] {
+					inplace := slices.Clone(x)
+					BNApply(geo, inplace, par, inplace, n, c, plane)
+					checkExact(t, "batch_norm_norm in place "+what, inplace, wantY, total)
+				}
+			}
+
+			// Evaluation with running statistics.
+			rm, rv := randf(r, c, c), randf(r, c, c)
+			for j := range rv {
+				rv[j] = float32(math.Abs(float64(rv[j])))
+			}
+			wantY = nans(capacity)
+			run(ops.BatchNormEval, attrs, nil, []*ops.Buf[float32]{fbuf(x, shape...), fbuf(rm, c), fbuf(rv, c), opt(af.gamma), opt(af.beta)},
+				fbuf(wantY, shape...))
+			gotY, par := nans(capacity), nans(4*c+1)
+			BNParams(Geom{1, 2}, rm, rv, af.gamma, af.beta, nil, par, c, eps, BNEval)
+			checkTail(t, "batch_norm_eval params "+what, par, 3*c)
+			BNApply(Geom{3, 64}, x, par, gotY, n, c, plane)
+			checkExact(t, "batch_norm_eval "+what, gotY, wantY, total)
+			checkTail(t, "batch_norm_eval "+what, gotY, total)
+		}
+		// save is now from gamma only; the moments do not depend on gamma.
+
+		// Gradient stats, against the CPU's save.
+		wantG := nans(2 * c)
+		run(ops.BatchNormGradStats, attrs, nil, []*ops.Buf[float32]{fbuf(dy, shape...), fbuf(x, shape...), fbuf(save, 3, c)}, fbuf(wantG, 2, c))
+		for _, s := range cc.splits {
+			var first []float32
+			for gi, geo := range [][2]Geom{{BlockPer(c * s), BlockPer(c)}, {{2, 256}, {1, 256}}, {{3, 64}, {2, 100}}} {
+				what := fmt.Sprintf("batch_norm_grad_stats %s s=%d geom=%v", name, s, geo)
+				got := nans(2*c + 1)
+				runBNSums(t, what, geo[0], geo[1], BNGradSums, dy, x, save, got, n, c, plane, s, -1)
+				checkClose(t, what, got, wantG, 2*c)
+				checkTail(t, what, got, 2*c)
+				if gi == 0 {
+					first = got
+				} else if geo[0].Block == 256 && geo[1].Block == 256 {
+					checkExact(t, what+" vs BLOCK_PER", got, first, 2*c)
+				}
+			}
+		}
+
+		// Gamma's and beta's gradients, overwritten and accumulated.
+		for _, acc := range []bool{false, true} {
+			a := &ops.Attrs{Eps: float64(eps), Accumulate: acc}
+			init := randf(r, c, c)
+			want, got := slices.Clone(init), slices.Clone(init)
+			run(ops.BatchNormGradGamma, a, nil, []*ops.Buf[float32]{fbuf(wantG, 2, c), fbuf(save, 3, c)}, fbuf(want, c))
+			BNGradGamma(Geom{1, 2}, wantG, save, got, c, eps, acc)
+			checkExact(t, fmt.Sprintf("batch_norm_grad_gamma %s accumulate=%v", name, acc), got, want, c)
+			want, got = slices.Clone(init), slices.Clone(init)
+			run(ops.BatchNormGradBeta, a, nil, []*ops.Buf[float32]{fbuf(wantG, 2, c)}, fbuf(want, c))
+			if acc {
+				Accumulate(Elementwise(c), got, wantG, c)
+			} else {
+				Copy(Elementwise(c), wantG, got, c)
+			}
+			checkExact(t, fmt.Sprintf("batch_norm_grad_beta %s accumulate=%v", name, acc), got, want, c)
+		}
+
+		// The input's gradient, with and without gamma.
+		for _, g := range [][]float32{gamma, nil} {
+			what := fmt.Sprintf("batch_norm_grad_input %s gamma=%v", name, g != nil)
+			want := nans(capacity)
+			run(ops.BatchNormGradInput, attrs, nil, []*ops.Buf[float32]{fbuf(dy, shape...), fbuf(x, shape...), fbuf(save, 3, c), fbuf(wantG, 2, c), opt(g)},
+				fbuf(want, shape...))
+			par := nans(4*c + 1)
+			BNParams(Elementwise(c), save, wantG, g, nil, nil, par, c, eps, BNGrad)
+			checkTail(t, what+" params", par, 4*c)
+			for _, geo := range geoms(total) {
+				got := nans(capacity)
+				BNGradInput(geo, dy, x, par, got, n, c, plane)
+				checkExact(t, fmt.Sprintf("%s geom=%v", what, geo), got, want, total)
+				checkTail(t, what, got, total)
+			}
+			inplace := slices.Clone(dy)
+			BNGradInput(Elementwise(total), inplace, x, par, inplace, n, c, plane)
+			checkExact(t, what+" in place", inplace, want, total)
+		}
+
+		// Running statistics, two updates: momentum 0.1 and the cumulative
+		// average, under several geometries (one block of any size; other
+		// blocks leave).
+		for _, m := range []float64{f32(0.1), -1} {
+			for _, geo := range []Geom{OneBlock, {1, 32}, {3, 64}} {
+				what := fmt.Sprintf("batch_norm_running %s momentum=%v geom=%v", name, m, geo)
+				rm, rv := randf(r, c, c), randf(r, c, c)
+				tracked := []float32{3}
+				wantM, wantV, wantT := slices.Clone(rm), slices.Clone(rv), slices.Clone(tracked)
+				for range 2 {
+					run(ops.BatchNormRunning, &ops.Attrs{BNMomentum: m}, nil, []*ops.Buf[float32]{fbuf(save, 3, c), fbuf(wantM, c), fbuf(wantV, c), fbuf(wantT, 1)})
+					BNRunning(geo, save, rm, rv, tracked, c, float32(m))
+				}
+				checkExact(t, what+" mean", rm, wantM, c)
+				checkExact(t, what+" var", rv, wantV, c)
+				checkExact(t, what+" tracked", tracked, wantT, 1)
+				if n*plane == 0 && tracked[0] != 3 {
+					t.Errorf("%s: an empty batch counted: tracked = %v", what, tracked[0])
+				}
+			}
+		}
+	}
+}
+
 // ---- pooling ----
 
 func TestMaxPool2D(t *testing.T) {
@@ -804,6 +1018,82 @@ func TestMaxPool2D(t *testing.T) {
 				MaxPool2DGrad(geo, dy, wantI, got, planes, pc.h, pc.w, oh, ow, pc.k, pc.s)
 				checkExact(t, "maxpool2d_grad "+name, got, want, xLen)
 				checkTail(t, "maxpool2d_grad "+name, got, xLen)
+			}
+		}
+	}
+}
+
+// TestAvgPool2D: average pooling and its gradient against ops bit for bit
+// (the forward sums in float in the CPU's order; the gradient gathers each
+// element's windows in the order the CPU scatters them): padding 0 to
+// k/2, strides below, at and above the kernel (gaps), overlapping windows,
+// the default stride (0), an empty batch, odd geometries.
+func TestAvgPool2D(t *testing.T) {
+	r := newRand(19)
+	type poolCase struct{ n, c, h, w, k, s, p, capN int }
+	for _, pc := range []poolCase{
+		{1, 1, 5, 5, 2, 0, 0, 2}, {3, 3, 5, 9, 2, 2, 1, 4}, {7, 1, 9, 5, 3, 2, 1, 7}, {3, 3, 9, 9, 3, 1, 1, 3},
+		{2, 3, 9, 5, 3, 3, 0, 3}, {2, 2, 5, 9, 2, 3, 0, 2}, {1, 3, 9, 9, 5, 2, 2, 2}, {3, 1, 2, 6, 2, 2, 1, 3},
+		{0, 3, 5, 5, 3, 2, 1, 2},
+	} {
+		s := pc.s
+		if s == 0 {
+			s = pc.k
+		}
+		oh, ow := (pc.h+2*pc.p-pc.k)/s+1, (pc.w+2*pc.p-pc.k)/s+1
+		planes, capPlanes := pc.n*pc.c, pc.capN*pc.c
+		xLen, yLen := planes*pc.h*pc.w, planes*oh*ow
+		name := fmt.Sprintf("%+v", pc)
+		x := randf(r, xLen, capPlanes*pc.h*pc.w)
+		xs, ys := []int{pc.n, pc.c, pc.h, pc.w}, []int{pc.n, pc.c, oh, ow}
+		attrs := &ops.Attrs{Kernel: pc.k, Stride: pc.s, Padding: pc.p}
+		want := nans(capPlanes * oh * ow)
+		run(ops.AvgPool2D, attrs, nil, []*ops.Buf[float32]{fbuf(x, xs...)}, fbuf(want, ys...))
+		for _, geo := range geoms(yLen) {
+			got := nans(capPlanes * oh * ow)
+			AvgPool2D(geo, x, got, planes, pc.h, pc.w, oh, ow, pc.k, s, pc.p)
+			checkExact(t, "avgpool2d "+name, got, want, yLen)
+			checkTail(t, "avgpool2d "+name, got, yLen)
+		}
+		dy := randf(r, yLen, capPlanes*oh*ow)
+		want = nans(capPlanes * pc.h * pc.w)
+		run(ops.AvgPool2DGrad, attrs, nil, []*ops.Buf[float32]{fbuf(dy, ys...)}, fbuf(want, xs...))
+		for _, geo := range geoms(xLen) {
+			got := nans(capPlanes * pc.h * pc.w)
+			AvgPool2DGrad(geo, dy, got, planes, pc.h, pc.w, oh, ow, pc.k, s, pc.p)
+			checkExact(t, "avgpool2d_grad "+name, got, want, xLen)
+			checkTail(t, "avgpool2d_grad "+name, got, xLen)
+		}
+	}
+}
+
+// TestGlobalAvgPool2D: the mean of each plane (summed in double in order)
+// and its gradient against ops, bit for bit, an empty batch included.
+func TestGlobalAvgPool2D(t *testing.T) {
+	r := newRand(20)
+	for _, n := range []int{0, 1, 3, 7} {
+		for _, hw := range [][2]int{{1, 1}, {5, 9}, {7, 7}, {33, 31}} {
+			c, capN := 3, n+2
+			planes, size := n*c, hw[0]*hw[1]
+			name := fmt.Sprintf("n=%d c=%d %dx%d", n, c, hw[0], hw[1])
+			xs, ys := []int{n, c, hw[0], hw[1]}, []int{n, c, 1, 1}
+			x := randf(r, planes*size, capN*c*size)
+			want := nans(capN * c)
+			run(ops.GlobalAvgPool2D, nil, nil, []*ops.Buf[float32]{fbuf(x, xs...)}, fbuf(want, ys...))
+			for _, geo := range geoms(planes) {
+				got := nans(capN * c)
+				GlobalAvgPool2D(geo, x, got, planes, size)
+				checkExact(t, "global_avgpool2d "+name, got, want, planes)
+				checkTail(t, "global_avgpool2d "+name, got, planes)
+			}
+			dy := randf(r, planes, capN*c)
+			want = nans(capN * c * size)
+			run(ops.GlobalAvgPool2DGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, ys...)}, fbuf(want, xs...))
+			for _, geo := range geoms(planes * size) {
+				got := nans(capN * c * size)
+				GlobalAvgPool2DGrad(geo, dy, got, planes, size)
+				checkExact(t, "global_avgpool2d_grad "+name, got, want, planes*size)
+				checkTail(t, "global_avgpool2d_grad "+name, got, planes*size)
 			}
 		}
 	}
