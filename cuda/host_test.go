@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -406,6 +407,32 @@ func TestKernelSignatures(t *testing.T) {
 	}
 }
 
+// TestKernelConsts checks the op codes and modes (kernelConsts) against
+// kernels.h's GORUN_UNARY_*, GORUN_BINARY_* and GORUN_BN_* macros, both
+// ways.
+func TestKernelConsts(t *testing.T) {
+	src, err := os.ReadFile("kernels/kernels.h")
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("kernels/kernels.h is not here")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN)_\w+) (\d+)`).FindAllStringSubmatch(string(src), -1) {
+		v, _ := strconv.Atoi(m[2])
+		found[m[1]] = v
+	}
+	if len(found) != len(kernelConsts) {
+		t.Errorf("kernels.h defines %d codes, kernelConsts has %d", len(found), len(kernelConsts))
+	}
+	for name, v := range found {
+		if w, ok := kernelConsts[name]; !ok || w != v {
+			t.Errorf("kernels.h: %s = %d; kernelConsts: %d (present %v)", name, v, w, ok)
+		}
+	}
+}
+
 // TestEveryOpHasAKernel fails when an op is added without a CUDA kernel.
 func TestEveryOpHasAKernel(t *testing.T) {
 	for op := ops.Op(1); int(op) < ops.NumOps; op++ {
@@ -485,6 +512,11 @@ func TestPartialsNeeded(t *testing.T) {
 	bias := func(op ops.Op, dy *engine.Buffer) *engine.Step {
 		return &engine.Step{Kind: engine.KernelStep, Op: op, In: []*engine.Buffer{dy}, Out: []*engine.Buffer{db}}
 	}
+	xBN := &engine.Buffer{Name: "x", Batched: true, Max: []int{4, 6, 3, 3}}
+	bnStats := &engine.Buffer{Name: "stats", Max: []int{3, 10}}
+	bn := func(op ops.Op, x, out *engine.Buffer) *engine.Step {
+		return &engine.Step{Kind: engine.KernelStep, Op: op, In: []*engine.Buffer{x}, Out: []*engine.Buffer{out}}
+	}
 	convS, _ := splitSum(512 * 24 * 24)
 	linS, _ := splitSum(100000)
 	for _, c := range []struct {
@@ -496,6 +528,12 @@ func TestPartialsNeeded(t *testing.T) {
 		{&engine.Program{Buffers: []*engine.Buffer{dyConv, db}, Steps: []*engine.Step{bias(ops.Conv2DGradBias, dyConv)}}, 10 * convS},
 		{&engine.Program{Buffers: []*engine.Buffer{dyLin, db}, Eval: []*engine.Step{bias(ops.LinearGradBias, dyLin)}}, 3 * linS},
 		{&engine.Program{Buffers: []*engine.Buffer{flat, dyConv}}, maxSplit},
+		// Batch norm: its sums take two partials per chunk, one chunk
+		// included; its parameters 4·C floats.
+		{&engine.Program{Buffers: []*engine.Buffer{dyConv, db}, Steps: []*engine.Step{bn(ops.BatchNormStats, dyConv, bnStats)}}, 2 * 10 * convS},
+		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Eval: []*engine.Step{bn(ops.BatchNormGradStats, xBN, bnStats)}}, 2 * 6},
+		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.BatchNormNorm, xBN, xBN)}}, 2 * 6},
+		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.BatchNormEval, xBN, xBN)}}, 2 * 6},
 	} {
 		if got := partialsNeeded(c.prog); got != c.want {
 			t.Errorf("partialsNeeded(%d buffers, %d steps) = %d, want %d", len(c.prog.Buffers), len(c.prog.Steps)+len(c.prog.Eval), got, c.want)

@@ -368,6 +368,145 @@ func opCases() []opCase {
 	add("cross_entropy_grad", once, func(b *progBuilder) []*engine.Buffer {
 		return bwd(b, ops.CrossEntropyGrad, ops.Attrs{}, false, []*engine.Buffer{b.f("dloss", false, 1), b.f("probs", true, tb, 10), b.i("target", 10, true, tb)}, b.f("dx", true, tb, 10))
 	})
+	// Grouped convolutions: two groups, and depthwise (a group per
+	// channel), forward and both gradients.
+	for _, g := range []struct{ c, o, groups int }{{6, 4, 2}, {3, 6, 3}} {
+		a := ops.Attrs{Stride: 2, Padding: 1, Groups: g.groups}
+		cg := g.c / g.groups
+		suffix := fmt.Sprintf(" groups %d", g.groups)
+		add("conv2d"+suffix, once, func(b *progBuilder) []*engine.Buffer {
+			x, w, bb := b.f("x", true, tb, g.c, 9, 9), b.f("w", false, g.o, cg, 3, 3), b.f("b", false, g.o)
+			return fwd(b, ops.Conv2D, a, []*engine.Buffer{x, w, bb}, b.f("y", true, tb, g.o, 5, 5))
+		})
+		add("conv2d_grad_input"+suffix, once, func(b *progBuilder) []*engine.Buffer {
+			dy, w := b.f("dy", true, tb, g.o, 5, 5), b.f("w", false, g.o, cg, 3, 3)
+			return bwd(b, ops.Conv2DGradInput, a, false, []*engine.Buffer{dy, w}, b.f("dx", true, tb, g.c, 9, 9))
+		})
+		for _, acc := range []bool{false, true} {
+			runs, name := once, "conv2d_grad_weight"+suffix
+			if acc {
+				runs, name = accumulate, name+" accumulate"
+			}
+			add(name, runs, func(b *progBuilder) []*engine.Buffer {
+				dy, x := b.f("dy", true, tb, g.o, 5, 5), b.f("x", true, tb, g.c, 9, 9)
+				return bwd(b, ops.Conv2DGradWeight, a, acc, []*engine.Buffer{dy, x}, b.f("dw", false, g.o, cg, 3, 3))
+			})
+		}
+	}
+	// Activations and elementwise arithmetic.
+	add("sigmoid", once, unary(ops.Sigmoid, tb, 3, 5, 5))
+	add("tanh", once, unary(ops.Tanh, tb, 3, 5, 5))
+	add("leaky_relu", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.LeakyReLU, ops.Attrs{NegativeSlope: 0.01}, []*engine.Buffer{b.f("x", true, tb, 3, 5, 5)}, b.f("y", true, tb, 3, 5, 5))
+	})
+	add("scale", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.Scale, ops.Attrs{Alpha: -1.5}, []*engine.Buffer{b.f("x", true, tb, 3, 5, 5)}, b.f("y", true, tb, 3, 5, 5))
+	})
+	add("sub", once, binary(ops.Sub, tb, 3, 5, 5))
+	add("mul", once, binary(ops.Mul, tb, 3, 5, 5))
+	add("sigmoid_grad", once, binary(ops.SigmoidGrad, tb, 3, 5, 5))
+	add("tanh_grad", once, binary(ops.TanhGrad, tb, 3, 5, 5))
+	add("leaky_relu_grad", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.LeakyReLUGrad, ops.Attrs{NegativeSlope: 0.01}, false, []*engine.Buffer{b.f("dy", true, tb, 3, 5, 5), b.f("x", true, tb, 3, 5, 5)}, b.f("dx", true, tb, 3, 5, 5))
+	})
+	// Average pooling (padding, overlapping windows) and global average
+	// pooling.
+	avg := ops.Attrs{Kernel: 3, Stride: 2, Padding: 1}
+	add("avgpool2d k3 s2 p1", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.AvgPool2D, avg, []*engine.Buffer{b.f("x", true, tb, 3, 9, 8)}, b.f("y", true, tb, 3, 5, 4))
+	})
+	add("avgpool2d_grad k3 s2 p1", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.AvgPool2DGrad, avg, false, []*engine.Buffer{b.f("dy", true, tb, 3, 5, 4)}, b.f("dx", true, tb, 3, 9, 8))
+	})
+	add("global_avgpool2d", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.GlobalAvgPool2D, ops.Attrs{}, []*engine.Buffer{b.f("x", true, tb, 5, 7, 6)}, b.f("y", true, tb, 5, 1, 1))
+	})
+	add("global_avgpool2d_grad", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.GlobalAvgPool2DGrad, ops.Attrs{}, false, []*engine.Buffer{b.f("dy", true, tb, 5, 1, 1)}, b.f("dx", true, tb, 5, 7, 6))
+	})
+	// Losses: MSE, and cross entropy with label smoothing.
+	for _, acc := range []bool{false, true} {
+		runs, suffix := once, ""
+		if acc {
+			runs, suffix = accumulate, " accumulate"
+		}
+		add("mse_loss"+suffix, runs, func(b *progBuilder) []*engine.Buffer {
+			st := b.step(engine.PhaseForward, ops.MSELoss, ops.Attrs{}, acc,
+				[]*engine.Buffer{b.f("pred", true, tb, 3, 7), b.f("target", true, tb, 3, 7)}, b.f("loss", false, 1))
+			return st.Out
+		})
+		add("cross_entropy smoothing 0.1"+suffix, runs, func(b *progBuilder) []*engine.Buffer {
+			st := b.step(engine.PhaseForward, ops.CrossEntropy, ops.Attrs{LabelSmoothing: 0.1}, acc,
+				[]*engine.Buffer{b.f("logits", true, tb, 10), b.i("target", 10, true, tb)}, b.f("loss", false, 1), b.f("probs", true, tb, 10))
+			return st.Out
+		})
+	}
+	add("mse_loss_grad", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.MSELossGrad, ops.Attrs{}, false, []*engine.Buffer{b.f("dloss", false, 1), b.f("pred", true, tb, 3, 7), b.f("target", true, tb, 3, 7)}, b.f("dx", true, tb, 3, 7))
+	})
+	add("cross_entropy_grad smoothing 0.1", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.CrossEntropyGrad, ops.Attrs{LabelSmoothing: 0.1}, false, []*engine.Buffer{b.f("dloss", false, 1), b.f("probs", true, tb, 10), b.i("target", 10, true, tb)}, b.f("dx", true, tb, 10))
+	})
+	// Batch norm, as chains from the statistics (random stats would not be
+	// sums of squares): training forward with and without gamma and beta,
+	// on [N, C, H, W] and [N, C], and with channels long enough for the
+	// split sum's chunks (40000 elements: 5 chunks); evaluation; the
+	// running statistics (momentum and cumulative average, three updates);
+	// backward, overwriting and accumulating gamma's and beta's gradients.
+	bnShapes := [][]int{{tb, 3, 5, 5}, {tb, 7}, {tb, 3, 100, 100}}
+	for _, shape := range bnShapes {
+		c := shape[1]
+		for _, affine := range []bool{true, false} {
+			add(fmt.Sprintf("batch_norm_stats, batch_norm_norm %v affine %t", shape, affine), once, func(b *progBuilder) []*engine.Buffer {
+				x, stats := b.f("x", true, shape...), b.f("stats", false, 3, c)
+				var gamma, beta *engine.Buffer
+				if affine {
+					gamma, beta = b.f("gamma", false, c), b.f("beta", false, c)
+				}
+				fwd(b, ops.BatchNormStats, ops.Attrs{}, []*engine.Buffer{x}, stats)
+				y, save := b.f("y", true, shape...), b.f("save", false, 3, c)
+				fwd(b, ops.BatchNormNorm, ops.Attrs{Eps: 1e-5}, []*engine.Buffer{x, stats, gamma, beta}, y, save)
+				return []*engine.Buffer{stats, y, save}
+			})
+		}
+		add(fmt.Sprintf("batch_norm_eval %v", shape), once, func(b *progBuilder) []*engine.Buffer {
+			x, rm, rv := b.f("x", true, shape...), b.f("running_mean", false, c), b.f("running_var", false, c)
+			b.nonneg[rv] = true
+			return fwd(b, ops.BatchNormEval, ops.Attrs{Eps: 1e-5}, []*engine.Buffer{x, rm, rv, b.f("gamma", false, c), b.f("beta", false, c)}, b.f("y", true, shape...))
+		})
+		for _, acc := range []bool{false, true} {
+			runs, suffix := once, ""
+			if acc {
+				runs, suffix = accumulate, " accumulate"
+			}
+			add(fmt.Sprintf("batch_norm_grad_* %v%s", shape, suffix), runs, func(b *progBuilder) []*engine.Buffer {
+				a := ops.Attrs{Eps: 1e-5}
+				x, stats, gamma := b.f("x", true, shape...), b.f("stats", false, 3, c), b.f("gamma", false, c)
+				y, save := b.f("y", true, shape...), b.f("save", false, 3, c)
+				fwd(b, ops.BatchNormStats, a, []*engine.Buffer{x}, stats)
+				fwd(b, ops.BatchNormNorm, a, []*engine.Buffer{x, stats, gamma}, y, save)
+				dy, gstats := b.f("dy", true, shape...), b.f("gstats", false, 2, c)
+				bwd(b, ops.BatchNormGradStats, a, false, []*engine.Buffer{dy, x, save}, gstats)
+				dgamma := bwd(b, ops.BatchNormGradGamma, a, acc, []*engine.Buffer{gstats, save}, b.f("dgamma", false, c))
+				dbeta := bwd(b, ops.BatchNormGradBeta, a, acc, []*engine.Buffer{gstats}, b.f("dbeta", false, c))
+				dx := bwd(b, ops.BatchNormGradInput, a, false, []*engine.Buffer{dy, x, save, gstats, gamma}, b.f("dx", true, shape...))
+				dx2 := bwd(b, ops.BatchNormGradInput, a, false, []*engine.Buffer{dy, x, save, gstats}, b.f("dx no gamma", true, shape...))
+				return []*engine.Buffer{gstats, dgamma[0], dbeta[0], dx[0], dx2[0]}
+			})
+		}
+	}
+	for _, m := range []float64{0.1, -1} {
+		add(fmt.Sprintf("batch_norm_running momentum %g", m), []backend.RunCtx{once[0], once[0], once[0]}, func(b *progBuilder) []*engine.Buffer {
+			x, stats := b.f("x", true, tb, 3, 5, 5), b.f("stats", false, 3, 3)
+			y, save := b.f("y", true, tb, 3, 5, 5), b.f("save", false, 3, 3)
+			rm, rv, tracked := b.f("running_mean", false, 3), b.f("running_var", false, 3), b.f("num_batches_tracked", false, 1)
+			b.nonneg[rv], b.nonneg[tracked] = true, true
+			fwd(b, ops.BatchNormStats, ops.Attrs{}, []*engine.Buffer{x}, stats)
+			fwd(b, ops.BatchNormNorm, ops.Attrs{Eps: 1e-5}, []*engine.Buffer{x, stats}, y, save)
+			b.step(engine.PhaseForward, ops.BatchNormRunning, ops.Attrs{BNMomentum: m}, false, []*engine.Buffer{save, rm, rv, tracked})
+			return []*engine.Buffer{rm, rv, tracked}
+		})
+	}
 	steps := []backend.RunCtx{{Step: 1, First: true, Last: true}, {Step: 2, First: true, Last: true}, {Step: 3, First: true, Last: true}}
 	for _, a := range []ops.Attrs{
 		{LR: 0.01},

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"gorun/engine/spec"
 	"hash/fnv"
 )
 
@@ -38,9 +39,10 @@ func (p *Plan) Fingerprint() []PlanStep {
 		{"run length", fmt.Sprintf("epochs %d, max_steps %d", s.Epochs, s.MaxSteps)},
 		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g",
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps)},
-		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every)},
-		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d",
-			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed)},
+		{"schedule", scheduleString(s.Schedule)},
+		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d broadcast_buffers %v", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every, sy.BroadcastBuffers)},
+		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v",
+			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, d.File, d.X, d.Y, d.Transforms)},
 	}
 	if s.Partition != nil {
 		out = append(out, PlanStep{"partition", s.Partition.Name})
@@ -79,6 +81,19 @@ func (p *Plan) ResumeKey() []PlanStep {
 		if e.Label != "world" && e.Label != "run length" {
 			out = append(out, e)
 		}
+	}
+	return out
+}
+
+// scheduleString describes a learning-rate schedule (and what follows it).
+func scheduleString(sc *spec.Schedule) string {
+	if sc == nil {
+		return "none"
+	}
+	out := fmt.Sprintf("%s every %d gamma %g min_lr %g steps %d start_factor %g max_lr %g pct_start %g div %g final_div %g",
+		sc.Kind, sc.Every, sc.Gamma, sc.MinLR, sc.Steps, sc.StartFactor, sc.MaxLR, sc.PctStart, sc.DivFactor, sc.FinalDivFactor)
+	if sc.Then != nil {
+		out += ", then " + scheduleString(sc.Then)
 	}
 	return out
 }

@@ -67,10 +67,20 @@ func expSum[T Float](row []T, m T) float64 {
 	return s
 }
 
-// logSoftmax: in x[N,C]; out y[N,C] = x - max - log Σ exp(x - max), per row.
+// lastDim returns the rows of b's last dimension (live) and their length.
+func lastDim[T Float](b *Buf[T]) (rows, k int) {
+	k = b.Shape[len(b.Shape)-1]
+	if k == 0 {
+		return 0, 0
+	}
+	return b.Len() / k, k
+}
+
+// logSoftmax: in x[N,...,C]; out y = x - max - log Σ exp(x - max), per row
+// of the last dimension.
 func logSoftmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, y := in[0], out[0]
-	n, k := x.Shape[0], x.Shape[1]
+	n, k := lastDim(x)
 	for r := 0; r < n; r++ {
 		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
 		m := rowMax(xr)
@@ -82,10 +92,10 @@ func logSoftmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 }
 
 // logSoftmaxGrad: in dy, y (the LogSoftmax output); out dx = dy - exp(y)·Σdy,
-// per row.
+// per row of the last dimension.
 func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, y, dx := in[0], in[1], out[0]
-	n, k := dy.Shape[0], dy.Shape[1]
+	n, k := lastDim(dy)
 	for r := 0; r < n; r++ {
 		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
 		var s float64
@@ -98,12 +108,19 @@ func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// softmax: in x[N,C]; out y[N,C] = exp(x - max) / Σ exp(x - max), per row.
+// softmax: in x[N,...,C]; out y = exp(x - max) / Σ exp(x - max), per row of
+// the last dimension. With Causal, row i of each T×T matrix (T = C) covers
+// columns 0..i only, and y is 0 in the others.
 func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, y := in[0], out[0]
-	n, k := x.Shape[0], x.Shape[1]
+	n, k := lastDim(x)
 	for r := 0; r < n; r++ {
 		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
+		if a != nil && a.Causal {
+			keep := min(r%x.Shape[len(x.Shape)-2]+1, k)
+			clear(yr[keep:])
+			xr, yr = xr[:keep], yr[:keep]
+		}
 		m := rowMax(xr)
 		var s float64
 		for j, v := range xr {
@@ -119,10 +136,10 @@ func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 }
 
 // softmaxGrad: in dy, y (the Softmax output); out dx = y·(dy - Σ dy·y), per
-// row.
+// row of the last dimension.
 func softmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, y, dx := in[0], in[1], out[0]
-	n, k := dy.Shape[0], dy.Shape[1]
+	n, k := lastDim(dy)
 	for r := 0; r < n; r++ {
 		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
 		var s float64

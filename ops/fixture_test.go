@@ -94,12 +94,31 @@ var gradCases = []gradCase{
 		bwd: []bwdStep{{op: LogSoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "softmax", op: Softmax, in: [][]int{{4, 5}}, capN: 6,
 		bwd: []bwdStep{{op: SoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
+	{name: "log_softmax/3d", op: LogSoftmax, in: [][]int{{2, 3, 4}}, capN: 4,
+		bwd: []bwdStep{{op: LogSoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
+	{name: "softmax/4d", op: Softmax, in: [][]int{{2, 2, 3, 5}}, capN: 3,
+		bwd: []bwdStep{{op: SoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
+	{name: "softmax/causal", op: Softmax, attrs: Attrs{Causal: true}, in: [][]int{{2, 2, 4, 4}}, capN: 3,
+		bwd: []bwdStep{{op: SoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
+	{name: "softmax/causal-3d", op: Softmax, attrs: Attrs{Causal: true}, in: [][]int{{3, 3, 3}},
+		bwd: []bwdStep{{op: SoftmaxGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "nll_loss", op: NLLLoss, in: [][]int{{5, 4}, {5}}, capN: 7, scale: 1.0 / 7,
 		bwd: []bwdStep{{op: NLLLossGrad, args: []ref{dyOf(0), inOf(1)}, wrt: 0}}},
 	{name: "cross_entropy", op: CrossEntropy, in: [][]int{{5, 4}, {5}}, capN: 6, scale: 0.25,
 		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
 	{name: "cross_entropy/label_smoothing", op: CrossEntropy, attrs: Attrs{LabelSmoothing: 0.15},
 		in: [][]int{{4, 5}, {4}}, capN: 6, scale: 0.5,
+		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
+	{name: "nll_loss/3d-ignore", op: NLLLoss, attrs: Attrs{HasIgnore: true, IgnoreIndex: 2},
+		in: [][]int{{3, 4, 5}, {3, 4}}, capN: 5, scale: 0.1,
+		bwd: []bwdStep{{op: NLLLossGrad, args: []ref{dyOf(0), inOf(1)}, wrt: 0}}},
+	{name: "cross_entropy/3d", op: CrossEntropy, in: [][]int{{2, 3, 4}, {2, 3}}, capN: 4, scale: 0.25,
+		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
+	{name: "cross_entropy/3d-ignore", op: CrossEntropy, attrs: Attrs{HasIgnore: true, IgnoreIndex: 1},
+		in: [][]int{{3, 4, 3}, {3, 4}}, capN: 4, scale: 0.2,
+		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
+	{name: "cross_entropy/4d-ignore-smoothing", op: CrossEntropy, attrs: Attrs{HasIgnore: true, IgnoreIndex: 0, LabelSmoothing: 0.2},
+		in: [][]int{{2, 2, 3, 4}, {2, 2, 3}}, capN: 3, scale: 0.5,
 		bwd: []bwdStep{{op: CrossEntropyGrad, args: []ref{dyOf(0), outOf(1), inOf(1)}}}},
 	{name: "mse_loss", op: MSELoss, in: [][]int{{3, 2, 3}, {3, 2, 3}}, capN: 5, scale: 0.2,
 		bwd: []bwdStep{{op: MSELossGrad, args: []ref{dyOf(0), inOf(0), inOf(1)}}}},
@@ -174,6 +193,34 @@ var gradCases = []gradCase{
 		bwd: []bwdStep{{op: GELUGrad, args: []ref{dyOf(0), inOf(0)}}}},
 	{name: "gelu/tanh", op: GELU, attrs: Attrs{Approximate: true}, in: [][]int{{3, 5}}, capN: 5,
 		bwd: []bwdStep{{op: GELUGrad, args: []ref{dyOf(0), inOf(0)}}}},
+
+	bmmCase("batch_matmul", false, false, [][]int{{3, 2, 4}, {3, 4, 5}}, 4),
+	bmmCase("batch_matmul/trans_b-4d", false, true, [][]int{{2, 3, 4, 2}, {2, 3, 5, 2}}, 3),
+	bmmCase("batch_matmul/trans_a", true, false, [][]int{{2, 3, 2}, {2, 3, 4}}, 0),
+	bmmCase("batch_matmul/trans_ab", true, true, [][]int{{2, 2, 4, 3}, {2, 2, 5, 4}}, 3),
+}
+
+// bmmCase is a BatchMatMul gradient check, with the gradients of a and b
+// as BatchMatMul's doc comment lists them.
+func bmmCase(name string, ta, tb bool, in [][]int, capN int) gradCase {
+	da := bwdStep{op: BatchMatMul, wrt: 0, attrs: &Attrs{}}
+	db := bwdStep{op: BatchMatMul, wrt: 1, attrs: &Attrs{}}
+	switch {
+	case !ta && !tb:
+		da.args, da.attrs.TransB = []ref{dyOf(0), inOf(1)}, true
+		db.args, db.attrs.TransA = []ref{inOf(0), dyOf(0)}, true
+	case !ta && tb:
+		da.args = []ref{dyOf(0), inOf(1)}
+		db.args, db.attrs.TransA = []ref{dyOf(0), inOf(0)}, true
+	case ta && !tb:
+		da.args, da.attrs.TransB = []ref{inOf(1), dyOf(0)}, true
+		db.args = []ref{inOf(0), dyOf(0)}
+	default:
+		da.args, da.attrs.TransA, da.attrs.TransB = []ref{inOf(1), dyOf(0)}, true, true
+		db.args, db.attrs.TransA, db.attrs.TransB = []ref{dyOf(0), inOf(0)}, true, true
+	}
+	return gradCase{name: name, op: BatchMatMul, attrs: Attrs{TransA: ta, TransB: tb}, in: in, capN: capN,
+		bwd: []bwdStep{da, db}}
 }
 
 // lnCase is a layer norm gradient check: inputs x, gamma and beta (nil or
@@ -254,7 +301,7 @@ func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 }
 // first dimension (weights, biases and per-channel statistics do not).
 func batchedIn(op Op, i int) bool {
 	switch op {
-	case MSELoss, Add, Sub, Mul, Concat:
+	case MSELoss, Add, Sub, Mul, Concat, BatchMatMul:
 		return true
 	}
 	return i == 0 || idxIn(op, i)

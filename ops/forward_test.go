@@ -126,6 +126,16 @@ func TestSoftmaxForward(t *testing.T) {
 	expectData(t, "softmax", y.Data, 0.25, 0.75, 0.25, 0.75)
 	run64(LogSoftmax, nil, nil, []*Buf[float64]{x}, []*Buf[float64]{y})
 	expectData(t, "log_softmax", y.Data, math.Log(0.25), math.Log(0.75), math.Log(0.25), math.Log(0.75))
+
+	// Causal scores [1,2,2]: row 0 keeps column 0 only, whatever column 1
+	// holds (even NaN); row 1 keeps both.
+	s := buf64([]int{1, 2, 2}, 5, math.NaN(), 0, math.Log(3))
+	p := buf64([]int{1, 2, 2})
+	run64(Softmax, &Attrs{Causal: true}, nil, []*Buf[float64]{s}, []*Buf[float64]{p})
+	expectData(t, "softmax causal", p.Data, 1, 0, 0.25, 0.75)
+	dx := buf64([]int{1, 2, 2})
+	run64(SoftmaxGrad, nil, nil, []*Buf[float64]{buf64([]int{1, 2, 2}, 1, 7, 1, 2), p}, []*Buf[float64]{dx})
+	expectData(t, "softmax_grad causal", dx.Data, 0, 0, -0.1875, 0.1875)
 }
 
 func TestLossForward(t *testing.T) {
@@ -293,6 +303,8 @@ func TestInPlace(t *testing.T) {
 		{Dropout2DGrad, []*Buf[float64]{rnd(3, 4, 2, 2), rnd(3, 4)}, Attrs{}},
 		{LogSoftmax, []*Buf[float64]{rnd(3, 4)}, Attrs{}},
 		{Softmax, []*Buf[float64]{rnd(3, 4)}, Attrs{}},
+		{Softmax, []*Buf[float64]{rnd(2, 3, 3)}, Attrs{Causal: true}},
+		{LogSoftmax, []*Buf[float64]{rnd(2, 3, 4)}, Attrs{}},
 		{LogSoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
 		{SoftmaxGrad, []*Buf[float64]{rnd(3, 4), rnd(3, 4)}, Attrs{}},
 	} {

@@ -10,7 +10,8 @@ import (
 // ops_golden.json holds PyTorch 1.13's float64 forward and backward values
 // of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy, softmax,
 // batch_norm, avg_pool2d, adaptive_avg_pool2d, sigmoid, tanh, leaky_relu,
-// add, sub, mul, scaling, mse_loss, cat, embedding, layer_norm, gelu on small random inputs;
+// add, sub, mul, scaling, mse_loss, cat, embedding, layer_norm, gelu, softmax and log_softmax over the last dimension of
+// higher-rank inputs (causal too) on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
@@ -24,7 +25,10 @@ type opsGoldenCase struct {
 	Eps, Momentum, Alpha            float64
 	LabelSmoothing                  float64 `json:"label_smoothing"`
 	NegativeSlope                   float64 `json:"negative_slope"`
-	Approximate                     bool
+	Approximate, Causal             bool
+	TransA                          bool `json:"trans_a"`
+	TransB                          bool `json:"trans_b"`
+	IgnoreIndex                     *int `json:"ignore_index"`
 	X, W, B, Y, Dy, Dx, Dw          *goldenTensor
 	Db, Idx, Target, Probs, Ids     *goldenTensor
 	Logp, Loss, Dloss               *goldenTensor
@@ -158,8 +162,8 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		call(k, c, MaxPool2DGrad, a, []*Buf[T]{dy, idx}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
 	case "log_softmax_nll":
-		a := &Attrs{}
-		c.LossScale = 1 / float64(g.X.Shape[0]) // reduction="mean"
+		a := lossAttrs(g)
+		c.LossScale = meanScale(g) // reduction="mean"
 		x, target, dloss := fromGolden[T](g.X), idxFromGolden[T](g.Target), fromGolden[T](g.Dloss)
 		logp, loss := zeroBuf[T](g.X.Shape), zeroBuf[T]([]int{1})
 		call(k, c, LogSoftmax, a, []*Buf[T]{x}, []*Buf[T]{logp})
@@ -172,8 +176,8 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		call(k, c, LogSoftmaxGrad, a, []*Buf[T]{dlogp, logp}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
 	case "cross_entropy":
-		a := &Attrs{LabelSmoothing: g.LabelSmoothing}
-		c.LossScale = 1 / float64(g.X.Shape[0])
+		a := lossAttrs(g)
+		c.LossScale = meanScale(g)
 		x, target, dloss := fromGolden[T](g.X), idxFromGolden[T](g.Target), fromGolden[T](g.Dloss)
 		loss, probs := zeroBuf[T]([]int{1}), zeroBuf[T](g.X.Shape)
 		call(k, c, CrossEntropy, a, []*Buf[T]{x, target}, []*Buf[T]{loss, probs})
@@ -183,7 +187,7 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		call(k, c, CrossEntropyGrad, a, []*Buf[T]{dloss, probs, target}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
 	case "softmax":
-		a := &Attrs{}
+		a := &Attrs{Causal: g.Causal}
 		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
 		y, dx := zeroBuf[T](g.X.Shape), zeroBuf[T](g.X.Shape)
 		call(k, c, Softmax, a, []*Buf[T]{x}, []*Buf[T]{y})
@@ -239,6 +243,23 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 			call(k, c, LayerNormGradBeta, a, []*Buf[T]{dy}, []*Buf[T]{dbeta})
 			expectClose(t, "dbeta", dbeta, g.Dbeta, tol)
 		}
+	case "batch_matmul":
+		x, other, dy := fromGolden[T](g.X), fromGolden[T](g.Other), fromGolden[T](g.Dy)
+		y, dx, dother := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape), zeroBuf[T](g.Other.Shape)
+		call(k, c, BatchMatMul, &Attrs{TransA: g.TransA, TransB: g.TransB}, []*Buf[T]{x, other}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		// The gradients as BatchMatMul's doc comment lists them.
+		gc := bmmCase(g.Name, g.TransA, g.TransB, [][]int{g.X.Shape, g.Other.Shape}, 0)
+		for i, d := range []*Buf[T]{dx, dother} {
+			st := gc.bwd[i]
+			var in []*Buf[T]
+			for _, r := range st.args {
+				in = append(in, map[ref]*Buf[T]{dyOf(0): dy, inOf(0): x, inOf(1): other}[r])
+			}
+			call(k, c, BatchMatMul, st.attrs, in, []*Buf[T]{d})
+		}
+		expectClose(t, "dx", dx, g.Dx, tol)
+		expectClose(t, "dother", dother, g.Dother, tol)
 	case "batch_norm":
 		runBatchNormGolden(t, g, k, c, tol)
 	case "avgpool2d":
@@ -252,6 +273,8 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		runUnaryGolden(t, g, k, c, &Attrs{}, Tanh, TanhGrad, true, tol)
 	case "leaky_relu":
 		runUnaryGolden(t, g, k, c, &Attrs{NegativeSlope: g.NegativeSlope}, LeakyReLU, LeakyReLUGrad, false, tol)
+	case "log_softmax":
+		runUnaryGolden(t, g, k, c, &Attrs{}, LogSoftmax, LogSoftmaxGrad, true, tol)
 	case "gelu":
 		runUnaryGolden(t, g, k, c, &Attrs{Approximate: g.Approximate}, GELU, GELUGrad, false, tol)
 	case "scale":
@@ -285,6 +308,27 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 	default:
 		t.Fatalf("unknown golden op %q", g.Op)
 	}
+}
+
+// lossAttrs returns a loss case's attributes.
+func lossAttrs(g *opsGoldenCase) *Attrs {
+	a := &Attrs{LabelSmoothing: g.LabelSmoothing}
+	if g.IgnoreIndex != nil {
+		a.HasIgnore, a.IgnoreIndex = true, *g.IgnoreIndex
+	}
+	return a
+}
+
+// meanScale is the LossScale of PyTorch's reduction="mean": 1 over the
+// number of targets not ignored.
+func meanScale(g *opsGoldenCase) float64 {
+	n := 0
+	for _, v := range g.Target.Data {
+		if g.IgnoreIndex == nil || int(v) != *g.IgnoreIndex {
+			n++
+		}
+	}
+	return 1 / float64(n)
 }
 
 // runUnaryGolden checks a one-input op and its gradient, which reads dy

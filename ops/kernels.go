@@ -51,6 +51,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		Embedding:       embedding[T],
 		LayerNorm:       layerNorm[T],
 		GELU:            gelu[T],
+		BatchMatMul:     batchMatMul[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],

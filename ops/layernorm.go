@@ -5,21 +5,12 @@ import "math"
 // Layer normalisation over the last dimension: x[N,...,D] is seen as rows
 // of D elements; save holds each row's mean and invstd.
 
-// lnDims returns the rows of x (live) and D.
-func lnDims[T Float](x *Buf[T]) (rows, d int) {
-	d = x.Shape[len(x.Shape)-1]
-	if d == 0 {
-		return 0, 0
-	}
-	return x.Len() / d, d
-}
-
 // layerNorm: in x[N,...,D], optional gamma[D], optional beta[D]; out y and
 // save[N,...,2] = (mean, invstd) per row.
 func layerNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, gamma, beta := in[0], optIn(in, 1), optIn(in, 2)
 	y, save := out[0], out[1]
-	rows, d := lnDims(x)
+	rows, d := lastDim(x)
 	for r := 0; r < rows; r++ {
 		xr, yr := x.Data[r*d:][:d], y.Data[r*d:][:d]
 		var s float64
@@ -52,7 +43,7 @@ func layerNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 // invstd·(g - mean(g) - x̂·mean(g·x̂)), g = dy·gamma.
 func layerNormGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, save, gamma, dx := in[0], in[1], in[2], optIn(in, 3), out[0]
-	rows, d := lnDims(x)
+	rows, d := lastDim(x)
 	for r := 0; r < rows; r++ {
 		xr, gr, dr := x.Data[r*d:][:d], dy.Data[r*d:][:d], dx.Data[r*d:][:d]
 		mean, is := save.Data[2*r], save.Data[2*r+1]
@@ -73,7 +64,7 @@ func layerNormGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 // layerNormGradGamma: in dy, x, save; out dgamma[D] = Σ dy·x̂ over rows.
 func layerNormGradGamma[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, save, dg := in[0], in[1], in[2], out[0]
-	rows, d := lnDims(x)
+	rows, d := lastDim(x)
 	for j := range dg.Data[:d] {
 		var s float64
 		for r := 0; r < rows; r++ {
@@ -87,7 +78,7 @@ func layerNormGradGamma[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 // layerNormGradBeta: in dy; out dbeta[D] = Σ dy over rows.
 func layerNormGradBeta[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, db := in[0], out[0]
-	rows, d := lnDims(dy)
+	rows, d := lastDim(dy)
 	for j := range db.Data[:d] {
 		var s float64
 		for r := 0; r < rows; r++ {

@@ -6,15 +6,28 @@ import (
 )
 
 // Targets must lie in [0, C); a kernel that meets one outside panics with a
-// message naming it (the engine checks labels when it loads data).
+// message naming it (the engine checks labels when it loads data). With
+// Attrs.HasIgnore, a target equal to Attrs.IgnoreIndex is skipped instead:
+// it adds nothing to the loss and gets a zero gradient.
+//
+// The classes lie along the last dimension: logits[N,...,C] are rows of C,
+// one per target.
 
-// nllLoss: in logp[N,C], target[N] (Idx); out loss[1] =
-// -LossScale·Σᵢ logp[i, targetᵢ].
+// ignored reports whether target t is skipped under a (which may be nil).
+func ignored(a *Attrs, t int32) bool {
+	return a != nil && a.HasIgnore && int(t) == a.IgnoreIndex
+}
+
+// nllLoss: in logp[N,...,C], target[N,...] (Idx); out loss[1] =
+// -LossScale·Σₚ logp[p, targetₚ].
 func nllLoss[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, t := in[0], in[1]
-	n, k := x.Shape[0], x.Shape[1]
+	n, k := lastDim(x)
 	var s float64
 	for i, ti := range t.Idx[:n] {
+		if ignored(a, ti) {
+			continue
+		}
 		checkTarget(NLLLoss, ti, k)
 		s += float64(x.Data[i*k+int(ti)])
 	}
@@ -31,37 +44,45 @@ func setLoss[T Float](a *Attrs, out *Buf[T], v float64) {
 	}
 }
 
-// nllLossGrad: in dloss[1], target[N] (Idx); out dx[N,C], zero except
-// dx[i, targetᵢ] = -LossScale·dloss.
+// nllLossGrad: in dloss[1], target[N,...] (Idx); out dx[N,...,C], zero
+// except dx[p, targetₚ] = -LossScale·dloss at positions not ignored.
 func nllLossGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	t, dx := in[1], out[0]
-	n, k := dx.Shape[0], dx.Shape[1]
+	n, k := lastDim(dx)
 	g := T(-c.LossScale * float64(in[0].Data[0]))
 	clear(dx.Data[:n*k])
 	for i, ti := range t.Idx[:n] {
+		if ignored(a, ti) {
+			continue
+		}
 		checkTarget(NLLLossGrad, ti, k)
 		dx.Data[i*k+int(ti)] = g
 	}
 }
 
-// crossEntropy: in logits[N,C], target[N] (Idx); out loss[1] =
-// LossScale·Σᵢ ((1-ε)·(-logpᵢ[targetᵢ]) + ε·mean_c(-logpᵢ[c])), logp =
-// log_softmax(logits), ε = Attrs.LabelSmoothing, and probs[N,C] =
-// softmax(logits).
+// crossEntropy: in logits[N,...,C], target[N,...] (Idx); out loss[1] =
+// LossScale·Σₚ ((1-ε)·(-logpₚ[targetₚ]) + ε·mean_c(-logpₚ[c])), logp =
+// log_softmax(logits), ε = Attrs.LabelSmoothing, and probs =
+// softmax(logits) (at ignored positions too).
 func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, t, probs := in[0], in[1], out[1]
-	n, k := x.Shape[0], x.Shape[1]
+	n, k := lastDim(x)
 	eps := labelSmoothing(a)
 	var loss float64 // Σ log-likelihoods, negated at the end
 	for i, ti := range t.Idx[:n] {
-		checkTarget(CrossEntropy, ti, k)
+		skip := ignored(a, ti)
+		if !skip {
+			checkTarget(CrossEntropy, ti, k)
+		}
 		xr, pr := x.Data[i*k:][:k], probs.Data[i*k:][:k]
 		m := rowMax(xr)
 		s := expSum(xr, m)
 		ls := math.Log(s)
-		if eps == 0 {
+		switch {
+		case skip:
+		case eps == 0:
 			loss += float64(xr[ti]-m) - ls
-		} else {
+		default:
 			var sx float64 // Σ_c logp[c] + C·ls
 			for _, v := range xr {
 				sx += float64(v - m)
@@ -76,18 +97,22 @@ func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	setLoss(a, out[0], -c.LossScale*loss)
 }
 
-// crossEntropyGrad: in dloss[1], probs[N,C], target[N] (Idx); out dx[N,C] =
-// LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)), ε =
-// Attrs.LabelSmoothing.
+// crossEntropyGrad: in dloss[1], probs[N,...,C], target[N,...] (Idx); out
+// dx = LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)), ε =
+// Attrs.LabelSmoothing, and 0 at ignored positions.
 func crossEntropyGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	probs, t, dx := in[1], in[2], out[0]
-	n, k := probs.Shape[0], probs.Shape[1]
+	n, k := lastDim(probs)
 	g := T(c.LossScale * float64(in[0].Data[0]))
 	eps := labelSmoothing(a)
 	off, hit := T(eps/float64(k)), T(1-eps+eps/float64(k))
 	for i, ti := range t.Idx[:n] {
-		checkTarget(CrossEntropyGrad, ti, k)
 		pr, dr := probs.Data[i*k:][:k], dx.Data[i*k:][:k]
+		if ignored(a, ti) {
+			clear(dr)
+			continue
+		}
+		checkTarget(CrossEntropyGrad, ti, k)
 		if eps == 0 {
 			for j, p := range pr {
 				dr[j] = g * p

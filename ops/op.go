@@ -49,17 +49,31 @@ const (
 	Dropout2D
 	// Flatten: in x[N,...]; out y[N,prod(...)]. Output aliases the input.
 	Flatten
-	// LogSoftmax: in x[N,C]; out y[N,C], over dimension 1.
+	// LogSoftmax: in x[N,...,C]; out y (x's shape), over the last
+	// dimension.
 	LogSoftmax
-	// Softmax: in x[N,C]; out y[N,C], over dimension 1.
+	// Softmax: in x[N,...,C]; out y (x's shape), over the last dimension.
+	// With Attrs.Causal, x is scores[N,...,T,T] and row i of each T×T
+	// matrix keeps columns j ≤ i: the others are 0 in y, as softmax of
+	// scores masked with -inf would give (SoftmaxGrad needs no mask: the
+	// masked probabilities are 0). Attrs: Causal.
 	Softmax
-	// NLLLoss: in logp[N,C], target[N] (Idx); out loss[1] =
-	// -Ctx.LossScale · Σᵢ logp[i, targetᵢ].
+	// NLLLoss: in logp[N,...,C], target[N,...] (Idx; logp's shape without
+	// its last dimension); out loss[1] = -Ctx.LossScale · Σₚ logp[p,
+	// targetₚ], summed over every position p, classes along the last
+	// dimension. Attrs: IgnoreIndex, HasIgnore (below).
 	NLLLoss
-	// CrossEntropy: in logits[N,C], target[N] (Idx); out loss[1] =
-	// Ctx.LossScale · Σᵢ ((1-ε)·(-logpᵢ[targetᵢ]) + ε·mean_c(-logpᵢ[c])),
-	// logp = log_softmax(logits), and probs[N,C] = softmax(logits), kept
-	// for the backward pass. Attrs: LabelSmoothing (ε, 0 = none).
+	// CrossEntropy: in logits[N,...,C], target[N,...] (Idx); out loss[1] =
+	// Ctx.LossScale · Σₚ ((1-ε)·(-logpₚ[targetₚ]) + ε·mean_c(-logpₚ[c])),
+	// logp = log_softmax(logits) over the last dimension, and probs (the
+	// logits' shape) = softmax(logits), kept for the backward pass. Attrs:
+	// LabelSmoothing (ε, 0 = none), IgnoreIndex, HasIgnore.
+	//
+	// With HasIgnore, positions whose target equals IgnoreIndex add 0 to
+	// NLLLoss's and CrossEntropy's loss (both terms, with label smoothing)
+	// and get 0 gradient; their target need not be a class. PyTorch's
+	// reduction="mean" divides by the number of targets not ignored: the
+	// engine is responsible for setting LossScale to 1/that count.
 	CrossEntropy
 	// MSELoss: in pred[N,...], target[N,...] (same shape, floats); out
 	// loss[1] = Ctx.LossScale · Σₙ mean over sample n's elements of
@@ -133,6 +147,19 @@ const (
 	// or with Approximate PyTorch's approximate="tanh" form
 	// 0.5·x·(1+tanh(sqrt(2/π)·(x+0.044715·x³))). Attrs: Approximate.
 	GELU
+	// BatchMatMul: in a[B...,M,K] (or [B...,K,M] with TransA), b[B...,K,N]
+	// (or [B...,N,K] with TransB); out c[B...,M,N] = op(a)·op(b) per
+	// matrix. The leading dimensions B... (at least one: the batch comes
+	// first) are equal in a and b, without broadcasting, and flattened into
+	// one batch. Attrs: TransA, TransB. Its gradients are BatchMatMul with
+	// other transposes, dc the gradient of c (in, then attrs):
+	//
+	//	TransA TransB  da                       db
+	//	false  false   dc, b; TransB            a, dc; TransA
+	//	false  true    dc, b                    dc, a; TransA
+	//	true   false   b, dc; TransB            a, dc
+	//	true   true    b, dc; TransA, TransB    dc, a; TransA, TransB
+	BatchMatMul
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -164,11 +191,13 @@ const (
 	LogSoftmaxGrad
 	// SoftmaxGrad: in dy, y (the Softmax output); out dx.
 	SoftmaxGrad
-	// NLLLossGrad: in dloss[1], target[N] (Idx); out dx[N,C].
+	// NLLLossGrad: in dloss[1], target[N,...] (Idx); out dx[N,...,C].
+	// Attrs: IgnoreIndex, HasIgnore (as NLLLoss).
 	NLLLossGrad
-	// CrossEntropyGrad: in dloss[1], probs[N,C], target[N] (Idx); out
-	// dx[N,C] = LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)).
-	// Attrs: LabelSmoothing (ε).
+	// CrossEntropyGrad: in dloss[1], probs[N,...,C], target[N,...] (Idx);
+	// out dx = LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)),
+	// 0 at ignored positions. Attrs: LabelSmoothing (ε), IgnoreIndex,
+	// HasIgnore.
 	CrossEntropyGrad
 	// MSELossGrad: in dloss[1], pred[N,...], target[N,...]; out dpred =
 	// LossScale·dloss·2·(pred - target)/D, D the elements per sample.
@@ -308,6 +337,7 @@ var infos = [NumOps]Info{
 	Embedding:       {Name: "embedding", NumIn: 2, NumOut: 1, Forward: true},
 	LayerNorm:       {Name: "layer_norm", NumIn: 3, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<1 | 1<<2},
 	GELU:            {Name: "gelu", NumIn: 1, NumOut: 1, Forward: true},
+	BatchMatMul:     {Name: "batch_matmul", NumIn: 2, NumOut: 1, Forward: true},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -392,6 +422,11 @@ type Attrs struct {
 
 	// LabelSmoothing: CrossEntropy and CrossEntropyGrad, in [0, 1].
 	LabelSmoothing float64
+	// IgnoreIndex: with HasIgnore set, the target value that NLLLoss,
+	// CrossEntropy and their gradients skip (PyTorch's ignore_index; its
+	// default is -100). Without HasIgnore no target is skipped.
+	IgnoreIndex int
+	HasIgnore   bool
 	// NegativeSlope: LeakyReLU and LeakyReLUGrad, used as given (the
 	// script layer supplies PyTorch's default, 0.01).
 	NegativeSlope float64
@@ -402,6 +437,10 @@ type Attrs struct {
 	// Approximate: GELU and GELUGrad use the tanh form (PyTorch's
 	// approximate="tanh") instead of the exact erf one.
 	Approximate bool
+	// Causal: Softmax masks the columns after each row's index.
+	Causal bool
+	// TransA, TransB: BatchMatMul multiplies by the transpose of a, of b.
+	TransA, TransB bool
 	// BNMomentum: BatchNormRunning's momentum, PyTorch's meaning (the
 	// weight of the new batch; PyTorch's default is 0.1), used as given; a
 	// negative value means a cumulative average (momentum=None). Eps

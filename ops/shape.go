@@ -76,23 +76,29 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 		}
 		return [][]int{{x[0], prod(x[1:])}}, nil
 	case LogSoftmax, Softmax:
-		if len(in[0]) != 2 {
-			return nil, fmt.Errorf("%v: input must be [N C], got %v", op, in[0])
+		x := in[0]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("%v: input must be [N ... C] with at least 2 dimensions, got %v", op, x)
 		}
-		return [][]int{clone(in[0])}, nil
+		if a.Causal {
+			if op != Softmax {
+				return nil, fmt.Errorf("%v: causal masking is for softmax only", op)
+			}
+			if r := len(x); r < 3 || x[r-1] != x[r-2] {
+				return nil, fmt.Errorf("softmax: causal masking needs scores [N ... T T], got %v", x)
+			}
+		}
+		return [][]int{clone(x)}, nil
 	case NLLLoss, CrossEntropy:
 		if op == CrossEntropy && !(a.LabelSmoothing >= 0 && a.LabelSmoothing <= 1) {
 			return nil, fmt.Errorf("cross_entropy: label_smoothing must be in [0, 1], got %v", a.LabelSmoothing)
 		}
 		x, t := in[0], in[1]
-		if len(x) != 2 {
-			return nil, fmt.Errorf("%v: input must be [N C], got %v", op, x)
+		if len(x) < 2 {
+			return nil, fmt.Errorf("%v: input must be [N ... C] with at least 2 dimensions, got %v", op, x)
 		}
-		if len(t) != 1 {
-			return nil, fmt.Errorf("%v: target must be [N], got %v", op, t)
-		}
-		if t[0] != x[0] {
-			return nil, fmt.Errorf("%v: target has %d samples, input has %d (target shape %v, input shape %v)", op, t[0], x[0], t, x)
+		if want := x[:len(x)-1]; !slices.Equal(t, want) {
+			return nil, fmt.Errorf("%v: target must be %v, the input's shape %v without its last dimension, got %v", op, want, x, t)
 		}
 		if op == NLLLoss {
 			return [][]int{{1}}, nil
@@ -155,6 +161,8 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 		save := clone(x)
 		save[len(save)-1] = 2
 		return [][]int{clone(x), save}, nil
+	case BatchMatMul:
+		return inferBatchMatMul(a, in[0], in[1])
 	}
 	return nil, fmt.Errorf("%v: no shape rule", op)
 }
@@ -187,6 +195,32 @@ func inferBatchNorm(op Op, a *Attrs, in [][]int) ([][]int, error) {
 		return [][]int{clone(x), {3, ch}}, nil
 	}
 	return [][]int{clone(x)}, nil
+}
+
+// inferBatchMatMul: a is [B... M K] ([B... K M] with TransA), b [B... K N]
+// ([B... N K] with TransB).
+func inferBatchMatMul(a *Attrs, x, y []int) ([][]int, error) {
+	r := len(x)
+	if r < 3 || len(y) != r {
+		return nil, fmt.Errorf("batch_matmul: inputs must be [B ... M K] and [B ... K N] with the same rank, at least 3, got %v and %v", x, y)
+	}
+	if !slices.Equal(x[:r-2], y[:r-2]) {
+		return nil, fmt.Errorf("batch_matmul: leading dimensions differ: %v and %v (no broadcasting)", x, y)
+	}
+	m, k := x[r-2], x[r-1]
+	if a.TransA {
+		m, k = k, m
+	}
+	kb, n := y[r-2], y[r-1]
+	if a.TransB {
+		kb, n = n, kb
+	}
+	if k != kb {
+		return nil, fmt.Errorf("batch_matmul: a %v (trans_a %v) has inner dimension %d, b %v (trans_b %v) has %d", x, a.TransA, k, y, a.TransB, kb)
+	}
+	z := clone(x)
+	z[r-2], z[r-1] = m, n
+	return [][]int{z}, nil
 }
 
 func inferAvgPool2D(a *Attrs, x []int) ([][]int, error) {

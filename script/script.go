@@ -204,6 +204,7 @@ func predeclared() starlark.StringDict {
 		"optim": optimModule,
 		"data":  dataModule,
 		"sync":  syncModule,
+		"sched": schedModule,
 		"train": starlark.NewBuiltin("train", trainBuiltin),
 		// Index helpers implemented in Go, for partition strategies.
 		"shuffle": starlark.NewBuiltin("shuffle", shuffleBuiltin),

@@ -15,7 +15,7 @@ import (
 var trainParams = []string{
 	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
 	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven", "keep",
-	"on_nonfinite", "label_smoothing",
+	"on_nonfinite", "label_smoothing", "schedule",
 }
 
 func isTrainParam(name string) bool {
@@ -59,13 +59,14 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		keep             = 3
 		onNonFinite      = "stop"
 		labelSmoothing   number
+		scheduleV        = starlark.Value(starlark.None)
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
 		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
 		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep,
-		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing); err != nil {
+		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV); err != nil {
 		return nil, err
 	}
 	s := &spec.Spec{
@@ -108,6 +109,13 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	}
 	if s.Optimizer, err = configOf[spec.Optimizer](b, "optimizer", optV, "optim.sgd(...) or optim.adam(...)"); err != nil {
 		return nil, err
+	}
+	if scheduleV != starlark.None {
+		sc, err := configOf[spec.Schedule](b, "schedule", scheduleV, "sched.step(...), sched.cosine(...), sched.linear_warmup(...) or sched.onecycle(...)")
+		if err != nil {
+			return nil, err
+		}
+		s.Schedule = &sc
 	}
 	if syncV == starlark.None {
 		s.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: 25, Overlap: true, BroadcastBuffers: true, Pos: s.Pos}

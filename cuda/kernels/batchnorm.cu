@@ -41,7 +41,7 @@ GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save,
           float d1 = a[at], x1 = b[at];
           next();
           p0 += (double)d0;
-          q0 += (double)d0 * (double)(x0);
+          q0 += (double)d0 * (double)(x0 - mean);
           p1 += (double)d1;
           q1 += (double)d1 * (double)(x1 - mean);
         }

@@ -70,6 +70,10 @@ type RunCtx struct {
 	// Last is true on the last micro-batch of an optimizer step: only then
 	// do the sync and update phases run.
 	Last bool
+	// LR is the learning rate of this optimizer step (the schedule's); the
+	// update phase's optimizer steps use it instead of their Attrs.LR. 0
+	// means Attrs.LR.
+	LR float64
 }
 
 // Device holds one Program's buffers and runs its kernel and copy steps.

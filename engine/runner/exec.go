@@ -18,6 +18,9 @@ type device struct {
 	rank int
 	prog *engine.Program
 	dev  backend.Device
+	// perEpoch and totalSteps are the optimizer steps of an epoch and of
+	// the run, over which the learning-rate schedule runs.
+	perEpoch, totalSteps int
 	// coll runs collectives over the device's buffers and host over host
 	// values (losses, counts); both nil with one device.
 	coll backend.Collectives

@@ -33,7 +33,6 @@ func (rs *runState) epochBegins(d *device, sc *engine.Schedule, pr *progress, ep
 // Result so far and, on rank 0, its step line, the verbose log line and
 // OnStep.
 func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt time.Duration) error {
-	s := rs.plan.Spec
 	rs.res.Steps = d.step
 	rs.res.Samples += int64(total) // this process's, for its speed
 	rs.res.FinalLoss = loss
@@ -41,7 +40,7 @@ func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt t
 	if d.rank != 0 {
 		return nil
 	}
-	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: s.Optimizer.LR, Samples: total,
+	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.rc.LR, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
 		Time: time.Since(rs.start).Seconds()}
 	if err := rs.metrics.step(&sm); err != nil {

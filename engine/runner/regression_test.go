@@ -114,3 +114,34 @@ func compileErr(s *spec.Spec, devices int) (*engine.Plan, error) {
 	c.Devices = devices
 	return engine.Compile(s, c)
 }
+
+// TestScheduleDrivesTheUpdate: the schedule's learning rate is the one the
+// optimizer uses (one step under a warm-up starting at half the rate
+// equals one step at half the rate) and the one metrics.jsonl logs.
+func TestScheduleDrivesTheUpdate(t *testing.T) {
+	warm := trained(t, 2, "max_steps=1", "optimizer=optim.sgd(lr=0.1, momentum=0.5)", "schedule=sched.linear_warmup(steps=5, start_factor=0.5)")[0]
+	half := trained(t, 2, "max_steps=1", "optimizer=optim.sgd(lr=0.05, momentum=0.5)")[0]
+	if d := maxRelDiff(warm, half); d != 0 {
+		t.Errorf("warm-up step 1 differs from a step at lr 0.05 by %.2e", d)
+	}
+	dir := t.TempDir()
+	p := compile(t, loadSpec(t, tinyScript, "schedule=sched.cosine(min_lr=0.01)", "eval=None"), 1)
+	if _, err := Run(p, RunOptions{Out: dir}); err != nil {
+		t.Fatal(err)
+	}
+	total := 2 * 512 / 16
+	n := 0
+	for _, m := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
+		if m["kind"] != "step" {
+			continue
+		}
+		n++
+		step := int(m["step"].(float64))
+		if want := 0.01 + (0.1-0.01)*(1+math.Cos(math.Pi*float64(step-1)/float64(total)))/2; math.Abs(m["lr"].(float64)-want) > 1e-12 {
+			t.Errorf("step %d logs lr %v, want %v", step, m["lr"], want)
+		}
+	}
+	if n != total {
+		t.Errorf("%d step lines, want %d", n, total)
+	}
+}

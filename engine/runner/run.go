@@ -522,6 +522,14 @@ func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
 	if sc.Steps == 0 {
 		return false, fmt.Errorf("epoch %d has no full step: a shard is smaller than its micro-batch (uneven = %q)", epoch+1, s.Uneven)
 	}
+	// The learning-rate schedule runs over epochs × this epoch's optimizer
+	// steps; max_steps cuts the run short, not the schedule (as a PyTorch
+	// scheduler built for the epochs).
+	d.perEpoch = (sc.Steps + s.Accumulate - 1) / s.Accumulate
+	d.totalSteps = s.Epochs * d.perEpoch
+	if err := engine.CheckSchedule(s.Schedule, d.totalSteps); err != nil {
+		return false, err
+	}
 	if epoch != pr.Epoch {
 		pr.Epoch, pr.Micro = epoch, 0
 		pr.GlobalLoss, pr.GlobalCount, pr.TrainSeconds = 0, 0, 0
@@ -588,6 +596,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	}
 	d.rc.LossScale = scale / float64(max(denom, 1))
 	d.rc.Step = d.step + 1
+	d.rc.LR = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
 	d.commTime = 0
 	mine := 0 // samples this rank fed
 	for m := g0; m < g1; m++ {

@@ -169,6 +169,25 @@ type Optimizer struct {
 	Pos                 Pos
 }
 
+// Schedule is a learning-rate schedule, PyTorch's lr_scheduler stepped
+// once per optimizer step. Kind is "step" (StepLR: ×Gamma every Every
+// epochs), "cosine" (CosineAnnealingLR from the optimizer's lr down to
+// MinLR over the run, or over Steps steps), "warmup" (LinearLR from
+// StartFactor·lr up to lr over Steps steps, then Then, as SequentialLR)
+// or "onecycle" (OneCycleLR to MaxLR with PctStart, DivFactor,
+// FinalDivFactor, cosine annealing, cycle_momentum=False).
+type Schedule struct {
+	Kind                                       string
+	Every                                      int
+	Gamma                                      float64
+	MinLR                                      float64
+	Steps                                      int
+	StartFactor                                float64
+	Then                                       *Schedule
+	MaxLR, PctStart, DivFactor, FinalDivFactor float64
+	Pos                                        Pos
+}
+
 // SyncKind names a gradient synchronisation strategy.
 type SyncKind string
 
@@ -226,6 +245,9 @@ type Spec struct {
 	Partition *Partition // nil: the engine's default (each rank a strided shard)
 	Sync      Sync
 	Optimizer Optimizer
+	// Schedule changes the learning rate every optimizer step (nil: the
+	// optimizer's lr throughout).
+	Schedule *Schedule
 
 	BatchSize  int // global: each of N devices takes about BatchSize/N
 	Epochs     int

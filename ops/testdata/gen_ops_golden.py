@@ -251,6 +251,82 @@ layer_norm("layer_norm_2d_noaffine", (5, 7), False, eps=1e-3)
 unary("gelu", "gelu", F.gelu)
 unary("gelu_tanh", "gelu", lambda x: F.gelu(x, approximate="tanh"), approximate=True)
 
+
+def softmax_last(name, shape, causal=False, log=False):
+    x = (randn(*shape) * 3).requires_grad_()
+    s = x
+    if causal:
+        mask = torch.ones(shape[-2], shape[-1], dtype=torch.bool).triu(1)
+        s = x.masked_fill(mask, float("-inf"))
+    y = F.log_softmax(s, dim=-1) if log else F.softmax(s, dim=-1)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    c = dict(name=name, op="log_softmax" if log else "softmax", x=t(x), y=t(y), dy=t(dy), dx=t(x.grad))
+    if causal:
+        c.update(causal=True)
+    cases.append(c)
+
+
+softmax_last("softmax_4d", (2, 3, 4, 5))
+softmax_last("softmax_causal", (2, 2, 5, 5), causal=True)
+softmax_last("softmax_causal_3d", (3, 4, 4), causal=True)
+softmax_last("log_softmax_3d", (3, 4, 6), log=True)
+
+
+def loss_last(name, shape, ignore_index=None, n_ignored=0, label_smoothing=0.0, nll=False):
+    """Losses with classes along the last dimension of [N,...,C] (PyTorch's
+    class dimension is 1: the logits are permuted), with reduction="mean",
+    which divides by the number of targets not ignored."""
+    c = shape[-1]
+    x = (randn(*shape) * 3).requires_grad_()
+    target = torch.randint(0, c, shape[:-1])
+    kw = {}
+    if ignore_index is not None:
+        kw["ignore_index"] = ignore_index
+        flat = target.view(-1)
+        flat[torch.randperm(flat.numel())[:n_ignored]] = ignore_index
+    perm = (0, len(shape) - 1) + tuple(range(1, len(shape) - 1))
+    dloss = torch.tensor(0.75, dtype=D)
+    case = dict(name=name, target=t(target.double()), dloss=t(dloss.reshape(1)))
+    if nll:
+        logp = F.log_softmax(x, dim=-1)
+        logp.retain_grad()
+        loss = F.nll_loss(logp.permute(*perm), target, **kw)
+        loss.backward(dloss)
+        case.update(op="log_softmax_nll", logp=t(logp), dlogp=t(logp.grad))
+    else:
+        loss = F.cross_entropy(x.permute(*perm), target, label_smoothing=label_smoothing, **kw)
+        loss.backward(dloss)
+        case.update(op="cross_entropy", probs=t(F.softmax(x, dim=-1)))
+        if label_smoothing:
+            case.update(label_smoothing=label_smoothing)
+    if ignore_index is not None:
+        case.update(ignore_index=ignore_index)
+    case.update(x=t(x), loss=t(loss.reshape(1)), dx=t(x.grad))
+    cases.append(case)
+
+
+loss_last("cross_entropy_3d", (3, 4, 5))
+loss_last("cross_entropy_3d_ignore", (3, 4, 5), ignore_index=-100, n_ignored=4)
+loss_last("cross_entropy_4d_ignore_class_smoothing", (2, 3, 2, 6), ignore_index=2, n_ignored=3, label_smoothing=0.2)
+loss_last("cross_entropy_2d_ignore_smoothing", (7, 4), ignore_index=-1, n_ignored=2, label_smoothing=0.1)
+loss_last("nll_3d_ignore", (3, 5, 4), ignore_index=-100, n_ignored=5, nll=True)
+
+
+def bmm(name, a_shape, b_shape, trans_a=False, trans_b=False):
+    x, other = randn(*a_shape).requires_grad_(), randn(*b_shape).requires_grad_()
+    y = torch.matmul(x.transpose(-1, -2) if trans_a else x, other.transpose(-1, -2) if trans_b else other)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op="batch_matmul", trans_a=trans_a, trans_b=trans_b, x=t(x), other=t(other),
+                      y=t(y), dy=t(dy), dx=t(x.grad), dother=t(other.grad)))
+
+
+bmm("batch_matmul", (3, 4, 5), (3, 5, 2))
+bmm("batch_matmul_trans_b_4d", (2, 3, 4, 6), (2, 3, 5, 6), trans_b=True)
+bmm("batch_matmul_trans_a", (2, 6, 3), (2, 6, 4), trans_a=True)
+bmm("batch_matmul_trans_ab", (4, 5, 3), (4, 2, 5), trans_a=True, trans_b=True)
+
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.
 print(re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text))

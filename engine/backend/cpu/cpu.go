@@ -191,6 +191,12 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 		if st.Acc && !rc.First {
 			a = &bd.accAttrs
 		}
+		if st.Phase == engine.PhaseUpdate {
+			a.LR = st.Attrs.LR
+			if rc.LR != 0 {
+				a.LR = rc.LR // the schedule's
+			}
+		}
 		bd.kernel(&d.ctx, a, bd.in, bd.out)
 	case engine.CopyStep:
 		in, out := &d.bufs[st.In[0].ID], &d.bufs[st.Out[0].ID]
