@@ -62,5 +62,6 @@ func checkAllocs[T Float](t *testing.T, k *[NumOps]Kernel[T], seen map[Op]bool) 
 	measure("batch_norm_running", BatchNormRunning, c, &Attrs{BNMomentum: 0.1}, []*Buf[T]{save, buf(20), buf(20), buf(1)}, nil)
 	measure("sgd", SGDStep, c, &Attrs{LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 0.1}, []*Buf[T]{p, g, s1}, nil)
 	measure("adam", AdamStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
+	measure("adamw", AdamWStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
 	return bad
 }

@@ -198,6 +198,20 @@ var gradCases = []gradCase{
 	bmmCase("batch_matmul/trans_b-4d", false, true, [][]int{{2, 3, 4, 2}, {2, 3, 5, 2}}, 3),
 	bmmCase("batch_matmul/trans_a", true, false, [][]int{{2, 3, 2}, {2, 3, 4}}, 0),
 	bmmCase("batch_matmul/trans_ab", true, true, [][]int{{2, 2, 4, 3}, {2, 2, 5, 4}}, 3),
+
+	permCase("permute/heads", []int{2, 3, 4, 2}, 0, 2, 1, 3),
+	permCase("permute/3d", []int{3, 2, 4}, 0, 2, 1),
+	permCase("permute/5d", []int{2, 2, 3, 4, 2}, 0, 3, 1, 4, 2),
+	permCase("permute/6d", []int{1, 2, 3, 2, 2, 3}, 0, 5, 4, 1, 3, 2),
+}
+
+// permCase is a Permute gradient check: Permute by perm, and back by its
+// inverse.
+func permCase(name string, in []int, perm ...int8) gradCase {
+	var p [MaxPermRank]int8
+	copy(p[:], perm)
+	return gradCase{name: name, op: Permute, attrs: Attrs{Perm: p}, in: [][]int{in}, capN: in[0] + 2,
+		bwd: []bwdStep{{op: Permute, args: []ref{dyOf(0)}, attrs: &Attrs{Perm: InversePerm(p, len(in))}}}}
 }
 
 // bmmCase is a BatchMatMul gradient check, with the gradients of a and b

@@ -28,6 +28,7 @@ type opsGoldenCase struct {
 	Approximate, Causal             bool
 	TransA                          bool `json:"trans_a"`
 	TransB                          bool `json:"trans_b"`
+	Perm                            []int8
 	IgnoreIndex                     *int `json:"ignore_index"`
 	X, W, B, Y, Dy, Dx, Dw          *goldenTensor
 	Db, Idx, Target, Probs, Ids     *goldenTensor
@@ -260,6 +261,15 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 		}
 		expectClose(t, "dx", dx, g.Dx, tol)
 		expectClose(t, "dother", dother, g.Dother, tol)
+	case "permute":
+		a := &Attrs{}
+		copy(a.Perm[:], g.Perm)
+		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
+		y, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape)
+		call(k, c, Permute, a, []*Buf[T]{x}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		call(k, c, Permute, &Attrs{Perm: InversePerm(a.Perm, len(g.Perm))}, []*Buf[T]{dy}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
 	case "batch_norm":
 		runBatchNormGolden(t, g, k, c, tol)
 	case "avgpool2d":

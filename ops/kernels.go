@@ -52,6 +52,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		LayerNorm:       layerNorm[T],
 		GELU:            gelu[T],
 		BatchMatMul:     batchMatMul[T],
+		Permute:         permute[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],
@@ -87,8 +88,9 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 
 		BatchNormRunning: batchNormRunning[T],
 
-		SGDStep:  sgdStep[T],
-		AdamStep: adamStep[T],
+		SGDStep:   sgdStep[T],
+		AdamStep:  adamStep[T],
+		AdamWStep: adamWStep[T],
 	}
 }
 

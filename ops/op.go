@@ -160,6 +160,13 @@ const (
 	//	true   false   b, dc; TransB            a, dc
 	//	true   true    b, dc; TransA, TransB    dc, a; TransA, TransB
 	BatchMatMul
+	// Permute: in x of rank r ≤ 6; out y with dimension i of size
+	// x.shape[Perm[i]] (x.permute(Perm[:r])), elements moved to match.
+	// Perm[:r] must be a permutation of 0..r-1 that keeps the batch first
+	// (Perm[0] = 0); Perm[r:] is ignored. Attrs: Perm. Its gradient is
+	// Permute with InversePerm(Perm, r); [N,T,H,Dh] → [N,H,T,Dh] is Perm
+	// {0, 2, 1, 3}, its own inverse.
+	Permute
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -281,6 +288,12 @@ const (
 	// Attrs: LR, Beta1, Beta2, Eps, WeightDecay. Ctx.Step is the 1-based
 	// optimizer step.
 	AdamStep
+	// AdamWStep: in param, grad, m, v. PyTorch's torch.optim.AdamW rule
+	// (amsgrad=False): param *= 1 - LR·WeightDecay (decoupled weight
+	// decay), then Adam's update without weight decay in the gradient.
+	// Attrs: LR, Beta1, Beta2, Eps, WeightDecay (PyTorch's default 1e-2,
+	// used as given). Ctx.Step is the 1-based optimizer step.
+	AdamWStep
 
 	numOps
 )
@@ -338,6 +351,7 @@ var infos = [NumOps]Info{
 	LayerNorm:       {Name: "layer_norm", NumIn: 3, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<1 | 1<<2},
 	GELU:            {Name: "gelu", NumIn: 1, NumOut: 1, Forward: true},
 	BatchMatMul:     {Name: "batch_matmul", NumIn: 2, NumOut: 1, Forward: true},
+	Permute:         {Name: "permute", NumIn: 1, NumOut: 1, Forward: true},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -372,8 +386,9 @@ var infos = [NumOps]Info{
 
 	BatchNormRunning: {Name: "batch_norm_running", NumIn: 4, NumOut: 0, InPlace: true},
 
-	SGDStep:  {Name: "sgd_step", NumIn: 3, NumOut: 0, InPlace: true},
-	AdamStep: {Name: "adam_step", NumIn: 4, NumOut: 0, InPlace: true},
+	SGDStep:   {Name: "sgd_step", NumIn: 3, NumOut: 0, InPlace: true},
+	AdamStep:  {Name: "adam_step", NumIn: 4, NumOut: 0, InPlace: true},
+	AdamWStep: {Name: "adamw_step", NumIn: 4, NumOut: 0, InPlace: true},
 }
 
 // MayOmit reports whether input i may be absent.
@@ -441,6 +456,9 @@ type Attrs struct {
 	Causal bool
 	// TransA, TransB: BatchMatMul multiplies by the transpose of a, of b.
 	TransA, TransB bool
+	// Perm: Permute's order of dimensions; entries past the input's rank
+	// are ignored.
+	Perm [MaxPermRank]int8
 	// BNMomentum: BatchNormRunning's momentum, PyTorch's meaning (the
 	// weight of the new batch; PyTorch's default is 0.1), used as given; a
 	// negative value means a cumulative average (momentum=None). Eps

@@ -6,8 +6,8 @@ import (
 )
 
 // optim_golden.json holds parameters after each of several steps of
-// torch.optim.SGD and torch.optim.Adam (PyTorch 1.13), in float32 and
-// float64; testdata/gen_optim_golden.py writes it.
+// torch.optim.SGD, torch.optim.Adam and torch.optim.AdamW (PyTorch 1.13), in
+// float32 and float64; testdata/gen_optim_golden.py writes it.
 
 type optimGolden struct {
 	Torch string
@@ -39,9 +39,9 @@ func TestOptimizersMatchPyTorch(t *testing.T) {
 		ga := gc.Attrs
 		a := &Attrs{LR: ga.LR, WeightDecay: ga.WeightDecay, Momentum: ga.Momentum, Dampening: ga.Dampening,
 			Nesterov: ga.Nesterov, Beta1: ga.Beta1, Beta2: ga.Beta2, Eps: ga.Eps}
-		op := SGDStep
-		if gc.Kind == "adam" {
-			op = AdamStep
+		op := map[string]Op{"sgd": SGDStep, "adam": AdamStep, "adamw": AdamWStep}[gc.Kind]
+		if op == Invalid {
+			t.Fatalf("%s: unknown kind %q", gc.Name, gc.Kind)
 		}
 		t.Run(gc.Name+"/float64", func(t *testing.T) {
 			runOptim(t, &Kernels64, op, a, g.Param, g.Grads, gc.Float64, 0)

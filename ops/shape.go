@@ -163,6 +163,28 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 		return [][]int{clone(x), save}, nil
 	case BatchMatMul:
 		return inferBatchMatMul(a, in[0], in[1])
+	case Permute:
+		x := in[0]
+		r := len(x)
+		if r > MaxPermRank {
+			return nil, fmt.Errorf("permute: input has %d dimensions, at most %d are supported: %v", r, MaxPermRank, x)
+		}
+		perm := a.Perm[:r]
+		var seen [MaxPermRank]bool
+		for _, p := range perm {
+			if p < 0 || int(p) >= r || seen[p] {
+				return nil, fmt.Errorf("permute: perm %v is not a permutation of the %d dimensions of input %v", perm, r, x)
+			}
+			seen[p] = true
+		}
+		if perm[0] != 0 {
+			return nil, fmt.Errorf("permute: perm %v moves the batch dimension; it must stay first", perm)
+		}
+		y := make([]int, r)
+		for i, p := range perm {
+			y[i] = x[p]
+		}
+		return [][]int{y}, nil
 	}
 	return nil, fmt.Errorf("%v: no shape rule", op)
 }

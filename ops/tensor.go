@@ -26,3 +26,59 @@ func narrow[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		copy(y.Data[i*ll:][:ll], x.Data[i*ls+off:][:ll])
 	}
 }
+
+// MaxPermRank is the largest rank Permute takes.
+const MaxPermRank = 6
+
+// InversePerm returns the permutation that undoes perm's first rank
+// entries (Permute's gradient); its entries from rank on are the identity.
+func InversePerm(perm [MaxPermRank]int8, rank int) [MaxPermRank]int8 {
+	var inv [MaxPermRank]int8
+	for i := range inv {
+		inv[i] = int8(i)
+	}
+	for i, p := range perm[:rank] {
+		inv[p] = int8(i)
+	}
+	return inv
+}
+
+// permute: in x of rank r ≤ 6; out y[i₀,...] = x at index i permuted back
+// (y's dimension d is x's dimension Perm[d]). It walks y in order, reading x
+// with y's dimensions' strides in x.
+func permute[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, y := in[0], out[0]
+	r := len(x.Shape)
+	n := x.Len()
+	if n == 0 {
+		return
+	}
+	var xs, shape, stride, idx [MaxPermRank]int
+	s := 1
+	for d := r - 1; d >= 0; d-- {
+		xs[d] = s
+		s *= x.Shape[d]
+	}
+	for d, p := range a.Perm[:r] {
+		shape[d], stride[d] = x.Shape[p], xs[p]
+	}
+	last, ls := shape[r-1], stride[r-1]
+	yd := y.Data[:n]
+	off := 0 // x's offset of y's index idx[:r-1], 0
+	for o := 0; o < n; o += last {
+		src := off
+		for j := range yd[o : o+last] {
+			yd[o+j] = x.Data[src]
+			src += ls
+		}
+		for d := r - 2; d >= 0; d-- {
+			idx[d]++
+			off += stride[d]
+			if idx[d] < shape[d] {
+				break
+			}
+			off -= stride[d] * shape[d]
+			idx[d] = 0
+		}
+	}
+}

@@ -327,6 +327,18 @@ bmm("batch_matmul_trans_b_4d", (2, 3, 4, 6), (2, 3, 5, 6), trans_b=True)
 bmm("batch_matmul_trans_a", (2, 6, 3), (2, 6, 4), trans_a=True)
 bmm("batch_matmul_trans_ab", (4, 5, 3), (4, 2, 5), trans_a=True, trans_b=True)
 
+
+def permute(name, shape, perm):
+    x = randn(*shape).requires_grad_()
+    y = x.permute(*perm)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op="permute", perm=list(perm), x=t(x), y=t(y.contiguous()), dy=t(dy), dx=t(x.grad)))
+
+
+permute("permute_heads", (2, 5, 3, 4), (0, 2, 1, 3))
+permute("permute_5d", (2, 3, 4, 2, 3), (0, 3, 1, 4, 2))
+
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.
 print(re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes optim_golden.json: torch.optim.SGD and torch.optim.Adam (PyTorch
-1.13, single-tensor code path) run for a few steps on a fixed small case, in
-float32 and float64. ops/optim_test.go checks SGDStep and AdamStep against it.
+"""Writes optim_golden.json: torch.optim.SGD, torch.optim.Adam and
+torch.optim.AdamW (PyTorch 1.13, single-tensor code path) run for a few steps
+on a fixed small case, in float32 and float64. ops/optim_test.go checks
+SGDStep, AdamStep and AdamWStep against it.
 
 Regenerate (from the repository root):
 
@@ -31,6 +32,9 @@ CASES = [
     ("adam", "adam", dict(ADAM, lr=1e-3)),
     ("adam_weight_decay", "adam", dict(ADAM, lr=1e-2, weight_decay=0.1)),
     ("adam_betas_eps", "adam", dict(ADAM, lr=0.1, betas=(0.8, 0.99), eps=1e-6)),
+    ("adamw", "adamw", dict(ADAM, lr=1e-3, weight_decay=1e-2)),
+    ("adamw_no_decay", "adamw", dict(ADAM, lr=1e-2, weight_decay=0.0)),
+    ("adamw_strong_decay", "adamw", dict(ADAM, lr=0.1, weight_decay=0.5, betas=(0.8, 0.99), eps=1e-6)),
 ]
 
 
@@ -38,8 +42,10 @@ def run(kind, hp, dtype):
     p = param0.to(dtype).clone().requires_grad_()
     if kind == "sgd":
         opt = torch.optim.SGD([p], foreach=False, **hp)
-    else:
+    elif kind == "adam":
         opt = torch.optim.Adam([p], foreach=False, **hp)
+    else:
+        opt = torch.optim.AdamW([p], foreach=False, **hp)
     out = []
     for g in grads:
         p.grad = g.to(dtype).clone()
