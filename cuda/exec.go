@@ -324,7 +324,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		n := d.live(st.In[0])
 		return d.launch(kReluGrad, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
 
-	case ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Scale:
+	case ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Scale, ops.GELU:
 		alpha := 0.0
 		switch st.Op {
 		case ops.LeakyReLU:
@@ -333,11 +333,19 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 			alpha = a.Alpha
 		}
 		n := d.live(st.In[0])
-		return d.launch(kUnary, elementwise(n), P(st.In[0]), P(st.Out[0]), intArg(n), intArg(unaryCode[st.Op]), floatArg(alpha))
+		code := unaryCode[st.Op]
+		if st.Op == ops.GELU && a.Approximate {
+			code = unaryGELUTanh
+		}
+		return d.launch(kUnary, elementwise(n), P(st.In[0]), P(st.Out[0]), intArg(n), intArg(code), floatArg(alpha))
 
-	case ops.Add, ops.Sub, ops.Mul, ops.SigmoidGrad, ops.TanhGrad, ops.LeakyReLUGrad:
+	case ops.Add, ops.Sub, ops.Mul, ops.SigmoidGrad, ops.TanhGrad, ops.LeakyReLUGrad, ops.GELUGrad:
 		n := d.live(st.In[0])
-		return d.launch(kBinary, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n), intArg(binaryCode[st.Op]), floatArg(a.NegativeSlope))
+		code := binaryCode[st.Op]
+		if st.Op == ops.GELUGrad && a.Approximate {
+			code = binaryGELUTanhGrad
+		}
+		return d.launch(kBinary, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n), intArg(code), floatArg(a.NegativeSlope))
 
 	case ops.BatchNormStats:
 		x := st.In[0]
@@ -471,18 +479,23 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		}
 		return d.launch(kDropout2DGrad, elementwise(planes*hw), P(dy), P(st.In[1]), P(st.Out[0]), intArg(planes), intArg(hw))
 
-	case ops.LogSoftmax, ops.Softmax:
+	case ops.LogSoftmax:
 		x := st.In[0]
-		n, c := d.dim(x, 0), x.Max[1]
-		k := kLogSoftmax
-		if st.Op == ops.Softmax {
-			k = kSoftmax
+		n, c := d.rows(x)
+		return d.launch(kLogSoftmax, elementwise(n), P(x), P(st.Out[0]), intArg(n), intArg(c))
+
+	case ops.Softmax:
+		x := st.In[0]
+		n, c := d.rows(x)
+		causal := 0 // the rows of each T×T matrix
+		if a.Causal && len(x.Max) >= 2 {
+			causal = d.dim(x, len(x.Max)-2)
 		}
-		return d.launch(k, elementwise(n), P(x), P(st.Out[0]), intArg(n), intArg(c))
+		return d.launch(kSoftmax, elementwise(n), P(x), P(st.Out[0]), intArg(n), intArg(c), intArg(causal))
 
 	case ops.LogSoftmaxGrad, ops.SoftmaxGrad:
 		dy := st.In[0]
-		n, c := d.dim(dy, 0), dy.Max[1]
+		n, c := d.rows(dy)
 		k := kLogSoftmaxGrad
 		if st.Op == ops.SoftmaxGrad {
 			k = kSoftmaxGrad
@@ -491,25 +504,113 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 
 	case ops.NLLLoss:
 		x, t := st.In[0], st.In[1]
-		n, c := d.dim(x, 0), x.Max[1]
-		return d.launch(kNLLLoss, oneBlock(), P(x), P(t), P(st.Out[0]), intArg(n), intArg(c), lossScaleArg(), boolArg(acc))
+		n, c := d.rows(x)
+		return d.launch(kNLLLoss, oneBlock(), P(x), P(t), P(st.Out[0]), intArg(n), intArg(c), lossScaleArg(), boolArg(acc),
+			boolArg(a.HasIgnore), intArg(a.IgnoreIndex))
 
 	case ops.NLLLossGrad:
 		dx := st.Out[0]
-		n, c := d.dim(dx, 0), dx.Max[1]
-		return d.launch(kNLLLossGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(dx), intArg(n), intArg(c), lossScaleArg())
+		n, c := d.rows(dx)
+		return d.launch(kNLLLossGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(dx), intArg(n), intArg(c), lossScaleArg(),
+			boolArg(a.HasIgnore), intArg(a.IgnoreIndex))
 
 	case ops.CrossEntropy:
 		x, t := st.In[0], st.In[1]
-		n, c := d.dim(x, 0), x.Max[1]
+		n, c := d.rows(x)
 		return d.launch(kCrossEntropy, oneBlock(), P(x), P(t), P(st.Out[0]), P(st.Out[1]), intArg(n), intArg(c),
-			floatArg(a.LabelSmoothing), lossScaleArg(), boolArg(acc))
+			floatArg(a.LabelSmoothing), lossScaleArg(), boolArg(acc), boolArg(a.HasIgnore), intArg(a.IgnoreIndex))
 
 	case ops.CrossEntropyGrad:
 		dx := st.Out[0]
-		n, c := d.dim(dx, 0), dx.Max[1]
+		n, c := d.rows(dx)
 		return d.launch(kCrossEntropyGrad, elementwise(n*c), P(st.In[0]), P(st.In[1]), P(st.In[2]), P(dx), intArg(n), intArg(c),
-			floatArg(a.LabelSmoothing), lossScaleArg())
+			floatArg(a.LabelSmoothing), lossScaleArg(), boolArg(a.HasIgnore), intArg(a.IgnoreIndex))
+
+	case ops.Concat: // a[N, A, ...], b[N, B, ...] → [N, A+B, ...]
+		x, y, z := st.In[0], st.In[1], st.Out[0]
+		n, la, lb := d.dim(x, 0), sampleElems(x), sampleElems(y)
+		if err := d.launch(kCopySlice, elementwise(n*la), P(x), P(z), intArg(n), intArg(la), intArg(la), intArg(0), intArg(la+lb), intArg(0)); err != nil {
+			return err
+		}
+		return d.launch(kCopySlice, elementwise(n*lb), P(y), P(z), intArg(n), intArg(lb), intArg(lb), intArg(0), intArg(la+lb), intArg(la))
+
+	case ops.Narrow: // dy[N, S, ...] → [N, L, ...] from Offset
+		x, y := st.In[0], st.Out[0]
+		n, ls, ll := d.dim(x, 0), sampleElems(x), sampleElems(y)
+		inner := 1
+		for _, v := range x.Max[2:] {
+			inner *= v
+		}
+		off := a.Offset * inner
+		return d.launch(kCopySlice, elementwise(n*ll), P(x), P(y), intArg(n), intArg(ll), intArg(ls), intArg(off), intArg(ll), intArg(0))
+
+	case ops.Permute:
+		x := st.In[0]
+		shape := make([]int, len(x.Max))
+		for i := range shape {
+			shape[i] = d.dim(x, i)
+		}
+		dims, strides, n, err := permuteArgs(shape, a.Perm)
+		if err != nil {
+			return err
+		}
+		args := []arg{P(x), P(st.Out[0]), intArg(n)}
+		for _, v := range dims {
+			args = append(args, intArg(v))
+		}
+		for _, v := range strides {
+			args = append(args, intArg(v))
+		}
+		return d.launch(kPermute, elementwise(n), args...)
+
+	case ops.Embedding: // ids[N, ...], w[V, D] → [N, ..., D]
+		ids, w := st.In[0], st.In[1]
+		n, v, dd := d.live(ids), w.Max[0], w.Max[1]
+		return d.launch(kEmbedding, elementwise(n*dd), P(ids), P(w), P(st.Out[0]), intArg(n), intArg(v), intArg(dd))
+
+	case ops.EmbeddingGradWeight: // dy[N, ..., D], ids[N, ...] → dW[V, D]
+		ids, dw := st.In[1], st.Out[0]
+		n, v, dd := d.live(ids), dw.Max[0], dw.Max[1]
+		per := embeddingRowsPer(v, dd)
+		return d.launch(kEmbeddingGrad, elementwise((v+per-1)/per*dd), P(ids), P(st.In[0]), P(dw), intArg(n), intArg(v), intArg(dd),
+			intArg(per), boolArg(acc))
+
+	case ops.LayerNorm: // x, gamma, beta → y, save
+		x := st.In[0]
+		rows, dd := d.rows(x)
+		return d.launch(kLayerNorm, blockPer(rows), P(x), P(in(1)), P(in(2)), P(st.Out[0]), P(st.Out[1]), intArg(rows), intArg(dd), floatArg(a.Eps))
+
+	case ops.LayerNormGradInput: // dy, x, save, gamma → dx
+		x := st.In[1]
+		rows, dd := d.rows(x)
+		return d.launch(kLayerNormGradInput, blockPer(rows), P(st.In[0]), P(x), P(st.In[2]), P(in(3)), P(st.Out[0]), intArg(rows), intArg(dd))
+
+	case ops.LayerNormGradGamma: // dy, x, save → dgamma: Σ over rows of dy·x̂
+		dy := st.In[0]
+		rows, dd := d.rows(dy)
+		s, chunk := splitSum(rows)
+		if need := bnPartials(dd, rows); need > d.partN {
+			return fmt.Errorf("%s: layer norm's gamma gradient over %d × %d needs %d partials, Load reserved %d", d.Name(), rows, dd, need, d.partN)
+		}
+		if err := d.launch(kBNPartial, blockPer(dd*s), P(dy), P(st.In[1]), P(st.In[2]), ptrArg(uintptr(d.part)), intArg(rows), intArg(dd),
+			intArg(1), intArg(s), intArg(chunk), intArg(lnGammaSums)); err != nil {
+			return err
+		}
+		// The second half of the partials: Σdy·x̂.
+		return d.launch(kBiasFinish, blockPer(dd), ptrArg(uintptr(d.part)+8*uintptr(dd*s)), P(st.Out[0]), intArg(dd), intArg(s), boolArg(acc))
+
+	case ops.LayerNormGradBeta: // dy → dbeta: Σ over rows of dy, the split sum of [rows, D, 1]
+		dy := st.In[0]
+		rows, dd := d.rows(dy)
+		return d.splitSum(d.ptr(dy), d.ptr(st.Out[0]), rows, dd, 1, acc)
+
+	case ops.BatchMatMul:
+		x, y, z := st.In[0], st.In[1], st.Out[0]
+		g, ok := batchMatMulCall(a, x.Max, y.Max, d.live(x))
+		if !ok {
+			return nil // no matrices in the live batch
+		}
+		return d.gemm(g, 1, 0, d.ptr(x), d.ptr(y), d.ptr(z))
 
 	case ops.MSELoss: // pred, target → loss
 		p := st.In[0]
@@ -530,11 +631,11 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		return d.launch(kSGDStep, elementwise(n), P(param), P(grad), P(buf), intArg(n), floatArg(a.LR), floatArg(a.Momentum),
 			floatArg(a.Dampening), floatArg(a.WeightDecay), boolArg(a.Nesterov), firstStepArg())
 
-	case ops.AdamStep:
+	case ops.AdamStep, ops.AdamWStep:
 		param := st.In[0]
 		n := d.live(param)
 		return d.launch(kAdamStep, elementwise(n), P(param), P(st.In[1]), P(st.In[2]), P(st.In[3]), intArg(n), floatArg(a.LR),
-			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg())
+			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg(), boolArg(st.Op == ops.AdamWStep))
 	}
 	return fmt.Errorf("no CUDA kernel for op %s", st.Op)
 }
@@ -566,9 +667,10 @@ func (d *Device) splitSum(x, out uintptr, n, c, plane int, acc bool) error {
 // by op code.
 var (
 	unaryCode = map[ops.Op]int{ops.Sigmoid: unarySigmoid, ops.Tanh: unaryTanh, ops.LeakyReLU: unaryLeakyReLU,
-		ops.Scale: unaryScale}
+		ops.Scale: unaryScale, ops.GELU: unaryGELU}
 	binaryCode = map[ops.Op]int{ops.Add: binaryAdd, ops.Sub: binarySub, ops.Mul: binaryMul,
-		ops.SigmoidGrad: binarySigmoidGrad, ops.TanhGrad: binaryTanhGrad, ops.LeakyReLUGrad: binaryLeakyReLUGrad}
+		ops.SigmoidGrad: binarySigmoidGrad, ops.TanhGrad: binaryTanhGrad, ops.LeakyReLUGrad: binaryLeakyReLUGrad,
+		ops.GELUGrad: binaryGELUGrad}
 )
 
 // bnSums queues batch norm's per-channel sums (gorun_bn_partial in mode,
@@ -586,6 +688,16 @@ func (d *Device) bnSums(mode int, a, b, save, out arg, n, c, plane, count int) e
 		return err
 	}
 	return d.launch(kBNFinish, blockPer(c), part, out, intArg(c), intArg(s), intArg(count))
+}
+
+// rows is b's live elements as rows along its last dimension: their
+// number and length (0 rows when the last dimension is 0).
+func (d *Device) rows(b *engine.Buffer) (n, k int) {
+	k = b.Max[len(b.Max)-1]
+	if k == 0 {
+		return 0, 0
+	}
+	return d.live(b) / k, k
 }
 
 // sampleElems is the elements of one sample of b: the product of its

@@ -1,5 +1,7 @@
 package cuda
 
+import "gorun/ops"
+
 // cuBLAS is column-major; gorun's matrices are row-major. A row-major
 // m×n matrix C is, read column-major, the n×m matrix Cᵀ, so the row-major
 // product C = op(A)·op(B) is the column-major product
@@ -68,4 +70,31 @@ func f32(acc bool) float32 {
 		return 1
 	}
 	return 0
+}
+
+// batchMatMulCall maps ops.BatchMatMul over a[B...,M,K] (or [B...,K,M]
+// with TransA) and b[B...,K,N] (or [B...,N,K] with TransB), with live
+// elements of a, onto one strided batched GEMM: one product per matrix,
+// as ops/matmul.go's loop. ok is false when the live batch holds no
+// matrix (nothing to do).
+func batchMatMulCall(a *ops.Attrs, x, y []int, live int) (g gemmCall, ok bool) {
+	r := len(x)
+	xr, xc := x[r-2], x[r-1]
+	yr, yc := y[r-2], y[r-1]
+	if xr*xc == 0 {
+		return gemmCall{}, false
+	}
+	batch := live / (xr * xc)
+	m, k := xr, xc
+	if a.TransA {
+		m, k = xc, xr
+	}
+	n := yc
+	if a.TransB {
+		n = yr
+	}
+	if batch == 0 {
+		return gemmCall{}, false
+	}
+	return rowMajorGemmBatched(a.TransA, a.TransB, m, n, k, xc, yc, n, batch, int64(xr*xc), int64(yr*yc), int64(m*n)), true
 }

@@ -1,5 +1,11 @@
 package cuda
 
+import (
+	"fmt"
+
+	"gorun/ops"
+)
+
 // geometry is a one-dimensional launch: Grid blocks of Block threads with
 // Shared bytes of dynamic shared memory (cuda/kernels/kernels.h: "All grids
 // and blocks are one-dimensional").
@@ -62,4 +68,45 @@ func splitPartials(c, total int) int {
 		return c * s
 	}
 	return 0
+}
+
+// embeddingThreads is about how many threads gorun_embedding_grad should
+// run: each owns one column of a bucket of rows and scans every id, so
+// more buckets mean more parallelism and more scanning.
+const embeddingThreads = 1 << 15
+
+// embeddingRowsPer is gorun_embedding_grad's rows_per for dW[v, d]: the
+// rows of one bucket, chosen so that the buckets times d come to about
+// embeddingThreads threads (at least one row per bucket, at most v).
+func embeddingRowsPer(v, d int) int {
+	buckets := min(max((embeddingThreads+d-1)/max(d, 1), 1), max(v, 1))
+	return max((v+buckets-1)/buckets, 1)
+}
+
+// permuteArgs is gorun_permute's geometry for x of shape (live) permuted
+// by perm: y's dimensions and, for each, the stride in x of the dimension
+// it comes from, padded at the front to ops.MaxPermRank with 1 and 0; and
+// y's elements.
+func permuteArgs(shape []int, perm [ops.MaxPermRank]int8) (dims, strides [ops.MaxPermRank]int, n int, err error) {
+	r := len(shape)
+	if r == 0 || r > ops.MaxPermRank {
+		return dims, strides, 0, fmt.Errorf("permute of rank %d: want 1 to %d", r, ops.MaxPermRank)
+	}
+	xs := make([]int, r)
+	s := 1
+	for i := r - 1; i >= 0; i-- {
+		xs[i] = s
+		s *= shape[i]
+	}
+	pad := ops.MaxPermRank - r
+	for i := range pad {
+		dims[i] = 1
+	}
+	for i, p := range perm[:r] {
+		if p < 0 || int(p) >= r {
+			return dims, strides, 0, fmt.Errorf("permute of rank %d: dimension %d in %v", r, p, perm[:r])
+		}
+		dims[pad+i], strides[pad+i] = shape[p], xs[p]
+	}
+	return dims, strides, s, nil
 }

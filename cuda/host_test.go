@@ -408,7 +408,7 @@ func TestKernelSignatures(t *testing.T) {
 }
 
 // TestKernelConsts checks the op codes and modes (kernelConsts) against
-// kernels.h's GORUN_UNARY_*, GORUN_BINARY_* and GORUN_BN_* macros, both
+// kernels.h's GORUN_UNARY_*, GORUN_BINARY_*, GORUN_BN_* and GORUN_LN_* macros, both
 // ways.
 func TestKernelConsts(t *testing.T) {
 	src, err := os.ReadFile("kernels/kernels.h")
@@ -419,7 +419,7 @@ func TestKernelConsts(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN)_\w+) (\d+)`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN|LN)_\w+) (\d+)`).FindAllStringSubmatch(string(src), -1) {
 		v, _ := strconv.Atoi(m[2])
 		found[m[1]] = v
 	}

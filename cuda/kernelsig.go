@@ -39,6 +39,8 @@ const (
 	kBNGradInput
 	kBNGradGamma
 	kBNRunning
+	kLayerNorm
+	kLayerNormGradInput
 	kMaxPool
 	kMaxPoolGrad
 	kAvgPool
@@ -59,6 +61,10 @@ const (
 	kAdamStep
 	kGatherRows
 	kGatherRowsInt
+	kCopySlice
+	kPermute
+	kEmbedding
+	kEmbeddingGrad
 	kCountCorrect
 	kSum
 	numKernels
@@ -94,56 +100,62 @@ const (
 
 // kernelSigs mirrors kernels.h; a test checks it against the header.
 var kernelSigs = [numKernels]kernelSig{
-	kRelu:              {"gorun_relu", []argKind{aP, aP, aI}},
-	kReluGrad:          {"gorun_relu_grad", []argKind{aP, aP, aP, aI}},
-	kUnary:             {"gorun_unary", []argKind{aP, aP, aI, aI, aF}},
-	kBinary:            {"gorun_binary", []argKind{aP, aP, aP, aI, aI, aF}},
-	kCopy:              {"gorun_copy", []argKind{aP, aP, aI}},
-	kFill:              {"gorun_fill", []argKind{aP, aI, aF}},
-	kScale:             {"gorun_scale", []argKind{aP, aI, aF}},
-	kAccumulate:        {"gorun_accumulate", []argKind{aP, aP, aI}},
-	kAxpy:              {"gorun_axpy", []argKind{aP, aP, aI, aF}},
-	kDropout:           {"gorun_dropout", []argKind{aP, aP, aP, aI, aF, aU, aU}},
-	kDropout2D:         {"gorun_dropout2d", []argKind{aP, aP, aP, aI, aI, aF, aU, aU}},
-	kDropoutGrad:       {"gorun_dropout_grad", []argKind{aP, aP, aP, aI}},
-	kDropout2DGrad:     {"gorun_dropout2d_grad", []argKind{aP, aP, aP, aI, aI}},
-	kIm2col:            {"gorun_im2col", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
-	kCol2im:            {"gorun_col2im", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
-	kONLToNOL:          {"gorun_onl_to_nol", []argKind{aP, aP, aI, aI, aI}},
-	kNOLToONL:          {"gorun_nol_to_onl", []argKind{aP, aP, aI, aI, aI}},
-	kBiasAdd:           {"gorun_bias_add", []argKind{aP, aP, aI, aI, aI}},
-	kBiasGrad:          {"gorun_bias_grad", []argKind{aP, aP, aI, aI, aI, aI}},
-	kBiasPartial:       {"gorun_bias_partial", []argKind{aP, aP, aI, aI, aI, aI, aI}},
-	kBiasFinish:        {"gorun_bias_finish", []argKind{aP, aP, aI, aI, aI}},
-	kBNPartial:         {"gorun_bn_partial", []argKind{aP, aP, aP, aP, aI, aI, aI, aI, aI, aI}},
-	kBNFinish:          {"gorun_bn_finish", []argKind{aP, aP, aI, aI, aI}},
-	kBNParams:          {"gorun_bn_params", []argKind{aP, aP, aP, aP, aP, aP, aI, aF, aI}},
-	kBNApply:           {"gorun_bn_apply", []argKind{aP, aP, aP, aI, aI, aI}},
-	kBNGradInput:       {"gorun_bn_grad_input", []argKind{aP, aP, aP, aP, aI, aI, aI}},
-	kBNGradGamma:       {"gorun_bn_grad_gamma", []argKind{aP, aP, aP, aI, aF, aI}},
-	kBNRunning:         {"gorun_bn_running", []argKind{aP, aP, aP, aP, aI, aF}},
-	kMaxPool:           {"gorun_maxpool2d", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
-	kMaxPoolGrad:       {"gorun_maxpool2d_grad", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
-	kAvgPool:           {"gorun_avgpool2d", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI}},
-	kAvgPoolGrad:       {"gorun_avgpool2d_grad", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI}},
-	kGlobalAvgPool:     {"gorun_global_avgpool2d", []argKind{aP, aP, aI, aI}},
-	kGlobalAvgPoolGrad: {"gorun_global_avgpool2d_grad", []argKind{aP, aP, aI, aI}},
-	kLogSoftmax:        {"gorun_log_softmax", []argKind{aP, aP, aI, aI}},
-	kSoftmax:           {"gorun_softmax", []argKind{aP, aP, aI, aI}},
-	kLogSoftmaxGrad:    {"gorun_log_softmax_grad", []argKind{aP, aP, aP, aI, aI}},
-	kSoftmaxGrad:       {"gorun_softmax_grad", []argKind{aP, aP, aP, aI, aI}},
-	kNLLLoss:           {"gorun_nll_loss", []argKind{aP, aP, aP, aI, aI, aF, aI}},
-	kNLLLossGrad:       {"gorun_nll_loss_grad", []argKind{aP, aP, aP, aI, aI, aF}},
-	kCrossEntropy:      {"gorun_cross_entropy", []argKind{aP, aP, aP, aP, aI, aI, aF, aF, aI}},
-	kCrossEntropyGrad:  {"gorun_cross_entropy_grad", []argKind{aP, aP, aP, aP, aI, aI, aF, aF}},
-	kMSELoss:           {"gorun_mse_loss", []argKind{aP, aP, aP, aI, aI, aF, aI}},
-	kMSELossGrad:       {"gorun_mse_loss_grad", []argKind{aP, aP, aP, aP, aI, aI, aF}},
-	kSGDStep:           {"gorun_sgd_step", []argKind{aP, aP, aP, aI, aF, aF, aF, aF, aI, aI}},
-	kAdamStep:          {"gorun_adam_step", []argKind{aP, aP, aP, aP, aI, aF, aF, aF, aF, aF, aI}},
-	kGatherRows:        {"gorun_gather_rows", []argKind{aP, aP, aP, aI, aI}},
-	kGatherRowsInt:     {"gorun_gather_rows_int", []argKind{aP, aP, aP, aI, aI}},
-	kCountCorrect:      {"gorun_count_correct", []argKind{aP, aP, aP, aI, aI, aI}},
-	kSum:               {"gorun_sum", []argKind{aP, aP, aI, aI}},
+	kRelu:               {"gorun_relu", []argKind{aP, aP, aI}},
+	kReluGrad:           {"gorun_relu_grad", []argKind{aP, aP, aP, aI}},
+	kUnary:              {"gorun_unary", []argKind{aP, aP, aI, aI, aF}},
+	kBinary:             {"gorun_binary", []argKind{aP, aP, aP, aI, aI, aF}},
+	kCopy:               {"gorun_copy", []argKind{aP, aP, aI}},
+	kFill:               {"gorun_fill", []argKind{aP, aI, aF}},
+	kScale:              {"gorun_scale", []argKind{aP, aI, aF}},
+	kAccumulate:         {"gorun_accumulate", []argKind{aP, aP, aI}},
+	kAxpy:               {"gorun_axpy", []argKind{aP, aP, aI, aF}},
+	kDropout:            {"gorun_dropout", []argKind{aP, aP, aP, aI, aF, aU, aU}},
+	kDropout2D:          {"gorun_dropout2d", []argKind{aP, aP, aP, aI, aI, aF, aU, aU}},
+	kDropoutGrad:        {"gorun_dropout_grad", []argKind{aP, aP, aP, aI}},
+	kDropout2DGrad:      {"gorun_dropout2d_grad", []argKind{aP, aP, aP, aI, aI}},
+	kIm2col:             {"gorun_im2col", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kCol2im:             {"gorun_col2im", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kONLToNOL:           {"gorun_onl_to_nol", []argKind{aP, aP, aI, aI, aI}},
+	kNOLToONL:           {"gorun_nol_to_onl", []argKind{aP, aP, aI, aI, aI}},
+	kBiasAdd:            {"gorun_bias_add", []argKind{aP, aP, aI, aI, aI}},
+	kBiasGrad:           {"gorun_bias_grad", []argKind{aP, aP, aI, aI, aI, aI}},
+	kBiasPartial:        {"gorun_bias_partial", []argKind{aP, aP, aI, aI, aI, aI, aI}},
+	kBiasFinish:         {"gorun_bias_finish", []argKind{aP, aP, aI, aI, aI}},
+	kBNPartial:          {"gorun_bn_partial", []argKind{aP, aP, aP, aP, aI, aI, aI, aI, aI, aI}},
+	kBNFinish:           {"gorun_bn_finish", []argKind{aP, aP, aI, aI, aI}},
+	kBNParams:           {"gorun_bn_params", []argKind{aP, aP, aP, aP, aP, aP, aI, aF, aI}},
+	kBNApply:            {"gorun_bn_apply", []argKind{aP, aP, aP, aI, aI, aI}},
+	kBNGradInput:        {"gorun_bn_grad_input", []argKind{aP, aP, aP, aP, aI, aI, aI}},
+	kBNGradGamma:        {"gorun_bn_grad_gamma", []argKind{aP, aP, aP, aI, aF, aI}},
+	kBNRunning:          {"gorun_bn_running", []argKind{aP, aP, aP, aP, aI, aF}},
+	kLayerNorm:          {"gorun_layer_norm", []argKind{aP, aP, aP, aP, aP, aI, aI, aF}},
+	kLayerNormGradInput: {"gorun_layer_norm_grad_input", []argKind{aP, aP, aP, aP, aP, aI, aI}},
+	kMaxPool:            {"gorun_maxpool2d", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
+	kMaxPoolGrad:        {"gorun_maxpool2d_grad", []argKind{aP, aP, aP, aI, aI, aI, aI, aI, aI, aI}},
+	kAvgPool:            {"gorun_avgpool2d", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kAvgPoolGrad:        {"gorun_avgpool2d_grad", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kGlobalAvgPool:      {"gorun_global_avgpool2d", []argKind{aP, aP, aI, aI}},
+	kGlobalAvgPoolGrad:  {"gorun_global_avgpool2d_grad", []argKind{aP, aP, aI, aI}},
+	kLogSoftmax:         {"gorun_log_softmax", []argKind{aP, aP, aI, aI}},
+	kSoftmax:            {"gorun_softmax", []argKind{aP, aP, aI, aI, aI}},
+	kLogSoftmaxGrad:     {"gorun_log_softmax_grad", []argKind{aP, aP, aP, aI, aI}},
+	kSoftmaxGrad:        {"gorun_softmax_grad", []argKind{aP, aP, aP, aI, aI}},
+	kNLLLoss:            {"gorun_nll_loss", []argKind{aP, aP, aP, aI, aI, aF, aI, aI, aI}},
+	kNLLLossGrad:        {"gorun_nll_loss_grad", []argKind{aP, aP, aP, aI, aI, aF, aI, aI}},
+	kCrossEntropy:       {"gorun_cross_entropy", []argKind{aP, aP, aP, aP, aI, aI, aF, aF, aI, aI, aI}},
+	kCrossEntropyGrad:   {"gorun_cross_entropy_grad", []argKind{aP, aP, aP, aP, aI, aI, aF, aF, aI, aI}},
+	kMSELoss:            {"gorun_mse_loss", []argKind{aP, aP, aP, aI, aI, aF, aI}},
+	kMSELossGrad:        {"gorun_mse_loss_grad", []argKind{aP, aP, aP, aP, aI, aI, aF}},
+	kSGDStep:            {"gorun_sgd_step", []argKind{aP, aP, aP, aI, aF, aF, aF, aF, aI, aI}},
+	kAdamStep:           {"gorun_adam_step", []argKind{aP, aP, aP, aP, aI, aF, aF, aF, aF, aF, aI, aI}},
+	kGatherRows:         {"gorun_gather_rows", []argKind{aP, aP, aP, aI, aI}},
+	kGatherRowsInt:      {"gorun_gather_rows_int", []argKind{aP, aP, aP, aI, aI}},
+	kCopySlice:          {"gorun_copy_slice", []argKind{aP, aP, aI, aI, aI, aI, aI, aI}},
+	kPermute:            {"gorun_permute", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kEmbedding:          {"gorun_embedding", []argKind{aP, aP, aP, aI, aI, aI}},
+	kEmbeddingGrad:      {"gorun_embedding_grad", []argKind{aP, aP, aP, aI, aI, aI, aI, aI}},
+	kCountCorrect:       {"gorun_count_correct", []argKind{aP, aP, aP, aI, aI, aI}},
+	kSum:                {"gorun_sum", []argKind{aP, aP, aI, aI}},
 }
 
 // The op codes of gorun_unary and gorun_binary and the modes of the batch
@@ -154,6 +166,8 @@ const (
 	unaryTanh      = 1 // GORUN_UNARY_TANH
 	unaryLeakyReLU = 2 // GORUN_UNARY_LEAKY_RELU
 	unaryScale     = 3 // GORUN_UNARY_SCALE
+	unaryGELU      = 4 // GORUN_UNARY_GELU
+	unaryGELUTanh  = 5 // GORUN_UNARY_GELU_TANH
 
 	binaryAdd           = 0 // GORUN_BINARY_ADD
 	binarySub           = 1 // GORUN_BINARY_SUB
@@ -161,12 +175,15 @@ const (
 	binarySigmoidGrad   = 3 // GORUN_BINARY_SIGMOID_GRAD
 	binaryTanhGrad      = 4 // GORUN_BINARY_TANH_GRAD
 	binaryLeakyReLUGrad = 5 // GORUN_BINARY_LEAKY_RELU_GRAD
+	binaryGELUGrad      = 6 // GORUN_BINARY_GELU_GRAD
+	binaryGELUTanhGrad  = 7 // GORUN_BINARY_GELU_TANH_GRAD
 
-	bnSums     = 0 // GORUN_BN_SUMS (gorun_bn_partial)
-	bnGradSums = 1 // GORUN_BN_GRAD_SUMS
-	bnNorm     = 0 // GORUN_BN_NORM (gorun_bn_params)
-	bnEval     = 1 // GORUN_BN_EVAL
-	bnGrad     = 2 // GORUN_BN_GRAD
+	bnSums      = 0 // GORUN_BN_SUMS (gorun_bn_partial)
+	bnGradSums  = 1 // GORUN_BN_GRAD_SUMS
+	lnGammaSums = 2 // GORUN_LN_GAMMA_SUMS
+	bnNorm      = 0 // GORUN_BN_NORM (gorun_bn_params)
+	bnEval      = 1 // GORUN_BN_EVAL
+	bnGrad      = 2 // GORUN_BN_GRAD
 )
 
 // kernelConsts maps each of kernels.h's op-code and mode macros to its
@@ -176,14 +193,19 @@ var kernelConsts = map[string]int{
 	"GORUN_UNARY_TANH":             unaryTanh,
 	"GORUN_UNARY_LEAKY_RELU":       unaryLeakyReLU,
 	"GORUN_UNARY_SCALE":            unaryScale,
+	"GORUN_UNARY_GELU":             unaryGELU,
+	"GORUN_UNARY_GELU_TANH":        unaryGELUTanh,
 	"GORUN_BINARY_ADD":             binaryAdd,
 	"GORUN_BINARY_SUB":             binarySub,
 	"GORUN_BINARY_MUL":             binaryMul,
 	"GORUN_BINARY_SIGMOID_GRAD":    binarySigmoidGrad,
 	"GORUN_BINARY_TANH_GRAD":       binaryTanhGrad,
 	"GORUN_BINARY_LEAKY_RELU_GRAD": binaryLeakyReLUGrad,
+	"GORUN_BINARY_GELU_GRAD":       binaryGELUGrad,
+	"GORUN_BINARY_GELU_TANH_GRAD":  binaryGELUTanhGrad,
 	"GORUN_BN_SUMS":                bnSums,
 	"GORUN_BN_GRAD_SUMS":           bnGradSums,
+	"GORUN_LN_GAMMA_SUMS":          lnGammaSums,
 	"GORUN_BN_NORM":                bnNorm,
 	"GORUN_BN_EVAL":                bnEval,
 	"GORUN_BN_GRAD":                bnGrad,

@@ -14,13 +14,15 @@ var hasKernel = func() (h [ops.NumOps]bool) {
 	for _, op := range []ops.Op{ops.Conv2D, ops.Linear, ops.ReLU, ops.MaxPool2D, ops.Dropout, ops.Dropout2D,
 		ops.Flatten, ops.LogSoftmax, ops.Softmax, ops.NLLLoss, ops.CrossEntropy, ops.MSELoss,
 		ops.BatchNormStats, ops.BatchNormNorm, ops.BatchNormEval, ops.AvgPool2D, ops.GlobalAvgPool2D,
-		ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Add, ops.Sub, ops.Mul, ops.Scale,
+		ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Add, ops.Sub, ops.Mul, ops.Scale, ops.Concat, ops.Embedding,
+		ops.LayerNorm, ops.GELU, ops.BatchMatMul, ops.Permute,
 		ops.Conv2DGradInput, ops.Conv2DGradWeight, ops.Conv2DGradBias, ops.LinearGradInput,
 		ops.LinearGradWeight, ops.LinearGradBias, ops.ReLUGrad, ops.MaxPool2DGrad, ops.DropoutGrad,
 		ops.Dropout2DGrad, ops.LogSoftmaxGrad, ops.SoftmaxGrad, ops.NLLLossGrad, ops.CrossEntropyGrad,
 		ops.MSELossGrad, ops.BatchNormGradStats, ops.BatchNormGradGamma, ops.BatchNormGradBeta,
 		ops.BatchNormGradInput, ops.AvgPool2DGrad, ops.GlobalAvgPool2DGrad, ops.SigmoidGrad, ops.TanhGrad,
-		ops.LeakyReLUGrad, ops.BatchNormRunning, ops.SGDStep, ops.AdamStep} {
+		ops.LeakyReLUGrad, ops.Narrow, ops.EmbeddingGradWeight, ops.LayerNormGradInput, ops.LayerNormGradGamma,
+		ops.LayerNormGradBeta, ops.GELUGrad, ops.BatchNormRunning, ops.SGDStep, ops.AdamStep, ops.AdamWStep} {
 		h[op] = true
 	}
 	return h
@@ -72,7 +74,8 @@ func biasShape(dy []int) (n, c, plane int) {
 // live batch is never larger, and fewer elements never take more chunks),
 // the finiteness check over its largest float32 buffer, batch norm's
 // per-channel sums (two partials per chunk, bnPartials) and its
-// per-channel parameters (4·C floats, bnParamsDoubles). The device
+// per-channel parameters (4·C floats, bnParamsDoubles), and layer norm's
+// gamma and beta gradients (sums over rows, per column). The device
 // allocates it at Load, since no memory may be allocated during a step or
 // a graph capture.
 func partialsNeeded(prog *engine.Program) int {
@@ -83,6 +86,7 @@ func partialsNeeded(prog *engine.Program) int {
 				continue
 			}
 			n, c, plane := biasShape(st.In[0].Max)
+			rows, d := lastDimShape(st.In[0].Max)
 			switch st.Op {
 			case ops.Conv2DGradBias, ops.LinearGradBias:
 				need = max(need, splitPartials(c, n*plane))
@@ -90,6 +94,10 @@ func partialsNeeded(prog *engine.Program) int {
 				need = max(need, bnPartials(c, n*plane))
 			case ops.BatchNormNorm, ops.BatchNormEval, ops.BatchNormGradInput:
 				need = max(need, bnParamsDoubles(c))
+			case ops.LayerNormGradGamma:
+				need = max(need, bnPartials(d, rows))
+			case ops.LayerNormGradBeta:
+				need = max(need, splitPartials(d, rows))
 			}
 		}
 	}
@@ -99,6 +107,16 @@ func partialsNeeded(prog *engine.Program) int {
 		}
 	}
 	return need
+}
+
+// lastDimShape is shape as rows along its last dimension: their number
+// and length.
+func lastDimShape(shape []int) (rows, d int) {
+	rows = 1
+	for _, v := range shape[:len(shape)-1] {
+		rows *= v
+	}
+	return rows, shape[len(shape)-1]
 }
 
 // bnPartials is the scratch, in doubles, of batch norm's per-channel sums

@@ -61,8 +61,11 @@ func Subset(d Dataset, n int) Dataset {
 	if n >= d.Len() {
 		return d
 	}
-	if r, ok := d.(*regressionSet); ok {
-		return r.subset(n)
+	switch d := d.(type) {
+	case *regressionSet:
+		return d.subset(n)
+	case *textSet:
+		return d.subset(n)
 	}
 	if p, ok := d.(*prefix); ok {
 		d = p.base

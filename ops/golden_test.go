@@ -8,10 +8,12 @@ import (
 )
 
 // ops_golden.json holds PyTorch 1.13's float64 forward and backward values
-// of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy, softmax,
-// batch_norm, avg_pool2d, adaptive_avg_pool2d, sigmoid, tanh, leaky_relu,
-// add, sub, mul, scaling, mse_loss, cat, embedding, layer_norm, gelu, softmax and log_softmax over the last dimension of
-// higher-rank inputs (causal too) on small random inputs;
+// of conv2d, max_pool2d, log_softmax + nll_loss, cross_entropy (label
+// smoothing, ignore_index, classes along the last dimension of higher-rank
+// inputs), softmax (causal too), log_softmax, batch_norm, avg_pool2d,
+// adaptive_avg_pool2d, sigmoid, tanh, leaky_relu, gelu, add, sub, mul,
+// scaling, mse_loss, cat, embedding, layer_norm, matmul (batched, with
+// transposes) and permute on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {

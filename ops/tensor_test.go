@@ -101,3 +101,6 @@ func TestPermuteForward(t *testing.T) {
 		t.Errorf("InversePerm of a swap = %v, want %v", got, want)
 	}
 }
+
+// Attrs must stay comparable: the engine compares nodes' attributes.
+var _ = map[Attrs]bool{{Perm: [MaxPermRank]int8{0, 2, 1, 3}}: true}

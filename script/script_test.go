@@ -202,7 +202,7 @@ func TestOverrideErrors(t *testing.T) {
 		{"epochs=", `--set epochs=: no value`},
 		{"loss=cross entropy", `--set loss=cross entropy: the value is not a Starlark expression`},
 		{"epochs=foo+1", `--set epochs=foo+1: --set epochs:1:1: undefined: foo`},
-		{"loss=cross-entropy", `train: loss must be "nll" or "cross_entropy", got "cross-entropy"`},
+		{"loss=cross-entropy", `train: loss must be "nll", "cross_entropy" or "mse", got "cross-entropy"`},
 		{"optimizer.lr=float('nan')", `--set optimizer.lr: optim.sgd: for parameter "lr": got nan, want a finite number`},
 	}
 	for _, c := range cases {

@@ -62,7 +62,7 @@ func TestUsageChecks(t *testing.T) {
 	}
 	// A plain word stays a string: the error is train()'s, exit 1.
 	code, _, stderr := gorun(t, "plan", script, "--set", "loss=cross-entropy")
-	if code != 1 || !strings.Contains(stderr, `loss must be "nll" or "cross_entropy", got "cross-entropy"`) {
+	if code != 1 || !strings.Contains(stderr, `loss must be "nll", "cross_entropy" or "mse", got "cross-entropy"`) {
 		t.Errorf("--set loss=cross-entropy: exit %d, %s", code, stderr)
 	}
 }

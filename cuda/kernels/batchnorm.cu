@@ -1,7 +1,9 @@
-// batchnorm.cu — batch normalisation (see kernels.h and ops/batchnorm.go).
-// x is [N, C, L]; the per-channel sums take the split sum's chunks (as
-// gorun_bias_partial / gorun_bias_finish, two sums at once), the rest is
-// per channel (gorun_bn_params, in double) or elementwise.
+// batchnorm.cu — batch and layer normalisation (see kernels.h,
+// ops/batchnorm.go and ops/layernorm.go). Batch norm's x is [N, C, L]; its
+// per-channel sums take the split sum's chunks (as gorun_bias_partial /
+// gorun_bias_finish, two sums at once), the rest is per channel
+// (gorun_bn_params, in double) or elementwise. Layer norm works on rows,
+// a block per row.
 #include "common.cuh"
 
 GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save, double* part,
@@ -13,12 +15,12 @@ GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save,
   // the plane (gorun_bias_partial's walk).
   int dr = plane > 0 ? step / plane : 0, dk = step - dr * plane;
   long long da = (long long)dr * c * plane + dk, wrap = (long long)(c - 1) * plane;
-  bool grad = mode == GORUN_BN_GRAD_SUMS;
+  bool grad = mode != GORUN_BN_SUMS, ln = mode == GORUN_LN_GAMMA_SUMS;
   for (int blk = blockIdx.x; blk < c * s; blk += gridDim.x) {
     int ch = blk / s, j = blk - ch * s;
     long long lo64 = (long long)j * chunk;
     int lo = (int)min(lo64, (long long)total), hi = (int)min(lo64 + chunk, (long long)total);
-    float mean = grad ? save[ch] : 0.0f;
+    float mean = grad && !ln ? save[ch] : 0.0f;
     // Two accumulators per sum keep two loads and adds in flight.
     double p0 = 0, p1 = 0, q0 = 0, q1 = 0;
     int i = lo + threadIdx.x;
@@ -29,12 +31,22 @@ GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save,
       auto next = [&] {
         k += dk;
         at += da;
+        r += dr;
         if (k >= plane) {
           k -= plane;
           at += wrap;
+          r++;
         }
       };
-      if (grad) {
+      if (ln) {
+        // x̂ = (x - mean_r)·invstd_r with the element's row r.
+        for (; m > 0; m--) {
+          float d0 = a[at], xh = (b[at] - save[2 * r]) * save[2 * r + 1];
+          p0 += (double)d0;
+          q0 += (double)d0 * (double)xh;
+          next();
+        }
+      } else if (grad) {
         for (; m >= 2; m -= 2) {
           float d0 = a[at], x0 = b[at];
           next();
@@ -183,4 +195,71 @@ GORUN_KERNEL gorun_bn_running(const float* save, float* running_mean, float* run
       running_var[j] = (float)((1 - m) * (double)running_var[j] + m * (double)save[c + j] * cnt / (cnt - 1));
   }
   if (threadIdx.x == 0) tracked[0] = (float)t;
+}
+
+// gorun_block_bcast returns, in every thread, thread 0's v: the block sum
+// reaches only thread 0. bc is a __shared__ double; every thread must call
+// it.
+__device__ __forceinline__ double gorun_block_bcast(double* bc, double v) {
+  if (threadIdx.x == 0) *bc = v;
+  __syncthreads();
+  double r = *bc;
+  __syncthreads(); // bc may be written again after this
+  return r;
+}
+
+GORUN_KERNEL gorun_layer_norm(const float* x, const float* gamma, const float* beta, float* y,
+                              float* save, int rows, int d, float eps) {
+  __shared__ double red[GORUN_RED];
+  __shared__ double bc;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + (long long)r * d;
+    float* yr = y + (long long)r * d;
+    double s = 0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) s += (double)xr[j];
+    double mean = gorun_block_bcast(&bc, gorun_block_sum(red, s)) / d;
+    double s2 = 0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      double e = (double)xr[j] - mean;
+      s2 += e * e;
+    }
+    s2 = gorun_block_bcast(&bc, gorun_block_sum(red, s2));
+    double is = 1 / sqrt(s2 / d + (double)eps);
+    float m = (float)mean, k = (float)is;
+    if (threadIdx.x == 0) {
+      save[2 * r] = m;
+      save[2 * r + 1] = k;
+    }
+    if (!gamma && !beta) {
+      for (int j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (xr[j] - m) * k;
+    } else {
+      for (int j = threadIdx.x; j < d; j += blockDim.x)
+        yr[j] = (gamma ? gamma[j] : 1.0f) * ((xr[j] - m) * k) + (beta ? beta[j] : 0.0f);
+    }
+  }
+}
+
+GORUN_KERNEL gorun_layer_norm_grad_input(const float* dy, const float* x, const float* save,
+                                         const float* gamma, float* dx, int rows, int d) {
+  __shared__ double red[GORUN_RED];
+  __shared__ double bc;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *gr = dy + (long long)r * d, *xr = x + (long long)r * d;
+    float* dr = dx + (long long)r * d;
+    float mean = save[2 * r], is = save[2 * r + 1];
+    double s0 = 0, s1 = 0; // Σg, Σg·x̂
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      double gg = (double)gr[j] * (gamma ? (double)gamma[j] : 1.0);
+      s0 += gg;
+      s1 += gg * (double)((xr[j] - mean) * is);
+    }
+    s0 = gorun_block_bcast(&bc, gorun_block_sum(red, s0));
+    s1 = gorun_block_bcast(&bc, gorun_block_sum(red, s1));
+    float m0 = (float)(s0 / d), m1 = (float)(s1 / d);
+    // A thread writes only the elements it read itself: dx may be dy.
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      float gg = gr[j] * (gamma ? gamma[j] : 1.0f);
+      dr[j] = is * (gg - m0 - (xr[j] - mean) * is * m1);
+    }
+  }
 }

@@ -12,6 +12,14 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n) 
   GORUN_FOR(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
 }
 
+// GELU's constants, as ops/activation.go's (3·C written out, as Go folds
+// the constant 3·geluC exactly before rounding it).
+#define GORUN_GELU_K 0.7978845608028654       // sqrt(2/π)
+#define GORUN_GELU_C 0.044715
+#define GORUN_GELU_3C 0.134145
+#define GORUN_INV_SQRT2 0.7071067811865476    // 1/sqrt(2)
+#define GORUN_INV_SQRT_2PI 0.3989422804014327 // 1/sqrt(2π)
+
 // The op is the same for every thread: one loop per op keeps the loops
 // free of a per-element switch.
 GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha) {
@@ -30,6 +38,18 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha) {
     break;
   case GORUN_UNARY_SCALE:
     GORUN_FOR(i, n) { y[i] = alpha * x[i]; }
+    break;
+  case GORUN_UNARY_GELU:
+    GORUN_FOR(i, n) {
+      double f = x[i];
+      y[i] = (float)(0.5 * f * (1 + erf(f * GORUN_INV_SQRT2)));
+    }
+    break;
+  case GORUN_UNARY_GELU_TANH:
+    GORUN_FOR(i, n) {
+      double f = x[i];
+      y[i] = (float)(0.5 * f * (1 + tanh(GORUN_GELU_K * (f + GORUN_GELU_C * f * f * f))));
+    }
     break;
   }
 }
@@ -62,6 +82,21 @@ GORUN_KERNEL gorun_binary(const float* a, const float* b, float* out, int n, int
     GORUN_FOR(i, n) {
       float g = a[i];
       out[i] = b[i] > 0.0f ? g : g * alpha;
+    }
+    break;
+  case GORUN_BINARY_GELU_GRAD:
+    GORUN_FOR(i, n) {
+      double f = b[i];
+      double d = 0.5 * (1 + erf(f * GORUN_INV_SQRT2)) + f * GORUN_INV_SQRT_2PI * exp(-0.5 * f * f);
+      out[i] = (float)((double)a[i] * d);
+    }
+    break;
+  case GORUN_BINARY_GELU_TANH_GRAD:
+    GORUN_FOR(i, n) {
+      double f = b[i];
+      double th = tanh(GORUN_GELU_K * (f + GORUN_GELU_C * f * f * f));
+      double d = 0.5 * (1 + th) + 0.5 * f * (1 - th * th) * GORUN_GELU_K * (1 + GORUN_GELU_3C * f * f);
+      out[i] = (float)((double)a[i] * d);
     }
     break;
   }

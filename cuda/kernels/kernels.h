@@ -93,11 +93,16 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n);
 //   LEAKY_RELU  x > 0 ? x : alpha·x, NaN stays NaN (LeakyReLU, alpha = its
 //               NegativeSlope)
 //   SCALE       alpha·x (Scale, alpha = its Alpha)
+//   GELU        x·Φ(x) = 0.5·x·(1+erf(x/√2)), in double (GELU)
+//   GELU_TANH   0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))), in double (GELU
+//               with Approximate)
 // ELEMENTWISE(n). In place ok.
 #define GORUN_UNARY_SIGMOID 0
 #define GORUN_UNARY_TANH 1
 #define GORUN_UNARY_LEAKY_RELU 2
 #define GORUN_UNARY_SCALE 3
+#define GORUN_UNARY_GELU 4
+#define GORUN_UNARY_GELU_TANH 5
 GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 // Binary ops, out[i] = f(a[i], b[i]), f chosen by op (GORUN_BINARY_*):
 //   ADD              a + b (Add)
@@ -106,6 +111,8 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 //   SIGMOID_GRAD     a·(1-b)·b: a = dy, b = the Sigmoid output
 //   TANH_GRAD        a·(1-b²): a = dy, b = the Tanh output
 //   LEAKY_RELU_GRAD  b > 0 ? a : alpha·a: a = dy, b = the LeakyReLU input
+//   GELU_GRAD        a·GELU'(b), in double: a = dy, b = the GELU input
+//   GELU_TANH_GRAD   the same for GELU_TANH
 // alpha is used by LEAKY_RELU_GRAD only. ELEMENTWISE(n). out may be a or b.
 #define GORUN_BINARY_ADD 0
 #define GORUN_BINARY_SUB 1
@@ -113,6 +120,8 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 #define GORUN_BINARY_SIGMOID_GRAD 3
 #define GORUN_BINARY_TANH_GRAD 4
 #define GORUN_BINARY_LEAKY_RELU_GRAD 5
+#define GORUN_BINARY_GELU_GRAD 6
+#define GORUN_BINARY_GELU_TANH_GRAD 7
 GORUN_KERNEL gorun_binary(const float* a, const float* b, float* out, int n, int op,
                           float alpha);
 // dst[i] = src[i] (also Flatten when not aliased). ELEMENTWISE(n).
@@ -191,7 +200,8 @@ GORUN_KERNEL gorun_bias_partial(const float* dy, double* part, int n, int c, int
 // accumulate != 0. BLOCK_PER(C).
 GORUN_KERNEL gorun_bias_finish(const double* part, float* db, int c, int s, int accumulate);
 
-// ---- batch normalisation (ops/batchnorm.go), x[N, C, L] ---------------------
+// ---- batch and layer normalisation (ops/batchnorm.go, ops/layernorm.go) -----
+// Batch norm: x[N, C, L].
 // L is the product of the trailing dimensions (1 for [N, C]). Per-channel
 // sums use the split sum's chunking (S chunks of `chunk` elements, the same
 // S and chunk as for a bias gradient over the channel's N·L elements, S = 1
@@ -201,8 +211,9 @@ GORUN_KERNEL gorun_bias_finish(const double* part, float* db, int c, int s, int 
 // scratch, par) in double, as the CPU kernels do, and gorun_bn_apply /
 // gorun_bn_grad_input apply them elementwise.
 
-#define GORUN_BN_SUMS 0      // gorun_bn_partial: Σa, Σa² (BatchNormStats)
-#define GORUN_BN_GRAD_SUMS 1 // gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
+#define GORUN_BN_SUMS 0       // gorun_bn_partial: Σa, Σa² (BatchNormStats)
+#define GORUN_BN_GRAD_SUMS 1  // gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
+#define GORUN_LN_GAMMA_SUMS 2 // gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)
 #define GORUN_BN_NORM 0      // gorun_bn_params: BatchNormNorm
 #define GORUN_BN_EVAL 1      // gorun_bn_params: BatchNormEval
 #define GORUN_BN_GRAD 2      // gorun_bn_params: BatchNormGradInput
@@ -214,8 +225,15 @@ GORUN_KERNEL gorun_bias_finish(const double* part, float* db, int c, int s, int 
 //                            unused, may be null);
 //   mode GORUN_BN_GRAD_SUMS: part[b] = Σa, part[C·S + b] = Σa·(b - mean),
 //                            a = dy, b = x, mean = save[ch] (save[3, C]),
-//                            the difference taken in float as ops does.
+//                            the difference taken in float as ops does;
+//   mode GORUN_LN_GAMMA_SUMS: as GRAD_SUMS with x̂ = (b - save[2·i])·
+//                            save[2·i + 1] (in float) for b - mean, i the
+//                            element's index along N: layer norm's
+//                            dgamma over rows x[R, D] as [N = R, C = D,
+//                            L = 1], save[R, 2] (mean, invstd) per row.
 // An empty range gives 0. part holds 2·C·S doubles. BLOCK_PER(C·S).
+// (LayerNormGradGamma finishes its second half, part + C·S, with
+// gorun_bias_finish; LayerNormGradBeta is the split sum of dy as [R, D, 1].)
 GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save, double* part,
                               int n, int c, int plane, int s, int chunk, int mode);
 // Phase 2 of 2: out[r·C + ch] = Σ_j part[r·C·S + ch·S + j] for rows r = 0, 1
@@ -264,6 +282,20 @@ GORUN_KERNEL gorun_bn_grad_gamma(const float* gstats, const float* save, float* 
 GORUN_KERNEL gorun_bn_running(const float* save, float* running_mean, float* running_var,
                               float* tracked, int c, float momentum);
 
+// LayerNorm over rows x[R, D] (R = the product of the leading dimensions):
+// per row, in double, mean = Σx/D, var = Σ(x-mean)²/D (two passes),
+// invstd = 1/sqrt(var+eps); save[2·r] = mean, save[2·r+1] = invstd (as
+// float); with m, k those floats, y = (x-m)·k without gamma and beta, else
+// gamma·((x-m)·k) + beta (an absent one 1 or 0). BLOCK_PER(R); y may be x.
+GORUN_KERNEL gorun_layer_norm(const float* x, const float* gamma, const float* beta, float* y,
+                              float* save, int rows, int d, float eps);
+// LayerNormGradInput: per row, with mean and k = invstd from save and
+// g = dy·gamma: s0 = Σg, s1 = Σg·x̂ (in double, x̂ = (x-mean)·k in float),
+// m0 = s0/D and m1 = s1/D (as float); dx = k·(g - m0 - (x-mean)·k·m1).
+// gamma may be null (1). BLOCK_PER(R); dx may be dy.
+GORUN_KERNEL gorun_layer_norm_grad_input(const float* dy, const float* x, const float* save,
+                                         const float* gamma, float* dx, int rows, int d);
+
 // ---- pooling ---------------------------------------------------------------
 
 // MaxPool2D: x[planes, H, W] (planes = N·C) → y[planes, OH, OW] and
@@ -299,44 +331,51 @@ GORUN_KERNEL gorun_global_avgpool2d(const float* x, float* y, int planes, int hw
 // GlobalAvgPool2DGrad: dx[q, k] = dy[q]/hw (in double). ELEMENTWISE(planes·hw).
 GORUN_KERNEL gorun_global_avgpool2d_grad(const float* dy, float* dx, int planes, int hw);
 
-// ---- softmax family, over dimension 1 of [N, C] -----------------------------
-// One thread per row (sums in double, as ops/activation.go):
-// ELEMENTWISE(N).
+// ---- softmax family, over the last dimension: rows x[N, C] -----------------
+// N is the number of rows (the product of the leading dimensions). One
+// thread per row (sums in double, as ops/activation.go): ELEMENTWISE(N).
 
 // LogSoftmax: y = x - max - log Σ exp(x - max). y may be x.
 GORUN_KERNEL gorun_log_softmax(const float* x, float* y, int n, int c);
-// Softmax: y = exp(x - max) / Σ exp(x - max). y may be x.
-GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c);
+// Softmax: y = exp(x - max) / Σ exp(x - max). y may be x. With causal > 0
+// (Softmax's Causal: x is scores[..., T, T] with T = causal), row r covers
+// its first min(r mod T + 1, C) columns only and y is 0 in the others.
+GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c, int causal);
 // LogSoftmaxGrad: dx = dy - exp(y)·Σ_row dy. dx may be dy.
 GORUN_KERNEL gorun_log_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
 // SoftmaxGrad: dx = y·(dy - Σ_row dy·y). dx may be dy.
 GORUN_KERNEL gorun_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
 
 // ---- losses (scale = Ctx.LossScale, usually 1/global batch) -----------------
-// A target outside [0, C) makes the loss NaN (the CPU kernel panics).
+// The class losses take rows [N, C] (N positions, classes along the last
+// dimension) and target[N]. A target outside [0, C) makes the loss NaN
+// (the CPU kernel panics). With has_ignore != 0, a target equal to
+// ignore_index is skipped: it adds 0 to the loss and gets a 0 gradient.
 
 // NLLLoss: loss[0] = -scale·Σ_i logp[i, target[i]] (summed in double in a
 // fixed order); with accumulate != 0, loss[0] += that. ONE_BLOCK.
 GORUN_KERNEL gorun_nll_loss(const float* logp, const int* target, float* loss, int n, int c,
-                            float scale, int accumulate);
+                            float scale, int accumulate, int has_ignore, int ignore_index);
 // NLLLossGrad: dx[i, j] = j == target[i] ? -scale·dloss[0] : 0 (dloss is a
 // device pointer to one float). ELEMENTWISE(N·C).
 GORUN_KERNEL gorun_nll_loss_grad(const float* dloss, const int* target, float* dx, int n,
-                                 int c, float scale);
+                                 int c, float scale, int has_ignore, int ignore_index);
 // CrossEntropy with label smoothing ε (0 = none): probs = softmax(logits)
 // per row, and loss[0] = scale·Σ_i ((1-ε)·(-logp_i[target_i]) +
 // ε·mean_j(-logp_i[j])), logp = log_softmax(logits) (in double, fixed
-// order); with accumulate != 0, loss[0] += that. ONE_BLOCK.
+// order); with accumulate != 0, loss[0] += that. probs is written at
+// skipped positions too. ONE_BLOCK.
 GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* loss,
                                  float* probs, int n, int c, float smoothing, float scale,
-                                 int accumulate);
+                                 int accumulate, int has_ignore, int ignore_index);
 // CrossEntropyGrad: dx[i, j] = g·(probs[i, j] - (j == target[i] ? hit :
 // off)), g = scale·dloss[0], off = ε/C and hit = 1-ε+ε/C (computed in
-// double, rounded to float); ε = 0 gives g·p and g·(p-1).
-// ELEMENTWISE(N·C).
+// double, rounded to float); ε = 0 gives g·p and g·(p-1); 0 in the rows
+// of skipped positions. ELEMENTWISE(N·C).
 GORUN_KERNEL gorun_cross_entropy_grad(const float* dloss, const float* probs,
                                       const int* target, float* dx, int n, int c,
-                                      float smoothing, float scale);
+                                      float smoothing, float scale, int has_ignore,
+                                      int ignore_index);
 // MSELoss over pred[N, D] and target[N, D]: loss[0] = scale·(Σ (pred -
 // target)², differences and sum in double, fixed order)/D (0 for N = 0);
 // with accumulate != 0, loss[0] += that. ONE_BLOCK.
@@ -359,10 +398,11 @@ GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, 
 // AdamStep over n elements (t = step, 1-based; bias corrections computed in
 // double from t): g = grad + wd·param; m = β1·m + (1-β1)·g;
 // v = β2·v + (1-β2)·g²; param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps).
-// ELEMENTWISE(n).
+// With decoupled != 0, AdamWStep: g = grad, and param is first multiplied
+// by (float)(1 - lr·wd) (in double). ELEMENTWISE(n).
 GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
                              float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int step);
+                             float weight_decay, int step, int decoupled);
 
 // ---- data and evaluation ---------------------------------------------------
 
@@ -373,6 +413,30 @@ GORUN_KERNEL gorun_gather_rows(const float* src, const int* idx, float* dst, int
 // The same for int32 rows (labels: cols = 1).
 GORUN_KERNEL gorun_gather_rows_int(const int* src, const int* idx, int* dst, int rows,
                                    int cols);
+// dst[i·dst_dim + dst_off + j] = src[i·src_dim + src_off + j] for i < n,
+// j < len: a slice along dimension 1 (in elements, the inner dimensions
+// folded in). Concat is two (a and b into their places), Narrow one.
+// ELEMENTWISE(n·len).
+GORUN_KERNEL gorun_copy_slice(const float* src, float* dst, int n, int len, int src_dim,
+                              int src_off, int dst_dim, int dst_off);
+// Permute: y = x with its dimensions reordered, for y's shape
+// [d0, …, d5] (a rank below 6 padded with leading 1s) and, for each of
+// y's dimensions, the stride s0 … s5 of the x dimension it comes from (in
+// elements; 0 for the padding): y[i0, …, i5] = x[Σ ik·sk]. n is y's
+// elements (d0·…·d5). ELEMENTWISE(n).
+GORUN_KERNEL gorun_permute(const float* x, float* y, int n, int d0, int d1, int d2, int d3,
+                           int d4, int d5, int s0, int s1, int s2, int s3, int s4, int s5);
+// Embedding: y[i, :] = w[ids[i], :] for i < n, w[V, D]; a row of zeros
+// for an id outside [0, V). ELEMENTWISE(n·D).
+GORUN_KERNEL gorun_embedding(const int* ids, const float* w, float* y, int n, int v, int d);
+// EmbeddingGradWeight: dw[V, D] = Σ over i < n with ids[i] = v of dy[i, :]
+// (float adds in increasing i, as the CPU kernel: the same bits), ids
+// outside [0, V) adding nothing; with accumulate != 0 added to dw, else
+// dw is overwritten (rows without ids get 0). Thread t owns column t mod D
+// of rows [b·rows_per, (b+1)·rows_per), b = t / D, and scans all ids: no
+// atomics. ELEMENTWISE(ceil(V/rows_per)·D).
+GORUN_KERNEL gorun_embedding_grad(const int* ids, const float* dy, float* dw, int n, int v,
+                                  int d, int rows_per, int accumulate);
 // count[0] = number of rows i of x[N, C] whose argmax (first maximum wins)
 // equals target[i]; with accumulate != 0, count[0] += that. ONE_BLOCK.
 GORUN_KERNEL gorun_count_correct(const float* x, const int* target, int* count, int n, int c,

@@ -25,7 +25,7 @@ GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, 
 
 GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
                              float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int step) {
+                             float weight_decay, int step, int decoupled) {
   double t = (double)step;
   double bc1 = 1.0 - pow((double)beta1, t);
   double bc2 = 1.0 - pow((double)beta2, t);
@@ -33,10 +33,12 @@ GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v
   float bc2_sqrt = (float)sqrt(bc2);
   float b1 = beta1, c1 = (float)(1.0 - (double)beta1);
   float b2 = beta2, c2 = (float)(1.0 - (double)beta2);
-  bool decay = weight_decay != 0.0f;
+  bool decay = weight_decay != 0.0f && !decoupled;
+  float shrink = (float)(1.0 - (double)lr * (double)weight_decay);
   GORUN_FOR(i, n) {
     float p = param[i], g = grad[i];
     if (decay) g = fmaf(weight_decay, p, g); // grad.add(param, alpha=wd)
+    if (decoupled) p *= shrink;              // AdamW: param.mul_(1 - lr * weight_decay)
     float mi = fmaf(c1, g, m[i] * b1);     // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
     float vi = fmaf(c2 * g, g, v[i] * b2); // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
     m[i] = mi;

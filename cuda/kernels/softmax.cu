@@ -1,5 +1,6 @@
 // softmax.cu — softmax, log-softmax, their gradients and the losses, over
-// dimension 1 of [N, C] (see kernels.h, ops/activation.go, ops/loss.go).
+// the last dimension: rows [N, C] (see kernels.h, ops/activation.go,
+// ops/loss.go).
 #include "common.cuh"
 
 GORUN_KERNEL gorun_log_softmax(const float* x, float* y, int n, int c) {
@@ -12,19 +13,24 @@ GORUN_KERNEL gorun_log_softmax(const float* x, float* y, int n, int c) {
   }
 }
 
-GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c) {
+GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c, int causal) {
   GORUN_FOR(r, n) {
     const float* xr = x + r * c;
     float* yr = y + r * c;
-    float m = gorun_row_max(xr, c);
+    int k = c; // the columns the row covers
+    if (causal > 0) {
+      k = min((int)(r % causal) + 1, c);
+      for (int j = k; j < c; j++) yr[j] = 0.0f;
+    }
+    float m = gorun_row_max(xr, k);
     double s = 0;
-    for (int j = 0; j < c; j++) {
+    for (int j = 0; j < k; j++) {
       double e = exp((double)(xr[j] - m));
       s += e;
       yr[j] = (float)e;
     }
     double inv = 1 / s;
-    for (int j = 0; j < c; j++) yr[j] = (float)((double)yr[j] * inv);
+    for (int j = 0; j < k; j++) yr[j] = (float)((double)yr[j] * inv);
   }
 }
 
@@ -66,12 +72,13 @@ __device__ __forceinline__ void gorun_block_sum_loss(double* part, double mine, 
 }
 
 GORUN_KERNEL gorun_nll_loss(const float* logp, const int* target, float* loss, int n, int c,
-                            float scale, int accumulate) {
+                            float scale, int accumulate, int has_ignore, int ignore_index) {
   __shared__ double part[GORUN_RED];
   if (blockIdx.x != 0) return;
   double s = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     int t = target[i];
+    if (has_ignore && t == ignore_index) continue;
     if (t < 0 || t >= c)
       s += NAN;
     else
@@ -81,17 +88,17 @@ GORUN_KERNEL gorun_nll_loss(const float* logp, const int* target, float* loss, i
 }
 
 GORUN_KERNEL gorun_nll_loss_grad(const float* dloss, const int* target, float* dx, int n,
-                                 int c, float scale) {
+                                 int c, float scale, int has_ignore, int ignore_index) {
   float g = (float)(-(double)scale * (double)dloss[0]);
   GORUN_FOR(e64, (long long)n * c) {
-    int e = (int)e64, i = e / c;
-    dx[e] = target[i] == e - i * c ? g : 0.0f;
+    int e = (int)e64, i = e / c, t = target[i];
+    dx[e] = t == e - i * c && !(has_ignore && t == ignore_index) ? g : 0.0f;
   }
 }
 
 GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* loss,
                                  float* probs, int n, int c, float smoothing, float scale,
-                                 int accumulate) {
+                                 int accumulate, int has_ignore, int ignore_index) {
   __shared__ double part[GORUN_RED];
   if (blockIdx.x != 0) return;
   double eps = smoothing, s = 0; // s: Σ log-likelihoods, negated at the end
@@ -101,7 +108,9 @@ GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* 
     float m = gorun_row_max(xr, c);
     double es = gorun_exp_sum(xr, c, m), ls = log(es);
     int t = target[i];
-    if (t < 0 || t >= c) {
+    if (has_ignore && t == ignore_index) {
+      // skipped: probs only
+    } else if (t < 0 || t >= c) {
       s += NAN;
     } else if (eps == 0) {
       s += (double)(xr[t] - m) - ls;
@@ -118,14 +127,15 @@ GORUN_KERNEL gorun_cross_entropy(const float* logits, const int* target, float* 
 
 GORUN_KERNEL gorun_cross_entropy_grad(const float* dloss, const float* probs,
                                       const int* target, float* dx, int n, int c,
-                                      float smoothing, float scale) {
+                                      float smoothing, float scale, int has_ignore,
+                                      int ignore_index) {
   float g = (float)((double)scale * (double)dloss[0]);
   double eps = smoothing;
   // With ε = 0: off = 0 and hit = 1, so g·(p-0) = g·p exactly.
   float off = (float)(eps / c), hit = (float)(1 - eps + eps / c);
   GORUN_FOR(e64, (long long)n * c) {
-    int e = (int)e64, i = e / c;
-    dx[e] = g * (probs[e] - (target[i] == e - i * c ? hit : off));
+    int e = (int)e64, i = e / c, t = target[i];
+    dx[e] = has_ignore && t == ignore_index ? 0.0f : g * (probs[e] - (t == e - i * c ? hit : off));
   }
 }
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes ops_golden.json: forward and backward values of conv2d (grouped
-too), max_pool2d, log_softmax, softmax, nll_loss, cross_entropy (with label
-smoothing), batch_norm (training, with the running statistics, and
-evaluation), avg_pool2d, adaptive_avg_pool2d(1), sigmoid, tanh, leaky_relu,
-add, sub, mul, scaling and mse_loss from PyTorch 1.13 in float64 on small
-random inputs. ops/golden_test.go checks the kernels against it.
+too), max_pool2d, log_softmax, softmax (over the last dimension of any rank,
+causal too), nll_loss, cross_entropy (with label smoothing, ignore_index,
+classes along the last dimension), batch_norm (training, with the running
+statistics, and evaluation), avg_pool2d, adaptive_avg_pool2d(1), sigmoid,
+tanh, leaky_relu, gelu (exact and tanh), add, sub, mul, scaling, mse_loss,
+cat, embedding, layer_norm, batched matmul with transposes and permute from
+PyTorch 1.13 in float64 on small random inputs. ops/golden_test.go checks
+the kernels against it.
 
 Regenerate (from the repository root):
 

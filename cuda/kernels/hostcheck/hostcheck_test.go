@@ -331,7 +331,7 @@ func TestCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN)_\w+) (\d+)`).FindAllStringSubmatch(string(h), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN|LN)_\w+) (\d+)`).FindAllStringSubmatch(string(h), -1) {
 		v, _ := strconv.Atoi(m[2])
 		found[m[1]] = v
 	}
