@@ -605,6 +605,9 @@ func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) {
 	if _, ok := ds.(datasets.Regression); ok {
 		return nil, fmt.Errorf("%s: %s has float targets (regression), which the cuda backend does not gather yet; use backend = \"cpu\"", d.Name(), ds.Name())
 	}
+	if _, ok := ds.(datasets.Tokens); ok {
+		return nil, fmt.Errorf("%s: %s holds token windows, which the cuda backend does not gather yet; use backend = \"cpu\"", d.Name(), ds.Name())
+	}
 	n, per := ds.Len(), datasets.SampleSize(ds)
 	if err := d.enter(); err != nil {
 		return nil, err

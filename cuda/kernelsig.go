@@ -159,8 +159,8 @@ var kernelSigs = [numKernels]kernelSig{
 }
 
 // The op codes of gorun_unary and gorun_binary and the modes of the batch
-// norm kernels: kernels.h's GORUN_UNARY_*, GORUN_BINARY_* and GORUN_BN_*
-// (a test checks them against the header).
+// and layer norm kernels: kernels.h's GORUN_UNARY_*, GORUN_BINARY_*,
+// GORUN_BN_* and GORUN_LN_* (a test checks them against the header).
 const (
 	unarySigmoid   = 0 // GORUN_UNARY_SIGMOID
 	unaryTanh      = 1 // GORUN_UNARY_TANH

@@ -85,6 +85,69 @@ var gradRules = [ops.NumOps]gradRule{
 		return out
 	},
 	ops.BatchNormNorm: batchNormRule,
+	ops.Embedding: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{nil, b.grad(n, ops.EmbeddingGradWeight, n.In[1], d[0], n.In[0])}
+	},
+	ops.LayerNorm: func(b *builder, n *Node, d []*Value) []*Value {
+		x, gamma, beta, save := n.In[0], n.In[1], n.In[2], n.Out[1]
+		out := make([]*Value, 3)
+		if x.needsGrad {
+			out[0] = b.grad(n, ops.LayerNormGradInput, x, d[0], x, save, gamma)
+		}
+		if gamma != nil && gamma.needsGrad {
+			out[1] = b.grad(n, ops.LayerNormGradGamma, gamma, d[0], x, save)
+		}
+		if beta != nil && beta.needsGrad {
+			out[2] = b.grad(n, ops.LayerNormGradBeta, beta, d[0])
+		}
+		return out
+	},
+	ops.GELU: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.GELUGrad, n.In[0], d[0], n.In[0])}
+	},
+	ops.Scale: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.grad(n, ops.Scale, n.In[0], d[0])}
+	},
+	ops.Permute: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.gradWith(n, ops.Permute, ops.Attrs{Perm: ops.InversePerm(n.Attrs.Perm, len(n.In[0].Shape))}, n.In[0], d[0])}
+	},
+	ops.Narrow: func(b *builder, n *Node, d []*Value) []*Value {
+		return []*Value{b.gradWith(n, ops.NarrowGrad, ops.Attrs{Offset: n.Attrs.Offset}, n.In[0], d[0])}
+	},
+	ops.BatchMatMul: func(b *builder, n *Node, d []*Value) []*Value {
+		a, c, dc := n.In[0], n.In[1], d[0]
+		ta, tb := n.Attrs.TransA, n.Attrs.TransB
+		out := make([]*Value, 2)
+		mm := func(primal, x, y *Value, transA, transB bool) *Value {
+			return b.gradWith(n, ops.BatchMatMul, ops.Attrs{TransA: transA, TransB: transB}, primal, x, y)
+		}
+		// PyTorch's rule for each transposition (ops.BatchMatMul's doc).
+		if a.needsGrad {
+			switch {
+			case !ta && !tb:
+				out[0] = mm(a, dc, c, false, true)
+			case !ta && tb:
+				out[0] = mm(a, dc, c, false, false)
+			case ta && !tb:
+				out[0] = mm(a, c, dc, false, true)
+			default:
+				out[0] = mm(a, c, dc, true, true)
+			}
+		}
+		if c.needsGrad {
+			switch {
+			case !ta && !tb:
+				out[1] = mm(c, a, dc, true, false)
+			case !ta && tb:
+				out[1] = mm(c, dc, a, true, false)
+			case ta && !tb:
+				out[1] = mm(c, a, dc, false, false)
+			default:
+				out[1] = mm(c, dc, a, true, true)
+			}
+		}
+		return out
+	},
 	ops.Concat: func(b *builder, n *Node, d []*Value) []*Value {
 		a, c := n.In[0], n.In[1]
 		out := make([]*Value, 2)

@@ -13,6 +13,9 @@ type dataInfo struct {
 	sample  []int
 	classes int
 	target  []int // one sample's float target (regression); nil for class labels
+	// tokens: integer inputs (token ids) and a class (token) target at
+	// every position of the sample (data.text).
+	tokens bool
 }
 
 // datasetInfo gives a dataset's sample shape and class count without
@@ -34,6 +37,12 @@ func datasetInfo(d *spec.Data) (dataInfo, error) {
 		if target != nil && len(d.Transforms) > 0 {
 			return dataInfo{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
 		}
+	case "text":
+		ds, err := textData(d)
+		if err != nil {
+			return dataInfo{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		info = dataInfo{sample: ds.SampleShape(), classes: ds.NumClasses(), tokens: true}
 	default:
 		return dataInfo{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
 	}
@@ -91,6 +100,8 @@ func LoadData(d *spec.Data) (datasets.Dataset, error) {
 		ds, err = datasets.Tensors(tensorsSource(d), d.Split, d.Classes, d.Normalize[0], d.Normalize[1])
 	case "synthetic":
 		ds, err = datasets.Synthetic(d.Split, d.Size, d.Shape, d.Classes, d.Noise, uint64(d.Seed))
+	case "text":
+		ds, err = textData(d)
 	default:
 		err = fmt.Errorf("unknown dataset %q", d.Kind)
 	}
@@ -114,7 +125,7 @@ func LoadData(d *spec.Data) (datasets.Dataset, error) {
 		}
 		return nil, err
 	}
-	if d.Kind == "tensors" {
+	if d.Kind == "tensors" || d.Kind == "text" {
 		// Its shape and classes come from the files just read: checking
 		// them would read the files again.
 		return ds, nil
@@ -315,4 +326,13 @@ func EvalRange(n int, weights []float64, world, r int) (lo, hi int) {
 		lo += sizes[i]
 	}
 	return lo, lo + sizes[r]
+}
+
+// textData reads a data.text dataset.
+func textData(d *spec.Data) (datasets.Tokens, error) {
+	text, err := datasets.ReadText(d.File)
+	if err != nil {
+		return nil, err
+	}
+	return datasets.Text(d.File, text, d.SeqLen, d.Vocab, d.Split, d.TestFraction)
 }

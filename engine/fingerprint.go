@@ -41,8 +41,8 @@ func (p *Plan) Fingerprint() []PlanStep {
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps)},
 		{"schedule", scheduleString(s.Schedule)},
 		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d broadcast_buffers %v", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every, sy.BroadcastBuffers)},
-		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v",
-			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, d.File, d.X, d.Y, d.Transforms)},
+		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v seq_len %d vocab %s test_fraction %g",
+			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, d.File, d.X, d.Y, d.Transforms, d.SeqLen, d.Vocab, d.TestFraction)},
 	}
 	if s.Partition != nil {
 		out = append(out, PlanStep{"partition", s.Partition.Name})

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,10 @@ type Param struct {
 	Bias bool
 	// FanOut is the fan-out (kaiming_normal's, xavier's).
 	FanOut int
+	// Aliases are other names the parameter has in PyTorch's state_dict
+	// (a tied output projection's "lm_head.weight"); checkpoints write it
+	// under each.
+	Aliases []string
 	// Init, when its Kind is set, replaces the layer's default (batch
 	// norm's weight starts at 1 and its bias at 0); else the layer's
 	// init= applies to its weight.
@@ -136,6 +141,8 @@ type Loss struct {
 	Pos            spec.Pos
 	Classes        int
 	Target         []int
+	// Tokens: integer inputs, a class target at every input position.
+	Tokens bool
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -144,9 +151,14 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int) (*Graph, 
 	g := &Graph{}
 	b := &builder{g: g, params: map[*spec.Layer][]*Value{}, paths: map[string]*spec.Layer{}}
 	g.Input = b.value("input", append([]int{batch}, sample...), true)
-	if loss.Target != nil {
+	switch {
+	case loss.Target != nil:
 		g.Target = b.value("target", append([]int{batch}, loss.Target...), true)
-	} else {
+	case loss.Tokens:
+		g.Input.Int = true
+		g.Target = b.value("target", append([]int{batch}, sample...), true)
+		g.Target.Int = true
+	default:
 		g.Target = b.value("target", []int{batch}, true)
 		g.Target.Int = true
 	}
@@ -228,6 +240,35 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 		node.Op = ops.LogSoftmax
 	case spec.Softmax:
 		node.Op = ops.Softmax
+		node.Attrs = ops.Attrs{Causal: l.Causal}
+	case spec.Embedding:
+		if !x.Int {
+			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("takes integer ids (token data, data.positions()), got a float tensor %v", x.Shape)}
+		}
+		node.Op = ops.Embedding
+		in = []*Value{x, params[0]}
+	case spec.LayerNorm:
+		node.Op = ops.LayerNorm
+		node.Attrs = ops.Attrs{Eps: l.Eps}
+		if x.Shape[len(x.Shape)-1] != l.In {
+			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("input has shape %v, the layer normalises a last dimension of %d", x.Shape, l.In)}
+		}
+		in = []*Value{x, params[0], params[1]}
+	case spec.GELU:
+		node.Op = ops.GELU
+		node.Attrs = ops.Attrs{Approximate: l.Approximate}
+	case spec.MultiheadAttention:
+		return b.attention(l, pos, x, name, params)
+	case spec.MatMulOp:
+		node.Op, node.Layer = ops.BatchMatMul, "nn.matmul"
+	case spec.TransposeOp:
+		perm, err := transposePerm(len(x.Shape), l.Dims)
+		if err != nil {
+			return nil, &CompileError{Pos: pos, Layer: "transpose", Err: err}
+		}
+		node.Op, node.Layer, node.Attrs = ops.Permute, "transpose", ops.Attrs{Perm: perm}
+	case spec.PositionsOp:
+		node.Op, node.Layer = ops.Positions, "data.positions()"
 	case spec.Identity:
 		return x, nil
 	case spec.Sigmoid:
@@ -294,7 +335,60 @@ func (b *builder) paramsOf(l *spec.Layer) ([]*Value, error) {
 		b.g.Params = append(b.g.Params, p)
 		return v
 	}
+	if l.Kind == spec.Linear && l.Tie != nil {
+		// Weight tying: the embedding's weight, applied as this layer's.
+		tied, err := b.paramsOf(l.Tie)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.claimPath(l); err != nil {
+			return nil, err
+		}
+		tied[0].Param.Aliases = append(tied[0].Param.Aliases, l.Path+".weight")
+		ps = []*Value{tied[0], nil}
+		if l.Bias {
+			ps[1] = param("bias", []int{l.Out}, l.In, true)
+		}
+		b.params[l] = ps
+		return ps, nil
+	}
 	switch l.Kind {
+	case spec.Embedding:
+		if err := b.claimPath(l); err != nil {
+			return nil, err
+		}
+		w := param("weight", []int{l.In, l.Out}, l.Out, false)
+		w.Param.Init = spec.Init{Kind: "normal", Value: 1} // nn.Embedding's N(0, 1)
+		if l.Init != "" {
+			w.Param.Init = spec.ParseInit(l.Init)
+		}
+		ps = []*Value{w}
+	case spec.LayerNorm:
+		if !l.Affine {
+			break
+		}
+		if err := b.claimPath(l); err != nil {
+			return nil, err
+		}
+		ps = []*Value{param("weight", []int{l.In}, 0, false), param("bias", []int{l.In}, 0, true)}
+		ps[0].Param.Init = spec.Init{Kind: "constant", Value: 1}
+		ps[1].Param.Init = spec.Init{Kind: "constant"}
+	case spec.MultiheadAttention:
+		if err := b.claimPath(l); err != nil {
+			return nil, err
+		}
+		d := l.In
+		win := param("in_proj_weight", []int{3 * d, d}, d, false)
+		win.Param.FanOut = 3 * d
+		win.Param.Init = spec.Init{Kind: "xavier_uniform"} // as nn.MultiheadAttention's _reset_parameters
+		wout := param("out_proj.weight", []int{d, d}, d, false)
+		ps = []*Value{win, nil, wout, nil}
+		if l.Bias {
+			ps[1] = param("in_proj_bias", []int{3 * d}, d, true)
+			ps[1].Param.Init = spec.Init{Kind: "constant"}
+			ps[3] = param("out_proj.bias", []int{d}, d, true)
+			ps[3].Param.Init = spec.Init{Kind: "constant"}
+		}
 	case spec.BatchNorm1D, spec.BatchNorm2D:
 		if !l.Affine && !l.TrackStats {
 			break
@@ -338,6 +432,100 @@ func (b *builder) paramsOf(l *spec.Layer) ([]*Value, error) {
 	}
 	b.params[l] = ps
 	return ps, nil
+}
+
+// transposePerm is the permutation of x.transpose(d1, d2) on rank dims.
+func transposePerm(rank int, dims []int) ([6]int8, error) {
+	var perm [6]int8
+	if rank > len(perm) {
+		return perm, fmt.Errorf("tensors of rank %d: at most %d dimensions", rank, len(perm))
+	}
+	for i := range perm {
+		perm[i] = int8(i)
+	}
+	a, c := dims[0], dims[1]
+	if a < 0 {
+		a += rank
+	}
+	if c < 0 {
+		c += rank
+	}
+	if a <= 0 || c <= 0 || a >= rank || c >= rank {
+		return perm, fmt.Errorf("dimensions (%d, %d) of a rank-%d tensor: want two of 1 … %d (the batch stays first)", dims[0], dims[1], rank, rank-1)
+	}
+	perm[a], perm[c] = int8(c), int8(a)
+	return perm, nil
+}
+
+// attention adds self-attention by layer l (nn.MultiheadAttention's
+// parameters: in_proj_weight and bias, out_proj) over x [N, T, D], built
+// from primitives: one projection to q, k and v, split by heads, scaled
+// scores q·kᵀ/√dh, softmax (causal when asked), dropout, the weighted sum
+// of v, the heads joined and the output projection.
+func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, params []*Value) (*Value, error) {
+	label := l.Label()
+	if len(x.Shape) != 3 || x.Shape[2] != l.In {
+		return nil, &CompileError{Pos: pos, Layer: label, Err: fmt.Errorf("input has shape %v, want [N T %d]", x.Shape, l.In)}
+	}
+	t, d, h := x.Shape[1], l.In, l.Heads
+	dh := d / h
+	step := func(op ops.Op, a ops.Attrs, in []*Value, part string) (*Value, error) {
+		n := &Node{Op: op, Attrs: a, Layer: label, Pos: pos}
+		if err := b.apply(n, in, name+":"+part); err != nil {
+			return nil, err
+		}
+		return n.Out[0], nil
+	}
+	qkv, err := step(ops.Linear, ops.Attrs{}, []*Value{x, params[0], params[1]}, "qkv")
+	if err != nil {
+		return nil, err
+	}
+	if qkv, err = b.reshape(qkv, []int{t, 3, h, dh}, pos, name+":qkv"); err != nil {
+		return nil, err
+	}
+	// [N, T, 3, H, dh] → [N, 3, H, T, dh]: q, k and v are slices of dimension 1.
+	if qkv, err = step(ops.Permute, ops.Attrs{Perm: [6]int8{0, 2, 3, 1, 4, 5}}, []*Value{qkv}, "heads"); err != nil {
+		return nil, err
+	}
+	var qkvs [3]*Value
+	for i, part := range []string{"q", "k", "v"} {
+		v, err := step(ops.Narrow, ops.Attrs{Offset: i, Length: 1}, []*Value{qkv}, part)
+		if err != nil {
+			return nil, err
+		}
+		if qkvs[i], err = b.reshape(v, []int{h, t, dh}, pos, name+":"+part); err != nil {
+			return nil, err
+		}
+	}
+	scores, err := step(ops.BatchMatMul, ops.Attrs{TransB: true}, []*Value{qkvs[0], qkvs[1]}, "scores")
+	if err != nil {
+		return nil, err
+	}
+	if scores, err = step(ops.Scale, ops.Attrs{Alpha: 1 / math.Sqrt(float64(dh))}, []*Value{scores}, "scaled"); err != nil {
+		return nil, err
+	}
+	att, err := step(ops.Softmax, ops.Attrs{Causal: l.Causal}, []*Value{scores}, "weights")
+	if err != nil {
+		return nil, err
+	}
+	if l.P > 0 {
+		n := &Node{Op: ops.Dropout, Attrs: ops.Attrs{P: l.P}, Layer: label, Pos: pos}
+		if err := b.apply(n, []*Value{att}, name+":dropout"); err != nil {
+			return nil, err
+		}
+		att = n.Out[0]
+	}
+	o, err := step(ops.BatchMatMul, ops.Attrs{}, []*Value{att, qkvs[2]}, "mix")
+	if err != nil {
+		return nil, err
+	}
+	if o, err = step(ops.Permute, ops.Attrs{Perm: [6]int8{0, 2, 1, 3, 4, 5}}, []*Value{o}, "join"); err != nil {
+		return nil, err
+	}
+	if o, err = b.reshape(o, []int{t, d}, pos, name+":join"); err != nil {
+		return nil, err
+	}
+	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
 }
 
 // applySymbol names the tensor operators in messages.
@@ -474,6 +662,13 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 		node.Out[1].Int = true
 		node.Out[1].needsGrad = false
 	}
+	if node.Op == ops.Positions {
+		node.Out[0].Int = true
+		node.Out[0].needsGrad = false
+	}
+	if node.Op == ops.LayerNorm {
+		node.Out[1].needsGrad = false
+	}
 	switch node.Op {
 	case ops.BatchNormStats:
 		node.Out[0].needsGrad = false // the gradient flows through BatchNormNorm's rule
@@ -514,7 +709,11 @@ func (b *builder) loss(l Loss) error {
 	case l.Kind != "mse" && l.Target != nil:
 		return &CompileError{Pos: l.Pos, Layer: node.Layer,
 			Err: fmt.Errorf("the data have float targets of shape %v (regression): use loss = \"mse\"", l.Target)}
-	case l.Kind != "mse" && (len(out.Shape) != 2 || out.Shape[1] != l.Classes):
+	case l.Kind != "mse" && l.Tokens && !slices.Equal(out.Shape, append(slices.Clone(g.Target.Shape), l.Classes)):
+		return &CompileError{Pos: l.Pos, Layer: node.Layer,
+			Err: fmt.Errorf("the model's output has shape %v, want %v (a score for each of the %d tokens of the vocabulary at every position)",
+				out.Shape, append(slices.Clone(g.Target.Shape), l.Classes), l.Classes)}
+	case l.Kind != "mse" && !l.Tokens && (len(out.Shape) != 2 || out.Shape[1] != l.Classes):
 		return &CompileError{Pos: l.Pos, Layer: node.Layer,
 			Err: fmt.Errorf("the model's output has shape %v, want [N %d] (one score per class of the dataset)", out.Shape, l.Classes)}
 	}

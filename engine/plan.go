@@ -25,6 +25,9 @@ type Plan struct {
 	// Target is one sample's float target shape for regression data
 	// (nn.mse_loss), nil for class labels.
 	Target []int
+	// Tokens is set for token data (data.text): integer inputs, and a
+	// class target at each of a sample's positions.
+	Tokens bool
 	// LocalBatch[r] is rank r's share of the global batch (by the
 	// cluster's weights, when it has some); MaxBatch the largest, which
 	// every device's buffers are planned for.
@@ -200,6 +203,20 @@ type Program struct {
 	byValue map[*Value]*Buffer // while compiling
 }
 
+// Positions is the number of class targets in one sample: a window's
+// tokens for token data (the loss is their mean, as PyTorch's
+// cross-entropy over [N·T, V]), else 1.
+func (p *Plan) Positions() int {
+	if !p.Tokens {
+		return 1
+	}
+	n := 1
+	for _, d := range p.Sample {
+		n *= d
+	}
+	return n
+}
+
 // WorkElems is the size of the scratch space.
 func (p *Program) WorkElems() int {
 	if p.Work == nil {
@@ -238,7 +255,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes || !slices.Equal(ev.target, info.target) {
+		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes || !slices.Equal(ev.target, info.target) || ev.tokens != info.tokens {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
 				s.Eval.Pos, s.Eval.Kind, ev.sample, ev.classes, info.sample, info.classes)
 		}
@@ -250,7 +267,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if s.BatchSize < world {
 		return nil, fmt.Errorf("%s: batch_size %d is smaller than the %d devices: every device needs at least one sample", s.Pos, s.BatchSize, world)
 	}
-	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, Target: info.target, World: world, Process: proc}
+	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, Target: info.target, Tokens: info.tokens, World: world, Process: proc}
 	p.LocalBatch = SplitBatch(s.BatchSize, c.Weights, world)
 	for r, b := range p.LocalBatch {
 		if b == 0 {
@@ -261,7 +278,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target},
+	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens},
 		p.MaxBatch, info.sample)
 	if err != nil {
 		return nil, err

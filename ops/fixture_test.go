@@ -76,6 +76,8 @@ var gradCases = []gradCase{
 		in: [][]int{{1, 4, 4, 3}, {4, 2, 2, 2}, {4}}, capN: 2, bwd: convBwd(true)},
 	{name: "linear", op: Linear, in: [][]int{{3, 5}, {4, 5}, {4}}, capN: 6, bwd: linearBwd(true)},
 	{name: "linear/nobias", op: Linear, in: [][]int{{2, 3}, {4, 3}, nil}, bwd: linearBwd(false)},
+	{name: "linear/3d", op: Linear, in: [][]int{{3, 4, 5}, {6, 5}, {6}}, capN: 5, bwd: linearBwd(true)},
+	{name: "linear/4d-nobias", op: Linear, in: [][]int{{2, 3, 2, 4}, {3, 4}}, capN: 3, bwd: linearBwd(false)},
 	{name: "relu", op: ReLU, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,
 		bwd: []bwdStep{{op: ReLUGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "maxpool2d/k2", op: MaxPool2D, attrs: Attrs{Kernel: 2}, in: [][]int{{2, 3, 6, 5}}, capN: 3, distinct: true,
@@ -179,6 +181,18 @@ var gradCases = []gradCase{
 		{op: Narrow, args: []ref{dyOf(0)}, wrt: 0, attrs: &Attrs{Offset: 0}},
 		{op: Narrow, args: []ref{dyOf(0)}, wrt: 1, attrs: &Attrs{Offset: 3}}}},
 
+	// Narrow as a forward op (a split along dimension 1); its gradient is
+	// NarrowGrad at the same offset.
+	narrowCase("narrow", []int{3, 5, 2}, 1, 3, 5),
+	narrowCase("narrow/2d-head", []int{2, 4}, 0, 1, 0),
+	narrowCase("narrow/4d-tail", []int{2, 6, 2, 3}, 4, 2, 3),
+	narrowCase("narrow/whole", []int{2, 3, 2}, 0, 3, 4),
+
+	// Positions has no gradient (its output is integer): the case checks
+	// its writes, tail and allocations. Its input holds token ids.
+	{name: "positions", op: Positions, in: [][]int{{3, 5}}, capN: 5},
+	{name: "positions/3d", op: Positions, in: [][]int{{2, 4, 3}}},
+
 	// Embedding: fewer rows than ids, so that rows repeat.
 	{name: "embedding", op: Embedding, in: [][]int{{3, 4}, {5, 3}}, capN: 5,
 		bwd: []bwdStep{{op: EmbeddingGradWeight, args: []ref{dyOf(0), inOf(0)}, wrt: 1}}},
@@ -203,6 +217,13 @@ var gradCases = []gradCase{
 	permCase("permute/3d", []int{3, 2, 4}, 0, 2, 1),
 	permCase("permute/5d", []int{2, 2, 3, 4, 2}, 0, 3, 1, 4, 2),
 	permCase("permute/6d", []int{1, 2, 3, 2, 2, 3}, 0, 5, 4, 1, 3, 2),
+}
+
+// narrowCase is a Narrow gradient check: the slice [off, off+n) of
+// dimension 1, and back by NarrowGrad.
+func narrowCase(name string, in []int, off, n, capN int) gradCase {
+	return gradCase{name: name, op: Narrow, attrs: Attrs{Offset: off, Length: n}, in: [][]int{in}, capN: capN,
+		bwd: []bwdStep{{op: NarrowGrad, args: []ref{dyOf(0)}}}}
 }
 
 // permCase is a Permute gradient check: Permute by perm, and back by its
@@ -296,7 +317,7 @@ func isLoss(op Op) bool { return op == NLLLoss || op == CrossEntropy || op == MS
 
 // idxIn reports whether forward input i of op holds indices.
 func idxIn(op Op, i int) bool {
-	return (op == NLLLoss || op == CrossEntropy) && i == 1 || op == Embedding && i == 0
+	return (op == NLLLoss || op == CrossEntropy) && i == 1 || (op == Embedding || op == Positions) && i == 0
 }
 
 // idxRange is the number of valid indices of the case's index input: the
@@ -309,7 +330,7 @@ func idxRange(gc *gradCase) int {
 }
 
 // idxOut reports whether forward output i of op holds indices.
-func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 }
+func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 || op == Positions }
 
 // batchedIn reports whether forward input i of op has the batch as its
 // first dimension (weights, biases and per-channel statistics do not).

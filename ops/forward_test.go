@@ -74,6 +74,21 @@ func TestLinearForward(t *testing.T) {
 	clear(y.Data)
 	run64(Linear, nil, nil, []*Buf[float64]{x, w}, []*Buf[float64]{y}) // bias left off the end
 	expectData(t, "linear with two inputs", y.Data, 1, 2, 3, 3, 4, 7)
+
+	// [N,T,I]: each of the N·T rows is transformed alike; the gradients
+	// sum over all rows.
+	x3 := buf64([]int{1, 2, 2}, 1, 2, 3, 4)
+	y3 := buf64([]int{1, 2, 3})
+	run64(Linear, nil, nil, []*Buf[float64]{x3, w, buf64([]int{3}, 0.5, 0, -1)}, []*Buf[float64]{y3})
+	expectData(t, "linear 3d", y3.Data, 1.5, 2, 2, 3.5, 4, 6)
+	dy3 := buf64([]int{1, 2, 3}, 1, 0, 1, 0, 1, 1)
+	dx3, dw, db := buf64([]int{1, 2, 2}), buf64([]int{3, 2}), buf64([]int{3})
+	run64(LinearGradInput, &Attrs{}, nil, []*Buf[float64]{dy3, w}, []*Buf[float64]{dx3})
+	expectData(t, "linear_grad_input 3d", dx3.Data, 2, 1, 1, 2)
+	run64(LinearGradWeight, &Attrs{}, nil, []*Buf[float64]{dy3, x3}, []*Buf[float64]{dw})
+	expectData(t, "linear_grad_weight 3d", dw.Data, 1, 2, 3, 4, 4, 6)
+	run64(LinearGradBias, &Attrs{}, nil, []*Buf[float64]{dy3}, []*Buf[float64]{db})
+	expectData(t, "linear_grad_bias 3d", db.Data, 1, 1, 2)
 }
 
 func TestReLUForward(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -13,7 +14,8 @@ import (
 // inputs), softmax (causal too), log_softmax, batch_norm, avg_pool2d,
 // adaptive_avg_pool2d, sigmoid, tanh, leaky_relu, gelu, add, sub, mul,
 // scaling, mse_loss, cat, embedding, layer_norm, matmul (batched, with
-// transposes) and permute on small random inputs;
+// transposes), permute, linear (over the last dimension of any rank),
+// narrow and position ids on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
@@ -24,6 +26,7 @@ type goldenTensor struct {
 type opsGoldenCase struct {
 	Name, Op                        string
 	Stride, Padding, Kernel, Groups int
+	Offset, Length                  int
 	Eps, Momentum, Alpha            float64
 	LabelSmoothing                  float64 `json:"label_smoothing"`
 	NegativeSlope                   float64 `json:"negative_slope"`
@@ -148,6 +151,45 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 			db := zeroBuf[T](g.B.Shape)
 			call(k, c, Conv2DGradBias, a, []*Buf[T]{dy}, []*Buf[T]{db})
 			expectClose(t, "db", db, g.Db, tol)
+		}
+	case "linear":
+		x, w, b, dy := fromGolden[T](g.X), fromGolden[T](g.W), fromGolden[T](g.B), fromGolden[T](g.Dy)
+		y, dx, dw := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape), zeroBuf[T](g.W.Shape)
+		in := []*Buf[T]{x, w}
+		if b != nil {
+			in = append(in, b)
+		}
+		call(k, c, Linear, &Attrs{}, in, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		call(k, c, LinearGradInput, &Attrs{}, []*Buf[T]{dy, w}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+		call(k, c, LinearGradWeight, &Attrs{}, []*Buf[T]{dy, x}, []*Buf[T]{dw})
+		expectClose(t, "dw", dw, g.Dw, tol)
+		if b != nil {
+			db := zeroBuf[T](g.B.Shape)
+			call(k, c, LinearGradBias, &Attrs{}, []*Buf[T]{dy}, []*Buf[T]{db})
+			expectClose(t, "db", db, g.Db, tol)
+		}
+	case "narrow":
+		a := &Attrs{Offset: g.Offset, Length: g.Length}
+		out, err := Infer(Narrow, a, [][]int{g.X.Shape})
+		if err != nil || !slices.Equal(out[0], g.Y.Shape) {
+			t.Fatalf("Infer(narrow) = %v, %v; PyTorch's shape %v", out, err, g.Y.Shape)
+		}
+		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
+		y, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape)
+		call(k, c, Narrow, a, []*Buf[T]{x}, []*Buf[T]{y})
+		expectClose(t, "y", y, g.Y, tol)
+		call(k, c, NarrowGrad, a, []*Buf[T]{dy}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+	case "positions":
+		ids := idxFromGolden[T](g.Ids)
+		pos := &Buf[T]{Shape: clone(g.Y.Shape), Idx: make([]int32, prod(g.Y.Shape))}
+		call(k, c, Positions, &Attrs{}, []*Buf[T]{ids}, []*Buf[T]{pos})
+		for i, w := range g.Y.Data {
+			if pos.Idx[i] != int32(w) {
+				t.Fatalf("positions[%d] = %d, PyTorch %v", i, pos.Idx[i], w)
+			}
 		}
 	case "maxpool2d":
 		a := &Attrs{Kernel: g.Kernel, Stride: g.Stride}

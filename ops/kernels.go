@@ -53,6 +53,8 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		GELU:            gelu[T],
 		BatchMatMul:     batchMatMul[T],
 		Permute:         permute[T],
+		Narrow:          narrow[T],
+		Positions:       positions[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],
@@ -79,12 +81,12 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		SigmoidGrad:         sigmoidGrad[T],
 		TanhGrad:            tanhGrad[T],
 		LeakyReLUGrad:       leakyReLUGrad[T],
-		Narrow:              narrow[T],
 		EmbeddingGradWeight: embeddingGradWeight[T],
 		LayerNormGradInput:  layerNormGradInput[T],
 		LayerNormGradGamma:  layerNormGradGamma[T],
 		LayerNormGradBeta:   layerNormGradBeta[T],
 		GELUGrad:            geluGrad[T],
+		NarrowGrad:          narrowGrad[T],
 
 		BatchNormRunning: batchNormRunning[T],
 

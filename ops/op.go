@@ -33,7 +33,9 @@ const (
 	// y[N,O,OH,OW]. Attrs: Stride, Padding, Groups (G; 0 or 1 is an
 	// ungrouped convolution; C and O must be multiples of G).
 	Conv2D
-	// Linear: in x[N,I], w[O,I], optional b[O]; out y[N,O] = x·wᵀ + b.
+	// Linear: in x[N,...,I] (rank at least 2), w[O,I], optional b[O]; out
+	// y[N,...,O] = x·wᵀ + b over the last dimension (F.linear): every
+	// dimension but the last is a row, N·prod(...) rows at the live batch.
 	Linear
 	// ReLU: in x; out y = max(x, 0).
 	ReLU
@@ -167,6 +169,19 @@ const (
 	// Permute with InversePerm(Perm, r); [N,T,H,Dh] → [N,H,T,Dh] is Perm
 	// {0, 2, 1, 3}, its own inverse.
 	Permute
+	// Narrow: in x[N,S,...]; out [N,L,...], the slice [Offset, Offset+L)
+	// of dimension 1 (x.narrow(1, Offset, L)), rank at least 2. As a forward
+	// op (splitting a tensor along dimension 1) its shape rule takes L from
+	// Attrs.Length (at least 1, Offset+Length ≤ S); the kernel takes L from
+	// the output's shape, so that Narrow also serves as Concat's gradient
+	// with Offset alone. Its gradient is NarrowGrad with the same Offset.
+	// Attrs: Offset, Length.
+	Narrow
+	// Positions: in x[N,T,...] (any element type: only its live shape is
+	// read, never its data); out pos[N,T] (Idx), pos[n,t] = t: the
+	// position ids a GPT's position embedding looks up
+	// (torch.arange(T).expand(N, T)). No gradient: the output is integer.
+	Positions
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -179,11 +194,13 @@ const (
 	Conv2DGradWeight
 	// Conv2DGradBias: in dy[N,O,OH,OW]; out db[O].
 	Conv2DGradBias
-	// LinearGradInput: in dy[N,O], w[O,I]; out dx[N,I] = dy·w.
+	// LinearGradInput: in dy[N,...,O], w[O,I]; out dx[N,...,I] = dy·w.
 	LinearGradInput
-	// LinearGradWeight: in dy[N,O], x[N,I]; out dw[O,I] = dyᵀ·x.
+	// LinearGradWeight: in dy[N,...,O], x[N,...,I]; out dw[O,I] = dyᵀ·x,
+	// summed over all rows (the leading dimensions, as Linear).
 	LinearGradWeight
-	// LinearGradBias: in dy[N,O]; out db[O] = Σₙ dy.
+	// LinearGradBias: in dy[N,...,O]; out db[O] = Σ dy over all rows,
+	// summed in float64.
 	LinearGradBias
 	// ReLUGrad: in dy, y; out dx = dy where y > 0, else 0.
 	ReLUGrad
@@ -236,10 +253,6 @@ const (
 	// LeakyReLUGrad: in dy, x (the LeakyReLU input); out dx = dy where
 	// x > 0, else NegativeSlope·dy. Attrs: NegativeSlope.
 	LeakyReLUGrad
-	// Narrow: in dy[N,S,...]; out [N,L,...], the slice [Offset, Offset+L)
-	// of dimension 1 (L from the output's shape; Offset+L ≤ S). Concat's
-	// gradient. Attrs: Offset.
-	Narrow
 	// EmbeddingGradWeight: in dy[N,...,D], ids[N,...] (Idx); out dW[V,D]:
 	// row v is the sum of the rows of dy whose id is v, added in input
 	// order (deterministic); ids outside [0, V) add nothing.
@@ -257,6 +270,12 @@ const (
 	// GELUGrad: in dy, x (the GELU input); out dx = dy·GELU'(x). Attrs:
 	// Approximate.
 	GELUGrad
+
+	// NarrowGrad: in dy[N,L,...]; out dx[N,S,...] (S from the output's
+	// shape; Offset+L ≤ S), zero but for the slice [Offset, Offset+L) of
+	// dimension 1, which is dy: Narrow's gradient (torch.narrow's
+	// backward). Attrs: Offset.
+	NarrowGrad
 
 	// The gradients of Add, Sub, Mul and Scale are Scale (dy, or -dy with
 	// Alpha -1, or Alpha·dy) and Mul (dy·b, dy·a).
@@ -352,6 +371,8 @@ var infos = [NumOps]Info{
 	GELU:            {Name: "gelu", NumIn: 1, NumOut: 1, Forward: true},
 	BatchMatMul:     {Name: "batch_matmul", NumIn: 2, NumOut: 1, Forward: true},
 	Permute:         {Name: "permute", NumIn: 1, NumOut: 1, Forward: true},
+	Narrow:          {Name: "narrow", NumIn: 1, NumOut: 1, Forward: true},
+	Positions:       {Name: "positions", NumIn: 1, NumOut: 1, Forward: true},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -377,12 +398,12 @@ var infos = [NumOps]Info{
 	SigmoidGrad:         {Name: "sigmoid_grad", NumIn: 2, NumOut: 1},
 	TanhGrad:            {Name: "tanh_grad", NumIn: 2, NumOut: 1},
 	LeakyReLUGrad:       {Name: "leaky_relu_grad", NumIn: 2, NumOut: 1},
-	Narrow:              {Name: "narrow", NumIn: 1, NumOut: 1},
 	EmbeddingGradWeight: {Name: "embedding_grad_weight", NumIn: 2, NumOut: 1},
 	LayerNormGradInput:  {Name: "layer_norm_grad_input", NumIn: 4, NumOut: 1, OptionalLast: true, Optional: 1 << 3},
 	LayerNormGradGamma:  {Name: "layer_norm_grad_gamma", NumIn: 3, NumOut: 1},
 	LayerNormGradBeta:   {Name: "layer_norm_grad_beta", NumIn: 1, NumOut: 1},
 	GELUGrad:            {Name: "gelu_grad", NumIn: 2, NumOut: 1},
+	NarrowGrad:          {Name: "narrow_grad", NumIn: 1, NumOut: 1},
 
 	BatchNormRunning: {Name: "batch_norm_running", NumIn: 4, NumOut: 0, InPlace: true},
 
@@ -447,8 +468,11 @@ type Attrs struct {
 	NegativeSlope float64
 	// Alpha: Scale's factor.
 	Alpha float64
-	// Offset: Narrow's first index along dimension 1.
-	Offset int
+	// Offset: Narrow's and NarrowGrad's first index along dimension 1.
+	// Length: Narrow's length along dimension 1, read by its shape rule
+	// only (the kernels take it from the buffers' shapes; Concat's
+	// gradient leaves it 0).
+	Offset, Length int
 	// Approximate: GELU and GELUGrad use the tanh form (PyTorch's
 	// approximate="tanh") instead of the exact erf one.
 	Approximate bool

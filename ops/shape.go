@@ -163,6 +163,29 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 		return [][]int{clone(x), save}, nil
 	case BatchMatMul:
 		return inferBatchMatMul(a, in[0], in[1])
+	case Narrow:
+		x := in[0]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("narrow: input must be [N S ...] with at least 2 dimensions, got %v", x)
+		}
+		if a.Offset < 0 {
+			return nil, fmt.Errorf("narrow: offset must not be negative, got %d", a.Offset)
+		}
+		if a.Length < 1 {
+			return nil, fmt.Errorf("narrow: length must be at least 1, got %d", a.Length)
+		}
+		if a.Offset+a.Length > x[1] {
+			return nil, fmt.Errorf("narrow: offset %d + length %d exceeds dimension 1 of input %v (%d)", a.Offset, a.Length, x, x[1])
+		}
+		y := clone(x)
+		y[1] = a.Length
+		return [][]int{y}, nil
+	case Positions:
+		x := in[0]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("positions: input must be [N T ...] with at least 2 dimensions, got %v", x)
+		}
+		return [][]int{{x[0], x[1]}}, nil
 	case Permute:
 		x := in[0]
 		r := len(x)
@@ -317,21 +340,25 @@ func inferConv2D(a *Attrs, in [][]int) ([][]int, error) {
 	return [][]int{{x[0], w[0], oh, ow}}, nil
 }
 
+// inferLinear: x is [N ... I] (any rank from 2), w [O I], the bias [O]; y
+// is x's shape with its last dimension O.
 func inferLinear(in [][]int) ([][]int, error) {
 	x, w := in[0], in[1]
-	if len(x) != 2 {
-		return nil, fmt.Errorf("linear: input must be [N features], got %v", x)
+	if len(x) < 2 {
+		return nil, fmt.Errorf("linear: input must be [N ... features] with at least 2 dimensions, got %v", x)
 	}
 	if len(w) != 2 {
 		return nil, fmt.Errorf("linear: weight must be [out in], got %v", w)
 	}
-	if x[1] != w[1] {
-		return nil, fmt.Errorf("linear: input has %d features, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+	if f := x[len(x)-1]; f != w[1] {
+		return nil, fmt.Errorf("linear: input has %d features, weight expects %d (input shape %v, weight shape %v)", f, w[1], x, w)
 	}
 	if b := optShape(in, 2); b != nil && (len(b) != 1 || b[0] != w[0]) {
 		return nil, fmt.Errorf("linear: bias must be [%d], one per output feature of weight %v, got %v", w[0], w, b)
 	}
-	return [][]int{{x[0], w[0]}}, nil
+	y := clone(x)
+	y[len(y)-1] = w[0]
+	return [][]int{y}, nil
 }
 
 func inferMaxPool2D(a *Attrs, x []int) ([][]int, error) {

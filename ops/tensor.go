@@ -1,6 +1,7 @@
 package ops
 
-// Data movement: Concat and its gradient Narrow, Permute.
+// Data movement: Concat, Narrow and its gradient NarrowGrad (Narrow is
+// also Concat's gradient), Permute; Positions.
 
 // concat: in a[N,A,...], b[N,B,...]; out [N,A+B,...], per sample a's
 // elements then b's.
@@ -15,7 +16,8 @@ func concat[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// narrow: in dy[N,S,...]; out [N,L,...] = dy[:, Offset:Offset+L, ...].
+// narrow: in x[N,S,...]; out [N,L,...] = x[:, Offset:Offset+L, ...], L
+// from the output's shape.
 func narrow[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, y := in[0], out[0]
 	n := x.Shape[0]
@@ -24,6 +26,34 @@ func narrow[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	off := a.Offset * inner
 	for i := 0; i < n; i++ {
 		copy(y.Data[i*ll:][:ll], x.Data[i*ls+off:][:ll])
+	}
+}
+
+// narrowGrad: in dy[N,L,...]; out dx[N,S,...], zero but for dx[:,
+// Offset:Offset+L, ...] = dy (S from the output's shape).
+func narrowGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, dx := in[0], out[0]
+	n := dy.Shape[0]
+	inner := prod(dy.Shape[2:])
+	ll, ls := dy.Shape[1]*inner, dx.Shape[1]*inner
+	off := a.Offset * inner
+	for i := 0; i < n; i++ {
+		xr := dx.Data[i*ls:][:ls]
+		clear(xr[:off])
+		copy(xr[off:][:ll], dy.Data[i*ll:][:ll])
+		clear(xr[off+ll:])
+	}
+}
+
+// positions: in x[N,T,...] (its shape only); out pos[N,T] (Idx) = t.
+func positions[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, p := in[0], out[0]
+	n, t := x.Shape[0], x.Shape[1]
+	pd := p.Idx[:n*t]
+	for i := 0; i < n; i++ {
+		for j := range pd[i*t:][:t] {
+			pd[i*t+j] = int32(j)
+		}
 	}
 }
 

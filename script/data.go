@@ -181,6 +181,41 @@ var tensorsMaker = &configMaker{
 	},
 }
 
+// textMaker is data.text(path, seq_len, vocab = "bytes", split = "train",
+// test_fraction = 0.1, limit = 0): a text file (or a folder of them, such
+// as Debian's fortunes in /usr/share/games/fortunes) cut into windows of
+// seq_len tokens, each with the next token at every position as target.
+var textMaker = &configMaker{
+	name:   "data.text",
+	params: []string{"path", "seq_len", "vocab?", "split?", "test_fraction?", "limit?"},
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		var path string
+		var seqLen, limit int
+		vocab, split := "bytes", "train"
+		frac := number(0.1)
+		if err := unpack(name, kwargs, "path", &path, "seq_len", &seqLen, "vocab?", &vocab, "split?", &split,
+			"test_fraction?", &frac, "limit?", &limit); err != nil {
+			return nil, err
+		}
+		switch {
+		case path == "":
+			return nil, fmt.Errorf("%s: path: give a text file or a folder of text files", name)
+		case seqLen < 1:
+			return nil, fmt.Errorf("%s: seq_len must be ≥ 1, got %d", name, seqLen)
+		case vocab != "bytes" && vocab != "chars":
+			return nil, fmt.Errorf("%s: vocab must be \"bytes\" or \"chars\", got %q", name, vocab)
+		case split != "train" && split != "test":
+			return nil, fmt.Errorf("%s: split must be \"train\" or \"test\", got %q", name, split)
+		case frac <= 0 || frac >= 1:
+			return nil, fmt.Errorf("%s: test_fraction must be in (0, 1), got %g", name, float64(frac))
+		case limit < 0:
+			return nil, fmt.Errorf("%s: limit must be ≥ 0, got %d", name, limit)
+		}
+		return spec.Data{Kind: "text", File: resolvePath(thread, kwargs, "path", path), SeqLen: seqLen, Vocab: vocab,
+			Split: split, TestFraction: float64(frac), Limit: limit, Pos: position(thread)}, nil
+	},
+}
+
 // transformSpec is one element of spec.Data's Transforms.
 type transformSpec = struct {
 	Kind          string
@@ -284,6 +319,7 @@ var dataModule = &starlarkstruct.Module{
 		"mnist":         mnistMaker.builtin(),
 		"fashion_mnist": fashionMaker.builtin(),
 		"tensors":       tensorsMaker.builtin(),
+		"text":          textMaker.builtin(),
 		"synthetic":     syntheticMaker.builtin(),
 		"random_crop":   randomCropMaker.builtin(),
 		"hflip":         hflipMaker.builtin(),

@@ -152,25 +152,30 @@ func (l *Layer) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable type: 
 var nnModule = &starlarkstruct.Module{
 	Name: "nn",
 	Members: starlark.StringDict{
-		"sequential":         starlark.NewBuiltin("nn.sequential", nnSequential),
-		"conv2d":             starlark.NewBuiltin("nn.conv2d", nnConv2D),
-		"linear":             starlark.NewBuiltin("nn.linear", nnLinear),
-		"relu":               starlark.NewBuiltin("nn.relu", simpleLayer(spec.ReLU)),
-		"maxpool2d":          starlark.NewBuiltin("nn.maxpool2d", nnMaxPool2D),
-		"dropout":            starlark.NewBuiltin("nn.dropout", dropoutLayer(spec.Dropout)),
-		"dropout2d":          starlark.NewBuiltin("nn.dropout2d", dropoutLayer(spec.Dropout2D)),
-		"flatten":            starlark.NewBuiltin("nn.flatten", simpleLayer(spec.Flatten)),
-		"log_softmax":        starlark.NewBuiltin("nn.log_softmax", simpleLayer(spec.LogSoftmax)),
-		"softmax":            starlark.NewBuiltin("nn.softmax", simpleLayer(spec.Softmax)),
-		"identity":           starlark.NewBuiltin("nn.identity", simpleLayer(spec.Identity)),
-		"sigmoid":            starlark.NewBuiltin("nn.sigmoid", simpleLayer(spec.Sigmoid)),
-		"tanh":               starlark.NewBuiltin("nn.tanh", simpleLayer(spec.Tanh)),
-		"leaky_relu":         starlark.NewBuiltin("nn.leaky_relu", nnLeakyReLU),
-		"avgpool2d":          starlark.NewBuiltin("nn.avgpool2d", nnAvgPool2D),
-		"adaptive_avgpool2d": starlark.NewBuiltin("nn.adaptive_avgpool2d", nnAdaptiveAvgPool2D),
-		"batchnorm1d":        starlark.NewBuiltin("nn.batchnorm1d", nnBatchNorm(spec.BatchNorm1D)),
-		"batchnorm2d":        starlark.NewBuiltin("nn.batchnorm2d", nnBatchNorm(spec.BatchNorm2D)),
-		"module":             starlark.NewBuiltin("nn.module", nnModuleScope),
+		"sequential":          starlark.NewBuiltin("nn.sequential", nnSequential),
+		"conv2d":              starlark.NewBuiltin("nn.conv2d", nnConv2D),
+		"linear":              starlark.NewBuiltin("nn.linear", nnLinear),
+		"relu":                starlark.NewBuiltin("nn.relu", simpleLayer(spec.ReLU)),
+		"maxpool2d":           starlark.NewBuiltin("nn.maxpool2d", nnMaxPool2D),
+		"dropout":             starlark.NewBuiltin("nn.dropout", dropoutLayer(spec.Dropout)),
+		"dropout2d":           starlark.NewBuiltin("nn.dropout2d", dropoutLayer(spec.Dropout2D)),
+		"flatten":             starlark.NewBuiltin("nn.flatten", simpleLayer(spec.Flatten)),
+		"log_softmax":         starlark.NewBuiltin("nn.log_softmax", softmaxLayer(spec.LogSoftmax)),
+		"softmax":             starlark.NewBuiltin("nn.softmax", softmaxLayer(spec.Softmax)),
+		"embedding":           starlark.NewBuiltin("nn.embedding", nnEmbedding),
+		"layernorm":           starlark.NewBuiltin("nn.layernorm", nnLayerNorm),
+		"gelu":                starlark.NewBuiltin("nn.gelu", nnGELU),
+		"multihead_attention": starlark.NewBuiltin("nn.multihead_attention", nnAttention),
+		"matmul":              starlark.NewBuiltin("nn.matmul", nnMatMul),
+		"identity":            starlark.NewBuiltin("nn.identity", simpleLayer(spec.Identity)),
+		"sigmoid":             starlark.NewBuiltin("nn.sigmoid", simpleLayer(spec.Sigmoid)),
+		"tanh":                starlark.NewBuiltin("nn.tanh", simpleLayer(spec.Tanh)),
+		"leaky_relu":          starlark.NewBuiltin("nn.leaky_relu", nnLeakyReLU),
+		"avgpool2d":           starlark.NewBuiltin("nn.avgpool2d", nnAvgPool2D),
+		"adaptive_avgpool2d":  starlark.NewBuiltin("nn.adaptive_avgpool2d", nnAdaptiveAvgPool2D),
+		"batchnorm1d":         starlark.NewBuiltin("nn.batchnorm1d", nnBatchNorm(spec.BatchNorm1D)),
+		"batchnorm2d":         starlark.NewBuiltin("nn.batchnorm2d", nnBatchNorm(spec.BatchNorm2D)),
+		"module":              starlark.NewBuiltin("nn.module", nnModuleScope),
 	},
 }
 
@@ -207,8 +212,8 @@ func (n *layerName) Unpack(v starlark.Value) error {
 	if !ok {
 		return fmt.Errorf("got %s, want string or None", v.Type())
 	}
-	if s == "" || strings.ContainsAny(s, ". \t\n") {
-		return fmt.Errorf("%q is not a valid layer name (non-empty, no dots or spaces)", s)
+	if s == "" || strings.ContainsAny(s, " \t\n") || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") || strings.Contains(s, "..") {
+		return fmt.Errorf("%q is not a valid layer name (non-empty, no spaces; dots only between parts, as in \"mlp.c_fc\")", s)
 	}
 	*n = layerName(s)
 	return nil
@@ -305,9 +310,21 @@ func nnLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 	bias := true
 	var name layerName
 	var init initArg
+	tie := starlark.Value(starlark.None)
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs,
-		"in_features", &in, "out_features", &out, "bias?", &bias, "init?", &init, "name?", &name); err != nil {
+		"in_features", &in, "out_features", &out, "bias?", &bias, "init?", &init, "tie?", &tie, "name?", &name); err != nil {
 		return nil, err
+	}
+	var tied *spec.Layer
+	if tie != starlark.None {
+		e, ok := tie.(*Layer)
+		if !ok || e.L.Kind != spec.Embedding {
+			return nil, fmt.Errorf("%s: tie: got %s, want an nn.embedding whose weight this layer shares", b.Name(), tie.Type())
+		}
+		if e.L.In != out || e.L.Out != in {
+			return nil, fmt.Errorf("%s: tie: the embedding's weight is [%d %d], this layer's would be [%d %d]", b.Name(), e.L.In, e.L.Out, out, in)
+		}
+		tied = e.L
 	}
 	if err := positive(b, "in_features", in); err != nil {
 		return nil, err
@@ -316,7 +333,7 @@ func nnLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 		return nil, err
 	}
 	return newLayer(thread, spec.Layer{Kind: spec.Linear, Name: string(name), Pos: position(thread),
-		In: in, Out: out, Bias: bias, Init: string(init)})
+		In: in, Out: out, Bias: bias, Init: string(init), Tie: tied})
 }
 
 func nnMaxPool2D(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -496,4 +513,120 @@ func (n *number) Unpack(v starlark.Value) error {
 	}
 	*n = number(f)
 	return nil
+}
+
+// softmaxLayer declares nn.softmax / nn.log_softmax(dim = -1): over the
+// last dimension (the only one planned); nn.softmax(causal = True) masks
+// the positions after each row's own, for attention scores [..., T, T].
+func softmaxLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		x, args, apply := tensorFirst(args)
+		dim := -1
+		causal := false
+		var name layerName
+		params := []any{"dim?", &dim}
+		if kind == spec.Softmax {
+			params = append(params, "causal?", &causal)
+		}
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, append(params, "name?", &name)...); err != nil {
+			return nil, err
+		}
+		if dim != -1 && dim != 1 {
+			return nil, fmt.Errorf("%s: only the last dimension (dim = -1) is supported, got %d", b.Name(), dim)
+		}
+		l, err := newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), Causal: causal, Dims: []int{dim}})
+		if err != nil || !apply {
+			return l, err
+		}
+		return l.CallInternal(thread, starlark.Tuple{x}, nil)
+	}
+}
+
+func nnEmbedding(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var num, dim int
+	var name layerName
+	var init initArg
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "num_embeddings", &num, "embedding_dim", &dim, "init?", &init, "name?", &name); err != nil {
+		return nil, err
+	}
+	if err := positive(b, "num_embeddings", num); err != nil {
+		return nil, err
+	}
+	if err := positive(b, "embedding_dim", dim); err != nil {
+		return nil, err
+	}
+	return newLayer(thread, spec.Layer{Kind: spec.Embedding, Name: string(name), Pos: position(thread), In: num, Out: dim, Init: string(init)})
+}
+
+func nnLayerNorm(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var features int
+	eps := number(1e-5)
+	affine := true
+	var name layerName
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "normalized_shape", &features, "eps?", &eps,
+		"elementwise_affine?", &affine, "name?", &name); err != nil {
+		return nil, err
+	}
+	if err := positive(b, "normalized_shape", features); err != nil {
+		return nil, err
+	}
+	if eps <= 0 {
+		return nil, fmt.Errorf("%s: eps must be positive, got %g", b.Name(), float64(eps))
+	}
+	return newLayer(thread, spec.Layer{Kind: spec.LayerNorm, Name: string(name), Pos: position(thread), In: features, Eps: float64(eps), Affine: affine})
+}
+
+func nnGELU(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	x, args, apply := tensorFirst(args)
+	approximate := "none"
+	var name layerName
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "approximate?", &approximate, "name?", &name); err != nil {
+		return nil, err
+	}
+	if approximate != "none" && approximate != "tanh" {
+		return nil, fmt.Errorf("%s: approximate must be \"none\" or \"tanh\", got %q", b.Name(), approximate)
+	}
+	l, err := newLayer(thread, spec.Layer{Kind: spec.GELU, Name: string(name), Pos: position(thread), Approximate: approximate == "tanh"})
+	if err != nil || !apply {
+		return l, err
+	}
+	return l.CallInternal(thread, starlark.Tuple{x}, nil)
+}
+
+// nnAttention declares nn.multihead_attention(embed_dim, num_heads,
+// causal = True, dropout = 0.0, bias = True): self-attention over [N, T,
+// embed_dim] with PyTorch's nn.MultiheadAttention parameters.
+func nnAttention(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var dim, heads int
+	causal, bias := true, true
+	var dropout number
+	var name layerName
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "embed_dim", &dim, "num_heads", &heads, "causal?", &causal,
+		"dropout?", &dropout, "bias?", &bias, "name?", &name); err != nil {
+		return nil, err
+	}
+	if err := positive(b, "embed_dim", dim); err != nil {
+		return nil, err
+	}
+	if err := positive(b, "num_heads", heads); err != nil {
+		return nil, err
+	}
+	if dim%heads != 0 {
+		return nil, fmt.Errorf("%s: embed_dim %d must be divisible by num_heads %d", b.Name(), dim, heads)
+	}
+	if dropout < 0 || dropout >= 1 {
+		return nil, fmt.Errorf("%s: dropout must be in [0, 1), got %g", b.Name(), float64(dropout))
+	}
+	return newLayer(thread, spec.Layer{Kind: spec.MultiheadAttention, Name: string(name), Pos: position(thread),
+		In: dim, Out: dim, Heads: heads, Causal: causal, P: float64(dropout), Bias: bias})
+}
+
+// nnMatMul is nn.matmul(a, b): batched matrix products of [N, ..., M, K]
+// and [N, ..., K, P] (equal leading dimensions).
+func nnMatMul(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var x, y *Tensor
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 2, &x, &y); err != nil {
+		return nil, err
+	}
+	return x.tr.apply(position(thread), &spec.Layer{Kind: spec.MatMulOp, Pos: position(thread)}, []*Tensor{x, y}, "nn.matmul")
 }

@@ -112,9 +112,24 @@ func (t *Tensor) Binary(op syntax.Token, y starlark.Value, side starlark.Side) (
 }
 
 var tensorMethods = map[string]*starlark.Builtin{
-	"reshape": starlark.NewBuiltin("reshape", tensorReshape),
-	"flatten": starlark.NewBuiltin("flatten", tensorFlatten),
-	"mean":    starlark.NewBuiltin("mean", tensorMean),
+	"reshape":   starlark.NewBuiltin("reshape", tensorReshape),
+	"flatten":   starlark.NewBuiltin("flatten", tensorFlatten),
+	"mean":      starlark.NewBuiltin("mean", tensorMean),
+	"transpose": starlark.NewBuiltin("transpose", tensorTranspose),
+}
+
+// tensorTranspose is x.transpose(d1, d2): two dimensions other than the
+// batch swapped (negative dimensions count from the end).
+func tensorTranspose(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*Tensor)
+	var d1, d2 int
+	if err := starlark.UnpackPositionalArgs("transpose", args, kwargs, 2, &d1, &d2); err != nil {
+		return nil, err
+	}
+	if d1 == 0 || d2 == 0 {
+		return nil, fmt.Errorf("transpose: the batch (dimension 0) stays first; got (%d, %d)", d1, d2)
+	}
+	return t.tr.apply(position(thread), &spec.Layer{Kind: spec.TransposeOp, Dims: []int{d1, d2}, Pos: position(thread)}, []*Tensor{t}, "transpose")
 }
 
 // Attr returns the tensor's methods, bound to it.
@@ -324,8 +339,10 @@ func applyName(l *spec.Layer) string {
 // or running statistics.
 func hasParams(l *spec.Layer) bool {
 	switch l.Kind {
-	case spec.Conv2D, spec.Linear:
+	case spec.Conv2D, spec.Linear, spec.Embedding, spec.MultiheadAttention:
 		return true
+	case spec.LayerNorm:
+		return l.Affine
 	case spec.BatchNorm1D, spec.BatchNorm2D:
 		return l.Affine || l.TrackStats
 	}
@@ -382,6 +399,7 @@ func joinPath(prefix, name string) string {
 
 func init() {
 	dataModule.Members["input"] = starlark.NewBuiltin("data.input", dataInput)
+	dataModule.Members["positions"] = starlark.NewBuiltin("data.positions", dataPositions)
 	nnModule.Members["cat"] = starlark.NewBuiltin("nn.cat", nnCat)
 }
 
@@ -421,4 +439,19 @@ func dataInput(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		return nil, err
 	}
 	return &Tensor{tr: tr, id: 0, pos: position(thread), what: "data.input()"}, nil
+}
+
+// dataPositions is data.positions(): the position of every token of the
+// input, [N, T] with row n = 0, 1, …, T−1 (what a position embedding looks
+// up, as torch.arange(T)).
+func dataPositions(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 0); err != nil {
+		return nil, err
+	}
+	tr, err := traceOf(thread)
+	if err != nil {
+		return nil, err
+	}
+	in := &Tensor{tr: tr, id: 0, pos: position(thread), what: "data.input()"}
+	return tr.apply(position(thread), &spec.Layer{Kind: spec.PositionsOp, Pos: position(thread)}, []*Tensor{in}, "data.positions()")
 }

@@ -79,6 +79,9 @@ func (rs *runState) paramTensors() ([]safetensors.Tensor, error) {
 	var ts []safetensors.Tensor
 	for i, prm := range rs.plan.Graph.Params {
 		ts = append(ts, safetensors.F32(prm.Name, prm.Value.Shape, vals[i]))
+		for _, alias := range prm.Aliases { // a tied weight, under each of PyTorch's names
+			ts = append(ts, safetensors.F32(alias, prm.Value.Shape, vals[i]))
+		}
 	}
 	d := rs.devices[0]
 	if d.prog.StatArena == nil {
@@ -286,6 +289,9 @@ func (rs *runState) setParams(d *device, path string, f *safetensors.File, prefi
 	known := map[string]bool{}
 	for _, prm := range p.Graph.Params {
 		known[prm.Name] = true
+		for _, alias := range prm.Aliases {
+			known[alias] = true // the same tensor again (weight tying)
+		}
 		t, ok := f.Get(prefix + prm.Name)
 		if !ok {
 			return fmt.Errorf("%s: no tensor %q for parameter %s %v", path, prefix+prm.Name, prm.Name, prm.Value.Shape)

@@ -594,7 +594,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Op == "sum" {
 		scale = float64(p.World) // each rank's gradient is a local mean
 	}
-	d.rc.LossScale = scale / float64(max(denom, 1))
+	d.rc.LossScale = scale / float64(max(denom*p.Positions(), 1))
 	d.rc.Step = d.step + 1
 	d.rc.LR = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
 	d.commTime = 0
@@ -680,8 +680,8 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 	lo, hi := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, prog.Rank)
 	batch := p.MaxBatch
 	classes := p.Classes
+	positions := p.Positions() // class targets per sample (1; a window's length for tokens)
 	idx := make([]int, batch)
-	labels := rs.eval.Labels()
 	d.rc.LossScale = 1
 	var correct float64
 	for i := lo; i < hi; i += batch {
@@ -699,11 +699,15 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 		if classes == 0 {
 			continue // regression: the loss is the measure
 		}
-		out := d.out[:n*classes]
+		rows := n * positions
+		out, labels := d.out[:rows*classes], d.labels[:rows]
 		if err := d.dev.DownloadF32(prog.Output, 0, out); err != nil {
 			return 0, 0, err
 		}
-		for j := 0; j < n; j++ {
+		if err := d.dev.DownloadI32(prog.Target, 0, labels); err != nil {
+			return 0, 0, err
+		}
+		for j, label := range labels {
 			row := out[j*classes : (j+1)*classes]
 			best := 0
 			for c := 1; c < classes; c++ {
@@ -711,7 +715,7 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 					best = c
 				}
 			}
-			if int32(best) == labels[idx[j]] {
+			if int32(best) == label {
 				correct++
 			}
 		}
@@ -725,7 +729,7 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 	if correct, lossSum, err = d.sum2(correct, lossSum, "eval", d.step); err != nil {
 		return 0, 0, err
 	}
-	n := float64(rs.eval.Len())
+	n := float64(rs.eval.Len() * positions)
 	if classes == 0 {
 		return math.NaN(), lossSum / n, nil
 	}

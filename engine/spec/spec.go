@@ -38,6 +38,18 @@ const (
 	AdaptiveAvgPool2D LayerKind = "adaptive_avgpool2d"
 	BatchNorm1D       LayerKind = "batchnorm1d"
 	BatchNorm2D       LayerKind = "batchnorm2d"
+	Embedding         LayerKind = "embedding"
+	LayerNorm         LayerKind = "layernorm"
+	GELU              LayerKind = "gelu"
+	// MultiheadAttention is self-attention with PyTorch's parameter
+	// layout (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias).
+	MultiheadAttention LayerKind = "multihead_attention"
+
+	// More functional layers: nn.matmul(a, b), x.transpose(d1, d2),
+	// data.positions().
+	MatMulOp    LayerKind = "matmul"
+	TransposeOp LayerKind = "transpose"
+	PositionsOp LayerKind = "positions"
 
 	// Functional layers: what arithmetic on tensors and nn.cat, .reshape,
 	// .flatten and .mean apply. They have no parameters and no name.
@@ -70,6 +82,14 @@ type Layer struct {
 	Bias            bool // conv2d, linear
 	P               float64
 	Slope           float64 // leaky_relu's negative slope
+	// Heads (multihead_attention), Causal (multihead_attention, softmax:
+	// position i attends to positions ≤ i), Approximate (gelu: "tanh").
+	Heads       int
+	Causal      bool
+	Approximate bool
+	// Tie (linear): the embedding whose weight this layer uses as its own
+	// (weight tying: one parameter, one gradient from both uses).
+	Tie *Layer
 
 	// Batch normalisation (batchnorm1d, batchnorm2d): PyTorch's eps,
 	// momentum, affine and track_running_stats; Sync computes the batch
@@ -122,7 +142,7 @@ func (l *Layer) Label() string {
 
 // Data describes a dataset.
 type Data struct {
-	Kind      string // "mnist", "fashion_mnist", "tensors" or "synthetic"
+	Kind      string // "mnist", "fashion_mnist", "tensors", "text" or "synthetic"
 	Split     string // "train" or "test"
 	Dir       string // mnist: "" for the copy that ships with the GoMNIST module; fashion_mnist: "" for Debian's
 	Normalize [2]float64
@@ -135,6 +155,13 @@ type Data struct {
 	// classes (else the largest label + 1).
 	File string
 	X, Y string
+
+	// Text (data.text): File is a text file or a folder of them, cut into
+	// windows of SeqLen tokens ("bytes" or "chars" Vocab); the last
+	// TestFraction of the windows are the test split.
+	SeqLen       int
+	Vocab        string
+	TestFraction float64
 
 	// Transforms are random transforms of the training samples, applied
 	// in order whenever a batch is filled, drawn from the run's seed, the

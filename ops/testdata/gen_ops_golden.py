@@ -5,9 +5,10 @@ causal too), nll_loss, cross_entropy (with label smoothing, ignore_index,
 classes along the last dimension), batch_norm (training, with the running
 statistics, and evaluation), avg_pool2d, adaptive_avg_pool2d(1), sigmoid,
 tanh, leaky_relu, gelu (exact and tanh), add, sub, mul, scaling, mse_loss,
-cat, embedding, layer_norm, batched matmul with transposes and permute from
-PyTorch 1.13 in float64 on small random inputs. ops/golden_test.go checks
-the kernels against it.
+cat, embedding, layer_norm, batched matmul with transposes, permute, linear
+(over the last dimension of any rank), narrow and position ids
+(arange) from PyTorch 1.13 in float64 on small random inputs.
+ops/golden_test.go checks the kernels against it.
 
 Regenerate (from the repository root):
 
@@ -341,6 +342,46 @@ def permute(name, shape, perm):
 
 permute("permute_heads", (2, 5, 3, 4), (0, 2, 1, 3))
 permute("permute_5d", (2, 3, 4, 2, 3), (0, 3, 1, 4, 2))
+
+
+
+def linear(name, x_shape, out_features, bias=True):
+    """F.linear over the last dimension of an input of any rank."""
+    x = randn(*x_shape).requires_grad_()
+    w = randn(out_features, x_shape[-1]).requires_grad_()
+    b = randn(out_features).requires_grad_() if bias else None
+    y = F.linear(x, w, b)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    c = dict(name=name, op="linear", x=t(x), w=t(w), y=t(y), dy=t(dy), dx=t(x.grad), dw=t(w.grad))
+    if bias:
+        c.update(b=t(b), db=t(b.grad))
+    cases.append(c)
+
+
+linear("linear_2d", (5, 4), 3)
+linear("linear_3d", (3, 4, 6), 5)
+linear("linear_4d_nobias", (2, 3, 2, 4), 3, bias=False)
+
+
+def narrow(name, shape, offset, length):
+    """x.narrow(1, offset, length) forward; its backward pads dy with zeros."""
+    x = randn(*shape).requires_grad_()
+    y = x.narrow(1, offset, length)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    cases.append(dict(name=name, op="narrow", offset=offset, length=length,
+                      x=t(x), y=t(y.contiguous()), dy=t(dy), dx=t(x.grad)))
+
+
+narrow("narrow_qkv_middle", (2, 9, 3), 3, 3)
+narrow("narrow_2d_head", (4, 5), 0, 2)
+narrow("narrow_4d_tail", (2, 6, 2, 3), 4, 2)
+
+# Position ids as a GPT builds them for token ids [N, T].
+ids = torch.randint(0, 50, (3, 7))
+pos = torch.arange(ids.shape[1]).expand(ids.shape[0], -1)
+cases.append(dict(name="positions", op="positions", ids=t(ids.double()), y=t(pos.double())))
 
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.

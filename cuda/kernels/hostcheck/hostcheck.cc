@@ -106,6 +106,14 @@ void hc_bn_running(int g, int b, const float* save, float* running_mean, float* 
                    float* tracked, int c, float momentum) {
   BLK(gorun_bn_running, save, running_mean, running_var, tracked, c, momentum);
 }
+void hc_layer_norm(int g, int b, const float* x, const float* gamma, const float* beta,
+                   float* y, float* save, int rows, int d, float eps) {
+  BLK(gorun_layer_norm, x, gamma, beta, y, save, rows, d, eps);
+}
+void hc_layer_norm_grad_input(int g, int b, const float* dy, const float* x, const float* save,
+                              const float* gamma, float* dx, int rows, int d) {
+  BLK(gorun_layer_norm_grad_input, dy, x, save, gamma, dx, rows, d);
+}
 
 void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
                   int oh, int ow, int k, int s) {
@@ -133,8 +141,8 @@ void hc_global_avgpool2d_grad(int g, int b, const float* dy, float* dx, int plan
 void hc_log_softmax(int g, int b, const float* x, float* y, int n, int c) {
   SEQ(gorun_log_softmax, x, y, n, c);
 }
-void hc_softmax(int g, int b, const float* x, float* y, int n, int c) {
-  SEQ(gorun_softmax, x, y, n, c);
+void hc_softmax(int g, int b, const float* x, float* y, int n, int c, int causal) {
+  SEQ(gorun_softmax, x, y, n, c, causal);
 }
 void hc_log_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n,
                          int c) {
@@ -145,21 +153,24 @@ void hc_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, i
 }
 
 void hc_nll_loss(int g, int b, const float* logp, const int* target, float* loss, int n,
-                 int c, float scale, int accumulate) {
-  BLK(gorun_nll_loss, logp, target, loss, n, c, scale, accumulate);
+                 int c, float scale, int accumulate, int has_ignore, int ignore_index) {
+  BLK(gorun_nll_loss, logp, target, loss, n, c, scale, accumulate, has_ignore, ignore_index);
 }
 void hc_nll_loss_grad(int g, int b, const float* dloss, const int* target, float* dx, int n,
-                      int c, float scale) {
-  SEQ(gorun_nll_loss_grad, dloss, target, dx, n, c, scale);
+                      int c, float scale, int has_ignore, int ignore_index) {
+  SEQ(gorun_nll_loss_grad, dloss, target, dx, n, c, scale, has_ignore, ignore_index);
 }
 void hc_cross_entropy(int g, int b, const float* logits, const int* target, float* loss,
-                      float* probs, int n, int c, float smoothing, float scale, int accumulate) {
-  BLK(gorun_cross_entropy, logits, target, loss, probs, n, c, smoothing, scale, accumulate);
+                      float* probs, int n, int c, float smoothing, float scale, int accumulate,
+                      int has_ignore, int ignore_index) {
+  BLK(gorun_cross_entropy, logits, target, loss, probs, n, c, smoothing, scale, accumulate,
+      has_ignore, ignore_index);
 }
 void hc_cross_entropy_grad(int g, int b, const float* dloss, const float* probs,
                            const int* target, float* dx, int n, int c, float smoothing,
-                           float scale) {
-  SEQ(gorun_cross_entropy_grad, dloss, probs, target, dx, n, c, smoothing, scale);
+                           float scale, int has_ignore, int ignore_index) {
+  SEQ(gorun_cross_entropy_grad, dloss, probs, target, dx, n, c, smoothing, scale, has_ignore,
+      ignore_index);
 }
 void hc_mse_loss(int g, int b, const float* pred, const float* target, float* loss, int n,
                  int d, float scale, int accumulate) {
@@ -176,8 +187,10 @@ void hc_sgd_step(int g, int b, float* param, const float* grad, float* buf, int 
       step);
 }
 void hc_adam_step(int g, int b, float* param, const float* grad, float* m, float* v, int n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int step) {
-  SEQ(gorun_adam_step, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  int decoupled) {
+  SEQ(gorun_adam_step, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step,
+      decoupled);
 }
 
 void hc_gather_rows(int g, int b, const float* src, const int* idx, float* dst, int rows,
@@ -187,6 +200,21 @@ void hc_gather_rows(int g, int b, const float* src, const int* idx, float* dst, 
 void hc_gather_rows_int(int g, int b, const int* src, const int* idx, int* dst, int rows,
                         int cols) {
   SEQ(gorun_gather_rows_int, src, idx, dst, rows, cols);
+}
+void hc_copy_slice(int g, int b, const float* src, float* dst, int n, int len, int src_dim,
+                   int src_off, int dst_dim, int dst_off) {
+  SEQ(gorun_copy_slice, src, dst, n, len, src_dim, src_off, dst_dim, dst_off);
+}
+void hc_permute(int g, int b, const float* x, float* y, int n, int d0, int d1, int d2, int d3,
+                int d4, int d5, int s0, int s1, int s2, int s3, int s4, int s5) {
+  SEQ(gorun_permute, x, y, n, d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5);
+}
+void hc_embedding(int g, int b, const int* ids, const float* w, float* y, int n, int v, int d) {
+  SEQ(gorun_embedding, ids, w, y, n, v, d);
+}
+void hc_embedding_grad(int g, int b, const int* ids, const float* dy, float* dw, int n, int v,
+                       int d, int rows_per, int accumulate) {
+  SEQ(gorun_embedding_grad, ids, dy, dw, n, v, d, rows_per, accumulate);
 }
 void hc_count_correct(int g, int b, const float* x, const int* target, int* count, int n,
                       int c, int accumulate) {

@@ -66,14 +66,17 @@ func ReLUGrad(g Geom, dy, y, dx []float32, n int) {
 }
 
 // The op codes of gorun_unary and gorun_binary and the modes of the batch
-// norm kernels: kernels.h's GORUN_UNARY_*, GORUN_BINARY_* and GORUN_BN_*
-// (kernels.h is C++, which cgo cannot read; Codes maps the macros' names
-// to these values, and a test checks them against the header).
+// and layer norm kernels: kernels.h's GORUN_UNARY_*, GORUN_BINARY_*,
+// GORUN_BN_* and GORUN_LN_* (kernels.h is C++, which cgo cannot read;
+// Codes maps the macros' names to these values, and a test checks them
+// against the header).
 const (
 	UnarySigmoid   = 0
 	UnaryTanh      = 1
 	UnaryLeakyReLU = 2
 	UnaryScale     = 3
+	UnaryGELU      = 4
+	UnaryGELUTanh  = 5
 
 	BinaryAdd           = 0
 	BinarySub           = 1
@@ -81,12 +84,16 @@ const (
 	BinarySigmoidGrad   = 3
 	BinaryTanhGrad      = 4
 	BinaryLeakyReLUGrad = 5
+	BinaryGELUGrad      = 6
+	BinaryGELUTanhGrad  = 7
 
 	BNSums     = 0
 	BNGradSums = 1
 	BNNorm     = 0
 	BNEval     = 1
 	BNGrad     = 2
+
+	LNGammaSums = 2
 )
 
 // Codes maps kernels.h's op-code and mode macros to the constants above.
@@ -95,17 +102,22 @@ var Codes = map[string]int{
 	"GORUN_UNARY_TANH":             UnaryTanh,
 	"GORUN_UNARY_LEAKY_RELU":       UnaryLeakyReLU,
 	"GORUN_UNARY_SCALE":            UnaryScale,
+	"GORUN_UNARY_GELU":             UnaryGELU,
+	"GORUN_UNARY_GELU_TANH":        UnaryGELUTanh,
 	"GORUN_BINARY_ADD":             BinaryAdd,
 	"GORUN_BINARY_SUB":             BinarySub,
 	"GORUN_BINARY_MUL":             BinaryMul,
 	"GORUN_BINARY_SIGMOID_GRAD":    BinarySigmoidGrad,
 	"GORUN_BINARY_TANH_GRAD":       BinaryTanhGrad,
 	"GORUN_BINARY_LEAKY_RELU_GRAD": BinaryLeakyReLUGrad,
+	"GORUN_BINARY_GELU_GRAD":       BinaryGELUGrad,
+	"GORUN_BINARY_GELU_TANH_GRAD":  BinaryGELUTanhGrad,
 	"GORUN_BN_SUMS":                BNSums,
 	"GORUN_BN_GRAD_SUMS":           BNGradSums,
 	"GORUN_BN_NORM":                BNNorm,
 	"GORUN_BN_EVAL":                BNEval,
 	"GORUN_BN_GRAD":                BNGrad,
+	"GORUN_LN_GAMMA_SUMS":          LNGammaSums,
 }
 
 // Unary launches gorun_unary.
@@ -252,6 +264,16 @@ func BNRunning(g Geom, save, runningMean, runningVar, tracked []float32, c int, 
 	C.hc_bn_running(ci(g.Grid), ci(g.Block), fp(save), fp(runningMean), fp(runningVar), fp(tracked), ci(c), C.float(momentum))
 }
 
+// LayerNorm launches gorun_layer_norm.
+func LayerNorm(g Geom, x, gamma, beta, y, save []float32, rows, d int, eps float32) {
+	C.hc_layer_norm(ci(g.Grid), ci(g.Block), fp(x), fp(gamma), fp(beta), fp(y), fp(save), ci(rows), ci(d), C.float(eps))
+}
+
+// LayerNormGradInput launches gorun_layer_norm_grad_input.
+func LayerNormGradInput(g Geom, dy, x, save, gamma, dx []float32, rows, d int) {
+	C.hc_layer_norm_grad_input(ci(g.Grid), ci(g.Block), fp(dy), fp(x), fp(save), fp(gamma), fp(dx), ci(rows), ci(d))
+}
+
 // MaxPool2D launches gorun_maxpool2d.
 func MaxPool2D(g Geom, x, y []float32, idx []int32, planes, h, w, oh, ow, k, s int) {
 	C.hc_maxpool2d(ci(g.Grid), ci(g.Block), fp(x), fp(y), ip(idx), ci(planes), ci(h), ci(w), ci(oh), ci(ow), ci(k), ci(s))
@@ -288,8 +310,8 @@ func LogSoftmax(g Geom, x, y []float32, n, c int) {
 }
 
 // Softmax launches gorun_softmax.
-func Softmax(g Geom, x, y []float32, n, c int) {
-	C.hc_softmax(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n), ci(c))
+func Softmax(g Geom, x, y []float32, n, c, causal int) {
+	C.hc_softmax(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n), ci(c), ci(causal))
 }
 
 // LogSoftmaxGrad launches gorun_log_softmax_grad.
@@ -303,23 +325,23 @@ func SoftmaxGrad(g Geom, dy, y, dx []float32, n, c int) {
 }
 
 // NLLLoss launches gorun_nll_loss.
-func NLLLoss(g Geom, logp []float32, target []int32, loss []float32, n, c int, scale float32, accumulate bool) {
-	C.hc_nll_loss(ci(g.Grid), ci(g.Block), fp(logp), ip(target), fp(loss), ci(n), ci(c), C.float(scale), cb(accumulate))
+func NLLLoss(g Geom, logp []float32, target []int32, loss []float32, n, c int, scale float32, accumulate, hasIgnore bool, ignoreIndex int) {
+	C.hc_nll_loss(ci(g.Grid), ci(g.Block), fp(logp), ip(target), fp(loss), ci(n), ci(c), C.float(scale), cb(accumulate), cb(hasIgnore), ci(ignoreIndex))
 }
 
 // NLLLossGrad launches gorun_nll_loss_grad.
-func NLLLossGrad(g Geom, dloss []float32, target []int32, dx []float32, n, c int, scale float32) {
-	C.hc_nll_loss_grad(ci(g.Grid), ci(g.Block), fp(dloss), ip(target), fp(dx), ci(n), ci(c), C.float(scale))
+func NLLLossGrad(g Geom, dloss []float32, target []int32, dx []float32, n, c int, scale float32, hasIgnore bool, ignoreIndex int) {
+	C.hc_nll_loss_grad(ci(g.Grid), ci(g.Block), fp(dloss), ip(target), fp(dx), ci(n), ci(c), C.float(scale), cb(hasIgnore), ci(ignoreIndex))
 }
 
 // CrossEntropy launches gorun_cross_entropy.
-func CrossEntropy(g Geom, logits []float32, target []int32, loss, probs []float32, n, c int, smoothing, scale float32, accumulate bool) {
-	C.hc_cross_entropy(ci(g.Grid), ci(g.Block), fp(logits), ip(target), fp(loss), fp(probs), ci(n), ci(c), C.float(smoothing), C.float(scale), cb(accumulate))
+func CrossEntropy(g Geom, logits []float32, target []int32, loss, probs []float32, n, c int, smoothing, scale float32, accumulate, hasIgnore bool, ignoreIndex int) {
+	C.hc_cross_entropy(ci(g.Grid), ci(g.Block), fp(logits), ip(target), fp(loss), fp(probs), ci(n), ci(c), C.float(smoothing), C.float(scale), cb(accumulate), cb(hasIgnore), ci(ignoreIndex))
 }
 
 // CrossEntropyGrad launches gorun_cross_entropy_grad.
-func CrossEntropyGrad(g Geom, dloss, probs []float32, target []int32, dx []float32, n, c int, smoothing, scale float32) {
-	C.hc_cross_entropy_grad(ci(g.Grid), ci(g.Block), fp(dloss), fp(probs), ip(target), fp(dx), ci(n), ci(c), C.float(smoothing), C.float(scale))
+func CrossEntropyGrad(g Geom, dloss, probs []float32, target []int32, dx []float32, n, c int, smoothing, scale float32, hasIgnore bool, ignoreIndex int) {
+	C.hc_cross_entropy_grad(ci(g.Grid), ci(g.Block), fp(dloss), fp(probs), ip(target), fp(dx), ci(n), ci(c), C.float(smoothing), C.float(scale), cb(hasIgnore), ci(ignoreIndex))
 }
 
 // MSELoss launches gorun_mse_loss.
@@ -338,8 +360,8 @@ func SGDStep(g Geom, param, grad, buf []float32, n int, lr, momentum, dampening,
 }
 
 // AdamStep launches gorun_adam_step.
-func AdamStep(g Geom, param, grad, m, v []float32, n int, lr, beta1, beta2, eps, weightDecay float32, step int) {
-	C.hc_adam_step(ci(g.Grid), ci(g.Block), fp(param), fp(grad), fp(m), fp(v), ci(n), C.float(lr), C.float(beta1), C.float(beta2), C.float(eps), C.float(weightDecay), ci(step))
+func AdamStep(g Geom, param, grad, m, v []float32, n int, lr, beta1, beta2, eps, weightDecay float32, step int, decoupled bool) {
+	C.hc_adam_step(ci(g.Grid), ci(g.Block), fp(param), fp(grad), fp(m), fp(v), ci(n), C.float(lr), C.float(beta1), C.float(beta2), C.float(eps), C.float(weightDecay), ci(step), cb(decoupled))
 }
 
 // GatherRows launches gorun_gather_rows.
@@ -350,6 +372,28 @@ func GatherRows(g Geom, src []float32, idx []int32, dst []float32, rows, cols in
 // GatherRowsInt launches gorun_gather_rows_int.
 func GatherRowsInt(g Geom, src, idx, dst []int32, rows, cols int) {
 	C.hc_gather_rows_int(ci(g.Grid), ci(g.Block), ip(src), ip(idx), ip(dst), ci(rows), ci(cols))
+}
+
+// CopySlice launches gorun_copy_slice.
+func CopySlice(g Geom, src, dst []float32, n, length, srcDim, srcOff, dstDim, dstOff int) {
+	C.hc_copy_slice(ci(g.Grid), ci(g.Block), fp(src), fp(dst), ci(n), ci(length), ci(srcDim), ci(srcOff), ci(dstDim), ci(dstOff))
+}
+
+// Permute launches gorun_permute with y's dimensions dims and their
+// strides in x.
+func Permute(g Geom, x, y []float32, n int, dims, strides [6]int) {
+	C.hc_permute(ci(g.Grid), ci(g.Block), fp(x), fp(y), ci(n), ci(dims[0]), ci(dims[1]), ci(dims[2]), ci(dims[3]), ci(dims[4]), ci(dims[5]),
+		ci(strides[0]), ci(strides[1]), ci(strides[2]), ci(strides[3]), ci(strides[4]), ci(strides[5]))
+}
+
+// Embedding launches gorun_embedding.
+func Embedding(g Geom, ids []int32, w, y []float32, n, v, d int) {
+	C.hc_embedding(ci(g.Grid), ci(g.Block), ip(ids), fp(w), fp(y), ci(n), ci(v), ci(d))
+}
+
+// EmbeddingGrad launches gorun_embedding_grad.
+func EmbeddingGrad(g Geom, ids []int32, dy, dw []float32, n, v, d, rowsPer int, accumulate bool) {
+	C.hc_embedding_grad(ci(g.Grid), ci(g.Block), ip(ids), fp(dy), fp(dw), ci(n), ci(v), ci(d), ci(rowsPer), cb(accumulate))
 }
 
 // CountCorrect launches gorun_count_correct.

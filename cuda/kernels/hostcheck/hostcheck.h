@@ -55,6 +55,11 @@ void hc_bn_grad_gamma(int g, int b, const float* gstats, const float* save, floa
 void hc_bn_running(int g, int b, const float* save, float* running_mean, float* running_var,
                    float* tracked, int c, float momentum);
 
+void hc_layer_norm(int g, int b, const float* x, const float* gamma, const float* beta,
+                   float* y, float* save, int rows, int d, float eps);
+void hc_layer_norm_grad_input(int g, int b, const float* dy, const float* x, const float* save,
+                              const float* gamma, float* dx, int rows, int d);
+
 void hc_maxpool2d(int g, int b, const float* x, float* y, int* idx, int planes, int h, int w,
                   int oh, int ow, int k, int s);
 void hc_maxpool2d_grad(int g, int b, const float* dy, const int* idx, float* dx, int planes,
@@ -67,20 +72,21 @@ void hc_global_avgpool2d(int g, int b, const float* x, float* y, int planes, int
 void hc_global_avgpool2d_grad(int g, int b, const float* dy, float* dx, int planes, int hw);
 
 void hc_log_softmax(int g, int b, const float* x, float* y, int n, int c);
-void hc_softmax(int g, int b, const float* x, float* y, int n, int c);
+void hc_softmax(int g, int b, const float* x, float* y, int n, int c, int causal);
 void hc_log_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n,
                          int c);
 void hc_softmax_grad(int g, int b, const float* dy, const float* y, float* dx, int n, int c);
 
 void hc_nll_loss(int g, int b, const float* logp, const int* target, float* loss, int n,
-                 int c, float scale, int accumulate);
+                 int c, float scale, int accumulate, int has_ignore, int ignore_index);
 void hc_nll_loss_grad(int g, int b, const float* dloss, const int* target, float* dx, int n,
-                      int c, float scale);
+                      int c, float scale, int has_ignore, int ignore_index);
 void hc_cross_entropy(int g, int b, const float* logits, const int* target, float* loss,
-                      float* probs, int n, int c, float smoothing, float scale, int accumulate);
+                      float* probs, int n, int c, float smoothing, float scale, int accumulate,
+                      int has_ignore, int ignore_index);
 void hc_cross_entropy_grad(int g, int b, const float* dloss, const float* probs,
                            const int* target, float* dx, int n, int c, float smoothing,
-                           float scale);
+                           float scale, int has_ignore, int ignore_index);
 void hc_mse_loss(int g, int b, const float* pred, const float* target, float* loss, int n,
                  int d, float scale, int accumulate);
 void hc_mse_loss_grad(int g, int b, const float* dloss, const float* pred, const float* target,
@@ -89,12 +95,20 @@ void hc_mse_loss_grad(int g, int b, const float* dloss, const float* pred, const
 void hc_sgd_step(int g, int b, float* param, const float* grad, float* buf, int n, float lr,
                  float momentum, float dampening, float weight_decay, int nesterov, int step);
 void hc_adam_step(int g, int b, float* param, const float* grad, float* m, float* v, int n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  int decoupled);
 
 void hc_gather_rows(int g, int b, const float* src, const int* idx, float* dst, int rows,
                     int cols);
 void hc_gather_rows_int(int g, int b, const int* src, const int* idx, int* dst, int rows,
                         int cols);
+void hc_copy_slice(int g, int b, const float* src, float* dst, int n, int len, int src_dim,
+                   int src_off, int dst_dim, int dst_off);
+void hc_permute(int g, int b, const float* x, float* y, int n, int d0, int d1, int d2, int d3,
+                int d4, int d5, int s0, int s1, int s2, int s3, int s4, int s5);
+void hc_embedding(int g, int b, const int* ids, const float* w, float* y, int n, int v, int d);
+void hc_embedding_grad(int g, int b, const int* ids, const float* dy, float* dw, int n, int v,
+                       int d, int rows_per, int accumulate);
 void hc_count_correct(int g, int b, const float* x, const int* target, int* count, int n,
                       int c, int accumulate);
 void hc_sum(int g, int b, const float* x, float* out, int n, int accumulate);

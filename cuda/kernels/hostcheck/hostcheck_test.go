@@ -257,6 +257,8 @@ func TestUnaryBinary(t *testing.T) {
 		{"leaky_relu", ops.LeakyReLU, UnaryLeakyReLU, slope, true},
 		{"leaky_relu slope 0", ops.LeakyReLU, UnaryLeakyReLU, 0, true},
 		{"scale", ops.Scale, UnaryScale, alpha, true},
+		{"gelu", ops.GELU, UnaryGELU, 0, false},
+		{"gelu tanh", ops.GELU, UnaryGELUTanh, 0, false},
 	}
 	binary := []struct {
 		name string
@@ -269,6 +271,8 @@ func TestUnaryBinary(t *testing.T) {
 		{"sigmoid_grad", ops.SigmoidGrad, BinarySigmoidGrad},
 		{"tanh_grad", ops.TanhGrad, BinaryTanhGrad},
 		{"leaky_relu_grad", ops.LeakyReLUGrad, BinaryLeakyReLUGrad},
+		{"gelu_grad", ops.GELUGrad, BinaryGELUGrad},
+		{"gelu_grad tanh", ops.GELUGrad, BinaryGELUTanhGrad},
 	}
 	check := func(exact bool, what string, got, want []float32, n int) {
 		t.Helper()
@@ -296,7 +300,7 @@ func TestUnaryBinary(t *testing.T) {
 		for _, g := range geoms(n) {
 			name := fmt.Sprintf("n=%d geom=%v", n, g)
 			for _, u := range unary {
-				attrs := &ops.Attrs{NegativeSlope: u.alpha, Alpha: u.alpha}
+				attrs := &ops.Attrs{NegativeSlope: u.alpha, Alpha: u.alpha, Approximate: u.code == UnaryGELUTanh}
 				want, got := nans(capacity), nans(capacity)
 				run(u.op, attrs, nil, []*ops.Buf[float32]{fbuf(a, n)}, fbuf(want, n))
 				Unary(g, a, got, n, u.code, float32(u.alpha))
@@ -307,17 +311,20 @@ func TestUnaryBinary(t *testing.T) {
 				check(u.exact, u.name+" in place "+name, inplace, want, n)
 			}
 			for _, bo := range binary {
-				attrs := &ops.Attrs{NegativeSlope: slope}
+				attrs := &ops.Attrs{NegativeSlope: slope, Approximate: bo.code == BinaryGELUTanhGrad}
+				// GELU's derivative uses erf, exp and tanh: the C library's
+				// and Go's may differ in the last bit.
+				exact := bo.op != ops.GELUGrad
 				want, got := nans(capacity), nans(capacity)
 				run(bo.op, attrs, nil, []*ops.Buf[float32]{fbuf(a, n), fbuf(b, n)}, fbuf(want, n))
 				Binary(g, a, b, got, n, bo.code, float32(slope))
-				checkExact(t, bo.name+" "+name, got, want, n)
+				check(exact, bo.name+" "+name, got, want, n)
 				checkTail(t, bo.name+" "+name, got, n)
 				inA, inB := slices.Clone(a), slices.Clone(b)
 				Binary(g, inA, b, inA, n, bo.code, float32(slope))
-				checkExact(t, bo.name+" in place of a "+name, inA, want, n)
+				check(exact, bo.name+" in place of a "+name, inA, want, n)
 				Binary(g, a, inB, inB, n, bo.code, float32(slope))
-				checkExact(t, bo.name+" in place of b "+name, inB, want, n)
+				check(exact, bo.name+" in place of b "+name, inB, want, n)
 			}
 		}
 	}
@@ -964,6 +971,120 @@ func TestBatchNorm(t *testing.T) {
 	}
 }
 
+// TestLayerNorm: layer norm over rows (x[N, T, D] and [N, D]) against ops,
+// with and without gamma and beta, an empty batch, a row longer than a
+// block: the forward (within the float32 tolerance: the row sums' order
+// differs; save's invstd likewise), and given the CPU's save, the input's
+// gradient (likewise: Σg and Σg·x̂), gamma's gradient (bn_partial's
+// GORUN_LN_GAMMA_SUMS and gorun_bias_finish on the second half of the
+// partials, one chunk and several, accumulate on and off) and beta's (the
+// split sum over [rows, D, 1]).
+func TestLayerNorm(t *testing.T) {
+	r := newRand(21)
+	eps := float32(1e-5)
+	cases := []struct {
+		shape  []int
+		capN   int
+		splits []int
+	}{
+		{[]int{3, 5, 7}, 4, []int{1, 2}},
+		{[]int{7, 300}, 9, []int{1, 3}},
+		{[]int{1, 1, 1}, 2, []int{1}},
+		{[]int{0, 5, 7}, 2, []int{1, 2}},
+		{[]int{4001, 3}, 4001, []int{1, 3}},
+	}
+	opt := func(b []float32, d int) *ops.Buf[float32] {
+		if b == nil {
+			return nil
+		}
+		return fbuf(b, d)
+	}
+	for _, cc := range cases {
+		d := cc.shape[len(cc.shape)-1]
+		per := 1 // rows per sample
+		for _, v := range cc.shape[1 : len(cc.shape)-1] {
+			per *= v
+		}
+		rows := cc.shape[0] * per
+		total, capacity := rows*d, cc.capN*per*d
+		saveShape := append(slices.Clone(cc.shape[:len(cc.shape)-1]), 2)
+		name := fmt.Sprintf("shape=%v", cc.shape)
+		x, dy := randf(r, total, capacity), randf(r, total, capacity)
+		for i := range total {
+			x[i] = 3*x[i] + 2
+		}
+		gamma, beta := randf(r, d, d), randf(r, d, d)
+		attrs := &ops.Attrs{Eps: float64(eps)}
+		var save []float32 // the CPU's
+		for _, af := range []struct {
+			name        string
+			gamma, beta []float32
+		}{{"affine", gamma, beta}, {"no affine", nil, nil}, {"beta only", nil, beta}} {
+			what := name + " " + af.name
+			wantY, wantSave := nans(capacity), nans(2*rows+1)
+			run(ops.LayerNorm, attrs, nil, []*ops.Buf[float32]{fbuf(x, cc.shape...), opt(af.gamma, d), opt(af.beta, d)},
+				fbuf(wantY, cc.shape...), fbuf(wantSave, saveShape...))
+			save = wantSave
+			for _, geo := range []Geom{BlockPer(rows), {2, 256}, {3, 64}} {
+				gotY, gotSave := nans(capacity), nans(2*rows+1)
+				LayerNorm(geo, x, af.gamma, af.beta, gotY, gotSave, rows, d, eps)
+				checkClose(t, fmt.Sprintf("layer_norm %s geom=%v", what, geo), gotY, wantY, total)
+				checkTail(t, "layer_norm "+what, gotY, total)
+				checkClose(t, "layer_norm save "+what, gotSave, wantSave, 2*rows)
+				checkTail(t, "layer_norm save "+what, gotSave, 2*rows)
+			}
+			inplace := slices.Clone(x)
+			LayerNorm(BlockPer(rows), inplace, af.gamma, af.beta, inplace, nans(2*rows), rows, d, eps)
+			checkClose(t, "layer_norm in place "+what, inplace, wantY, total)
+		}
+
+		for _, g := range [][]float32{gamma, nil} {
+			what := fmt.Sprintf("layer_norm_grad_input %s gamma=%v", name, g != nil)
+			want := nans(capacity)
+			run(ops.LayerNormGradInput, attrs, nil, []*ops.Buf[float32]{fbuf(dy, cc.shape...), fbuf(x, cc.shape...), fbuf(save, saveShape...), opt(g, d)},
+				fbuf(want, cc.shape...))
+			for _, geo := range []Geom{BlockPer(rows), {3, 64}} {
+				got := nans(capacity)
+				LayerNormGradInput(geo, dy, x, save, g, got, rows, d)
+				checkClose(t, fmt.Sprintf("%s geom=%v", what, geo), got, want, total)
+				checkTail(t, what, got, total)
+			}
+			inplace := slices.Clone(dy)
+			LayerNormGradInput(BlockPer(rows), inplace, x, save, g, inplace, rows, d)
+			checkClose(t, what+" in place", inplace, want, total)
+		}
+
+		for _, acc := range []bool{false, true} {
+			a := &ops.Attrs{Eps: float64(eps), Accumulate: acc}
+			init := randf(r, d, d)
+			wantG, wantB := slices.Clone(init), slices.Clone(init)
+			run(ops.LayerNormGradGamma, a, nil, []*ops.Buf[float32]{fbuf(dy, cc.shape...), fbuf(x, cc.shape...), fbuf(save, saveShape...)}, fbuf(wantG, d))
+			run(ops.LayerNormGradBeta, a, nil, []*ops.Buf[float32]{fbuf(dy, cc.shape...)}, fbuf(wantB, d))
+			for _, s := range cc.splits {
+				what := fmt.Sprintf("%s s=%d accumulate=%v", name, s, acc)
+				chunk := (rows + s - 1) / s
+				part := make([]float64, 2*d*s+1)
+				for i := range part {
+					part[i] = math.NaN()
+				}
+				BNPartial(BlockPer(d*s), dy, x, save, part, rows, d, 1, s, chunk, LNGammaSums)
+				if !math.IsNaN(part[2*d*s]) {
+					t.Errorf("layer_norm_grad_gamma %s: a partial past the end written", what)
+				}
+				got := append(slices.Clone(init), float32(math.NaN()))
+				BiasFinish(BlockPer(d), part[d*s:], got, d, s, acc)
+				checkClose(t, "layer_norm_grad_gamma "+what, got, wantG, d)
+				checkTail(t, "layer_norm_grad_gamma "+what, got, d)
+
+				got = append(slices.Clone(init), float32(math.NaN()))
+				runSplitSum(t, "layer_norm_grad_beta "+what, BlockPer(d*s), BlockPer(d), dy, got, rows, d, 1, s, acc)
+				checkClose(t, "layer_norm_grad_beta "+what, got, wantB, d)
+				checkTail(t, "layer_norm_grad_beta "+what, got, d)
+			}
+		}
+	}
+}
+
 // ---- pooling ----
 
 func TestMaxPool2D(t *testing.T) {
@@ -1118,7 +1239,7 @@ func TestSoftmax(t *testing.T) {
 				bwd     func(Geom, []float32, []float32, []float32, int, int)
 			}{
 				{"log_softmax", ops.LogSoftmax, ops.LogSoftmaxGrad, LogSoftmax, LogSoftmaxGrad},
-				{"softmax", ops.Softmax, ops.SoftmaxGrad, Softmax, SoftmaxGrad},
+				{"softmax", ops.Softmax, ops.SoftmaxGrad, func(g Geom, x, y []float32, n, c int) { Softmax(g, x, y, n, c, 0) }, SoftmaxGrad},
 			} {
 				want := nans(capacity)
 				run(f.op, nil, nil, []*ops.Buf[float32]{fbuf(x, n, c)}, fbuf(want, n, c))
@@ -1149,65 +1270,108 @@ func TestSoftmax(t *testing.T) {
 	}
 }
 
+// TestSoftmaxCausal: Softmax with Causal over scores[N, 2, T, T] against
+// ops, N = 0 included, in place too.
+func TestSoftmaxCausal(t *testing.T) {
+	r := newRand(25)
+	for _, n := range []int{0, 1, 3} {
+		for _, tt := range []int{1, 4, 9} {
+			shape := []int{n, 2, tt, tt}
+			rows, total := n*2*tt, n*2*tt*tt
+			x := randf(r, total, total+3)
+			for i := range total {
+				x[i] *= 6
+			}
+			want := nans(total + 3)
+			run(ops.Softmax, &ops.Attrs{Causal: true}, nil, []*ops.Buf[float32]{fbuf(x, shape...)}, fbuf(want, shape...))
+			name := fmt.Sprintf("shape=%v", shape)
+			for _, geo := range geoms(rows) {
+				got := nans(total + 3)
+				Softmax(geo, x, got, rows, tt, tt)
+				checkClose(t, "softmax causal "+name, got, want, total)
+				checkTail(t, "softmax causal "+name, got, total)
+			}
+			inplace := slices.Clone(x)
+			Softmax(Elementwise(rows), inplace, inplace, rows, tt, tt)
+			checkClose(t, "softmax causal in place "+name, inplace, want, total)
+		}
+	}
+}
+
+// TestLosses: NLL and cross entropy (label smoothing 0, 0.1 and 1) and
+// their gradients against ops, accumulate on and off, up to 600 rows,
+// without an ignored target and with ignore_index -100 (some targets set
+// to it) or 1 (a class: every target 1 skipped).
 func TestLosses(t *testing.T) {
 	r := newRand(8)
 	const scale = 1.0 / 7
+	ignores := []struct {
+		has   bool
+		index int
+	}{{false, 0}, {true, -100}, {true, 1}}
 	for _, n := range []int{1, 3, 7, 600} {
 		for _, c := range []int{1, 3, 10} {
-			name := fmt.Sprintf("n=%d c=%d", n, c)
-			capN := n + 3
-			logits := randf(r, n*c, capN*c)
-			for i := range n * c {
-				logits[i] *= 5
-			}
-			logp := nans(capN * c)
-			run(ops.LogSoftmax, nil, nil, []*ops.Buf[float32]{fbuf(logits, n, c)}, fbuf(logp, n, c))
-			target := slices.Repeat([]int32{-7}, capN)
-			for i := range n {
-				target[i] = int32(r.IntN(c))
-			}
-			ctx := &ops.Ctx[float32]{LossScale: f32(scale), Step: 1} // the kernels take it as a float
-			dloss := []float32{0.7}
-
-			for _, acc := range []bool{false, true} {
-				aname := fmt.Sprintf("%s accumulate=%v", name, acc)
-				attrs := &ops.Attrs{Accumulate: acc}
-				want, got := []float32{0.25}, []float32{0.25}
-				run(ops.NLLLoss, attrs, ctx, []*ops.Buf[float32]{fbuf(logp, n, c), ibuf(target, n)}, fbuf(want, 1))
-				NLLLoss(OneBlock, logp, target, got, n, c, scale, acc)
-				checkClose(t, "nll_loss "+aname, got, want, 1)
-				again := []float32{0.25}
-				NLLLoss(OneBlock, logp, target, again, n, c, scale, acc)
-				checkExact(t, "nll_loss deterministic "+aname, again, got, 1)
-
-				for _, eps := range []float64{0, f32(0.1), 1} {
-					ename := fmt.Sprintf("%s smoothing=%v", aname, eps)
-					attrs := &ops.Attrs{Accumulate: acc, LabelSmoothing: eps}
-					want, got = []float32{0.25}, []float32{0.25}
-					wantP, gotP := nans(capN*c), nans(capN*c)
-					run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf(want, 1), fbuf(wantP, n, c))
-					CrossEntropy(OneBlock, logits, target, got, gotP, n, c, float32(eps), scale, acc)
-					checkClose(t, "cross_entropy loss "+ename, got, want, 1)
-					checkClose(t, "cross_entropy probs "+ename, gotP, wantP, n*c)
-					checkTail(t, "cross_entropy probs "+ename, gotP, n*c)
+			for _, ig := range ignores {
+				name := fmt.Sprintf("n=%d c=%d ignore=%v", n, c, ig)
+				capN := n + 3
+				logits := randf(r, n*c, capN*c)
+				for i := range n * c {
+					logits[i] *= 5
 				}
-			}
+				logp := nans(capN * c)
+				run(ops.LogSoftmax, nil, nil, []*ops.Buf[float32]{fbuf(logits, n, c)}, fbuf(logp, n, c))
+				target := slices.Repeat([]int32{-7}, capN)
+				for i := range n {
+					target[i] = int32(r.IntN(c))
+					if ig.index == -100 && r.IntN(3) == 0 {
+						target[i] = -100
+					}
+				}
+				ctx := &ops.Ctx[float32]{LossScale: f32(scale), Step: 1} // the kernels take it as a float
+				dloss := []float32{0.7}
 
-			want, got := nans(capN*c), nans(capN*c)
-			run(ops.NLLLossGrad, nil, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), ibuf(target, n)}, fbuf(want, n, c))
-			NLLLossGrad(Elementwise(n*c), dloss, target, got, n, c, scale)
-			checkClose(t, "nll_loss_grad "+name, got, want, n*c)
-			checkTail(t, "nll_loss_grad "+name, got, n*c)
+				for _, acc := range []bool{false, true} {
+					aname := fmt.Sprintf("%s accumulate=%v", name, acc)
+					attrs := &ops.Attrs{Accumulate: acc, HasIgnore: ig.has, IgnoreIndex: ig.index}
+					want, got := []float32{0.25}, []float32{0.25}
+					run(ops.NLLLoss, attrs, ctx, []*ops.Buf[float32]{fbuf(logp, n, c), ibuf(target, n)}, fbuf(want, 1))
+					NLLLoss(OneBlock, logp, target, got, n, c, scale, acc, ig.has, ig.index)
+					checkClose(t, "nll_loss "+aname, got, want, 1)
+					again := []float32{0.25}
+					NLLLoss(OneBlock, logp, target, again, n, c, scale, acc, ig.has, ig.index)
+					checkExact(t, "nll_loss deterministic "+aname, again, got, 1)
 
-			probs := nans(capN * c)
-			run(ops.CrossEntropy, nil, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf([]float32{0}, 1), fbuf(probs, n, c))
-			for _, eps := range []float64{0, f32(0.1), 1} {
-				ename := fmt.Sprintf("%s smoothing=%v", name, eps)
-				want, got = nans(capN*c), nans(capN*c)
-				run(ops.CrossEntropyGrad, &ops.Attrs{LabelSmoothing: eps}, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(probs, n, c), ibuf(target, n)}, fbuf(want, n, c))
-				CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, float32(eps), scale)
-				checkExact(t, "cross_entropy_grad "+ename, got, want, n*c)
-				checkTail(t, "cross_entropy_grad "+ename, got, n*c)
+					for _, eps := range []float64{0, f32(0.1), 1} {
+						ename := fmt.Sprintf("%s smoothing=%v", aname, eps)
+						attrs := &ops.Attrs{Accumulate: acc, LabelSmoothing: eps, HasIgnore: ig.has, IgnoreIndex: ig.index}
+						want, got = []float32{0.25}, []float32{0.25}
+						wantP, gotP := nans(capN*c), nans(capN*c)
+						run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf(want, 1), fbuf(wantP, n, c))
+						CrossEntropy(OneBlock, logits, target, got, gotP, n, c, float32(eps), scale, acc, ig.has, ig.index)
+						checkClose(t, "cross_entropy loss "+ename, got, want, 1)
+						checkClose(t, "cross_entropy probs "+ename, gotP, wantP, n*c)
+						checkTail(t, "cross_entropy probs "+ename, gotP, n*c)
+					}
+				}
+
+				attrs := &ops.Attrs{HasIgnore: ig.has, IgnoreIndex: ig.index}
+				want, got := nans(capN*c), nans(capN*c)
+				run(ops.NLLLossGrad, attrs, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), ibuf(target, n)}, fbuf(want, n, c))
+				NLLLossGrad(Elementwise(n*c), dloss, target, got, n, c, scale, ig.has, ig.index)
+				checkExact(t, "nll_loss_grad "+name, got, want, n*c)
+				checkTail(t, "nll_loss_grad "+name, got, n*c)
+
+				probs := nans(capN * c)
+				run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf([]float32{0}, 1), fbuf(probs, n, c))
+				for _, eps := range []float64{0, f32(0.1), 1} {
+					ename := fmt.Sprintf("%s smoothing=%v", name, eps)
+					attrs := &ops.Attrs{LabelSmoothing: eps, HasIgnore: ig.has, IgnoreIndex: ig.index}
+					want, got = nans(capN*c), nans(capN*c)
+					run(ops.CrossEntropyGrad, attrs, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(probs, n, c), ibuf(target, n)}, fbuf(want, n, c))
+					CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, float32(eps), scale, ig.has, ig.index)
+					checkExact(t, "cross_entropy_grad "+ename, got, want, n*c)
+					checkTail(t, "cross_entropy_grad "+ename, got, n*c)
+				}
 			}
 		}
 	}
@@ -1215,23 +1379,23 @@ func TestLosses(t *testing.T) {
 	// A target out of range makes the loss NaN; an empty batch gives 0.
 	logp := []float32{-1, -2, -3}
 	loss := []float32{5}
-	NLLLoss(OneBlock, logp, []int32{3}, loss, 1, 3, 1, false)
+	NLLLoss(OneBlock, logp, []int32{3}, loss, 1, 3, 1, false, false, 0)
 	if !isNaN(loss[0]) {
 		t.Errorf("nll_loss with target 3 of 3 classes = %v, want NaN", loss[0])
 	}
 	probs := nans(3)
 	for _, eps := range []float32{0, 0.1} {
-		CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, eps, 1, false)
+		CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, eps, 1, false, true, -100)
 		if !isNaN(loss[0]) {
 			t.Errorf("cross_entropy (smoothing %v) with target -1 = %v, want NaN", eps, loss[0])
 		}
 	}
-	NLLLoss(OneBlock, logp, []int32{0}, loss, 0, 3, 1, false)
+	NLLLoss(OneBlock, logp, []int32{0}, loss, 0, 3, 1, false, false, 0)
 	if loss[0] != 0 {
 		t.Errorf("nll_loss of an empty batch = %v, want 0", loss[0])
 	}
 	loss[0] = 2
-	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 0.1, 1, true)
+	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 0.1, 1, true, false, 0)
 	if loss[0] != 2 {
 		t.Errorf("cross_entropy of an empty batch accumulated into 2 = %v, want 2", loss[0])
 	}
@@ -1322,29 +1486,164 @@ func TestSGDStep(t *testing.T) {
 func TestAdamStep(t *testing.T) {
 	r := newRand(10)
 	const n = 1001
-	for _, a := range []ops.Attrs{
-		{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
-		{LR: 0.05, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.01},
-	} {
-		a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay = f32(a.LR), f32(a.Beta1), f32(a.Beta2), f32(a.Eps), f32(a.WeightDecay)
-		name := fmt.Sprintf("%+v", a)
-		p := randf(r, n, n)
-		wantP, gotP := slices.Clone(p), slices.Clone(p)
-		wantM, gotM := make([]float32, n), make([]float32, n)
-		wantV, gotV := make([]float32, n), make([]float32, n)
-		for step := 1; step <= 5; step++ {
-			g := randf(r, n, n)
-			ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
-			run(ops.AdamStep, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantM, n), fbuf(wantV, n)})
-			AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step)
-			checkClose(t, fmt.Sprintf("adam param step %d %s", step, name), gotP, wantP, n)
-			checkClose(t, fmt.Sprintf("adam m step %d %s", step, name), gotM, wantM, n)
-			checkClose(t, fmt.Sprintf("adam v step %d %s", step, name), gotV, wantV, n)
+	for _, w := range []bool{false, true} {
+		op := ops.AdamStep
+		if w {
+			op = ops.AdamWStep
+		}
+		for _, a := range []ops.Attrs{
+			{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+			{LR: 0.05, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.01},
+			{LR: 0.05, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.5},
+		} {
+			a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay = f32(a.LR), f32(a.Beta1), f32(a.Beta2), f32(a.Eps), f32(a.WeightDecay)
+			name := fmt.Sprintf("%v %+v", op, a)
+			p := randf(r, n, n)
+			wantP, gotP := slices.Clone(p), slices.Clone(p)
+			wantM, gotM := make([]float32, n), make([]float32, n)
+			wantV, gotV := make([]float32, n), make([]float32, n)
+			for step := 1; step <= 5; step++ {
+				g := randf(r, n, n)
+				ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
+				run(op, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantM, n), fbuf(wantV, n)})
+				AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step, w)
+				checkClose(t, fmt.Sprintf("param step %d %s", step, name), gotP, wantP, n)
+				checkClose(t, fmt.Sprintf("m step %d %s", step, name), gotM, wantM, n)
+				checkClose(t, fmt.Sprintf("v step %d %s", step, name), gotV, wantV, n)
+			}
 		}
 	}
 }
 
 // ---- data and evaluation ----
+
+// TestConcatNarrow: Concat as two gorun_copy_slice launches and Narrow as
+// one, against ops, bit for bit, on [N, A, …] with trailing dimensions and
+// without, N = 0 included.
+func TestConcatNarrow(t *testing.T) {
+	r := newRand(22)
+	for _, n := range []int{0, 1, 3, 7} {
+		for _, inner := range [][]int{nil, {5}, {2, 3}} {
+			in := 1
+			for _, v := range inner {
+				in *= v
+			}
+			const A, B = 3, 4
+			capN := n + 2
+			as := append([]int{n, A}, inner...)
+			bs := append([]int{n, B}, inner...)
+			zs := append([]int{n, A + B}, inner...)
+			name := fmt.Sprintf("n=%d inner=%v", n, inner)
+			la, lb := A*in, B*in
+			x, y := randf(r, n*la, capN*la), randf(r, n*lb, capN*lb)
+			want, got := nans(capN*(la+lb)), nans(capN*(la+lb))
+			run(ops.Concat, nil, nil, []*ops.Buf[float32]{fbuf(x, as...), fbuf(y, bs...)}, fbuf(want, zs...))
+			CopySlice(Elementwise(n*la), x, got, n, la, la, 0, la+lb, 0)
+			CopySlice(Geom{2, 32}, y, got, n, lb, lb, 0, la+lb, la)
+			checkExact(t, "concat "+name, got, want, n*(la+lb))
+			checkTail(t, "concat "+name, got, n*(la+lb))
+
+			for _, sl := range [][2]int{{0, A}, {A, B}, {1, 2}, {A + B - 1, 1}} {
+				off, l := sl[0], sl[1]
+				ys := append([]int{n, l}, inner...)
+				want, got := nans(capN*l*in), nans(capN*l*in)
+				src := randf(r, n*(la+lb), capN*(la+lb))
+				run(ops.Narrow, &ops.Attrs{Offset: off}, nil, []*ops.Buf[float32]{fbuf(src, zs...)}, fbuf(want, ys...))
+				CopySlice(geoms(n * l * in)[0], src, got, n, l*in, la+lb, off*in, l*in, 0)
+				checkExact(t, fmt.Sprintf("narrow %s offset %d length %d", name, off, l), got, want, n*l*in)
+				checkTail(t, "narrow "+name, got, n*l*in)
+			}
+		}
+	}
+}
+
+// TestPermute: gorun_permute against ops.Permute for every permutation
+// that keeps the batch first of ranks 2 to 4, a rank-6 one, and N = 0.
+func TestPermute(t *testing.T) {
+	r := newRand(23)
+	perms := [][]int{{0, 1}, {0, 2, 1}, {0, 1, 2}, {0, 2, 1, 3}, {0, 3, 1, 2}, {0, 2, 3, 1}, {0, 3, 2, 1}, {0, 1, 3, 2}, {0, 5, 3, 1, 4, 2}}
+	dimsOf := []int{3, 4, 2, 5, 3, 2}
+	for _, n := range []int{0, 1, 3} {
+		for _, p := range perms {
+			rk := len(p)
+			shape := append([]int{n}, dimsOf[1:rk]...)
+			total := 1
+			for _, v := range shape {
+				total *= v
+			}
+			var perm [ops.MaxPermRank]int8
+			yshape := make([]int, rk)
+			for i, v := range p {
+				perm[i] = int8(v)
+				yshape[i] = shape[v]
+			}
+			name := fmt.Sprintf("shape=%v perm=%v", shape, p)
+			x := randf(r, total, total+4)
+			want := nans(total + 4)
+			run(ops.Permute, &ops.Attrs{Perm: perm}, nil, []*ops.Buf[float32]{fbuf(x, shape...)}, fbuf(want, yshape...))
+			// y's dimensions and their strides in x, padded in front.
+			xs := make([]int, rk)
+			s := 1
+			for i := rk - 1; i >= 0; i-- {
+				xs[i] = s
+				s *= shape[i]
+			}
+			var dims, strides [6]int
+			for i := range 6 - rk {
+				dims[i] = 1
+			}
+			for i, v := range p {
+				dims[6-rk+i], strides[6-rk+i] = shape[v], xs[v]
+			}
+			for _, geo := range geoms(total) {
+				got := nans(total + 4)
+				Permute(geo, x, got, total, dims, strides)
+				checkExact(t, "permute "+name, got, want, total)
+				checkTail(t, "permute "+name, got, total)
+			}
+		}
+	}
+}
+
+// TestEmbedding: the lookup (ids out of range give zeros) and the weight
+// gradient (in input order: the CPU's bits; out-of-range ids add nothing;
+// accumulate on and off; buckets of one row, several and all) against
+// ops, repeated ids included, N = 0 too.
+func TestEmbedding(t *testing.T) {
+	r := newRand(24)
+	for _, n := range []int{0, 1, 7, 300} {
+		for _, vd := range [][2]int{{1, 1}, {5, 3}, {50, 8}} {
+			v, d := vd[0], vd[1]
+			name := fmt.Sprintf("n=%d v=%d d=%d", n, v, d)
+			ids := slices.Repeat([]int32{-7}, n+2)
+			for i := range n {
+				ids[i] = int32(r.IntN(v+2) - 1) // -1 and v: out of range
+			}
+			w := randf(r, v*d, v*d)
+			want, got := nans((n+2)*d), nans((n+2)*d)
+			run(ops.Embedding, nil, nil, []*ops.Buf[float32]{ibuf(ids, n), fbuf(w, v, d)}, fbuf(want, n, d))
+			Embedding(Geom{2, 32}, ids, w, got, n, v, d)
+			checkExact(t, "embedding "+name, got, want, n*d)
+			checkTail(t, "embedding "+name, got, n*d)
+
+			dy := randf(r, n*d, (n+2)*d)
+			for _, acc := range []bool{false, true} {
+				init := randf(r, v*d, v*d)
+				want := slices.Clone(init)
+				run(ops.EmbeddingGradWeight, &ops.Attrs{Accumulate: acc}, nil, []*ops.Buf[float32]{fbuf(dy, n, d), ibuf(ids, n)}, fbuf(want, v, d))
+				for _, per := range []int{1, 3, v} {
+					buckets := (v + per - 1) / per
+					for _, geo := range []Geom{Elementwise(buckets * d), {1, 7}} {
+						got := append(slices.Clone(init), float32(math.NaN()))
+						EmbeddingGrad(geo, ids, dy, got, n, v, d, per, acc)
+						checkExact(t, fmt.Sprintf("embedding_grad_weight %s accumulate=%v rows_per=%d geom=%v", name, acc, per, geo), got, want, v*d)
+						checkTail(t, "embedding_grad_weight "+name, got, v*d)
+					}
+				}
+			}
+		}
+	}
+}
 
 func TestGatherRows(t *testing.T) {
 	r := newRand(11)

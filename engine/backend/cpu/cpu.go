@@ -277,6 +277,14 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 		return fmt.Errorf("%s: %d samples for a batch of %d", d.Name(), n, input.Max[0])
 	}
 	per := input.Elems() / input.Max[0]
+	if input.DType == engine.Int32 {
+		tk, ok := h.Dataset.(datasets.Tokens)
+		if !ok {
+			return fmt.Errorf("%s: %s has no token ids, the model's input takes them", d.Name(), h.Name())
+		}
+		tk.FillTokens(idx, d.bufs[input.ID].Idx[:n*per], d.bufs[target.ID].Idx[:n*per])
+		return nil
+	}
 	if target.DType == engine.Float32 {
 		r, ok := h.Dataset.(datasets.Regression)
 		if !ok {
