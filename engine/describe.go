@@ -26,7 +26,8 @@ func (p *Plan) Describe(w io.Writer) error {
 		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives reduce in memory inside a process, then once across processes (%s)\n",
 			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
 	}
-	ew.printf("  loss %s, optimizer %s (lr %g), sync %s\n", s.Loss, s.Optimizer.Kind, s.Optimizer.LR, describeSync(p))
+	ew.printf("  loss %s, optimizer %s (lr %g, weight_decay %g%s), schedule %s, sync %s\n", s.Loss, s.Optimizer.Kind, s.Optimizer.LR,
+		s.Optimizer.WeightDecay, groupsString(s.Optimizer.Groups), scheduleString(s.Schedule), describeSync(p))
 	if s.Partition != nil {
 		ew.printf("  partition %s, unequal shards: %s\n", s.Partition.Name, s.Uneven)
 	} else {

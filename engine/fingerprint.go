@@ -37,8 +37,8 @@ func (p *Plan) Fingerprint() []PlanStep {
 		{"train settings", fmt.Sprintf("batch_size %d, seed %d, shuffle %v, accumulate %d, uneven %s, loss %s, on_nonfinite %q",
 			s.BatchSize, s.Seed, s.Shuffle, s.Accumulate, s.Uneven, s.Loss, s.OnNonFinite)},
 		{"run length", fmt.Sprintf("epochs %d, max_steps %d", s.Epochs, s.MaxSteps)},
-		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g",
-			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps)},
+		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g%s",
+			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps, groupsString(o.Groups))},
 		{"schedule", scheduleString(s.Schedule)},
 		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d broadcast_buffers %v", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every, sy.BroadcastBuffers)},
 		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v seq_len %d vocab %s test_fraction %g",
@@ -94,6 +94,21 @@ func scheduleString(sc *spec.Schedule) string {
 		sc.Kind, sc.Every, sc.Gamma, sc.MinLR, sc.Steps, sc.StartFactor, sc.MaxLR, sc.PctStart, sc.DivFactor, sc.FinalDivFactor)
 	if sc.Then != nil {
 		out += ", then " + scheduleString(sc.Then)
+	}
+	return out
+}
+
+// groupsString describes an optimizer's parameter groups.
+func groupsString(gs []spec.ParamGroup) string {
+	out := ""
+	for _, g := range gs {
+		out += fmt.Sprintf(", group %q", g.Match)
+		if g.WeightDecay != nil {
+			out += fmt.Sprintf(" weight_decay %g", *g.WeightDecay)
+		}
+		if g.LR != nil {
+			out += fmt.Sprintf(" lr %g", *g.LR)
+		}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"path"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -709,19 +710,31 @@ func (p *Plan) optimizerSteps(prog *Program, update bool) error {
 	for i, prm := range p.Graph.Params {
 		param, grad := prog.Params[i], prog.Grads[i]
 		st := &Step{Kind: KernelStep, Phase: PhaseUpdate, Layer: "optimizer " + prm.Name, Pos: o.Pos}
+		lr, wd := o.LR, o.WeightDecay
+		if g := paramGroup(o.Groups, prm.Name); g != nil {
+			if g.LR != nil {
+				lr = *g.LR
+			}
+			if g.WeightDecay != nil {
+				wd = *g.WeightDecay
+			}
+		}
 		switch o.Kind {
 		case "sgd":
 			st.Op = ops.SGDStep
-			st.Attrs = ops.Attrs{LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
+			st.Attrs = ops.Attrs{LR: lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: wd, Nesterov: o.Nesterov}
 			var mom *Buffer
 			if o.Momentum != 0 {
 				mom = prog.newBuffer(prm.Name+".momentum_buffer", nil, prm.Value.Shape, false, false)
 				prog.State[i] = []*Buffer{mom}
 			}
 			st.In = []*Buffer{param, grad, mom}
-		case "adam":
+		case "adam", "adamw":
 			st.Op = ops.AdamStep
-			st.Attrs = ops.Attrs{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+			if o.Kind == "adamw" {
+				st.Op = ops.AdamWStep
+			}
+			st.Attrs = ops.Attrs{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: wd}
 			m := prog.newBuffer(prm.Name+".exp_avg", nil, prm.Value.Shape, false, false)
 			v := prog.newBuffer(prm.Name+".exp_avg_sq", nil, prm.Value.Shape, false, false)
 			prog.State[i] = []*Buffer{m, v}
@@ -731,6 +744,18 @@ func (p *Plan) optimizerSteps(prog *Program, update bool) error {
 		}
 		if update {
 			prog.Steps = append(prog.Steps, st)
+		}
+	}
+	return nil
+}
+
+// paramGroup is the first of groups with a pattern matching name, or nil.
+func paramGroup(groups []spec.ParamGroup, name string) *spec.ParamGroup {
+	for i := range groups {
+		for _, m := range groups[i].Match {
+			if ok, _ := path.Match(m, name); ok {
+				return &groups[i]
+			}
 		}
 	}
 	return nil

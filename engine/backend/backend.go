@@ -70,10 +70,10 @@ type RunCtx struct {
 	// Last is true on the last micro-batch of an optimizer step: only then
 	// do the sync and update phases run.
 	Last bool
-	// LR is the learning rate of this optimizer step (the schedule's); the
-	// update phase's optimizer steps use it instead of their Attrs.LR. 0
-	// means Attrs.LR.
-	LR float64
+	// LRScale multiplies the learning rate (Attrs.LR) of the update
+	// phase's optimizer steps on this optimizer step: the schedule's rate
+	// over the optimizer's. 0 means 1.
+	LRScale float64
 }
 
 // Device holds one Program's buffers and runs its kernel and copy steps.

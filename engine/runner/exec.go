@@ -21,6 +21,7 @@ type device struct {
 	// perEpoch and totalSteps are the optimizer steps of an epoch and of
 	// the run, over which the learning-rate schedule runs.
 	perEpoch, totalSteps int
+	lr                   float64 // this optimizer step's scheduled learning rate
 	// coll runs collectives over the device's buffers and host over host
 	// values (losses, counts); both nil with one device.
 	coll backend.Collectives

@@ -40,7 +40,7 @@ func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt t
 	if d.rank != 0 {
 		return nil
 	}
-	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.rc.LR, Samples: total,
+	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.lr, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
 		Time: time.Since(rs.start).Seconds()}
 	if err := rs.metrics.step(&sm); err != nil {

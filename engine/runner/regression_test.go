@@ -145,3 +145,28 @@ func TestScheduleDrivesTheUpdate(t *testing.T) {
 		t.Errorf("%d step lines, want %d", n, total)
 	}
 }
+
+// TestParamGroups: optim.group exempts the matching parameters (here the
+// biases) from AdamW's weight decay and leaves the others as they were
+// (one step: later ones would see the other parameters' changes).
+func TestParamGroups(t *testing.T) {
+	p := compile(t, loadSpec(t, tinyScript), 1)
+	plain := trained(t, 1, "max_steps=1", "optimizer=optim.adamw(lr=0.01, weight_decay=0.5)")[0]
+	grouped := trained(t, 1, "max_steps=1", "optimizer=optim.adamw(lr=0.01, weight_decay=0.5, groups=[optim.group(['*.bias'], weight_decay=0)])")[0]
+	nodecay := trained(t, 1, "max_steps=1", "optimizer=optim.adamw(lr=0.01, weight_decay=0)")[0]
+	prog := p.Devices[0]
+	for i, prm := range p.Graph.Params {
+		b := prog.Params[i]
+		at := func(v []float32) []float32 { return v[b.Offset-prog.ParamArena.Offset:][:b.Elems()] }
+		want := plain
+		if prm.Bias {
+			want = nodecay
+		}
+		if d := maxRelDiff(at(grouped), at(want)); d != 0 {
+			t.Errorf("%s: differs from the run it should match by %.2e", prm.Name, d)
+		}
+		if d := maxRelDiff(at(plain), at(nodecay)); d == 0 {
+			t.Errorf("%s: weight decay changed nothing: the test cannot tell groups apart", prm.Name)
+		}
+	}
+}

@@ -596,7 +596,8 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	}
 	d.rc.LossScale = scale / float64(max(denom*p.Positions(), 1))
 	d.rc.Step = d.step + 1
-	d.rc.LR = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
+	d.lr = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
+	d.rc.LRScale = d.lr / s.Optimizer.LR
 	d.commTime = 0
 	mine := 0 // samples this rank fed
 	for m := g0; m < g1; m++ {

@@ -185,9 +185,21 @@ type Data struct {
 	Pos Pos
 }
 
+// ParamGroup gives the parameters whose names match one of the glob
+// patterns (path.Match) their own weight decay or learning rate (nil:
+// the optimizer's), as PyTorch's parameter groups.
+type ParamGroup struct {
+	Match           []string
+	WeightDecay, LR *float64
+	Pos             Pos
+}
+
 // Optimizer describes the optimizer: PyTorch's torch.optim rules.
 type Optimizer struct {
-	Kind                string // "sgd" or "adam"
+	Kind string // "sgd", "adam" or "adamw"
+	// Groups override settings for some parameters; the first matching
+	// group applies.
+	Groups              []ParamGroup
 	LR                  float64
 	Momentum, Dampening float64 // sgd
 	WeightDecay         float64

@@ -192,9 +192,9 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 			a = &bd.accAttrs
 		}
 		if st.Phase == engine.PhaseUpdate {
-			a.LR = st.Attrs.LR
-			if rc.LR != 0 {
-				a.LR = rc.LR // the schedule's
+			a.LR = st.Attrs.LR // times the schedule's scale
+			if rc.LRScale != 0 {
+				a.LR *= rc.LRScale
 			}
 		}
 		bd.kernel(&d.ctx, a, bd.in, bd.out)
