@@ -2,10 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"path"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
