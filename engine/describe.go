@@ -27,7 +27,7 @@ func (p *Plan) Describe(w io.Writer) error {
 			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
 	}
 	ew.printf("  loss %s, optimizer %s (lr %g, weight_decay %g%s), schedule %s, sync %s\n", s.Loss, s.Optimizer.Kind, s.Optimizer.LR,
-		s.Optimizer.WeightDecay, groupsString(s.Optimizer.Groups), scheduleString(s.Schedule), describeSync(p))
+		s.Optimizer.WeightDecay, groupsString(s.Optimizer.Groups), describeSchedule(s.Schedule), describeSync(p))
 	if s.Partition != nil {
 		ew.printf("  partition %s, unequal shards: %s\n", s.Partition.Name, s.Uneven)
 	} else {
@@ -203,4 +203,26 @@ func statsSharing(p *Plan) string {
 		return "rank 0's broadcast before each forward pass"
 	}
 	return "each device keeps its own; checkpoints hold rank 0's"
+}
+
+// describeSchedule writes a schedule as the sched.* call that made it.
+func describeSchedule(sc *spec.Schedule) string {
+	if sc == nil {
+		return "none"
+	}
+	switch sc.Kind {
+	case "step":
+		return fmt.Sprintf("sched.step(every=%d, gamma=%g)", sc.Every, sc.Gamma)
+	case "cosine":
+		return fmt.Sprintf("sched.cosine(min_lr=%g)", sc.MinLR)
+	case "warmup":
+		out := fmt.Sprintf("sched.linear_warmup(%d, start_factor=%.4g)", sc.Steps, sc.StartFactor)
+		if sc.Then != nil {
+			out += " then " + describeSchedule(sc.Then)
+		}
+		return out
+	case "onecycle":
+		return fmt.Sprintf("sched.onecycle(max_lr=%g, pct_start=%g, div_factor=%g, final_div_factor=%g)", sc.MaxLR, sc.PctStart, sc.DivFactor, sc.FinalDivFactor)
+	}
+	return sc.Kind
 }

@@ -65,8 +65,10 @@ type flags struct {
 	dot       string
 	overwrite bool
 	training  bool // the command trains (MPI is joined)
-	// clusterSets are --set cluster.KEY=VALUE and comm.KEY=VALUE, in order.
+	// clusterSets are --set cluster.KEY=VALUE and comm.KEY=VALUE, in order;
+	// rawSets the other --set arguments as given (run.json records them).
 	clusterSets [][2]string
+	rawSets     []string
 	world       *world          // this process's place in the run
 	given       map[string]bool // flags given on the command line
 	sig         *sigWatch       // cancels the script on SIGINT and SIGTERM
@@ -77,6 +79,7 @@ const usage = `usage:
   gorun plan [flags] SCRIPT.star         print the compiled Plan (--dot FILE: Graphviz too)
   gorun plot [-o DIR] RUN_DIR...         draw loss and accuracy curves of runs (PNG)
   gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
+  gorun sample RUN_DIR --prompt TEXT     continue a text with a trained sequence model
 
 flags (before or after SCRIPT):
 `
@@ -96,6 +99,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 			return err
 		}
 		f.sets = append(f.sets, o)
+		f.rawSets = append(f.rawSets, s)
 		return nil
 	})
 	fs.StringVar(&f.out, "out", "", "run `folder`: metrics.jsonl, checkpoints, plots")
@@ -198,6 +202,8 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 			return plotCmd(args[1:], stdout, stderr)
 		case "launch":
 			return launchCmd(args[1:], stdout, stderr)
+		case "sample":
+			return sampleCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help", "-help":
 			fmt.Fprint(stdout, usage)
 			newFlagSet(&flags{}, stdout).PrintDefaults()
@@ -371,6 +377,11 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	// checkpoint; a second one kills as usual (see watchSignals).
 	if f.sig != nil {
 		opts.Interrupt = &f.sig.stop
+	}
+	if out != "" && (f.world == nil || f.world.proc == 0) {
+		if err := writeRunInfo(out, path, f.rawSets); err != nil {
+			return err
+		}
 	}
 	setPhase("training %s", path)
 	res, err := runner.Run(plan, opts)

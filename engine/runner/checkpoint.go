@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"gorun/datasets"
 	"math"
 	"os"
 	"path/filepath"
@@ -261,6 +262,9 @@ func (rs *runState) saveParams(name string, meta map[string]string) error {
 		return nil
 	}
 	m := map[string]string{"format": "pt"}
+	if tk, ok := rs.train.(datasets.Tokens); ok {
+		m["vocab"] = tk.Vocab().String() // gorun sample decodes with it
+	}
 	for k, v := range meta {
 		m[k] = v
 	}

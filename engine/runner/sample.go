@@ -1,0 +1,131 @@
+package runner
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gorun/datasets"
+	"gorun/engine"
+	"gorun/engine/backend"
+	"gorun/engine/backend/cpu"
+	"gorun/engine/safetensors"
+)
+
+// SampleOptions say how Generate continues a prompt.
+type SampleOptions struct {
+	// Tokens is how many tokens to add.
+	Tokens int
+	// Temperature divides the logits before sampling; 0 picks the most
+	// likely token every time (greedy).
+	Temperature float64
+	// Seed seeds the sampling.
+	Seed uint64
+}
+
+// Generate continues prompt (token ids) with a sequence model of p (a
+// Plan for one device, batch 1, whose input is a window of T token ids)
+// whose parameters are in the safetensors file params: at every step it
+// runs the model in evaluation mode on the last T tokens (the prompt
+// placed at the window's start while shorter) and draws the next token
+// from the logits at the last position. It returns the added tokens.
+func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([]int32, error) {
+	if !p.Tokens {
+		return nil, fmt.Errorf("the model does not read token windows (data.text): nothing to sample")
+	}
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("an empty prompt: give at least one token")
+	}
+	f, err := safetensors.ReadFile(params)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := cpu.Backend{}.Open(0, backend.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	prog := p.Devices[0]
+	if err := dev.Load(prog); err != nil {
+		return nil, err
+	}
+	d := &device{rank: 0, prog: prog, dev: dev}
+	rs := &runState{plan: p, devices: []*device{d}}
+	if err := rs.setParams(d, params, f, ""); err != nil {
+		return nil, err
+	}
+	t := p.Sample[0]
+	v := p.Classes
+	window := &windowSet{t: t, v: v, x: make([]int32, t), y: make([]int32, t)}
+	logits := make([]float32, prog.Output.Elems())
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5a3))
+	seq := append([]int32(nil), prompt...)
+	probs := make([]float64, v)
+	for range o.Tokens {
+		ctx := seq[max(0, len(seq)-t):]
+		clear(window.x)
+		copy(window.x, ctx)
+		data, err := dev.LoadData(window)
+		if err != nil {
+			return nil, err
+		}
+		dev.SetBatch(1)
+		if err := dev.Gather(data, []int{0}, prog.Input, prog.Target); err != nil {
+			return nil, err
+		}
+		d.rc.LossScale = 1
+		if err := d.evalBatch(true); err != nil {
+			return nil, err
+		}
+		if err := dev.DownloadF32(prog.Output, 0, logits[:t*v]); err != nil {
+			return nil, err
+		}
+		row := logits[(len(ctx)-1)*v : len(ctx)*v]
+		seq = append(seq, pick(row, probs, o.Temperature, rng))
+	}
+	return seq[len(prompt):], nil
+}
+
+// pick draws a token from logits: the largest with temperature 0, else
+// from softmax(logits / temperature).
+func pick(logits []float32, probs []float64, temperature float64, rng *rand.Rand) int32 {
+	best := 0
+	for i, x := range logits {
+		if x > logits[best] {
+			best = i
+		}
+	}
+	if temperature <= 0 {
+		return int32(best)
+	}
+	var sum float64
+	for i, x := range logits {
+		probs[i] = math.Exp((float64(x) - float64(logits[best])) / temperature)
+		sum += probs[i]
+	}
+	u := rng.Float64() * sum
+	for i, pr := range probs {
+		if u -= pr; u < 0 {
+			return int32(i)
+		}
+	}
+	return int32(best)
+}
+
+// windowSet is one token window, for Generate's forward passes.
+type windowSet struct {
+	t, v int
+	x, y []int32
+}
+
+func (w *windowSet) Name() string                         { return "prompt" }
+func (w *windowSet) Len() int                             { return 1 }
+func (w *windowSet) SampleShape() []int                   { return []int{w.t} }
+func (w *windowSet) NumClasses() int                      { return w.v }
+func (w *windowSet) Labels() []int32                      { return nil }
+func (w *windowSet) Vocab() datasets.Vocab                { return datasets.Vocab{} }
+func (w *windowSet) Fill(_ []int, x []float32, _ []int32) { panic("windowSet: Fill") }
+func (w *windowSet) FillTokens(_ []int, x, y []int32) {
+	copy(x, w.x)
+	copy(y, w.y)
+}
