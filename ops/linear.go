@@ -43,21 +43,29 @@ func linearGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	matmul(true, false, o, i, n, 1, dy.Data, o, x.Data, i, beta, dw.Data[:o*i], i)
 }
 
-// linearGradBias: in dy[N,...,O]; out db[O] = Σ over rows of dy. Honours
-// Attrs.Accumulate.
+// linearGradBias: in dy[N,...,O]; out db[O] = Σ over rows of dy, each
+// column summed in float64 in row order. It walks the rows in order, eight
+// columns at a time. Honours Attrs.Accumulate.
 func linearGradBias[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, db := in[0], out[0]
 	o := dy.Shape[len(dy.Shape)-1]
 	g := dy.Data[:dy.Len()]
-	for j := range db.Data[:o] {
-		var s float64 // in float64: the rows may be many
+	var acc [8]float64 // in float64: the rows may be many
+	for j := 0; j < o; j += len(acc) {
+		s := acc[:min(len(acc), o-j)]
+		clear(s)
 		for r := j; r < len(g); r += o {
-			s += float64(g[r])
+			for k, v := range g[r:][:len(s)] {
+				s[k] += float64(v)
+			}
 		}
-		if a.Accumulate {
-			db.Data[j] += T(s)
-		} else {
-			db.Data[j] = T(s)
+		d := db.Data[j:][:len(s)]
+		for k, v := range s {
+			if a.Accumulate {
+				d[k] += T(v)
+			} else {
+				d[k] = T(v)
+			}
 		}
 	}
 }

@@ -988,10 +988,10 @@ func TestLayerNorm(t *testing.T) {
 		splits []int
 	}{
 		{[]int{3, 5, 7}, 4, []int{1, 2}},
-		{[]int{7, 300}, 9, []int{1, 3}},
+		{[]int{7, 300}, 9, []int{1, 3}}, // a row longer than a block
 		{[]int{1, 1, 1}, 2, []int{1}},
 		{[]int{0, 5, 7}, 2, []int{1, 2}},
-		{[]int{4001, 3}, 4001, []int{1, 3}},
+		{[]int{30, 3}, 31, []int{1, 4}},
 	}
 	opt := func(b []float32, d int) *ops.Buf[float32] {
 		if b == nil {
@@ -1025,7 +1025,7 @@ func TestLayerNorm(t *testing.T) {
 			run(ops.LayerNorm, attrs, nil, []*ops.Buf[float32]{fbuf(x, cc.shape...), opt(af.gamma, d), opt(af.beta, d)},
 				fbuf(wantY, cc.shape...), fbuf(wantSave, saveShape...))
 			save = wantSave
-			for _, geo := range []Geom{BlockPer(rows), {2, 256}, {3, 64}} {
+			for _, geo := range []Geom{BlockPer(rows), {2, 64}} {
 				gotY, gotSave := nans(capacity), nans(2*rows+1)
 				LayerNorm(geo, x, af.gamma, af.beta, gotY, gotSave, rows, d, eps)
 				checkClose(t, fmt.Sprintf("layer_norm %s geom=%v", what, geo), gotY, wantY, total)
