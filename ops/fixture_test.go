@@ -78,6 +78,8 @@ var gradCases = []gradCase{
 	{name: "linear/nobias", op: Linear, in: [][]int{{2, 3}, {4, 3}, nil}, bwd: linearBwd(false)},
 	{name: "linear/3d", op: Linear, in: [][]int{{3, 4, 5}, {6, 5}, {6}}, capN: 5, bwd: linearBwd(true)},
 	{name: "linear/4d-nobias", op: Linear, in: [][]int{{2, 3, 2, 4}, {3, 4}}, capN: 3, bwd: linearBwd(false)},
+	// More than 8 outputs: LinearGradBias sums 8 columns at a time.
+	{name: "linear/3d-wide", op: Linear, in: [][]int{{2, 3, 4}, {19, 4}, {19}}, capN: 3, bwd: linearBwd(true)},
 	{name: "relu", op: ReLU, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,
 		bwd: []bwdStep{{op: ReLUGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	{name: "maxpool2d/k2", op: MaxPool2D, attrs: Attrs{Kernel: 2}, in: [][]int{{2, 3, 6, 5}}, capN: 3, distinct: true,

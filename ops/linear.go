@@ -44,28 +44,47 @@ func linearGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 }
 
 // linearGradBias: in dy[N,...,O]; out db[O] = Σ over rows of dy, each
-// column summed in float64 in row order. It walks the rows in order, eight
-// columns at a time. Honours Attrs.Accumulate.
+// column summed in float64 in row order. Eight columns at a time walk the
+// rows together; the last o mod 8 go one by one. Honours Attrs.Accumulate.
 func linearGradBias[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, db := in[0], out[0]
 	o := dy.Shape[len(dy.Shape)-1]
 	g := dy.Data[:dy.Len()]
-	var acc [8]float64 // in float64: the rows may be many
-	for j := 0; j < o; j += len(acc) {
-		s := acc[:min(len(acc), o-j)]
-		clear(s)
+	put := func(j int, s float64) {
+		if a.Accumulate {
+			db.Data[j] += T(s)
+		} else {
+			db.Data[j] = T(s)
+		}
+	}
+	j := 0
+	for ; j+8 <= o; j += 8 {
+		var s0, s1, s2, s3, s4, s5, s6, s7 float64 // in float64: the rows may be many
 		for r := j; r < len(g); r += o {
-			for k, v := range g[r:][:len(s)] {
-				s[k] += float64(v)
-			}
+			v := g[r : r+8 : r+8]
+			s0 += float64(v[0])
+			s1 += float64(v[1])
+			s2 += float64(v[2])
+			s3 += float64(v[3])
+			s4 += float64(v[4])
+			s5 += float64(v[5])
+			s6 += float64(v[6])
+			s7 += float64(v[7])
 		}
-		d := db.Data[j:][:len(s)]
-		for k, v := range s {
-			if a.Accumulate {
-				d[k] += T(v)
-			} else {
-				d[k] = T(v)
-			}
+		put(j, s0)
+		put(j+1, s1)
+		put(j+2, s2)
+		put(j+3, s3)
+		put(j+4, s4)
+		put(j+5, s5)
+		put(j+6, s6)
+		put(j+7, s7)
+	}
+	for ; j < o; j++ {
+		var s float64
+		for r := j; r < len(g); r += o {
+			s += float64(g[r])
 		}
+		put(j, s)
 	}
 }
