@@ -25,7 +25,8 @@ vet:
 
 ## bench: every benchmark; training speed is reported next to PyTorch measured in the same run
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 300x ./engine/runner/
+	$(GO) test -run '^$$' -bench 'TrainMNIST' -benchtime 300x ./engine/runner/
+	$(GO) test -run '^$$' -bench 'TrainResNet|TrainGPT' -benchtime 100x -timeout 30m ./engine/runner/
 	$(GO) test -run '^$$' -bench . ./ops/... ./comm/ ./datasets/
 	$(GO) test -run '^$$' -bench TrainMPI -benchtime 300x ./cmd/gorun/
 

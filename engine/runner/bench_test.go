@@ -22,8 +22,12 @@ func torchReference(b *testing.B, steps, batch, world int) (float64, bool) {
 	return torchModelReference(b, "net", steps, batch, world)
 }
 
-// fashionDir is where Debian's dataset-fashion-mnist installs the files.
-const fashionDir = "/usr/share/datasets/fashion-mnist"
+// fashionDir and fortunesDir are where Debian's dataset-fashion-mnist and
+// fortunes install their files.
+const (
+	fashionDir  = "/usr/share/datasets/fashion-mnist"
+	fortunesDir = "/usr/share/games/fortunes"
+)
 
 // torchModelReference is torchReference for model "net" (the tutorial's,
 // on MNIST) or "resnet" (resnet_fashion.star's, on Fashion-MNIST).
@@ -36,8 +40,11 @@ func torchModelReference(b *testing.B, model string, steps, batch, world int) (f
 	}
 	torchCache[key] = 0
 	dir, err := datasets.MNISTDefaultDir()
-	if model == "resnet" {
+	switch model {
+	case "resnet":
 		dir = fashionDir
+	case "gpt":
+		dir = fortunesDir
 	}
 	if err != nil {
 		b.Logf("SKIP PyTorch reference: %v", err)
@@ -141,6 +148,38 @@ func BenchmarkTrainResNet(b *testing.B) {
 	if ref, ok := torchModelReference(b, "resnet", 100, 128, 2); ok {
 		b.ReportMetric(ref, "ddp_samples/s")
 		b.ReportMetric(two/ref, "ratio_to_ddp")
+	}
+}
+
+// BenchmarkTrainGPT trains scripts/examples/gpt_text.star's GPT (windows
+// of 64 bytes) on one device at batch 32 and on two at global batch 64,
+// and reports tokens/s next to the same model and recipe in PyTorch 1.13
+// (one thread per process; DDP over gloo for two) measured in the same
+// run. Use -benchtime=50x.
+func BenchmarkTrainGPT(b *testing.B) {
+	src, err := os.ReadFile("../../scripts/examples/gpt_text.star")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := os.Stat(fortunesDir); err != nil {
+		b.Skip("SKIP: the fortunes text not found; install fortunes")
+	}
+	const t = 64 // tokens per sample
+	one := trainScriptSpeed(b, string(src), 1, 32) * t
+	two := trainScriptSpeed(b, string(src), 2, 64) * t
+	b.ReportMetric(one, "tokens/s")
+	b.ReportMetric(two, "two_device_tokens/s")
+	b.ReportMetric(two/one, "ratio_two_to_one")
+	if b.N < 20 {
+		return // too short to compare; run with -benchtime=50x
+	}
+	if ref, ok := torchModelReference(b, "gpt", 50, 32, 1); ok {
+		b.ReportMetric(ref*t, "torch_tokens/s")
+		b.ReportMetric(one/(ref*t), "ratio_to_torch")
+	}
+	if ref, ok := torchModelReference(b, "gpt", 50, 64, 2); ok {
+		b.ReportMetric(ref*t, "ddp_tokens/s")
+		b.ReportMetric(two/(ref*t), "ratio_to_ddp")
 	}
 }
 

@@ -6,6 +6,7 @@
 #   python3 torch_mnist.py --data DIR --steps 300 --batch 64            # one process
 #   python3 torch_mnist.py --data DIR --steps 300 --batch 128 --world 2 # DDP over gloo
 #   python3 torch_mnist.py --model resnet --data FASHION_DIR ...         # resnet_fashion.star's ResNet
+#   python3 torch_mnist.py --model gpt --data /usr/share/games/fortunes  # gpt_text.star's GPT (samples = windows)
 #
 # --model resnet is scripts/examples/resnet_fashion.star's ResNet
 # (torch_resnet_load.py) with its recipe: cross-entropy, SGD lr 0.1
@@ -58,13 +59,26 @@ def worker(rank, args, result):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(args.port))
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if args.model == "gpt":
+        # gpt_text.star's GPT on the fortunes text, byte windows of 64.
+        from torch_gpt_load import GPT, T, V, read_text
+        ids = np.frombuffer(read_text(args.data), dtype=np.uint8).astype(np.int64)
+        n = (len(ids) - 1) // T
+        x = torch.from_numpy(np.stack([ids[i * T:i * T + T] for i in range(n)]))
+        y = torch.from_numpy(np.stack([ids[i * T + 1:i * T + T + 1] for i in range(n)]))
+        model = GPT()
+        lossf = lambda out, t: F.cross_entropy(out.reshape(-1, V), t.reshape(-1))
+        if world > 1:
+            model = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+        return run(rank, args, result, model, opt, lossf, x, y, world)
     x = read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))
     y = read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))
     mean, std = (0.2860, 0.3530) if args.model == "resnet" else (0.1307, 0.3081)
     x = (torch.from_numpy(x.astype(np.float32)) / 255 - mean) / std
     y = torch.from_numpy(y)
     if args.model == "resnet":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from torch_resnet_load import ResNet
         model, lossf = ResNet(), F.cross_entropy
         opt_args = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
@@ -74,6 +88,10 @@ def worker(rank, args, result):
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), **opt_args)
+    run(rank, args, result, model, opt, lossf, x, y, world)
+
+
+def run(rank, args, result, model, opt, lossf, x, y, world):
     local = args.batch // world
     g = torch.Generator()
     g.manual_seed(1234)
@@ -107,7 +125,7 @@ def worker(rank, args, result):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
-    ap.add_argument("--model", default="net", choices=["net", "resnet"])
+    ap.add_argument("--model", default="net", choices=["net", "resnet", "gpt"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batch", type=int, default=64)
