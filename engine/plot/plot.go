@@ -8,6 +8,7 @@
 //	loss_steps.png   training loss per optimizer step
 //	loss_epochs.png  train loss (solid) and eval loss (dashed) per epoch
 //	accuracy.png     eval accuracy per epoch
+//	lr.png           learning rate per step (runs whose rate changes)
 //
 // Several runs on one figure compare them: each run keeps one colour on
 // every figure and one legend entry, named by its folder.
@@ -38,6 +39,7 @@ const (
 	LossStepsFile  = "loss_steps.png"
 	LossEpochsFile = "loss_epochs.png"
 	AccuracyFile   = "accuracy.png"
+	LRFile         = "lr.png"
 )
 
 // Every figure is 6×4 inches, drawn at gonum's 96 dots per inch:
@@ -54,13 +56,14 @@ const MaxLinePoints = 4000
 
 // Write draws runs into outDir, creating it when needed, and returns the
 // paths of the files it wrote, in the order LossStepsFile, LossEpochsFile,
-// AccuracyFile.
+// AccuracyFile, LRFile.
 //
 // Every run must have at least one step with a finite loss; otherwise
 // Write fails before drawing anything, naming the run. Steps whose loss is
 // null are left out of the lines. loss_epochs.png is skipped when no run
-// has an epoch or eval loss, and accuracy.png when no run has an eval
-// accuracy, rather than drawing an empty figure.
+// has an epoch or eval loss, accuracy.png when no run has an eval
+// accuracy, and lr.png when no run's learning rate changes (no schedule),
+// rather than drawing an empty figure.
 //
 // Runs are named in the legend by their Name (the folder's base name);
 // runs with the same name are told apart by more of their folder's path,
@@ -105,6 +108,7 @@ func Write(runs []*Run, outDir string) ([]string, error) {
 		{LossStepsFile, lossSteps},
 		{LossEpochsFile, lossEpochs},
 		{AccuracyFile, accuracy},
+		{LRFile, learningRate},
 	}
 	var written []string
 	for _, f := range figures {
@@ -223,6 +227,39 @@ func lossSteps(runs []*Run, names []string) (*plot.Plot, error) {
 		l.Width = vg.Points(1)
 		p.Add(l)
 		p.Legend.Add(names[i], l)
+	}
+	return p, nil
+}
+
+// learningRate draws each run's learning rate per step (a schedule's), or
+// nothing when no run's rate changes.
+func learningRate(runs []*Run, names []string) (*plot.Plot, error) {
+	p := newPlot("Learning rate per step", "step", "lr")
+	any := false
+	for i, r := range runs {
+		xys := make(plotter.XYs, 0, len(r.Steps))
+		changes := false
+		for _, s := range r.Steps {
+			if finite(s.LR) {
+				changes = changes || (len(xys) > 0 && s.LR != xys[0].Y)
+				xys = append(xys, plotter.XY{X: float64(s.Step), Y: s.LR})
+			}
+		}
+		if !changes {
+			continue
+		}
+		any = true
+		l, err := plotter.NewLine(minMax(xys, MaxLinePoints))
+		if err != nil {
+			return nil, fmt.Errorf("run %q: %w", names[i], err)
+		}
+		l.Color = runColor(i)
+		l.Width = vg.Points(2) // a smooth curve: wide enough to read
+		p.Add(l)
+		p.Legend.Add(names[i], l)
+	}
+	if !any {
+		return nil, nil
 	}
 	return p, nil
 }

@@ -297,3 +297,29 @@ func BenchmarkReadRun100kSteps(b *testing.B) {
 		}
 	}
 }
+
+// TestWriteLearningRate: a run whose learning rate changes (a schedule)
+// gets lr.png, drawn across the plot; one with a constant rate does not.
+func TestWriteLearningRate(t *testing.T) {
+	text := metricsText(1200, 300, 0, true)
+	var b strings.Builder
+	for i, line := range strings.SplitAfter(text, "\n") {
+		// A cosine from 0.01 down over the run's step lines.
+		b.WriteString(strings.Replace(line, `"lr":0.01`, fmt.Sprintf(`"lr":%g`, 0.005*(1+math.Cos(math.Pi*float64(i)/1500))), 1))
+	}
+	scheduled := readRun(t, "cosine", b.String())
+	constant := readRun(t, "constant", metricsText(1000, 250, 0, true))
+	out := t.TempDir()
+	files, err := Write([]*Run{scheduled, constant}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 4 || files[3] != filepath.Join(out, LRFile) {
+		t.Fatalf("Write returned %v, want lr.png last", files)
+	}
+	checkDrawn(t, LRFile, decode(t, files[3]), runColor(0))
+	out = t.TempDir()
+	if files, err = Write([]*Run{constant}, out); err != nil || len(files) != 3 {
+		t.Errorf("a constant rate: Write returned %v, %v; want no lr.png", files, err)
+	}
+}
