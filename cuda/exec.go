@@ -544,6 +544,26 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		off := a.Offset * inner
 		return d.launch(kCopySlice, elementwise(n*ll), P(x), P(y), intArg(n), intArg(ll), intArg(ls), intArg(off), intArg(ll), intArg(0))
 
+	case ops.NarrowGrad: // dy[N, L, ...] → dx[N, S, ...]: zero but for [Offset, Offset+L)
+		dy, dx := st.In[0], st.Out[0]
+		n, ll, ls := d.dim(dy, 0), sampleElems(dy), sampleElems(dx)
+		inner := 1
+		for _, v := range dy.Max[2:] {
+			inner *= v
+		}
+		if n*ls == 0 {
+			return nil
+		}
+		if err := memset32(cu.DevicePtr(d.ptr(dx)), 0, n*ls, d.stream); err != nil {
+			return err
+		}
+		return d.launch(kCopySlice, elementwise(n*ll), P(dy), P(dx), intArg(n), intArg(ll), intArg(ll), intArg(0), intArg(ls), intArg(a.Offset*inner))
+
+	case ops.Positions: // x[N, T, ...] → pos[N, T] = t
+		x := st.In[0]
+		n, t := d.dim(x, 0), x.Max[1]
+		return d.launch(kPositions, elementwise(n*t), P(st.Out[0]), intArg(n), intArg(t))
+
 	case ops.Permute:
 		x := st.In[0]
 		shape := make([]int, len(x.Max))
@@ -630,6 +650,21 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		}
 		return d.launch(kSGDStep, elementwise(n), P(param), P(grad), P(buf), intArg(n), floatArg(a.LR), floatArg(a.Momentum),
 			floatArg(a.Dampening), floatArg(a.WeightDecay), boolArg(a.Nesterov), firstStepArg())
+
+	case ops.ClipGradNorm: // grads, in place: Σx² in chunks (gorun_bn_partial), then scale
+		x := st.In[0]
+		n := d.live(x)
+		s, chunk := splitSum(n)
+		if need := bnPartials(1, n); need > d.partN {
+			return fmt.Errorf("%s: clipping %d gradients needs %d partials, Load reserved %d", d.Name(), n, need, d.partN)
+		}
+		if err := d.launch(kBNPartial, blockPer(s), P(x), ptrArg(0), ptrArg(0), ptrArg(uintptr(d.part)), intArg(1), intArg(1), intArg(n),
+			intArg(s), intArg(chunk), intArg(bnSums)); err != nil {
+			return err
+		}
+		g := elementwise(n)
+		g.Grid = min(g.Grid, clipGrid)
+		return d.launch(kClipGradNorm, g, P(x), ptrArg(uintptr(d.part)+8*uintptr(s)), intArg(n), intArg(s), floatArg(a.MaxNorm))
 
 	case ops.AdamStep, ops.AdamWStep:
 		param := st.In[0]

@@ -110,3 +110,7 @@ func permuteArgs(shape []int, perm [ops.MaxPermRank]int8) (dims, strides [ops.Ma
 	}
 	return dims, strides, s, nil
 }
+
+// clipGrid caps gorun_clip_grad_norm's grid: each block first adds up the
+// partial sums of squares, so fewer, longer-looping blocks do that less.
+const clipGrid = 1024

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -145,6 +146,73 @@ func TestRowMajorGemmBatched(t *testing.T) {
 	got := make([]float32, n*o*p)
 	runCall(rowMajorGemmBatched(false, false, o, p, k, k, l, p, n, 0, int64(p), int64(o*p)), 1, 0, w, col, got)
 	close32(t, "batched", got, want, 1e-5)
+}
+
+// TestBatchMatMulAsCuBLAS runs BatchMatMul as the CUDA device does (one
+// strided batched GEMM, batchMatMulCall) against ops.Kernels32 for every
+// transpose combination, two leading dimensions and a partial batch.
+func TestBatchMatMulAsCuBLAS(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	const n, h, m, k, p = 3, 2, 4, 5, 6
+	for _, ta := range []bool{false, true} {
+		for _, tb := range []bool{false, true} {
+			a := &ops.Attrs{TransA: ta, TransB: tb}
+			xs, ys := []int{n, h, m, k}, []int{n, h, k, p}
+			if ta {
+				xs = []int{n, h, k, m}
+			}
+			if tb {
+				ys = []int{n, h, p, k}
+			}
+			x, y := randSlice(r, n*h*m*k), randSlice(r, n*h*k*p)
+			for _, live := range []int{n, n - 1} {
+				lx, ly, lz := append([]int{live}, xs[1:]...), append([]int{live}, ys[1:]...), []int{live, h, m, p}
+				want := make([]float32, n*h*m*p)
+				ops.Kernels32[ops.BatchMatMul](&ops.Ctx[float32]{}, a, []*ops.Buf[float32]{buf(x, lx...), buf(y, ly...)}, []*ops.Buf[float32]{buf(want, lz...)})
+				g, ok := batchMatMulCall(a, xs, ys, live*h*m*k)
+				if !ok {
+					t.Fatal("batchMatMulCall: no work")
+				}
+				got := make([]float32, n*h*m*p)
+				runCall(g, 1, 0, x, y, got)
+				close32(t, fmt.Sprintf("batch_matmul transA %v transB %v batch %d", ta, tb, live), got, want, 1e-5)
+			}
+			if _, ok := batchMatMulCall(a, xs, ys, 0); ok {
+				t.Error("batchMatMulCall has work for an empty batch")
+			}
+		}
+	}
+}
+
+// TestPermuteArgs: gorun_permute's dimensions and strides, padded to rank
+// 6, against the permutation applied on the host.
+func TestPermuteArgs(t *testing.T) {
+	dims, strides, n, err := permuteArgs([]int{2, 3, 4, 5}, [ops.MaxPermRank]int8{0, 2, 1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dims != [6]int{1, 1, 2, 4, 3, 5} || strides != [6]int{0, 0, 60, 5, 20, 1} || n != 120 {
+		t.Errorf("permuteArgs = %v, %v, %d", dims, strides, n)
+	}
+	if _, _, _, err := permuteArgs([]int{2, 3}, [ops.MaxPermRank]int8{0, 2}); err == nil {
+		t.Error("permuteArgs accepted dimension 2 of a rank-2 input")
+	}
+}
+
+// TestEmbeddingRowsPer: the buckets of gorun_embedding_grad cover every
+// row, with about embeddingThreads threads when there are rows enough.
+func TestEmbeddingRowsPer(t *testing.T) {
+	for _, c := range [][2]int{{1, 1}, {10, 1}, {50257, 768}, {1000, 64}, {3, 100000}, {0, 8}} {
+		v, d := c[0], c[1]
+		per := embeddingRowsPer(v, d)
+		buckets := (v + per - 1) / per
+		if per < 1 || buckets*per < v || (v > 0 && (buckets-1)*per >= v) {
+			t.Errorf("embeddingRowsPer(%d, %d) = %d: %d buckets", v, d, per, buckets)
+		}
+		if buckets*d > 2*embeddingThreads && buckets > 1 {
+			t.Errorf("embeddingRowsPer(%d, %d) = %d: %d threads", v, d, per, buckets*d)
+		}
+	}
 }
 
 func buf(data []float32, shape ...int) *ops.Buf[float32] {

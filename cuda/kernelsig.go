@@ -59,10 +59,12 @@ const (
 	kMSELossGrad
 	kSGDStep
 	kAdamStep
+	kClipGradNorm
 	kGatherRows
 	kGatherRowsInt
 	kCopySlice
 	kPermute
+	kPositions
 	kEmbedding
 	kEmbeddingGrad
 	kCountCorrect
@@ -148,10 +150,12 @@ var kernelSigs = [numKernels]kernelSig{
 	kMSELossGrad:        {"gorun_mse_loss_grad", []argKind{aP, aP, aP, aP, aI, aI, aF}},
 	kSGDStep:            {"gorun_sgd_step", []argKind{aP, aP, aP, aI, aF, aF, aF, aF, aI, aI}},
 	kAdamStep:           {"gorun_adam_step", []argKind{aP, aP, aP, aP, aI, aF, aF, aF, aF, aF, aI, aI}},
+	kClipGradNorm:       {"gorun_clip_grad_norm", []argKind{aP, aP, aI, aI, aF}},
 	kGatherRows:         {"gorun_gather_rows", []argKind{aP, aP, aP, aI, aI}},
 	kGatherRowsInt:      {"gorun_gather_rows_int", []argKind{aP, aP, aP, aI, aI}},
 	kCopySlice:          {"gorun_copy_slice", []argKind{aP, aP, aI, aI, aI, aI, aI, aI}},
 	kPermute:            {"gorun_permute", []argKind{aP, aP, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI, aI}},
+	kPositions:          {"gorun_positions", []argKind{aP, aI, aI}},
 	kEmbedding:          {"gorun_embedding", []argKind{aP, aP, aP, aI, aI, aI}},
 	kEmbeddingGrad:      {"gorun_embedding_grad", []argKind{aP, aP, aP, aI, aI, aI, aI, aI}},
 	kCountCorrect:       {"gorun_count_correct", []argKind{aP, aP, aP, aI, aI, aI}},

@@ -15,14 +15,14 @@ var hasKernel = func() (h [ops.NumOps]bool) {
 		ops.Flatten, ops.LogSoftmax, ops.Softmax, ops.NLLLoss, ops.CrossEntropy, ops.MSELoss,
 		ops.BatchNormStats, ops.BatchNormNorm, ops.BatchNormEval, ops.AvgPool2D, ops.GlobalAvgPool2D,
 		ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Add, ops.Sub, ops.Mul, ops.Scale, ops.Concat, ops.Embedding,
-		ops.LayerNorm, ops.GELU, ops.BatchMatMul, ops.Permute,
+		ops.LayerNorm, ops.GELU, ops.BatchMatMul, ops.Permute, ops.Positions,
 		ops.Conv2DGradInput, ops.Conv2DGradWeight, ops.Conv2DGradBias, ops.LinearGradInput,
 		ops.LinearGradWeight, ops.LinearGradBias, ops.ReLUGrad, ops.MaxPool2DGrad, ops.DropoutGrad,
 		ops.Dropout2DGrad, ops.LogSoftmaxGrad, ops.SoftmaxGrad, ops.NLLLossGrad, ops.CrossEntropyGrad,
 		ops.MSELossGrad, ops.BatchNormGradStats, ops.BatchNormGradGamma, ops.BatchNormGradBeta,
 		ops.BatchNormGradInput, ops.AvgPool2DGrad, ops.GlobalAvgPool2DGrad, ops.SigmoidGrad, ops.TanhGrad,
-		ops.LeakyReLUGrad, ops.Narrow, ops.EmbeddingGradWeight, ops.LayerNormGradInput, ops.LayerNormGradGamma,
-		ops.LayerNormGradBeta, ops.GELUGrad, ops.BatchNormRunning, ops.SGDStep, ops.AdamStep, ops.AdamWStep} {
+		ops.LeakyReLUGrad, ops.Narrow, ops.NarrowGrad, ops.EmbeddingGradWeight, ops.LayerNormGradInput, ops.LayerNormGradGamma,
+		ops.LayerNormGradBeta, ops.GELUGrad, ops.BatchNormRunning, ops.SGDStep, ops.AdamStep, ops.AdamWStep, ops.ClipGradNorm} {
 		h[op] = true
 	}
 	return h
@@ -82,7 +82,7 @@ func partialsNeeded(prog *engine.Program) int {
 	need := 0
 	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
 		for _, st := range steps {
-			if st.Kind != engine.KernelStep || len(st.In) == 0 || st.In[0] == nil || len(st.In[0].Max) < 2 {
+			if st.Kind != engine.KernelStep || len(st.In) == 0 || st.In[0] == nil || len(st.In[0].Max) < 1 {
 				continue
 			}
 			n, c, plane := biasShape(st.In[0].Max)
@@ -94,6 +94,8 @@ func partialsNeeded(prog *engine.Program) int {
 				need = max(need, bnPartials(c, n*plane))
 			case ops.BatchNormNorm, ops.BatchNormEval, ops.BatchNormGradInput:
 				need = max(need, bnParamsDoubles(c))
+			case ops.ClipGradNorm:
+				need = max(need, bnPartials(1, st.In[0].Elems()))
 			case ops.LayerNormGradGamma:
 				need = max(need, bnPartials(d, rows))
 			case ops.LayerNormGradBeta:

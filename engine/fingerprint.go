@@ -37,6 +37,7 @@ func (p *Plan) Fingerprint() []PlanStep {
 		{"train settings", fmt.Sprintf("batch_size %d, seed %d, shuffle %v, accumulate %d, uneven %s, loss %s, on_nonfinite %q",
 			s.BatchSize, s.Seed, s.Shuffle, s.Accumulate, s.Uneven, s.Loss, s.OnNonFinite)},
 		{"run length", fmt.Sprintf("epochs %d, max_steps %d", s.Epochs, s.MaxSteps)},
+		{"clip_grad_norm", fmt.Sprint(s.ClipGradNorm)},
 		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g%s",
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps, groupsString(o.Groups))},
 		{"schedule", scheduleString(s.Schedule)},

@@ -707,6 +707,12 @@ func (prog *Program) kernelStep(n *Node, phase Phase) *Step {
 func (p *Plan) optimizerSteps(prog *Program, update bool) error {
 	o := p.Spec.Optimizer
 	prog.State = make([][]*Buffer, len(prog.Params))
+	if max := p.Spec.ClipGradNorm; max > 0 && update {
+		// After every collective of the gradients (the update phase waits
+		// for them), so every rank clips by the same norm.
+		prog.Steps = append(prog.Steps, &Step{Kind: KernelStep, Phase: PhaseUpdate, Op: ops.ClipGradNorm,
+			Attrs: ops.Attrs{MaxNorm: max}, In: []*Buffer{prog.GradArena}, Layer: "clip_grad_norm", Pos: p.Spec.Pos})
+	}
 	for i, prm := range p.Graph.Params {
 		param, grad := prog.Params[i], prog.Grads[i]
 		st := &Step{Kind: KernelStep, Phase: PhaseUpdate, Layer: "optimizer " + prm.Name, Pos: o.Pos}

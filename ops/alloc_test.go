@@ -63,5 +63,6 @@ func checkAllocs[T Float](t *testing.T, k *[NumOps]Kernel[T], seen map[Op]bool) 
 	measure("sgd", SGDStep, c, &Attrs{LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 0.1}, []*Buf[T]{p, g, s1}, nil)
 	measure("adam", AdamStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
 	measure("adamw", AdamWStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
+	measure("clip", ClipGradNorm, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g}, nil)
 	return bad
 }

@@ -93,6 +93,8 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		SGDStep:   sgdStep[T],
 		AdamStep:  adamStep[T],
 		AdamWStep: adamWStep[T],
+
+		ClipGradNorm: clipGradNorm[T],
 	}
 }
 

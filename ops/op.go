@@ -313,6 +313,11 @@ const (
 	// Attrs: LR, Beta1, Beta2, Eps, WeightDecay (PyTorch's default 1e-2,
 	// used as given). Ctx.Step is the 1-based optimizer step.
 	AdamWStep
+	// ClipGradNorm: in grads (every gradient, one buffer); scales them in
+	// place by min(1, MaxNorm/(‖grads‖₂ + 1e-6)), the norm summed in
+	// float64 — torch.nn.utils.clip_grad_norm_ over all parameters.
+	// Attrs: MaxNorm.
+	ClipGradNorm
 
 	numOps
 )
@@ -410,6 +415,8 @@ var infos = [NumOps]Info{
 	SGDStep:   {Name: "sgd_step", NumIn: 3, NumOut: 0, InPlace: true},
 	AdamStep:  {Name: "adam_step", NumIn: 4, NumOut: 0, InPlace: true},
 	AdamWStep: {Name: "adamw_step", NumIn: 4, NumOut: 0, InPlace: true},
+
+	ClipGradNorm: {Name: "clip_grad_norm", NumIn: 1, NumOut: 0, InPlace: true},
 }
 
 // MayOmit reports whether input i may be absent.
@@ -489,6 +496,8 @@ type Attrs struct {
 	// (below) is also the batch-norm ops' epsilon (PyTorch's default 1e-5),
 	// used as given. LayerNorm uses Eps too.
 	BNMomentum float64
+	// MaxNorm: ClipGradNorm's largest gradient norm.
+	MaxNorm float64
 
 	// Optimizer hyper-parameters. Eps is also the batch-norm and
 	// layer-norm ops'.

@@ -122,3 +122,18 @@ func adamWStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func fma[T Float](a, b, c T) T {
 	return T(math.FMA(float64(a), float64(b), float64(c)))
 }
+
+// clipGradNorm scales the gradients by min(1, MaxNorm/(norm + 1e-6)), as
+// torch.nn.utils.clip_grad_norm_ (which multiplies by the clamped
+// coefficient even when it is 1).
+func clipGradNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	g := live(in[0])
+	var s float64
+	for _, x := range g {
+		s += float64(x) * float64(x)
+	}
+	coef := T(min(a.MaxNorm/(math.Sqrt(s)+1e-6), 1))
+	for i := range g {
+		g[i] *= coef
+	}
+}

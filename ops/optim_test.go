@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"testing"
 )
 
@@ -115,4 +117,34 @@ func ulps32(a, b float32) int64 {
 		d = -d
 	}
 	return d
+}
+
+// TestClipGradNormMatchesPyTorch compares ClipGradNorm over one buffer of
+// three gradients with torch.nn.utils.clip_grad_norm_ over the three
+// (testdata/gen_clip_golden.py), below and above the norm.
+func TestClipGradNormMatchesPyTorch(t *testing.T) {
+	b, err := os.ReadFile("testdata/clip_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Grads []float32
+		Cases []struct {
+			MaxNorm float64 `json:"max_norm"`
+			Norm    float64
+			After   []float32
+		}
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range g.Cases {
+		buf := &Buf[float32]{Shape: []int{len(g.Grads)}, Data: append([]float32(nil), g.Grads...)}
+		Kernels32[ClipGradNorm](&Ctx[float32]{}, &Attrs{MaxNorm: c.MaxNorm}, []*Buf[float32]{buf}, nil)
+		for i, want := range c.After {
+			if d := math.Abs(float64(buf.Data[i] - want)); d > 1e-6*math.Max(1, math.Abs(float64(want))) {
+				t.Fatalf("max_norm %g: element %d is %v, PyTorch %v", c.MaxNorm, i, buf.Data[i], want)
+			}
+		}
+	}
 }

@@ -15,7 +15,7 @@ import (
 var trainParams = []string{
 	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
 	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven", "keep",
-	"on_nonfinite", "label_smoothing", "schedule",
+	"on_nonfinite", "label_smoothing", "schedule", "clip_grad_norm",
 }
 
 func isTrainParam(name string) bool {
@@ -60,18 +60,19 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		onNonFinite      = "stop"
 		labelSmoothing   number
 		scheduleV        = starlark.Value(starlark.None)
+		clipNorm         number
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
 		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
 		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep,
-		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV); err != nil {
+		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV, "clip_grad_norm?", &clipNorm); err != nil {
 		return nil, err
 	}
 	s := &spec.Spec{
 		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
-		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, OnNonFinite: onNonFinite, LabelSmoothing: float64(labelSmoothing), Pos: position(thread),
+		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, OnNonFinite: onNonFinite, LabelSmoothing: float64(labelSmoothing), ClipGradNorm: float64(clipNorm), Pos: position(thread),
 	}
 	tr, err := traceOf(thread)
 	if err != nil {
@@ -142,6 +143,8 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		return nil, fmt.Errorf("%s: keep must be ≥ 0 (0 keeps every checkpoint), got %d", b.Name(), keep)
 	case uneven != "pad" && uneven != "drop" && uneven != "zero":
 		return nil, fmt.Errorf("%s: uneven must be \"pad\", \"drop\" or \"zero\", got %q", b.Name(), uneven)
+	case clipNorm < 0:
+		return nil, fmt.Errorf("%s: clip_grad_norm must be > 0 (or 0 for none), got %g", b.Name(), float64(clipNorm))
 	case labelSmoothing < 0 || labelSmoothing >= 1:
 		return nil, fmt.Errorf("%s: label_smoothing must be in [0, 1), got %g", b.Name(), float64(labelSmoothing))
 	case labelSmoothing != 0 && loss != "cross_entropy":

@@ -41,6 +41,13 @@ GORUN_KERNEL gorun_permute(const float* x, float* y, int n, int d0, int d1, int 
   }
 }
 
+GORUN_KERNEL gorun_positions(int* pos, int n, int t) {
+  GORUN_FOR(e64, (long long)n * t) {
+    int e = (int)e64;
+    pos[e] = e % t;
+  }
+}
+
 GORUN_KERNEL gorun_embedding(const int* ids, const float* w, float* y, int n, int v, int d) {
   GORUN_FOR(e64, (long long)n * d) {
     int e = (int)e64, i = e / d, id = ids[i];

@@ -55,7 +55,8 @@ var Names = []string{
 	"gorun_log_softmax", "gorun_softmax", "gorun_log_softmax_grad", "gorun_softmax_grad",
 	"gorun_nll_loss", "gorun_nll_loss_grad", "gorun_cross_entropy", "gorun_cross_entropy_grad",
 	"gorun_mse_loss", "gorun_mse_loss_grad",
-	"gorun_sgd_step", "gorun_adam_step",
-	"gorun_gather_rows", "gorun_gather_rows_int", "gorun_copy_slice", "gorun_permute", "gorun_embedding",
+	"gorun_sgd_step", "gorun_adam_step", "gorun_clip_grad_norm",
+	"gorun_gather_rows", "gorun_gather_rows_int", "gorun_copy_slice", "gorun_permute", "gorun_positions",
+	"gorun_embedding",
 	"gorun_embedding_grad", "gorun_count_correct", "gorun_sum",
 }

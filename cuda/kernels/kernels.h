@@ -403,6 +403,14 @@ GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, 
 GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
                              float lr, float beta1, float beta2, float eps,
                              float weight_decay, int step, int decoupled);
+// ClipGradNorm over x[n], in place, after gorun_bn_partial in mode
+// GORUN_BN_SUMS over x as [1, 1, n] in S chunks: sq = that partials' second
+// half (S partial sums of squares). Every block adds the S partials in the
+// same fixed order (double), t, and scales its elements by
+// coef = (float)min(max_norm/(sqrt(t) + 1e-6), 1) (NaN stays NaN).
+// ELEMENTWISE(n) with any grid (fewer blocks redo the S-term sum less
+// often); block at most 256 threads.
+GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm);
 
 // ---- data and evaluation ---------------------------------------------------
 
@@ -415,7 +423,8 @@ GORUN_KERNEL gorun_gather_rows_int(const int* src, const int* idx, int* dst, int
                                    int cols);
 // dst[i·dst_dim + dst_off + j] = src[i·src_dim + src_off + j] for i < n,
 // j < len: a slice along dimension 1 (in elements, the inner dimensions
-// folded in). Concat is two (a and b into their places), Narrow one.
+// folded in). Concat is two (a and b into their places), Narrow one,
+// NarrowGrad one after clearing dx.
 // ELEMENTWISE(n·len).
 GORUN_KERNEL gorun_copy_slice(const float* src, float* dst, int n, int len, int src_dim,
                               int src_off, int dst_dim, int dst_off);
@@ -426,6 +435,8 @@ GORUN_KERNEL gorun_copy_slice(const float* src, float* dst, int n, int len, int 
 // elements (d0·…·d5). ELEMENTWISE(n).
 GORUN_KERNEL gorun_permute(const float* x, float* y, int n, int d0, int d1, int d2, int d3,
                            int d4, int d5, int s0, int s1, int s2, int s3, int s4, int s5);
+// Positions: pos[i, j] = j for pos[N, T] (int32). ELEMENTWISE(N·T).
+GORUN_KERNEL gorun_positions(int* pos, int n, int t);
 // Embedding: y[i, :] = w[ids[i], :] for i < n, w[V, D]; a row of zeros
 // for an id outside [0, V). ELEMENTWISE(n·D).
 GORUN_KERNEL gorun_embedding(const int* ids, const float* w, float* y, int n, int v, int d);

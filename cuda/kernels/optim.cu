@@ -23,6 +23,19 @@ GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, 
   }
 }
 
+GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm) {
+  __shared__ double red[GORUN_RED];
+  __shared__ double total;
+  double v = 0;
+  for (int j = threadIdx.x; j < s; j += blockDim.x) v += sq[j];
+  v = gorun_block_sum(red, v);
+  if (threadIdx.x == 0) total = v;
+  __syncthreads();
+  double q = (double)max_norm / (sqrt(total) + 1e-6);
+  float coef = (float)(q >= 1 ? 1.0 : q); // min(q, 1), a NaN kept as Go's min
+  GORUN_FOR(i, n) { x[i] *= coef; }
+}
+
 GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
                              float lr, float beta1, float beta2, float eps,
                              float weight_decay, int step, int decoupled) {

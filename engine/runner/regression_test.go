@@ -170,3 +170,33 @@ func TestParamGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestClipGradNorm: one plain SGD step with clip_grad_norm moves the
+// parameters by exactly lr·max_norm when the gradient is longer, on one
+// device and on two (the norm is taken after the all-reduce); a max_norm
+// above the gradient's norm changes nothing.
+func TestClipGradNorm(t *testing.T) {
+	init := trained(t, 1, "max_steps=1", "optimizer=optim.sgd(lr=1e-30)")[0]
+	free := trained(t, 1, "max_steps=1", "optimizer=optim.sgd(lr=0.1)")[0]
+	moved := func(p []float32) float64 {
+		var s float64
+		for i := range p {
+			d := float64(p[i]) - float64(init[i])
+			s += d * d
+		}
+		return math.Sqrt(s)
+	}
+	if got := moved(free); got < 0.1*0.05 {
+		t.Fatalf("an unclipped step moves %.3g: too little for max_norm 0.05 to bite", got)
+	}
+	for _, n := range []int{1, 2} {
+		clipped := trained(t, n, "max_steps=1", "optimizer=optim.sgd(lr=0.1)", "clip_grad_norm=0.05")[0]
+		if got := moved(clipped); math.Abs(got-0.1*0.05) > 1e-4*0.1*0.05 {
+			t.Errorf("%d devices: a clipped step moves %.7g, want lr·max_norm = %.7g", n, got, 0.1*0.05)
+		}
+	}
+	loose := trained(t, 1, "max_steps=1", "optimizer=optim.sgd(lr=0.1)", "clip_grad_norm=1e6")[0]
+	if d := maxRelDiff(loose, free); d != 0 {
+		t.Errorf("clip_grad_norm above the norm changed the step by %.2e", d)
+	}
+}

@@ -287,6 +287,10 @@ type Spec struct {
 	// Schedule changes the learning rate every optimizer step (nil: the
 	// optimizer's lr throughout).
 	Schedule *Schedule
+	// ClipGradNorm, when > 0, scales the gradients so that their global
+	// 2-norm is at most it, after they are combined across devices and
+	// before the update (torch.nn.utils.clip_grad_norm_).
+	ClipGradNorm float64
 
 	BatchSize  int // global: each of N devices takes about BatchSize/N
 	Epochs     int
