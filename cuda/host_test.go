@@ -602,6 +602,13 @@ func TestPartialsNeeded(t *testing.T) {
 		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Eval: []*engine.Step{bn(ops.BatchNormGradStats, xBN, bnStats)}}, 2 * 6},
 		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.BatchNormNorm, xBN, xBN)}}, 2 * 6},
 		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.BatchNormEval, xBN, xBN)}}, 2 * 6},
+		// Layer norm's gamma: two partials per chunk of its 4·6·3 rows,
+		// for each of its 3 columns; beta's split sum needs none (one
+		// chunk); clipping 300 chunks' worth of gradients: two partials
+		// for each of maxSplit chunks.
+		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.LayerNormGradGamma, xBN, db)}}, 2 * 3},
+		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.LayerNormGradBeta, xBN, db)}}, 0},
+		{&engine.Program{Buffers: []*engine.Buffer{db}, Steps: []*engine.Step{{Kind: engine.KernelStep, Op: ops.ClipGradNorm, In: []*engine.Buffer{flat}}}}, 2 * maxSplit},
 	} {
 		if got := partialsNeeded(c.prog); got != c.want {
 			t.Errorf("partialsNeeded(%d buffers, %d steps) = %d, want %d", len(c.prog.Buffers), len(c.prog.Steps)+len(c.prog.Eval), got, c.want)

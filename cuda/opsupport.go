@@ -82,11 +82,18 @@ func partialsNeeded(prog *engine.Program) int {
 	need := 0
 	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
 		for _, st := range steps {
-			if st.Kind != engine.KernelStep || len(st.In) == 0 || st.In[0] == nil || len(st.In[0].Max) < 1 {
+			if st.Kind != engine.KernelStep || len(st.In) == 0 || st.In[0] == nil || len(st.In[0].Max) == 0 {
 				continue
 			}
-			n, c, plane := biasShape(st.In[0].Max)
-			rows, d := lastDimShape(st.In[0].Max)
+			x := st.In[0].Max
+			rows, d := lastDimShape(x)
+			if st.Op == ops.ClipGradNorm {
+				need = max(need, bnPartials(1, st.In[0].Elems()))
+			}
+			if len(x) < 2 {
+				continue
+			}
+			n, c, plane := biasShape(x)
 			switch st.Op {
 			case ops.Conv2DGradBias, ops.LinearGradBias:
 				need = max(need, splitPartials(c, n*plane))
@@ -94,8 +101,6 @@ func partialsNeeded(prog *engine.Program) int {
 				need = max(need, bnPartials(c, n*plane))
 			case ops.BatchNormNorm, ops.BatchNormEval, ops.BatchNormGradInput:
 				need = max(need, bnParamsDoubles(c))
-			case ops.ClipGradNorm:
-				need = max(need, bnPartials(1, st.In[0].Elems()))
 			case ops.LayerNormGradGamma:
 				need = max(need, bnPartials(d, rows))
 			case ops.LayerNormGradBeta:

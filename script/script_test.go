@@ -191,7 +191,7 @@ func TestOverrideErrors(t *testing.T) {
 		{"epoch=3", `--set epoch: train() has no parameter "epoch"`},
 		{"epochs=0", `epochs must be ≥ 1, got 0`},
 		{"epochs=many", `train: for parameter "epochs": got string, want int`},
-		{"optimizer.rate=1", `--set optimizer.rate: optim.sgd has no parameter "rate" (it has lr, momentum, dampening, weight_decay, nesterov)`},
+		{"optimizer.rate=1", `--set optimizer.rate: optim.sgd has no parameter "rate" (it has lr, momentum, dampening, weight_decay, nesterov, groups)`},
 		{"eval.split=test", `--set eval.split: the script gives no eval to change`},
 		{"model.name=x", `--set model.name: model is a layer, which has no fields to set`},
 		{"optimizer=optim.sgd(lr=", `--set optimizer=optim.sgd(lr=: the value is not a Starlark expression (column 14: got end of file`},

@@ -216,6 +216,10 @@ void hc_embedding_grad(int g, int b, const int* ids, const float* dy, float* dw,
                        int d, int rows_per, int accumulate) {
   SEQ(gorun_embedding_grad, ids, dy, dw, n, v, d, rows_per, accumulate);
 }
+void hc_positions(int g, int b, int* pos, int n, int t) { SEQ(gorun_positions, pos, n, t); }
+void hc_clip_grad_norm(int g, int b, float* x, const double* sq, int n, int s, float max_norm) {
+  BLK(gorun_clip_grad_norm, x, sq, n, s, max_norm);
+}
 void hc_count_correct(int g, int b, const float* x, const int* target, int* count, int n,
                       int c, int accumulate) {
   BLK(gorun_count_correct, x, target, count, n, c, accumulate);

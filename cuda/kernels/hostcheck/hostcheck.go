@@ -396,6 +396,16 @@ func EmbeddingGrad(g Geom, ids []int32, dy, dw []float32, n, v, d, rowsPer int, 
 	C.hc_embedding_grad(ci(g.Grid), ci(g.Block), ip(ids), fp(dy), fp(dw), ci(n), ci(v), ci(d), ci(rowsPer), cb(accumulate))
 }
 
+// Positions launches gorun_positions.
+func Positions(g Geom, pos []int32, n, t int) {
+	C.hc_positions(ci(g.Grid), ci(g.Block), ip(pos), ci(n), ci(t))
+}
+
+// ClipGradNorm launches gorun_clip_grad_norm.
+func ClipGradNorm(g Geom, x []float32, sq []float64, n, s int, maxNorm float32) {
+	C.hc_clip_grad_norm(ci(g.Grid), ci(g.Block), fp(x), dp(sq), ci(n), ci(s), C.float(maxNorm))
+}
+
 // CountCorrect launches gorun_count_correct.
 func CountCorrect(g Geom, x []float32, target, count []int32, n, c int, accumulate bool) {
 	C.hc_count_correct(ci(g.Grid), ci(g.Block), fp(x), ip(target), ip(count), ci(n), ci(c), cb(accumulate))

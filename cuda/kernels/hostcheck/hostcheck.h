@@ -109,6 +109,8 @@ void hc_permute(int g, int b, const float* x, float* y, int n, int d0, int d1, i
 void hc_embedding(int g, int b, const int* ids, const float* w, float* y, int n, int v, int d);
 void hc_embedding_grad(int g, int b, const int* ids, const float* dy, float* dw, int n, int v,
                        int d, int rows_per, int accumulate);
+void hc_positions(int g, int b, int* pos, int n, int t);
+void hc_clip_grad_norm(int g, int b, float* x, const double* sq, int n, int s, float max_norm);
 void hc_count_correct(int g, int b, const float* x, const int* target, int* count, int n,
                       int c, int accumulate);
 void hc_sum(int g, int b, const float* x, float* out, int n, int accumulate);

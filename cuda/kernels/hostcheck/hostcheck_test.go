@@ -1568,6 +1568,76 @@ func TestConcatNarrow(t *testing.T) {
 	}
 }
 
+// TestNarrowGradPositions: NarrowGrad as the CUDA device runs it (dx
+// cleared, then gorun_copy_slice) and Positions, against ops.
+func TestNarrowGradPositions(t *testing.T) {
+	r := newRand(26)
+	for _, n := range []int{0, 1, 3} {
+		const S, inner = 7, 3
+		for _, sl := range [][2]int{{0, S}, {2, 3}, {S - 1, 1}} {
+			off, l := sl[0], sl[1]
+			name := fmt.Sprintf("n=%d offset=%d length=%d", n, off, l)
+			dy := randf(r, n*l*inner, (n+1)*l*inner)
+			want := nans((n + 1) * S * inner)
+			run(ops.NarrowGrad, &ops.Attrs{Offset: off}, nil, []*ops.Buf[float32]{fbuf(dy, n, l, inner)}, fbuf(want, n, S, inner))
+			got := nans((n + 1) * S * inner)
+			clear(got[:n*S*inner])
+			CopySlice(Geom{2, 32}, dy, got, n, l*inner, l*inner, 0, S*inner, off*inner)
+			checkExact(t, "narrow_grad "+name, got, want, n*S*inner)
+			checkTail(t, "narrow_grad "+name, got, n*S*inner)
+		}
+		for _, tt := range []int{1, 5} {
+			want := make([]int32, (n+1)*tt)
+			run(ops.Positions, nil, nil, []*ops.Buf[float32]{fbuf(nil, n, tt, 4)}, ibuf(want, n, tt))
+			got := slices.Repeat([]int32{-7}, (n+1)*tt)
+			Positions(Geom{2, 3}, got, n, tt)
+			if !slices.Equal(got[:n*tt], want[:n*tt]) || slices.ContainsFunc(got[n*tt:], func(v int32) bool { return v != -7 }) {
+				t.Errorf("positions n=%d t=%d: %v, want %v", n, tt, got, want[:n*tt])
+			}
+		}
+	}
+}
+
+// TestClipGradNorm: the sum of squares in chunks (gorun_bn_partial in
+// GORUN_BN_SUMS mode over [1, 1, n]) and gorun_clip_grad_norm against
+// ops.ClipGradNorm, clipping and not, one chunk and several, odd grids
+// (every block adds the partials itself), n = 0, and a NaN gradient.
+func TestClipGradNorm(t *testing.T) {
+	r := newRand(27)
+	for _, n := range []int{0, 1, 1000, 30011} {
+		for _, maxNorm := range []float64{f32(0.5), 1e6} {
+			for _, s := range []int{1, 4} {
+				for _, bad := range []bool{false, true} {
+					if bad && n == 0 {
+						continue
+					}
+					name := fmt.Sprintf("n=%d max_norm=%v s=%d nan=%v", n, maxNorm, s, bad)
+					x := randf(r, n, n+1)
+					if bad {
+						x[n/2] = float32(math.NaN())
+					}
+					want := slices.Clone(x)
+					run(ops.ClipGradNorm, &ops.Attrs{MaxNorm: maxNorm}, nil, []*ops.Buf[float32]{fbuf(want, n)})
+					for _, geo := range []Geom{{3, 64}, {1, 256}} {
+						got := slices.Clone(x)
+						part := make([]float64, 2*s+1)
+						for i := range part {
+							part[i] = math.NaN()
+						}
+						BNPartial(Geom{2, 64}, got, nil, nil, part, 1, 1, n, s, (n+s-1)/s, BNSums)
+						if !math.IsNaN(part[2*s]) {
+							t.Errorf("clip_grad_norm %s: a partial past the end written", name)
+						}
+						ClipGradNorm(geo, got, part[s:], n, s, float32(maxNorm))
+						checkClose(t, fmt.Sprintf("clip_grad_norm %s geom=%v", name, geo), got, want, n)
+						checkTail(t, "clip_grad_norm "+name, got, n)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestPermute: gorun_permute against ops.Permute for every permutation
 // that keeps the batch first of ranks 2 to 4, a rank-6 one, and N = 0.
 func TestPermute(t *testing.T) {
