@@ -41,7 +41,7 @@ GORUN_KERNEL gorun_bn_partial(const float* a, const float* b, const float* save,
       if (ln) {
         // x̂ = (x - mean_r)·invstd_r with the element's row r.
         for (; m > 0; m--) {
-          float d0 = a[at], xh = (b[at] - save[2 * r]);
+          float d0 = a[at], xh = (b[at] - save[2 * r]) * save[2 * r + 1];
           p0 += (double)d0;
           q0 += (double)d0 * (double)xh;
           next();
