@@ -507,7 +507,117 @@ func opCases() []opCase {
 			return []*engine.Buffer{rm, rv, tracked}
 		})
 	}
+	// Sequence models: GELU, softmax over the last dimension of [N, T, C]
+	// and causal, losses over positions with an ignored class, concat and
+	// narrow, embeddings, layer norm, batched matrix products, permutes,
+	// positions.
+	for _, approx := range []bool{false, true} {
+		a := ops.Attrs{Approximate: approx}
+		add(fmt.Sprintf("gelu approximate %t", approx), once, func(b *progBuilder) []*engine.Buffer {
+			return fwd(b, ops.GELU, a, []*engine.Buffer{b.f("x", true, tb, 3, 5, 5)}, b.f("y", true, tb, 3, 5, 5))
+		})
+		add(fmt.Sprintf("gelu_grad approximate %t", approx), once, func(b *progBuilder) []*engine.Buffer {
+			return bwd(b, ops.GELUGrad, a, false, []*engine.Buffer{b.f("dy", true, tb, 3, 5, 5), b.f("x", true, tb, 3, 5, 5)}, b.f("dx", true, tb, 3, 5, 5))
+		})
+	}
+	add("log_softmax [N, T, C]", once, unary(ops.LogSoftmax, tb, 3, 10))
+	add("softmax [N, T, C]", once, unary(ops.Softmax, tb, 3, 10))
+	add("softmax causal", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.Softmax, ops.Attrs{Causal: true}, []*engine.Buffer{b.f("scores", true, tb, 2, 5, 5)}, b.f("probs", true, tb, 2, 5, 5))
+	})
+	add("softmax_grad [N, T, C]", once, binary(ops.SoftmaxGrad, tb, 3, 10))
+	for _, ig := range []bool{false, true} {
+		a := ops.Attrs{HasIgnore: ig, IgnoreIndex: 2, LabelSmoothing: 0.1}
+		suffix := fmt.Sprintf(" [N, T, C] ignore %t", ig)
+		add("nll_loss"+suffix, once, func(b *progBuilder) []*engine.Buffer {
+			return fwd(b, ops.NLLLoss, a, []*engine.Buffer{b.f("logp", true, tb, 3, 10), b.i("target", 10, true, tb, 3)}, b.f("loss", false, 1))
+		})
+		add("cross_entropy"+suffix, once, func(b *progBuilder) []*engine.Buffer {
+			return fwd(b, ops.CrossEntropy, a, []*engine.Buffer{b.f("logits", true, tb, 3, 10), b.i("target", 10, true, tb, 3)}, b.f("loss", false, 1), b.f("probs", true, tb, 3, 10))
+		})
+		add("nll_loss_grad"+suffix, once, func(b *progBuilder) []*engine.Buffer {
+			return bwd(b, ops.NLLLossGrad, a, false, []*engine.Buffer{b.f("dloss", false, 1), b.i("target", 10, true, tb, 3)}, b.f("dx", true, tb, 3, 10))
+		})
+		add("cross_entropy_grad"+suffix, once, func(b *progBuilder) []*engine.Buffer {
+			return bwd(b, ops.CrossEntropyGrad, a, false, []*engine.Buffer{b.f("dloss", false, 1), b.f("probs", true, tb, 3, 10), b.i("target", 10, true, tb, 3)}, b.f("dx", true, tb, 3, 10))
+		})
+	}
+	add("concat", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.Concat, ops.Attrs{}, []*engine.Buffer{b.f("a", true, tb, 3, 4), b.f("b", true, tb, 5, 4)}, b.f("c", true, tb, 8, 4))
+	})
+	add("narrow", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.Narrow, ops.Attrs{Offset: 3, Length: 5}, false, []*engine.Buffer{b.f("dy", true, tb, 8, 4)}, b.f("db", true, tb, 5, 4))
+	})
+	add("narrow_grad", once, func(b *progBuilder) []*engine.Buffer {
+		return bwd(b, ops.NarrowGrad, ops.Attrs{Offset: 3}, false, []*engine.Buffer{b.f("dy", true, tb, 4, 4)}, b.f("dx", true, tb, 8, 4))
+	})
+	add("embedding", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.Embedding, ops.Attrs{}, []*engine.Buffer{b.i("ids", 50, true, tb, 6), b.f("w", false, 50, 8)}, b.f("y", true, tb, 6, 8))
+	})
+	for _, acc := range []bool{false, true} {
+		runs, suffix := once, ""
+		if acc {
+			runs, suffix = accumulate, " accumulate"
+		}
+		add("embedding_grad_weight"+suffix, runs, func(b *progBuilder) []*engine.Buffer {
+			return bwd(b, ops.EmbeddingGradWeight, ops.Attrs{}, acc, []*engine.Buffer{b.f("dy", true, tb, 6, 8), b.i("ids", 7, true, tb, 6)}, b.f("dw", false, 7, 8))
+		})
+		add("layer_norm_grad_gamma, layer_norm_grad_beta"+suffix, runs, func(b *progBuilder) []*engine.Buffer {
+			a := ops.Attrs{Eps: 1e-5}
+			x, y, save := b.f("x", true, tb, 6, 8), b.f("y", true, tb, 6, 8), b.f("save", true, tb, 6, 2)
+			fwd(b, ops.LayerNorm, a, []*engine.Buffer{x}, y, save)
+			dy := b.f("dy", true, tb, 6, 8)
+			dg := bwd(b, ops.LayerNormGradGamma, a, acc, []*engine.Buffer{dy, x, save}, b.f("dgamma", false, 8))
+			db := bwd(b, ops.LayerNormGradBeta, a, acc, []*engine.Buffer{dy}, b.f("dbeta", false, 8))
+			return []*engine.Buffer{dg[0], db[0]}
+		})
+	}
+	for _, affine := range []bool{true, false} {
+		add(fmt.Sprintf("layer_norm affine %t", affine), once, func(b *progBuilder) []*engine.Buffer {
+			var gamma, beta *engine.Buffer
+			if affine {
+				gamma, beta = b.f("gamma", false, 300), b.f("beta", false, 300)
+			}
+			return fwd(b, ops.LayerNorm, ops.Attrs{Eps: 1e-5}, []*engine.Buffer{b.f("x", true, tb, 3, 300), gamma, beta}, b.f("y", true, tb, 3, 300), b.f("save", true, tb, 3, 2))
+		})
+		add(fmt.Sprintf("layer_norm_grad_input gamma %t", affine), once, func(b *progBuilder) []*engine.Buffer {
+			a := ops.Attrs{Eps: 1e-5}
+			var gamma *engine.Buffer
+			if affine {
+				gamma = b.f("gamma", false, 300)
+			}
+			x, y, save := b.f("x", true, tb, 3, 300), b.f("y", true, tb, 3, 300), b.f("save", true, tb, 3, 2)
+			fwd(b, ops.LayerNorm, a, []*engine.Buffer{x, gamma}, y, save)
+			return bwd(b, ops.LayerNormGradInput, a, false, []*engine.Buffer{b.f("dy", true, tb, 3, 300), x, save, gamma}, b.f("dx", true, tb, 3, 300))
+		})
+	}
+	for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+		a := ops.Attrs{TransA: tr[0], TransB: tr[1]}
+		xs, ys := []int{tb, 2, 4, 5}, []int{tb, 2, 5, 6}
+		if tr[0] {
+			xs = []int{tb, 2, 5, 4}
+		}
+		if tr[1] {
+			ys = []int{tb, 2, 6, 5}
+		}
+		add(fmt.Sprintf("batch_matmul transA %t transB %t", tr[0], tr[1]), once, func(b *progBuilder) []*engine.Buffer {
+			return fwd(b, ops.BatchMatMul, a, []*engine.Buffer{b.f("a", true, xs...), b.f("b", true, ys...)}, b.f("c", true, tb, 2, 4, 6))
+		})
+	}
+	add("permute", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.Permute, ops.Attrs{Perm: [ops.MaxPermRank]int8{0, 2, 1, 3}}, []*engine.Buffer{b.f("x", true, tb, 3, 4, 5)}, b.f("y", true, tb, 4, 3, 5))
+	})
+	add("positions", once, func(b *progBuilder) []*engine.Buffer {
+		return fwd(b, ops.Positions, ops.Attrs{}, []*engine.Buffer{b.f("x", true, tb, 5, 3)}, b.i("pos", 1, true, tb, 5))
+	})
 	steps := []backend.RunCtx{{Step: 1, First: true, Last: true}, {Step: 2, First: true, Last: true}, {Step: 3, First: true, Last: true}}
+	for _, maxNorm := range []float64{0.5, 1e6} {
+		add(fmt.Sprintf("clip_grad_norm max_norm %g", maxNorm), steps, func(b *progBuilder) []*engine.Buffer {
+			g := b.f("grads", false, 40013)
+			b.step(engine.PhaseUpdate, ops.ClipGradNorm, ops.Attrs{MaxNorm: maxNorm}, false, []*engine.Buffer{g})
+			return []*engine.Buffer{g}
+		})
+	}
 	for _, a := range []ops.Attrs{
 		{LR: 0.01},
 		{LR: 0.01, Momentum: 0.5},
@@ -527,14 +637,16 @@ func opCases() []opCase {
 			return []*engine.Buffer{p, m}
 		})
 	}
-	for _, wd := range []float64{0, 0.01} {
-		a := ops.Attrs{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: wd}
-		add(fmt.Sprintf("adam_step weight_decay %g", wd), steps, func(b *progBuilder) []*engine.Buffer {
-			p, g, m, v := b.f("param", false, 300), b.f("grad", false, 300), b.f("m", false, 300), b.f("v", false, 300)
-			b.nonneg[v] = true // a sum of squares: sqrt of a negative one is NaN on both sides
-			b.step(engine.PhaseUpdate, ops.AdamStep, a, false, []*engine.Buffer{p, g, m, v})
-			return []*engine.Buffer{p, m, v}
-		})
+	for _, op := range []ops.Op{ops.AdamStep, ops.AdamWStep} {
+		for _, wd := range []float64{0, 0.01} {
+			a := ops.Attrs{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: wd}
+			add(fmt.Sprintf("%s weight_decay %g", op, wd), steps, func(b *progBuilder) []*engine.Buffer {
+				p, g, m, v := b.f("param", false, 300), b.f("grad", false, 300), b.f("m", false, 300), b.f("v", false, 300)
+				b.nonneg[v] = true // a sum of squares: sqrt of a negative one is NaN on both sides
+				b.step(engine.PhaseUpdate, op, a, false, []*engine.Buffer{p, g, m, v})
+				return []*engine.Buffer{p, m, v}
+			})
+		}
 	}
 	return cs
 }

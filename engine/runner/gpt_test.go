@@ -149,20 +149,8 @@ func TestGPTDevicesAgree(t *testing.T) {
 	}
 	src := strings.Replace(gptScript, "TEXT", text, 1)
 	run := func(devices int, sets ...string) ([]float64, []float32) {
-		dir := t.TempDir()
-		p := compile(t, loadSpec(t, src, append([]string{"max_steps=6", "batch_size=6",
-			"optimizer=optim.sgd(lr=0.1, momentum=0.9)", "schedule=sched.linear_warmup(3, then=sched.cosine())"}, sets...)...), devices)
-		res, err := Run(p, RunOptions{Out: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var losses []float64
-		for _, m := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
-			if m["kind"] == "step" {
-				losses = append(losses, m["loss"].(float64))
-			}
-		}
-		return losses, res.Params[0]
+		return stepLosses(t, src, devices, append([]string{"max_steps=6", "batch_size=6",
+			"optimizer=optim.sgd(lr=0.1, momentum=0.9)", "schedule=sched.linear_warmup(3, then=sched.cosine())"}, sets...)...)
 	}
 	for _, c := range []struct {
 		devices int

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -175,19 +174,7 @@ func maxAbs(v []float32) float64 {
 func TestSyncBatchNormMatchesOneDevice(t *testing.T) {
 	syncBN := strings.NewReplacer(`name = "bn`, `sync = True, name = "bn`, "nn.batchnorm2d(cout)", "nn.batchnorm2d(cout, sync = True)").Replace(resnetScript)
 	run := func(src string, devices int) ([]float64, []float32) {
-		dir := t.TempDir()
-		p := compile(t, loadSpec(t, src, "max_steps=8", "optimizer=optim.sgd(lr=0.05, momentum=0.9)"), devices)
-		res, err := Run(p, RunOptions{Out: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var losses []float64
-		for _, m := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
-			if m["kind"] == "step" {
-				losses = append(losses, m["loss"].(float64))
-			}
-		}
-		return losses, res.Params[0]
+		return stepLosses(t, src, devices, "max_steps=8", "optimizer=optim.sgd(lr=0.05, momentum=0.9)")
 	}
 	oneLoss, oneParams := run(syncBN, 1)
 	if len(oneLoss) != 8 {
@@ -260,20 +247,7 @@ func TestSymbolicGradientFiniteDifferences(t *testing.T) {
 	lossAt()
 	grads := append([]float32(nil), cd.Buf(d.prog.GradArena).Data...)
 	params := cd.Buf(d.prog.ParamArena).Data
-	var num, den float64
-	for i := range params {
-		old := params[i]
-		const h = 1e-2
-		params[i] = old + h
-		lp := lossAt()
-		params[i] = old - h
-		lm := lossAt()
-		params[i] = old
-		fd := (lp - lm) / (2 * h)
-		num += (fd - float64(grads[i])) * (fd - float64(grads[i]))
-		den += fd * fd
-	}
-	if rel := math.Sqrt(num / den); rel > 2e-3 {
+	if rel := gradError(params, grads, lossAt); rel > 2e-3 {
 		t.Errorf("relative gradient error %.2e", rel)
 	}
 }

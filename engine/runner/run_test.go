@@ -184,23 +184,49 @@ func TestModelGradientFiniteDifferences(t *testing.T) {
 			}
 			return l
 		}
-		var num, den float64
-		for i := range params {
-			old := params[i]
-			const h = 1e-2
-			params[i] = old + h
-			lp := lossAt()
-			params[i] = old - h
-			lm := lossAt()
-			params[i] = old
-			fd := (lp - lm) / (2 * h)
-			num += (fd - float64(grads[i])) * (fd - float64(grads[i]))
-			den += fd * fd
-		}
-		if rel := math.Sqrt(num / den); rel > 1e-3 {
+		if rel := gradError(params, grads, lossAt); rel > 1e-3 {
 			t.Errorf("%s: relative gradient error %.2e", loss, rel)
 		}
 	}
+}
+
+// gradError is the relative error ‖fd − grads‖/‖fd‖ of grads against
+// central differences (step 1e-2) of lossAt over every element of params.
+func gradError(params, grads []float32, lossAt func() float64) float64 {
+	var num, den float64
+	for i := range params {
+		old := params[i]
+		const h = 1e-2
+		params[i] = old + h
+		lp := lossAt()
+		params[i] = old - h
+		lm := lossAt()
+		params[i] = old
+		fd := (lp - lm) / (2 * h)
+		num += (fd - float64(grads[i])) * (fd - float64(grads[i]))
+		den += fd * fd
+	}
+	return math.Sqrt(num / den)
+}
+
+// stepLosses trains the script src on devices (with the --set sets) into
+// a temporary run folder and returns every step's loss and rank 0's final
+// parameters.
+func stepLosses(t *testing.T, src string, devices int, sets ...string) ([]float64, []float32) {
+	t.Helper()
+	dir := t.TempDir()
+	p := compile(t, loadSpec(t, src, sets...), devices)
+	res, err := Run(p, RunOptions{Out: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for _, m := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
+		if m["kind"] == "step" {
+			losses = append(losses, m["loss"].(float64))
+		}
+	}
+	return losses, res.Params[0]
 }
 
 // TestModelGradientMatchesPyTorch compares every parameter gradient of a

@@ -5,50 +5,20 @@
 # final layer norm and an output projection tied to the token embedding.
 # One batch's loss (cross-entropy over every position) and every gradient.
 import json
+import os
+import sys
+
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt_load import GPT  # the same module as the example's check
 
 torch.manual_seed(0)
 V, T, D, H, L = 11, 6, 8, 2, 2
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(D)
-        self.attn = nn.MultiheadAttention(D, H, batch_first=True)
-        self.ln_2 = nn.LayerNorm(D)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(D, 4 * D)
-        self.mlp.c_proj = nn.Linear(4 * D, D)
-
-    def forward(self, x):
-        t = x.shape[1]
-        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
-        h = self.ln_1(x)
-        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(V, D)
-        self.wpe = nn.Embedding(T, D)
-        self.h = nn.ModuleList([Block() for _ in range(L)])
-        self.ln_f = nn.LayerNorm(D)
-        self.lm_head = nn.Linear(D, V, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.h:
-            x = b(x)
-        return self.lm_head(self.ln_f(x))
-
-
-net = GPT().double()
+net = GPT(V, T, D, H, L).double()
 with torch.no_grad():
     for name, p in net.named_parameters():
         p.copy_(torch.randn(p.shape, dtype=torch.float64) * 0.5 + (1.0 if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name == "ln_f.weight" else 0.0))

@@ -6,49 +6,19 @@
 # ResNet uses. One training step's loss, every gradient and the running
 # statistics after it; then the loss in eval mode (running statistics).
 import json
+import os
+import sys
+
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_resnet_load import ResNet  # the same module as the example's check
 
 torch.manual_seed(0)
 
 
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        if self.downsample is not None:
-            x = self.downsample(x)
-        return F.relu(y + x)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(4)
-        self.layer1 = nn.Sequential(Block(4, 4, 1))
-        self.layer2 = nn.Sequential(Block(4, 8, 2))
-        self.fc = nn.Linear(8, 4)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer2(self.layer1(x))
-        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return self.fc(x)
-
-
-net = Net()
+net = ResNet(widths=[4, 8], classes=4)
 with torch.no_grad():
     for name, p in net.named_parameters():
         p.copy_(torch.randn(p.shape) * (0.5 if p.dim() > 1 else 0.3) + (1.0 if name.endswith("bn1.weight") or name.endswith("bn2.weight") else 0.0))

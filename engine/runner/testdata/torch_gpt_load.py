@@ -18,14 +18,14 @@ V, T, D, H, L = 256, 64, 128, 4, 4
 
 
 class Block(nn.Module):
-    def __init__(self):
+    def __init__(self, d, h):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(D)
-        self.attn = nn.MultiheadAttention(D, H, batch_first=True)
-        self.ln_2 = nn.LayerNorm(D)
+        self.ln_1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.ln_2 = nn.LayerNorm(d)
         self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(D, 4 * D)
-        self.mlp.c_proj = nn.Linear(4 * D, D)
+        self.mlp.c_fc = nn.Linear(d, 4 * d)
+        self.mlp.c_proj = nn.Linear(4 * d, d)
 
     def forward(self, x):
         t = x.shape[1]
@@ -36,13 +36,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    """GPT-2 style names; lm_head shares wte's weight."""
+
+    def __init__(self, v=V, t=T, d=D, h=H, layers=L):
         super().__init__()
-        self.wte = nn.Embedding(V, D)
-        self.wpe = nn.Embedding(T, D)
-        self.h = nn.ModuleList([Block() for _ in range(L)])
-        self.ln_f = nn.LayerNorm(D)
-        self.lm_head = nn.Linear(D, V, bias=False)
+        self.wte = nn.Embedding(v, d)
+        self.wpe = nn.Embedding(t, d)
+        self.h = nn.ModuleList([Block(d, h) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, v, bias=False)
         self.lm_head.weight = self.wte.weight
 
     def forward(self, idx):

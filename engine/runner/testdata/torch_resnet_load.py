@@ -38,19 +38,25 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self):
+    """A stem, one basic block per stage (the first keeps the stem's
+    width, the others halve the plane), global average pooling, fc."""
+
+    def __init__(self, widths=WIDTHS, classes=10, stem=None):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, WIDTHS[0], 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(WIDTHS[0])
-        cin = WIDTHS[0]
-        for i, w in enumerate(WIDTHS):
+        stem = stem or widths[0]
+        self.conv1 = nn.Conv2d(1, stem, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(stem)
+        cin = stem
+        self.stages = len(widths)
+        for i, w in enumerate(widths):
             setattr(self, "layer%d" % (i + 1), nn.Sequential(BasicBlock(cin, w, 1 if i == 0 else 2)))
             cin = w
-        self.fc = nn.Linear(cin, 10)
+        self.fc = nn.Linear(cin, classes)
 
     def forward(self, x):
         x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer3(self.layer2(self.layer1(x)))
+        for i in range(self.stages):
+            x = getattr(self, "layer%d" % (i + 1))(x)
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
