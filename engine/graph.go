@@ -215,92 +215,82 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 	if err != nil {
 		return nil, err
 	}
-	switch l.Kind {
-	case spec.Conv2D:
+	switch op, simple := simpleOps[l.Kind]; {
+	case simple:
+		node.Op = op
+	case l.Kind == spec.Conv2D:
 		node.Op = ops.Conv2D
 		node.Attrs = ops.Attrs{Stride: l.Stride, Padding: l.Padding, Groups: l.Groups}
 		in = []*Value{x, params[0], params[1]}
-	case spec.Linear:
+	case l.Kind == spec.Linear:
 		node.Op = ops.Linear
 		in = []*Value{x, params[0], params[1]}
-	case spec.ReLU:
-		node.Op = ops.ReLU
-	case spec.MaxPool2D:
+	case l.Kind == spec.MaxPool2D:
 		node.Op = ops.MaxPool2D
 		node.Attrs = ops.Attrs{Kernel: l.Kernel, Stride: l.Stride}
-	case spec.Dropout:
+	case l.Kind == spec.Dropout:
 		node.Op = ops.Dropout
 		node.Attrs = ops.Attrs{P: l.P}
-	case spec.Dropout2D:
+	case l.Kind == spec.Dropout2D:
 		node.Op = ops.Dropout2D
 		node.Attrs = ops.Attrs{P: l.P}
-	case spec.Flatten:
-		node.Op = ops.Flatten
-	case spec.LogSoftmax:
-		node.Op = ops.LogSoftmax
-	case spec.Softmax:
+	case l.Kind == spec.Softmax:
 		node.Op = ops.Softmax
 		node.Attrs = ops.Attrs{Causal: l.Causal}
-	case spec.Embedding:
+	case l.Kind == spec.Embedding:
 		if !x.Int {
 			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("takes integer ids (token data, data.positions()), got a float tensor %v", x.Shape)}
 		}
 		node.Op = ops.Embedding
 		in = []*Value{x, params[0]}
-	case spec.LayerNorm:
+	case l.Kind == spec.LayerNorm:
 		node.Op = ops.LayerNorm
 		node.Attrs = ops.Attrs{Eps: l.Eps}
 		if x.Shape[len(x.Shape)-1] != l.In {
 			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("input has shape %v, the layer normalises a last dimension of %d", x.Shape, l.In)}
 		}
 		in = []*Value{x, params[0], params[1]}
-	case spec.GELU:
+	case l.Kind == spec.GELU:
 		node.Op = ops.GELU
 		node.Attrs = ops.Attrs{Approximate: l.Approximate}
-	case spec.MultiheadAttention:
+	case l.Kind == spec.MultiheadAttention:
 		return b.attention(l, pos, x, name, params)
-	case spec.MatMulOp:
+	case l.Kind == spec.MatMulOp:
 		node.Op, node.Layer = ops.BatchMatMul, "nn.matmul"
-	case spec.TransposeOp:
+	case l.Kind == spec.TransposeOp:
 		perm, err := transposePerm(len(x.Shape), l.Dims)
 		if err != nil {
 			return nil, &CompileError{Pos: pos, Layer: "transpose", Err: err}
 		}
 		node.Op, node.Layer, node.Attrs = ops.Permute, "transpose", ops.Attrs{Perm: perm}
-	case spec.PositionsOp:
+	case l.Kind == spec.PositionsOp:
 		node.Op, node.Layer = ops.Positions, "data.positions()"
-	case spec.Identity:
+	case l.Kind == spec.Identity:
 		return x, nil
-	case spec.Sigmoid:
-		node.Op = ops.Sigmoid
-	case spec.Tanh:
-		node.Op = ops.Tanh
-	case spec.LeakyReLU:
+	case l.Kind == spec.LeakyReLU:
 		node.Op = ops.LeakyReLU
 		node.Attrs = ops.Attrs{NegativeSlope: l.Slope}
-	case spec.AvgPool2D:
+	case l.Kind == spec.AvgPool2D:
 		node.Op = ops.AvgPool2D
 		node.Attrs = ops.Attrs{Kernel: l.Kernel, Stride: l.Stride, Padding: l.Padding}
-	case spec.AdaptiveAvgPool2D:
-		node.Op = ops.GlobalAvgPool2D
-	case spec.MeanOp:
+	case l.Kind == spec.MeanOp:
 		// x.mean((2, 3)): the planes' means, [N, C, H, W] → [N, C].
 		node.Op, node.Layer = ops.GlobalAvgPool2D, ".mean((2, 3))"
 		if err := b.apply(node, in, name); err != nil {
 			return nil, err
 		}
 		return b.reshape(node.Out[0], []int{-1}, pos, name)
-	case spec.BatchNorm1D, spec.BatchNorm2D:
+	case l.Kind == spec.BatchNorm1D || l.Kind == spec.BatchNorm2D:
 		return b.batchNorm(l, pos, x, name, params)
-	case spec.AddOp, spec.SubOp, spec.MulOp:
+	case l.Kind == spec.AddOp || l.Kind == spec.SubOp || l.Kind == spec.MulOp:
 		node.Op = map[spec.LayerKind]ops.Op{spec.AddOp: ops.Add, spec.SubOp: ops.Sub, spec.MulOp: ops.Mul}[l.Kind]
 		node.Layer = applySymbol[l.Kind]
 		if !slices.Equal(in[0].Shape, in[1].Shape) {
 			return nil, &CompileError{Pos: pos, Layer: node.Layer, Err: fmt.Errorf("shapes %v and %v differ (broadcasting is not supported)", in[0].Shape[1:], in[1].Shape[1:])}
 		}
-	case spec.ReshapeOp:
+	case l.Kind == spec.ReshapeOp:
 		return b.reshape(x, l.Dims, pos, name)
-	case spec.CatOp:
+	case l.Kind == spec.CatOp:
 		// nn.cat([a, b, c]): ((a, b), c) along the channels.
 		out := in[0]
 		for _, v := range in[1:] {
@@ -526,6 +516,13 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 		return nil, err
 	}
 	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
+}
+
+// simpleOps are the layers that are one op without parameters or
+// attributes.
+var simpleOps = map[spec.LayerKind]ops.Op{
+	spec.ReLU: ops.ReLU, spec.Flatten: ops.Flatten, spec.LogSoftmax: ops.LogSoftmax,
+	spec.Sigmoid: ops.Sigmoid, spec.Tanh: ops.Tanh, spec.AdaptiveAvgPool2D: ops.GlobalAvgPool2D,
 }
 
 // applySymbol names the tensor operators in messages.

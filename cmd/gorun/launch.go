@@ -52,12 +52,9 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: gorun launch --cluster C.toml [--dry-run] [--mpirun PATH] SCRIPT.star [flags for every rank]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args)
+	pos, err := parseCmdArgs(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err.Error()}
+		return err
 	}
 	if len(pos) != 1 {
 		return &usageError{fmt.Sprintf("launch needs exactly one SCRIPT.star, got %d arguments (%s)", len(pos), strings.Join(pos, " "))}

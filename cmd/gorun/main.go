@@ -116,6 +116,16 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// parseCmdArgs is parseArgs for a command line: a bad flag is a usage
+// error (exit 2); -h is flag.ErrHelp.
+func parseCmdArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return nil, &usageError{err.Error()}
+	}
+	return pos, err
+}
+
 // parseArgs parses flags placed anywhere among the positional arguments.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
@@ -212,12 +222,9 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	pos, err := parseArgs(fs, args)
+	pos, err := parseCmdArgs(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err.Error()}
+		return err
 	}
 	if len(pos) != 1 {
 		return &usageError{fmt.Sprintf("%s needs exactly one SCRIPT.star, got %d arguments (%s)", cmd, len(pos), strings.Join(pos, " "))}

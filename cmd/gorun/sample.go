@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,12 +61,9 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: gorun sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--params FILE]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args)
+	pos, err := parseCmdArgs(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err.Error()}
+		return err
 	}
 	switch {
 	case len(pos) != 1:

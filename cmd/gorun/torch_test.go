@@ -79,7 +79,6 @@ func TestResNetLoadsInPyTorch(t *testing.T) {
 	}
 }
 
-
 // TestGPTLoadsInPyTorch trains scripts/examples/gpt_text.star for a few
 // steps on 2 devices, loads its model.safetensors into the same GPT
 // written as PyTorch modules (nn.MultiheadAttention, lm_head tied to wte)
