@@ -109,3 +109,29 @@ func TestInit(t *testing.T) {
 		}
 	}
 }
+
+// TestBroadcastBuffers: with batch norm on two devices, the Plan starts
+// every training step with a broadcast of rank 0's running statistics
+// (DDP's broadcast_buffers, the default), and not when it is turned off
+// or on one device; evaluation broadcasts nothing.
+func TestBroadcastBuffers(t *testing.T) {
+	first := func(devices int, sets ...string) *Step {
+		p := compile(t, loadSpec(t, blockScript, sets...), devices)
+		for _, st := range p.Devices[0].Eval {
+			if st.Kind == CollectiveStep {
+				t.Errorf("evaluation has a collective: %s", st.Layer)
+			}
+		}
+		return p.Devices[0].Steps[0]
+	}
+	st := first(2)
+	if st.Kind != CollectiveStep || st.Collective.Name != "broadcast" || st.Collective.Buffer != nil && st.Collective.Buffer.Name != "running statistics" {
+		t.Errorf("first step on 2 devices is %s %s, want the broadcast of the running statistics", st.Op, st.Layer)
+	}
+	if st := first(2, "sync=sync.allreduce(broadcast_buffers=False)"); st.Kind == CollectiveStep {
+		t.Errorf("broadcast_buffers=False still broadcasts: %s", st.Layer)
+	}
+	if st := first(1); st.Kind == CollectiveStep {
+		t.Errorf("one device broadcasts: %s", st.Layer)
+	}
+}

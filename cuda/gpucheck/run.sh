@@ -19,6 +19,7 @@
 #   {"check":"go_test", ...}       the whole cuda.test run passed
 #   {"check":"mnist", ...}         mnist.star's test accuracy after one epoch ≥ 0.93
 #   {"check":"replicas", ...}      2 replicas on one GPU = 1 replica (20 steps, no dropout), ≤ 1e-5
+#   {"check":"resnet_cpu_vs_cuda"} a ResNet with batch norm: cuda's step losses = cpu's, ≤ 1e-3
 #   {"check":"speed", ...}         samples/s, batch 64 and 512, graph on and off: the
 #                                  second epoch's (steady state, as PyTorch's is after warm-up)
 #   {"check":"torch", ...}         PyTorch eager, same Net, same batches, data on the GPU
@@ -208,6 +209,28 @@ a, b = losses[1], losses[2]
 err = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=None)
 emit({"check": "replicas", "steps": min(len(a), len(b)), "max_rel_loss_diff": err,
       "ok": len(a) == 20 and len(b) == 20 and err is not None and err <= 1e-5})
+
+# --- 3b. a ResNet with batch norm, cpu against cuda (20 steps, no dropout). --
+def cpu_cluster():
+    path = os.path.join(work, "cpu.toml")
+    with open(path, "w") as f:
+        f.write('[cluster]\nbackend = "cpu"\n')
+    return path
+
+
+rn = {}
+for backend, clusterfile in (("cpu", cpu_cluster()), ("cuda", cluster(False))):
+    name = "resnet_" + backend
+    rundir = os.path.join(work, name)
+    rc, dt, log = run(name, [gorun, os.path.join(here, "resnet_synth.star"), "--cluster", clusterfile,
+                             "--out", rundir], 60, reserve=40)
+    rn[backend] = [s["loss"] for s in metrics(rundir)[0]]
+    if rc != 0:
+        emit({"check": "resnet_run", "backend": backend, "rc": rc, "ok": False, "tail": tail(log)})
+a, b = rn["cpu"], rn["cuda"]
+err = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=None)
+emit({"check": "resnet_cpu_vs_cuda", "steps": min(len(a), len(b)), "max_rel_loss_diff": err,
+      "ok": len(a) == 20 and len(b) == 20 and err is not None and err <= 1e-3})
 
 # --- 4. PyTorch eager on the same GPU, same Net and batches. ----------------
 torch_sps = {}

@@ -251,3 +251,31 @@ func TestSymbolicGradientFiniteDifferences(t *testing.T) {
 		t.Errorf("relative gradient error %.2e", rel)
 	}
 }
+
+// TestResumeWithBatchNorm: stopping a ResNet run inside an epoch and
+// resuming it ends bit for bit where an uninterrupted run does, running
+// statistics included (they travel in the checkpoint; with
+// broadcast_buffers rank 0's reach every device).
+func TestResumeWithBatchNorm(t *testing.T) {
+	for _, devices := range []int{1, 2} {
+		sets := []string{"epochs=2", "optimizer=optim.adam(lr=0.01)", "eval=data.synthetic(size=30, shape=(1, 8, 8), classes=4, seed=3, split='test')"}
+		run := func(dir, resume string, extra ...string) *Result {
+			p := compile(t, loadSpec(t, resnetScript, append(sets, extra...)...), devices)
+			res, err := Run(p, RunOptions{Out: dir, Resume: resume})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		whole := run(t.TempDir(), "")
+		dir := t.TempDir()
+		run(dir, "", "max_steps=13")
+		resumed := run("", dir)
+		if d := maxRelDiff(whole.Params[0], resumed.Params[0]); d != 0 {
+			t.Errorf("%d devices: resumed parameters differ from an uninterrupted run's by %.2e", devices, d)
+		}
+		if whole.TestLoss != resumed.TestLoss {
+			t.Errorf("%d devices: test loss %v after resuming, %v uninterrupted (the running statistics differ)", devices, resumed.TestLoss, whole.TestLoss)
+		}
+	}
+}
