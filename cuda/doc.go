@@ -6,10 +6,13 @@
 // in one device-memory arena, allocated through its tensor.Engine (Engine,
 // on gorgonia.org/cu's driver API), so every buffer is a gorgonia tensor
 // whose memory lies on the GPU. Steps run on the device's compute stream:
-// the element-wise, reduction, pooling, dropout, loss and optimizer ops as
-// the gorun_* kernels of package gorun/cuda/kernels (PTX, loaded with
-// cuModuleLoadData), matrix products and the GEMMs of convolutions through
-// cuBLAS. A whole training micro-batch is captured once as a CUDA graph per
+// the element-wise, normalisation, reduction, pooling, dropout, loss,
+// embedding, layout and optimizer ops as the gorun_* kernels of package
+// gorun/cuda/kernels (PTX, loaded with cuModuleLoadData), matrix products
+// (batched too) and the GEMMs of convolutions (a group at a time) through
+// cuBLAS. Per-channel and per-column sums are split into chunks summed in
+// a fixed order, never with atomics, so a step gives the same bits run to
+// run. A whole training micro-batch is captured once as a CUDA graph per
 // (live batch, first, last) combination and replayed with one launch
 // (backend.Replayer); kernel arguments that change from step to step (the
 // loss scale, the optimizer step, the dropout RNG seed and offset) are set
