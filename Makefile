@@ -97,7 +97,7 @@ cuda-check:
 	@$(CUDA_CHECK); \
 	set -x; $(GO) vet -tags cuda ./... && \
 	$(GO) build -tags cuda -o /tmp/gorun-cuda ./cmd/gorun && \
-	$(GO) test -count=1 -tags cuda ./cuda/...
+	$(GO) test -count=1 -tags cuda ./cuda/... ./engine/backend/...
 
 gpu-check:
 	@[ -f $(CUDA_H) ] || { echo "gpu-check: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }

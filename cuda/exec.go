@@ -96,7 +96,7 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 			return err
 		}
 	}
-	d.dyn = dynValues{lossScale: rc.LossScale, step: rc.Step, seed: d.seed, offset: d.offset}
+	d.dyn = dynValues{lossScale: rc.LossScale, lrScale: rc.LRScale, step: rc.Step, seed: d.seed, offset: d.offset}
 	d.rel = 0
 	err := d.step(st, st.Acc && !rc.First)
 	d.offset += d.rel
@@ -648,7 +648,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		if a.Momentum != 0 && buf == nil {
 			return fmt.Errorf("SGD with momentum %g has no momentum buffer", a.Momentum)
 		}
-		return d.launch(kSGDStep, elementwise(n), P(param), P(grad), P(buf), intArg(n), floatArg(a.LR), floatArg(a.Momentum),
+		return d.launch(kSGDStep, elementwise(n), P(param), P(grad), P(buf), intArg(n), lrArg(a.LR), floatArg(a.Momentum),
 			floatArg(a.Dampening), floatArg(a.WeightDecay), boolArg(a.Nesterov), firstStepArg())
 
 	case ops.ClipGradNorm: // grads, in place: Σx² in chunks (gorun_bn_partial), then scale
@@ -669,7 +669,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 	case ops.AdamStep, ops.AdamWStep:
 		param := st.In[0]
 		n := d.live(param)
-		return d.launch(kAdamStep, elementwise(n), P(param), P(st.In[1]), P(st.In[2]), P(st.In[3]), intArg(n), floatArg(a.LR),
+		return d.launch(kAdamStep, elementwise(n), P(param), P(st.In[1]), P(st.In[2]), P(st.In[3]), intArg(n), lrArg(a.LR),
 			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg(), boolArg(st.Op == ops.AdamWStep))
 	}
 	return fmt.Errorf("no CUDA kernel for op %s", st.Op)

@@ -160,7 +160,7 @@ func (d *Device) run(prog *engine.Program, rc *backend.RunCtx, coll backend.Coll
 		}
 		d.graphs[key] = g
 	}
-	dyn := dynValues{lossScale: rc.LossScale, step: rc.Step, seed: d.seed, offset: d.offset}
+	dyn := dynValues{lossScale: rc.LossScale, lrScale: rc.LRScale, step: rc.Step, seed: d.seed, offset: d.offset}
 	if err := d.joinComm(); err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func (d *Device) run(prog *engine.Program, rc *backend.RunCtx, coll backend.Coll
 // capturing; RunTrain launches the graph right after.
 func (d *Device) captureTrain(key graphKey, rc *backend.RunCtx, update bool) (*trainGraph, error) {
 	g := &trainGraph{key: key, segs: planSegments(d.prog.Steps, rc, update), args: newArgBlock()}
-	d.dyn = dynValues{lossScale: rc.LossScale, step: rc.Step, seed: d.seed, offset: d.offset}
+	d.dyn = dynValues{lossScale: rc.LossScale, lrScale: rc.LRScale, step: rc.Step, seed: d.seed, offset: d.offset}
 	d.rel = 0
 	acc := !rc.First
 	for _, s := range g.segs {

@@ -387,7 +387,7 @@ func TestGraphKey(t *testing.T) {
 }
 
 func TestArgResolve(t *testing.T) {
-	v := &dynValues{lossScale: 0.5, step: 7, seed: 1 << 40, offset: 1000}
+	v := &dynValues{lossScale: 0.5, lrScale: 0.25, step: 7, seed: 1 << 40, offset: 1000}
 	for _, c := range []struct {
 		a    arg
 		want uint64
@@ -401,10 +401,14 @@ func TestArgResolve(t *testing.T) {
 		{seedArg(), 1 << 40},
 		{offsetArg(24), 1024},
 		{boolArg(true), 1},
+		{lrArg(0.1), uint64(math.Float32bits(0.025))}, // the schedule's scale
 	} {
 		if got := c.a.resolve(v); got != c.want {
 			t.Errorf("%+v resolves to %#x, want %#x", c.a, got, c.want)
 		}
+	}
+	if got := lrArg(0.1).resolve(&dynValues{}); got != uint64(math.Float32bits(0.1)) {
+		t.Errorf("lrArg without a scale resolves to %#x, want the optimizer's 0.1", got)
 	}
 	if err := checkArgs(kRelu, []arg{ptrArg(0), ptrArg(0), intArg(1)}); err != nil {
 		t.Error(err)

@@ -233,6 +233,7 @@ const (
 	dynLossScale         // float: RunCtx.LossScale
 	dynStep              // int: RunCtx.Step
 	dynStepFirst         // int: 1 on the first optimizer step, 2 after it
+	dynLR                // float: the step's learning rate, Attrs.LR × RunCtx.LRScale
 	dynSeed              // unsigned long long: the dropout RNG seed
 	dynOffset            // unsigned long long: the dropout RNG offset + rel
 )
@@ -256,6 +257,10 @@ func floatArg(v float64) arg { return arg{kind: argFloat, bits: uint64(math.Floa
 func lossScaleArg() arg { return arg{kind: argFloat, dyn: dynLossScale} }
 func stepArg() arg      { return arg{kind: argInt, dyn: dynStep} }
 
+// lrArg is an optimizer's learning rate lr under the schedule: lr times
+// the step's RunCtx.LRScale.
+func lrArg(lr float64) arg { return arg{kind: argFloat, dyn: dynLR, bits: math.Float64bits(lr)} }
+
 // firstStepArg is the optimizer step for a kernel that only tells the
 // first step from the others (SGD's momentum): 1 or 2, so that a captured
 // graph's argument stops changing after the second step.
@@ -273,6 +278,7 @@ func b2i(v bool) int {
 // dynValues are the per-step values arguments resolve to.
 type dynValues struct {
 	lossScale float64
+	lrScale   float64 // 0 means 1
 	step      int
 	seed      uint64
 	offset    uint64
@@ -285,6 +291,12 @@ func (a arg) resolve(v *dynValues) uint64 {
 		return uint64(math.Float32bits(float32(v.lossScale)))
 	case dynStep:
 		return uint64(uint32(int32(v.step)))
+	case dynLR:
+		lr := math.Float64frombits(a.bits)
+		if v.lrScale != 0 {
+			lr *= v.lrScale
+		}
+		return uint64(math.Float32bits(float32(lr)))
 	case dynStepFirst:
 		if v.step <= 1 {
 			return 1
