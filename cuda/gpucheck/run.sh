@@ -161,7 +161,7 @@ mnist_dir = (glob.glob(os.path.join(here, "modcache", "github.com", "petar", "*"
 rc, dt, log = run("ops", [os.path.join(here, "cuda.test"), "-test.v", "-test.count=1",
                           "-test.timeout=110s"], 120, reserve=150)
 for line in open(log, errors="replace"):
-    if line.startswith('{"check"'):
+    if line.startswith("{") and '"check":' in line:
         try:
             emit(json.loads(line))
         except ValueError:
