@@ -66,6 +66,10 @@ func Subset(d Dataset, n int) Dataset {
 		return d.subset(n)
 	case *textSet:
 		return d.subset(n)
+	case *tokenTensors:
+		c := *d
+		c.x, c.y, c.name = d.x[:n*d.t], d.y[:n*d.t], fmt.Sprintf("%s[:%d]", d.name, n)
+		return &c
 	}
 	if p, ok := d.(*prefix); ok {
 		d = p.base

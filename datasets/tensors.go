@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gorun/engine/safetensors"
@@ -69,6 +70,9 @@ func Tensors(src TensorsSource, split string, classes int, mean, std float64) (D
 	if isFloat(y) {
 		return tensorRegression(name, x, y, classes, float32(mean), float32(std))
 	}
+	if isTokens(x) {
+		return tensorTokens(name, x, y, classes)
+	}
 	labels, classes, err := tensorLabels(x, y, classes)
 	if err != nil {
 		return nil, fmt.Errorf("datasets: %s: %w", name, err)
@@ -90,22 +94,138 @@ func Tensors(src TensorsSource, split string, classes int, mean, std float64) (D
 //
 // For float targets (regression) numClasses is 0 and target is the shape of
 // one sample's target ([1] when y has shape [N]); for labels target is nil.
-func TensorsInfo(src TensorsSource, classes int) (shape []int, numClasses int, target []int, err error) {
+// For integer samples (token ids, with targets of the same shape) tokens is
+// set and numClasses is the vocabulary's size.
+func TensorsInfo(src TensorsSource, classes int) (shape []int, numClasses int, target []int, tokens bool, err error) {
 	x, y, err := readTensors(src, true)
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("datasets: %s: %w", src.files(), err)
+		return nil, 0, nil, false, fmt.Errorf("datasets: %s: %w", src.files(), err)
+	}
+	if isTokens(x) {
+		if x.data == nil { // the ids decide the vocabulary: read them
+			if x, y, err = readTensors(src, false); err != nil {
+				return nil, 0, nil, false, fmt.Errorf("datasets: %s: %w", src.files(), err)
+			}
+		}
+		ds, err := tensorTokens(src.files(), x, y, classes)
+		if err != nil {
+			return nil, 0, nil, false, err
+		}
+		return ds.SampleShape(), ds.NumClasses(), nil, true, nil
 	}
 	if isFloat(y) {
 		if classes != 0 {
-			return nil, 0, nil, fmt.Errorf("datasets: %s: %s holds float targets (regression), which have no classes; drop classes = %d", src.files(), y.where, classes)
+			return nil, 0, nil, false, fmt.Errorf("datasets: %s: %s holds float targets (regression), which have no classes; drop classes = %d", src.files(), y.where, classes)
 		}
-		return append([]int(nil), x.shape[1:]...), 0, targetShape(y), nil
+		return append([]int(nil), x.shape[1:]...), 0, targetShape(y), false, nil
 	}
 	if _, classes, err = tensorLabels(x, y, classes); err != nil {
-		return nil, 0, nil, fmt.Errorf("datasets: %s: %w", src.files(), err)
+		return nil, 0, nil, false, fmt.Errorf("datasets: %s: %w", src.files(), err)
 	}
-	return append([]int(nil), x.shape[1:]...), classes, nil, nil
+	return append([]int(nil), x.shape[1:]...), classes, nil, false, nil
 }
+
+// isTokens reports integer samples: token ids (TokenTensors).
+func isTokens(x *array) bool {
+	return x.dtype == safetensors.DTypeI64 || x.dtype == safetensors.DTypeI32
+}
+
+// tensorTokens makes the token dataset of ids x [N, T] and targets y
+// [N, T]: the vocabulary is classes ids (or the largest id + 1); a
+// negative target is one a loss with ignore_index may skip.
+func tensorTokens(name string, x, y *array, classes int) (*tokenTensors, error) {
+	ids, err := intValues(x)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	tg, err := intValues(y)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %s: %w", name, err)
+	}
+	top := int64(-1)
+	for i, v := range ids {
+		if v < 0 {
+			return nil, fmt.Errorf("datasets: %s: %s: token id %d at position %d is negative", name, x.where, v, i)
+		}
+		top = max(top, v)
+	}
+	for _, v := range tg {
+		top = max(top, v)
+	}
+	if classes == 0 {
+		classes = int(top) + 1
+	}
+	if top >= int64(classes) || top >= maxTensorClasses {
+		return nil, fmt.Errorf("datasets: %s: token id %d is out of the vocabulary of %d (classes = %d)", name, top, classes, classes)
+	}
+	t := x.shape[1]
+	out := &tokenTensors{name: name, t: t, v: classes, x: make([]int32, len(ids)), y: make([]int32, len(tg))}
+	for i := range ids {
+		out.x[i], out.y[i] = int32(ids[i]), int32(max(tg[i], -1<<31))
+	}
+	return out, nil
+}
+
+// intValues decodes an int64 or int32 array.
+func intValues(a *array) ([]int64, error) {
+	size := a.dtype.Size()
+	n := len(a.data) / size
+	out := make([]int64, n)
+	for i := range out {
+		if a.dtype == safetensors.DTypeI64 {
+			out[i] = int64(binary.LittleEndian.Uint64(a.data[i*size:]))
+		} else {
+			out[i] = int64(int32(binary.LittleEndian.Uint32(a.data[i*size:])))
+		}
+	}
+	return out, nil
+}
+
+// tokenTensors is a Tokens dataset of given windows: ids x and targets y,
+// n windows of t tokens, a vocabulary of v ids.
+type tokenTensors struct {
+	name string
+	t, v int
+	x, y []int32
+}
+
+func (s *tokenTensors) Name() string       { return s.name }
+func (s *tokenTensors) Len() int           { return len(s.x) / s.t }
+func (s *tokenTensors) SampleShape() []int { return []int{s.t} }
+func (s *tokenTensors) NumClasses() int    { return s.v }
+func (s *tokenTensors) Labels() []int32    { return nil }
+func (s *tokenTensors) Vocab() Vocab       { return Vocab{Kind: "ids", N: s.v} }
+
+func (s *tokenTensors) Fill(idx []int, x []float32, _ []int32) {
+	for i, j := range idx {
+		for k, id := range s.x[j*s.t : (j+1)*s.t] {
+			x[i*s.t+k] = float32(id)
+		}
+	}
+}
+
+func (s *tokenTensors) FillTokens(idx []int, x, y []int32) {
+	for i, j := range idx {
+		copy(x[i*s.t:(i+1)*s.t], s.x[j*s.t:(j+1)*s.t])
+		copy(y[i*s.t:(i+1)*s.t], s.y[j*s.t:(j+1)*s.t])
+	}
+}
+
+// Kept counts the targets of windows idx that are not ignore.
+func (s *tokenTensors) Kept(idx []int, ignore int32) int {
+	n := 0
+	for _, j := range idx {
+		for _, v := range s.y[j*s.t : (j+1)*s.t] {
+			if v != ignore {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// MinTarget is the smallest target (negative ones are ignore_index's).
+func (s *tokenTensors) MinTarget() int32 { return slices.Min(s.y) }
 
 func isFloat(a *array) bool {
 	return a.dtype == safetensors.DTypeF32 || a.dtype == safetensors.DTypeF64
@@ -173,8 +293,18 @@ func readTensors(src TensorsSource, headerOnly bool) (x, y *array, err error) {
 	}
 	switch x.dtype {
 	case safetensors.DTypeF32, safetensors.DTypeF64, safetensors.DTypeU8:
+	case safetensors.DTypeI64, safetensors.DTypeI32:
+		// Token ids: the targets are token ids of the same shape.
+		if y.dtype != safetensors.DTypeI64 && y.dtype != safetensors.DTypeI32 || !slices.Equal(x.shape, y.shape) {
+			return nil, nil, fmt.Errorf("%s: integer samples (token ids) of shape %v need integer targets of the same shape, one per position; %s is %s %v",
+				x.where, x.shape, y.where, dtypeName(y.dtype), y.shape)
+		}
+		if len(x.shape) != 2 || x.shape[0] == 0 || x.shape[1] == 0 {
+			return nil, nil, fmt.Errorf("%s: token ids of shape %v: want [N, T] windows", x.where, x.shape)
+		}
+		return x, y, nil
 	default:
-		return nil, nil, fmt.Errorf("%s: samples of dtype %s: want float32, float64 or uint8", x.where, dtypeName(x.dtype))
+		return nil, nil, fmt.Errorf("%s: samples of dtype %s: want float32, float64 or uint8 (or int64/int32 token ids)", x.where, dtypeName(x.dtype))
 	}
 	if len(x.shape) < 2 {
 		return nil, nil, fmt.Errorf("%s: samples of shape %v: want the sample dimension first and the sample's after it, [N, ...]", x.where, x.shape)

@@ -71,7 +71,7 @@ func TestTensorsSafetensors(t *testing.T) {
 			if err != nil || d.NumClasses() != 10 {
 				t.Errorf("classes 10: %v, %v", d, err)
 			}
-			shape, classes, _, err := TensorsInfo(src, 0)
+			shape, classes, _, _, err := TensorsInfo(src, 0)
 			if err != nil || !slices.Equal(shape, []int{1, 2, 2}) || classes != 3 {
 				t.Errorf("TensorsInfo = %v, %d, %v", shape, classes, err)
 			}
@@ -98,13 +98,13 @@ func TestTensorsNPYPair(t *testing.T) {
 	}
 	// TensorsInfo reads only the samples' header: a truncated data part
 	// is still caught, by the file's length.
-	shape, classes, _, err := TensorsInfo(src, 0)
+	shape, classes, _, _, err := TensorsInfo(src, 0)
 	if err != nil || !slices.Equal(shape, []int{3}) || classes != 2 {
 		t.Errorf("TensorsInfo = %v, %d, %v", shape, classes, err)
 	}
 	b, _ := os.ReadFile(xp)
 	writeFile(t, xp, b[:len(b)-1])
-	if _, _, _, err := TensorsInfo(src, 0); err == nil || !strings.Contains(err.Error(), "truncated") {
+	if _, _, _, _, err := TensorsInfo(src, 0); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("TensorsInfo of a truncated file: %v", err)
 	}
 }
@@ -227,7 +227,7 @@ func TestTensorsRegression(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := TensorsSource{File: path, X: "images", Y: "labels"}
-		shape, classes, target, err := TensorsInfo(src, 0)
+		shape, classes, target, _, err := TensorsInfo(src, 0)
 		if err != nil || classes != 0 || !slices.Equal(shape, []int{2}) || !slices.Equal(target, c.shape) {
 			t.Fatalf("TensorsInfo = %v %d %v %v", shape, classes, target, err)
 		}

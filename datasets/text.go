@@ -27,12 +27,16 @@ type Tokens interface {
 type Vocab struct {
 	Kind  string
 	Chars []rune // chars: the characters, by id
+	N     int    // ids: token ids without text (data.tensors), 0 … N−1
 }
 
 // Size is the number of ids.
 func (v Vocab) Size() int {
-	if v.Kind == "bytes" {
+	switch v.Kind {
+	case "bytes":
 		return 256
+	case "ids":
+		return v.N
 	}
 	return len(v.Chars)
 }
@@ -40,6 +44,9 @@ func (v Vocab) Size() int {
 // Encode turns text into ids; a character the vocabulary lacks is an
 // error naming it.
 func (v Vocab) Encode(s string) ([]int32, error) {
+	if v.Kind == "ids" {
+		return nil, fmt.Errorf("the model was trained on token ids (data.tensors), which have no text to encode")
+	}
 	if v.Kind == "bytes" {
 		out := make([]int32, len(s))
 		for i := 0; i < len(s); i++ {
@@ -79,8 +86,11 @@ func (v Vocab) Decode(ids []int32) string {
 // String is the vocabulary as a checkpoint's metadata records it:
 // "bytes", or "chars:" and the characters.
 func (v Vocab) String() string {
-	if v.Kind == "bytes" {
+	switch v.Kind {
+	case "bytes":
 		return "bytes"
+	case "ids":
+		return fmt.Sprintf("ids:%d", v.N)
 	}
 	return "chars:" + string(v.Chars)
 }
@@ -92,6 +102,11 @@ func ParseVocab(s string) (Vocab, error) {
 		return Vocab{Kind: "bytes"}, nil
 	case strings.HasPrefix(s, "chars:"):
 		return Vocab{Kind: "chars", Chars: []rune(s[len("chars:"):])}, nil
+	case strings.HasPrefix(s, "ids:"):
+		var n int
+		if _, err := fmt.Sscanf(s, "ids:%d", &n); err == nil {
+			return Vocab{Kind: "ids", N: n}, nil
+		}
 	}
 	return Vocab{}, fmt.Errorf("unknown vocabulary %.20q", s)
 }

@@ -29,11 +29,11 @@ func datasetInfo(d *spec.Data) (dataInfo, error) {
 	case "synthetic":
 		info = dataInfo{sample: d.Shape, classes: d.Classes}
 	case "tensors":
-		shape, classes, target, err := datasets.TensorsInfo(tensorsSource(d), d.Classes)
+		shape, classes, target, tokens, err := datasets.TensorsInfo(tensorsSource(d), d.Classes)
 		if err != nil {
 			return dataInfo{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
-		info = dataInfo{sample: shape, classes: classes, target: target}
+		info = dataInfo{sample: shape, classes: classes, target: target, tokens: tokens}
 		if target != nil && len(d.Transforms) > 0 {
 			return dataInfo{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
 		}

@@ -38,6 +38,7 @@ func (p *Plan) Fingerprint() []PlanStep {
 			s.BatchSize, s.Seed, s.Shuffle, s.Accumulate, s.Uneven, s.Loss, s.OnNonFinite)},
 		{"run length", fmt.Sprintf("epochs %d, max_steps %d", s.Epochs, s.MaxSteps)},
 		{"clip_grad_norm", fmt.Sprint(s.ClipGradNorm)},
+		{"ignore_index", ignoreString(s.IgnoreIndex)},
 		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g%s",
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps, groupsString(o.Groups))},
 		{"schedule", scheduleString(s.Schedule)},
@@ -112,4 +113,11 @@ func groupsString(gs []spec.ParamGroup) string {
 		}
 	}
 	return out
+}
+
+func ignoreString(ig *int) string {
+	if ig == nil {
+		return "none"
+	}
+	return fmt.Sprint(*ig)
 }

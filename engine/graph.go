@@ -143,6 +143,8 @@ type Loss struct {
 	Target         []int
 	// Tokens: integer inputs, a class target at every input position.
 	Tokens bool
+	// IgnoreIndex, when set, is the target the class losses skip.
+	IgnoreIndex *int
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -234,9 +236,12 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 	case l.Kind == spec.Dropout2D:
 		node.Op = ops.Dropout2D
 		node.Attrs = ops.Attrs{P: l.P}
-	case l.Kind == spec.Softmax:
-		node.Op = ops.Softmax
+	case l.Kind == spec.Softmax || l.Kind == spec.LogSoftmax:
+		node.Op = map[spec.LayerKind]ops.Op{spec.Softmax: ops.Softmax, spec.LogSoftmax: ops.LogSoftmax}[l.Kind]
 		node.Attrs = ops.Attrs{Causal: l.Causal}
+		if dim := softmaxDim(l, len(x.Shape)); dim != len(x.Shape)-1 {
+			return b.softmaxOver(node, x, dim, pos, name)
+		}
 	case l.Kind == spec.Embedding:
 		if !x.Int {
 			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("takes integer ids (token data, data.positions()), got a float tensor %v", x.Shape)}
@@ -518,10 +523,54 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
 }
 
+// softmaxDim is the dimension a softmax layer normalises, in a rank-r
+// input (the last by default; negative counts from the end).
+func softmaxDim(l *spec.Layer, r int) int {
+	d := -1
+	if len(l.Dims) > 0 {
+		d = l.Dims[0]
+	}
+	if d < 0 {
+		d += r
+	}
+	return d
+}
+
+// softmaxOver applies the (log-)softmax node over dimension dim of x, not
+// the last: the two swapped by a permute before and after.
+func (b *builder) softmaxOver(node *Node, x *Value, dim int, pos spec.Pos, name string) (*Value, error) {
+	r := len(x.Shape)
+	if dim <= 0 || dim >= r {
+		return nil, &CompileError{Pos: pos, Layer: node.Layer, Err: fmt.Errorf("dimension %d of a rank-%d input %v: want one of 1 … %d (not the batch)", dim, r, x.Shape, r-1)}
+	}
+	if node.Attrs.Causal {
+		return nil, &CompileError{Pos: pos, Layer: node.Layer, Err: fmt.Errorf("causal masking applies over the last dimension only")}
+	}
+	perm, err := transposePerm(r, []int{dim, r - 1})
+	if err != nil {
+		return nil, &CompileError{Pos: pos, Layer: node.Layer, Err: err}
+	}
+	swap := func(v *Value, vname string) (*Value, error) {
+		n := &Node{Op: ops.Permute, Attrs: ops.Attrs{Perm: perm}, Layer: node.Layer, Pos: pos}
+		if err := b.apply(n, []*Value{v}, vname); err != nil {
+			return nil, err
+		}
+		return n.Out[0], nil
+	}
+	t, err := swap(x, name+":to last")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.apply(node, []*Value{t}, name+":over last"); err != nil {
+		return nil, err
+	}
+	return swap(node.Out[0], name) // the layer's output keeps its name
+}
+
 // simpleOps are the layers that are one op without parameters or
 // attributes.
 var simpleOps = map[spec.LayerKind]ops.Op{
-	spec.ReLU: ops.ReLU, spec.Flatten: ops.Flatten, spec.LogSoftmax: ops.LogSoftmax,
+	spec.ReLU: ops.ReLU, spec.Flatten: ops.Flatten,
 	spec.Sigmoid: ops.Sigmoid, spec.Tanh: ops.Tanh, spec.AdaptiveAvgPool2D: ops.GlobalAvgPool2D,
 }
 
@@ -713,6 +762,9 @@ func (b *builder) loss(l Loss) error {
 	case l.Kind != "mse" && !l.Tokens && (len(out.Shape) != 2 || out.Shape[1] != l.Classes):
 		return &CompileError{Pos: l.Pos, Layer: node.Layer,
 			Err: fmt.Errorf("the model's output has shape %v, want [N %d] (one score per class of the dataset)", out.Shape, l.Classes)}
+	}
+	if l.IgnoreIndex != nil {
+		node.Attrs.HasIgnore, node.Attrs.IgnoreIndex = true, *l.IgnoreIndex
 	}
 	if err := b.apply(node, []*Value{out, g.Target}, "loss"); err != nil {
 		return err

@@ -279,7 +279,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens},
+	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex},
 		p.MaxBatch, info.sample)
 	if err != nil {
 		return nil, err

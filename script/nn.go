@@ -515,9 +515,10 @@ func (n *number) Unpack(v starlark.Value) error {
 	return nil
 }
 
-// softmaxLayer declares nn.softmax / nn.log_softmax(dim = -1): over the
-// last dimension (the only one planned); nn.softmax(causal = True) masks
-// the positions after each row's own, for attention scores [..., T, T].
+// softmaxLayer declares nn.softmax / nn.log_softmax(dim = -1): over any
+// dimension but the batch (the last by default); nn.softmax(causal = True)
+// masks the positions after each row's own, for attention scores
+// [..., T, T].
 func softmaxLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		x, args, apply := tensorFirst(args)
@@ -531,8 +532,8 @@ func softmaxLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin,
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, append(params, "name?", &name)...); err != nil {
 			return nil, err
 		}
-		if dim != -1 && dim != 1 {
-			return nil, fmt.Errorf("%s: only the last dimension (dim = -1) is supported, got %d", b.Name(), dim)
+		if dim == 0 {
+			return nil, fmt.Errorf("%s: dim 0 is the batch; give another dimension (negative ones count from the end)", b.Name())
 		}
 		l, err := newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread), Causal: causal, Dims: []int{dim}})
 		if err != nil || !apply {

@@ -15,7 +15,7 @@ import (
 var trainParams = []string{
 	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
 	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven", "keep",
-	"on_nonfinite", "label_smoothing", "schedule", "clip_grad_norm",
+	"on_nonfinite", "label_smoothing", "schedule", "clip_grad_norm", "ignore_index",
 }
 
 func isTrainParam(name string) bool {
@@ -61,13 +61,14 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		labelSmoothing   number
 		scheduleV        = starlark.Value(starlark.None)
 		clipNorm         number
+		ignoreV          = starlark.Value(starlark.None)
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
 		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
 		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep,
-		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV, "clip_grad_norm?", &clipNorm); err != nil {
+		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV, "clip_grad_norm?", &clipNorm, "ignore_index?", &ignoreV); err != nil {
 		return nil, err
 	}
 	s := &spec.Spec{
@@ -110,6 +111,16 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	}
 	if s.Optimizer, err = configOf[spec.Optimizer](b, "optimizer", optV, "optim.sgd(...) or optim.adam(...)"); err != nil {
 		return nil, err
+	}
+	if ignoreV != starlark.None {
+		var ig int
+		if err := starlark.AsInt(ignoreV, &ig); err != nil {
+			return nil, fmt.Errorf("%s: ignore_index: got %s, want an int (such as -100) or None", b.Name(), ignoreV.Type())
+		}
+		if loss == "mse" {
+			return nil, fmt.Errorf("%s: ignore_index applies to the class losses (\"cross_entropy\", \"nll\"), not %q", b.Name(), loss)
+		}
+		s.IgnoreIndex = &ig
 	}
 	if scheduleV != starlark.None {
 		sc, err := configOf[spec.Schedule](b, "schedule", scheduleV, "sched.step(...), sched.cosine(...), sched.linear_warmup(...) or sched.onecycle(...)")

@@ -11,6 +11,7 @@ import (
 
 	"gorun/datasets"
 	"gorun/engine"
+	"gorun/engine/safetensors"
 )
 
 // gptScript is testdata/gen_gpt_golden.py's GPT: embeddings of tokens and
@@ -164,5 +165,66 @@ func TestGPTDevicesAgree(t *testing.T) {
 		if d := maxRelDiff(oneParams, params); d > 1e-5 {
 			t.Errorf("%d devices %v: parameters differ from one device's by %.2e", c.devices, c.sets, d)
 		}
+	}
+}
+
+// TestIgnoreIndexMatchesPyTorch trains one step on token windows from
+// data.tensors whose targets include -100, with ignore_index = -100, from
+// the parameters of testdata/gen_ignore_golden.py: the step's loss is
+// PyTorch's cross_entropy(ignore_index=-100), the mean over the kept
+// targets — on one device and on two (the count is the global batch's).
+// Without ignore_index the run is refused, naming the target.
+func TestIgnoreIndexMatchesPyTorch(t *testing.T) {
+	b, err := os.ReadFile("testdata/ignore_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		X, Y    []int64
+		N, T, V int
+		Params  map[string]struct {
+			Shape []int
+			Data  []float32
+		}
+		Loss float64
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data, init := filepath.Join(dir, "tokens.safetensors"), filepath.Join(dir, "init.safetensors")
+	if err := safetensors.WriteFile(data, []safetensors.Tensor{safetensors.I64("x", []int{g.N, g.T}, g.X), safetensors.I64("y", []int{g.N, g.T}, g.Y)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for name, p := range g.Params {
+		ts = append(ts, safetensors.F32(name, p.Shape, p.Data))
+	}
+	if err := safetensors.WriteFile(init, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.ReplaceAll(`
+x = data.input()
+logits = nn.linear(4, 7, name = "fc")(nn.embedding(7, 4, name = "emb")(x))
+train(model = logits, loss = "cross_entropy", ignore_index = -100, data = data.tensors("DATA", x = "x", y = "y"),
+      optimizer = optim.sgd(lr = 0.1), batch_size = 6, max_steps = 1, shuffle = False)
+`, "DATA", data)
+	for _, devices := range []int{1, 2} {
+		out := t.TempDir()
+		p := compile(t, loadSpec(t, src), devices)
+		if _, err := Run(p, RunOptions{Out: out, Init: init}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range readMetrics(t, filepath.Join(out, MetricsFile)) {
+			if m["kind"] == "step" {
+				if got := m["loss"].(float64); math.Abs(got-g.Loss) > 1e-5*g.Loss {
+					t.Errorf("%d devices: loss %.7f, PyTorch %.7f", devices, got, g.Loss)
+				}
+			}
+		}
+	}
+	p := compile(t, loadSpec(t, strings.Replace(src, "ignore_index = -100, ", "", 1)), 1)
+	if _, err := Run(p, RunOptions{}); err == nil || !strings.Contains(err.Error(), "has the target -100, outside the vocabulary: set train(ignore_index = -100)") {
+		t.Errorf("targets of -100 without ignore_index: %v", err)
 	}
 }

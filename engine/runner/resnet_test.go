@@ -208,7 +208,8 @@ func maxRelDiff64(a, b []float64) float64 {
 
 // wiringScript uses every autodiff rule the symbolic surface adds that
 // TestResNetMatchesPyTorch does not: cat, -, *, sigmoid, tanh, leaky_relu,
-// avgpool2d, a shared layer, .mean, batch norm without affine parameters
+// avgpool2d, softmax over a middle dimension (permutes around it), a
+// shared layer, .mean, batch norm without affine parameters
 // over [N, C] — with no kinks where finite differences land (leaky_relu's
 // slope 0.9 keeps its kink small).
 const wiringScript = `
@@ -217,6 +218,7 @@ a = nn.conv2d(1, 2, 3, padding = 1, name = "a")(x)
 b = nn.conv2d(1, 3, 3, padding = 1, name = "b")(x)
 h = nn.cat([nn.tanh(a), nn.sigmoid(b), a * a], dim = 1)
 h = nn.avgpool2d(2)(h)
+h = nn.softmax(h, dim = 1) + h
 h = nn.leaky_relu(h, 0.9)
 m = h.mean((2, 3))
 shared = nn.linear(7, 7, name = "shared")
@@ -276,6 +278,76 @@ func TestResumeWithBatchNorm(t *testing.T) {
 		}
 		if whole.TestLoss != resumed.TestLoss {
 			t.Errorf("%d devices: test loss %v after resuming, %v uninterrupted (the running statistics differ)", devices, resumed.TestLoss, whole.TestLoss)
+		}
+	}
+}
+
+// TestSoftmaxOverAnyDimension checks the gradient of (log-)softmax over
+// dimension 1 of [N, C, H, W] (a permute to the last dimension and back)
+// and of x.transpose against central differences.
+func TestSoftmaxOverAnyDimension(t *testing.T) {
+	for _, expr := range []string{"nn.log_softmax(a, dim = 1)", "nn.softmax(a, dim = -3)", "nn.log_softmax(a, dim = 2)", "a.transpose(1, 3)"} {
+		src := strings.Replace(`
+x = data.input()
+a = nn.conv2d(1, 3, 3, padding = 1, name = "a")(x)
+train(model = nn.linear(192, 4, name = "fc")(EXPR.flatten()), loss = "cross_entropy",
+      data = data.synthetic(size = 64, shape = (1, 8, 8), classes = 4, seed = 3),
+      optimizer = optim.sgd(lr = 0.1), batch_size = 6)
+`, "EXPR", expr, 1)
+		p := compile(t, loadSpec(t, src), 1)
+		d, cd := testDevice(t, p, 0, 3)
+		ds, err := engine.LoadData(&p.Spec.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lossAt := func() float64 { backward(t, d, ds, []int{3, 1, 4, 1, 5}); return mustLoss(t, d) }
+		lossAt()
+		grads := append([]float32(nil), cd.Buf(d.prog.GradArena).Data...)
+		if rel := gradError(cd.Buf(d.prog.ParamArena).Data, grads, lossAt); rel > 1e-3 {
+			t.Errorf("%s: relative gradient error %.2e", expr, rel)
+		}
+	}
+}
+
+// TestSoftmaxOverMiddleDimensionForward: nn.softmax(x, dim = 1) of
+// [N, 3, 4] normalises over the 3 (each column sums to 1), as
+// torch.softmax(x, dim=1), computed here by hand.
+func TestSoftmaxOverMiddleDimensionForward(t *testing.T) {
+	p := compile(t, loadSpec(t, `
+x = data.input()
+s = nn.softmax(x, dim = 1, name = "s")
+train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy",
+      data = data.synthetic(size = 16, shape = (3, 4), classes = 4, seed = 3),
+      optimizer = optim.sgd(lr = 0.1), batch_size = 4)
+`), 1)
+	d, cd := testDevice(t, p, 0, 3)
+	ds, err := engine.LoadData(&p.Spec.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backward(t, d, ds, []int{0, 1, 2, 3})
+	var out *engine.Buffer
+	for _, b := range d.prog.Buffers {
+		if b.Name == "s" {
+			out = b
+		}
+	}
+	if out == nil {
+		t.Fatal("no buffer s")
+	}
+	x, y := cd.Buf(d.prog.Input).Data, cd.Buf(out).Data
+	for n := range 4 {
+		for w := range 4 {
+			var sum float64
+			for c := range 3 {
+				sum += math.Exp(float64(x[n*12+c*4+w]))
+			}
+			for c := range 3 {
+				want := math.Exp(float64(x[n*12+c*4+w])) / sum
+				if got := float64(y[n*12+c*4+w]); math.Abs(got-want) > 1e-6 {
+					t.Fatalf("sample %d, [%d %d]: %v, want %v", n, c, w, got, want)
+				}
+			}
 		}
 	}
 }

@@ -165,6 +165,14 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 			return nil, err
 		}
 	}
+	for _, c := range []struct {
+		ds   datasets.Dataset
+		data *spec.Data
+	}{{rs.train, &s.Data}, {rs.eval, s.Eval}} {
+		if err := checkTargets(c.ds, c.data, s.IgnoreIndex); err != nil {
+			return nil, err
+		}
+	}
 	if rs.opts.Out == "" {
 		rs.opts.Out = opts.Resume
 	}
@@ -594,7 +602,22 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Op == "sum" {
 		scale = float64(p.World) // each rank's gradient is a local mean
 	}
-	d.rc.LossScale = scale / float64(max(denom*p.Positions(), 1))
+	positions := denom * p.Positions()
+	if kept, ok := rs.train.(keptCounter); ok && s.IgnoreIndex != nil {
+		// ignore_index: the mean is over the targets kept in the whole
+		// step (every rank's, unless ranks step alone), as PyTorch's.
+		positions = 0
+		for m := g0; m < g1; m++ {
+			if p.LocalLoss() || rs.plan.World == 1 {
+				positions += kept.Kept(sc.Slice(d.rank, m), int32(*s.IgnoreIndex))
+				continue
+			}
+			for r := 0; r < p.World; r++ {
+				positions += kept.Kept(sc.Slice(r, m), int32(*s.IgnoreIndex))
+			}
+		}
+	}
+	d.rc.LossScale = scale / float64(max(positions, 1))
 	d.rc.Step = d.step + 1
 	d.lr = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
 	d.rc.LRScale = d.lr / s.Optimizer.LR
@@ -672,6 +695,26 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	return nil
 }
 
+// checkTargets refuses token targets below 0 that are not the run's
+// ignore_index: the class losses would index outside the scores.
+func checkTargets(ds datasets.Dataset, d *spec.Data, ignore *int) error {
+	m, ok := ds.(interface{ MinTarget() int32 })
+	if ds == nil || !ok || m.MinTarget() >= 0 {
+		return nil
+	}
+	if ignore == nil || int(m.MinTarget()) != *ignore {
+		return fmt.Errorf("%s: %s has the target %d, outside the vocabulary: set train(ignore_index = %d) to skip such targets",
+			d.Pos, ds.Name(), m.MinTarget(), m.MinTarget())
+	}
+	return nil
+}
+
+// keptCounter is a token dataset that counts the targets of some windows
+// that are not a given ignore_index.
+type keptCounter interface {
+	Kept(idx []int, ignore int32) int
+}
+
 // evaluate runs the forward pass over this rank's part of the eval set and
 // returns the accuracy and mean loss over the whole set (every sample
 // counted once across ranks).
@@ -684,7 +727,12 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 	positions := p.Positions() // class targets per sample (1; a window's length for tokens)
 	idx := make([]int, batch)
 	d.rc.LossScale = 1
-	var correct float64
+	var correct, kept float64
+	var ignore *int32
+	if s := p.Spec.IgnoreIndex; s != nil {
+		v := int32(*s)
+		ignore = &v
+	}
 	for i := lo; i < hi; i += batch {
 		n := min(batch, hi-i)
 		for j := 0; j < n; j++ {
@@ -709,6 +757,10 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 			return 0, 0, err
 		}
 		for j, label := range labels {
+			if ignore != nil && label == *ignore {
+				continue
+			}
+			kept++
 			row := out[j*classes : (j+1)*classes]
 			best := 0
 			for c := 1; c < classes; c++ {
@@ -731,6 +783,12 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 		return 0, 0, err
 	}
 	n := float64(rs.eval.Len() * positions)
+	if ignore != nil && classes > 0 {
+		if kept, _, err = d.sum2(kept, 0, "eval kept", d.step); err != nil {
+			return 0, 0, err
+		}
+		n = max(kept, 1) // the mean over the targets kept
+	}
 	if classes == 0 {
 		return math.NaN(), lossSum / n, nil
 	}

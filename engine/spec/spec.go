@@ -278,8 +278,12 @@ type Spec struct {
 	Loss   string // "nll" or "cross_entropy"
 	// LabelSmoothing is cross-entropy's label smoothing ε (0: none).
 	LabelSmoothing float64
-	Data           Data
-	Eval           *Data // nil when no evaluation set
+	// IgnoreIndex, when set, is a target value the class losses skip: it
+	// adds nothing and the mean is over the other targets (PyTorch's
+	// ignore_index).
+	IgnoreIndex *int
+	Data        Data
+	Eval        *Data // nil when no evaluation set
 
 	Partition *Partition // nil: the engine's default (each rank a strided shard)
 	Sync      Sync
