@@ -49,7 +49,7 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		model, partition starlark.Value = starlark.None, starlark.None
 		dataV, evalV     starlark.Value = starlark.None, starlark.None
 		syncV, optV      starlark.Value = starlark.None, starlark.None
-		loss             string
+		lossV            starlark.Value
 		batch, epochs    = 64, 1
 		seed             int64
 		maxSteps         int
@@ -64,12 +64,25 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		ignoreV          = starlark.Value(starlark.None)
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
-		"model", &model, "loss", &loss, "data", &dataV, "optimizer", &optV,
+		"model", &model, "loss", &lossV, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
 		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep,
 		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV, "clip_grad_norm?", &clipNorm, "ignore_index?", &ignoreV); err != nil {
 		return nil, err
+	}
+	loss, lc, err := lossOf(b, lossV)
+	if err != nil {
+		return nil, err
+	}
+	if lc.Kind != "" {
+		if labelSmoothing != 0 || ignoreV != starlark.None {
+			return nil, fmt.Errorf("%s: give label_smoothing and ignore_index to the loss, %s, not to train", b.Name(), lossV.String())
+		}
+		labelSmoothing = number(lc.LabelSmoothing)
+		if lc.IgnoreIndex != nil {
+			ignoreV = starlark.MakeInt(*lc.IgnoreIndex)
+		}
 	}
 	s := &spec.Spec{
 		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
@@ -272,4 +285,74 @@ func failBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 		return nil, fmt.Errorf("fail: unexpected keyword arguments")
 	}
 	return nil, errors.New(strings.Join(parts, " "))
+}
+
+// lossConfig is what nn.cross_entropy(...), nn.nll_loss(...) and
+// nn.mse_loss() make: train(loss = ...) takes one or the loss's name.
+type lossConfig struct {
+	Kind           string
+	LabelSmoothing float64
+	IgnoreIndex    *int
+}
+
+// lossOf reads train's loss: a name ("cross_entropy", "nll", "mse") or a
+// loss value from nn.*_loss / nn.cross_entropy.
+func lossOf(b *starlark.Builtin, v starlark.Value) (string, lossConfig, error) {
+	if name, ok := starlark.AsString(v); ok {
+		return name, lossConfig{}, nil
+	}
+	if c, ok := v.(*Config); ok {
+		if l, ok := c.Value.(lossConfig); ok {
+			return l.Kind, l, nil
+		}
+	}
+	return "", lossConfig{}, fmt.Errorf("%s: loss: got %s, want \"cross_entropy\", \"nll\", \"mse\" or nn.cross_entropy(...), nn.nll_loss(...), nn.mse_loss()", b.Name(), v.Type())
+}
+
+// lossMaker makes nn.cross_entropy(label_smoothing = 0, ignore_index =
+// None), nn.nll_loss(ignore_index = None) and nn.mse_loss(), PyTorch's loss
+// modules as values for train(loss = ...).
+func lossMaker(name, kind string) *configMaker {
+	params := []string{"ignore_index?"}
+	switch kind {
+	case "cross_entropy":
+		params = []string{"label_smoothing?", "ignore_index?"}
+	case "mse":
+		params = nil
+	}
+	return &configMaker{name: name, params: params,
+		build: func(thread *starlark.Thread, n string, kwargs []starlark.Tuple) (any, error) {
+			var smoothing number
+			ignore := starlark.Value(starlark.None)
+			var pairs []any
+			for _, p := range params {
+				switch p {
+				case "label_smoothing?":
+					pairs = append(pairs, p, &smoothing)
+				case "ignore_index?":
+					pairs = append(pairs, p, &ignore)
+				}
+			}
+			if err := unpack(n, kwargs, pairs...); err != nil {
+				return nil, err
+			}
+			if smoothing < 0 || smoothing >= 1 {
+				return nil, fmt.Errorf("%s: label_smoothing must be in [0, 1), got %g", n, float64(smoothing))
+			}
+			l := lossConfig{Kind: kind, LabelSmoothing: float64(smoothing)}
+			if ignore != starlark.None {
+				var ig int
+				if err := starlark.AsInt(ignore, &ig); err != nil {
+					return nil, fmt.Errorf("%s: ignore_index: got %s, want an int or None", n, ignore.Type())
+				}
+				l.IgnoreIndex = &ig
+			}
+			return l, nil
+		}}
+}
+
+func init() {
+	nnModule.Members["cross_entropy"] = lossMaker("nn.cross_entropy", "cross_entropy").builtin()
+	nnModule.Members["nll_loss"] = lossMaker("nn.nll_loss", "nll").builtin()
+	nnModule.Members["mse_loss"] = lossMaker("nn.mse_loss", "mse").builtin()
 }
