@@ -60,7 +60,20 @@ func sgdStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 //	m = β1·m + (1-β1)·g
 //	v = β2·v + (1-β2)·g²
 //	param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps)
-func adamStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+func adamStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) { adam(c, a, in, false) }
+
+// adamWStep: in param, grad, m, v. Updates all but grad in place (t =
+// Ctx.Step), as torch.optim.AdamW (adamw.py _single_tensor_adamw):
+//
+//	param *= 1 - lr·wd
+//	m = β1·m + (1-β1)·grad
+//	v = β2·v + (1-β2)·grad²
+//	param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps)
+func adamWStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) { adam(c, a, in, true) }
+
+// adam is both rules: the weight decay added to the gradient (Adam) or
+// applied to the parameter first (AdamW, decoupled).
+func adam[T Float](c *Ctx[T], a *Attrs, in []*Buf[T], decoupled bool) {
 	p := live(in[0])
 	g := in[1].Data[:len(p)]
 	m := in[2].Data[:len(p)]
@@ -73,41 +86,15 @@ func adamStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	b1, c1 := T(a.Beta1), T(1-a.Beta1)
 	b2, c2 := T(a.Beta2), T(1-a.Beta2)
 	wd, eps := T(a.WeightDecay), T(a.Eps)
-	decay := a.WeightDecay != 0
+	coupled := a.WeightDecay != 0 && !decoupled
+	shrink := T(1 - a.LR*a.WeightDecay)
 	for i, gi := range g {
-		if decay {
-			gi = fma(wd, p[i], gi) // grad.add(param, alpha=wd)
+		pi := p[i]
+		if decoupled {
+			pi *= shrink // param.mul_(1 - lr * weight_decay)
+		} else if coupled {
+			gi = fma(wd, pi, gi) // grad.add(param, alpha=wd)
 		}
-		mi := fma(c1, gi, m[i]*b1)    // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
-		vi := fma(c2*gi, gi, v[i]*b2) // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
-		m[i], v[i] = mi, vi
-		denom := T(math.Sqrt(float64(vi)))/bc2Sqrt + eps // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
-		p[i] += negStep * mi / denom                     // param.addcdiv_(exp_avg, denom, value=-step_size)
-	}
-}
-
-// adamWStep: in param, grad, m, v. Updates all but grad in place (t =
-// Ctx.Step), as torch.optim.AdamW (adamw.py _single_tensor_adamw):
-//
-//	param *= 1 - lr·wd
-//	m = β1·m + (1-β1)·grad
-//	v = β2·v + (1-β2)·grad²
-//	param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps)
-func adamWStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	p := live(in[0])
-	g := in[1].Data[:len(p)]
-	m := in[2].Data[:len(p)]
-	v := in[3].Data[:len(p)]
-	step := float64(c.Step)
-	bc1 := 1 - math.Pow(a.Beta1, step)
-	bc2 := 1 - math.Pow(a.Beta2, step)
-	negStep := T(-(a.LR / bc1))
-	bc2Sqrt := T(math.Sqrt(bc2))
-	b1, c1 := T(a.Beta1), T(1-a.Beta1)
-	b2, c2 := T(a.Beta2), T(1-a.Beta2)
-	decay, eps := T(1-a.LR*a.WeightDecay), T(a.Eps)
-	for i, gi := range g {
-		pi := p[i] * decay            // param.mul_(1 - lr * weight_decay)
 		mi := fma(c1, gi, m[i]*b1)    // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
 		vi := fma(c2*gi, gi, v[i]*b2) // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
 		m[i], v[i] = mi, vi
