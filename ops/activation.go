@@ -1,11 +1,19 @@
 package ops
 
-import "math"
+import (
+	"math"
+
+	"gorun/ops/internal/vec"
+)
 
 // relu: in x; out y = max(x, 0). A NaN stays NaN, as in PyTorch.
 func relu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x := live(in[0])
 	y := out[0].Data[:len(x)]
+	if is32[T]() {
+		vec.ReLU(view[float32](y), view[float32](x))
+		return
+	}
 	for i, v := range x {
 		if v < 0 {
 			v = 0
@@ -19,6 +27,10 @@ func reluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy := live(in[0])
 	y := in[1].Data[:len(dy)]
 	dx := out[0].Data[:len(dy)]
+	if is32[T]() {
+		vec.ReLUGrad(view[float32](dx), view[float32](dy), view[float32](y))
+		return
+	}
 	for i, g := range dy {
 		if !(y[i] > 0) {
 			g = 0
@@ -42,6 +54,10 @@ func add[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x := live(in[0])
 	y := in[1].Data[:len(x)]
 	z := out[0].Data[:len(x)]
+	if is32[T]() {
+		vec.Add(view[float32](z), view[float32](x), view[float32](y))
+		return
+	}
 	for i, v := range x {
 		z[i] = v + y[i]
 	}

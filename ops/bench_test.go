@@ -12,6 +12,7 @@ import (
 type convBench struct {
 	name     string
 	x, w     []int
+	a        *Attrs
 	gradIn   bool // the backward pass includes the input gradient
 	x1, w1   *Buf[float32]
 	b, y, dy *Buf[float32]
@@ -21,6 +22,10 @@ type convBench struct {
 }
 
 func newConvBench(name string, x, w []int, gradIn bool) *convBench {
+	return newConvBenchAttrs(name, x, w, &Attrs{}, gradIn)
+}
+
+func newConvBenchAttrs(name string, x, w []int, a *Attrs, gradIn bool) *convBench {
 	r := rand.New(rand.NewPCG(1, 2))
 	rnd := func(shape []int) *Buf[float32] {
 		b := &Buf[float32]{Shape: shape, Data: make([]float32, prod(shape))}
@@ -29,30 +34,31 @@ func newConvBench(name string, x, w []int, gradIn bool) *convBench {
 		}
 		return b
 	}
-	y := []int{x[0], w[0], x[2] - w[2] + 1, x[3] - w[3] + 1}
-	cb := &convBench{name: name, x: x, w: w, gradIn: gradIn,
+	g := geomFwd(a, x, w)
+	y := []int{x[0], w[0], g.oh, g.ow}
+	cb := &convBench{name: name, x: x, w: w, a: a, gradIn: gradIn,
 		x1: rnd(x), w1: rnd(w), b: rnd(w[:1]), y: rnd(y), dy: rnd(y), dx: rnd(x), dw: rnd(w), db: rnd(w[:1])}
-	ws := Workspace(Conv2D, &Attrs{}, [][]int{x, w, w[:1]}, [][]int{y})
-	ws = max(ws, Workspace(Conv2DGradInput, &Attrs{}, [][]int{y, w}, [][]int{x}))
-	ws = max(ws, Workspace(Conv2DGradWeight, &Attrs{}, [][]int{y, x}, [][]int{w}))
+	ws := Workspace(Conv2D, a, [][]int{x, w, w[:1]}, [][]int{y})
+	ws = max(ws, Workspace(Conv2DGradInput, a, [][]int{y, w}, [][]int{x}))
+	ws = max(ws, Workspace(Conv2DGradWeight, a, [][]int{y, x}, [][]int{w}))
 	cb.c = &Ctx[float32]{Work: make([]float32, ws)}
 	return cb
 }
 
 func (cb *convBench) forward() {
-	Kernels32[Conv2D](cb.c, &Attrs{}, []*Buf[float32]{cb.x1, cb.w1, cb.b}, []*Buf[float32]{cb.y})
+	Kernels32[Conv2D](cb.c, cb.a, []*Buf[float32]{cb.x1, cb.w1, cb.b}, []*Buf[float32]{cb.y})
 }
 
 func (cb *convBench) gradInput() {
-	Kernels32[Conv2DGradInput](cb.c, &Attrs{}, []*Buf[float32]{cb.dy, cb.w1}, []*Buf[float32]{cb.dx})
+	Kernels32[Conv2DGradInput](cb.c, cb.a, []*Buf[float32]{cb.dy, cb.w1}, []*Buf[float32]{cb.dx})
 }
 
 func (cb *convBench) gradWeight() {
-	Kernels32[Conv2DGradWeight](cb.c, &Attrs{}, []*Buf[float32]{cb.dy, cb.x1}, []*Buf[float32]{cb.dw})
+	Kernels32[Conv2DGradWeight](cb.c, cb.a, []*Buf[float32]{cb.dy, cb.x1}, []*Buf[float32]{cb.dw})
 }
 
 func (cb *convBench) gradBias() {
-	Kernels32[Conv2DGradBias](cb.c, &Attrs{}, []*Buf[float32]{cb.dy}, []*Buf[float32]{cb.db})
+	Kernels32[Conv2DGradBias](cb.c, cb.a, []*Buf[float32]{cb.dy}, []*Buf[float32]{cb.db})
 }
 
 func (cb *convBench) fwdBwd() {
@@ -68,6 +74,11 @@ func BenchmarkConv(b *testing.B) {
 	for _, cb := range []*convBench{
 		newConvBench("conv1", []int{64, 1, 28, 28}, []int{10, 1, 5, 5}, false),
 		newConvBench("conv2", []int{64, 10, 12, 12}, []int{20, 10, 5, 5}, true),
+		// resnet_fashion.star's 3×3 convolutions (padding 1) at batch 64.
+		newConvBenchAttrs("resnet_layer1", []int{64, 16, 28, 28}, []int{16, 16, 3, 3}, &Attrs{Padding: 1}, true),
+		newConvBenchAttrs("resnet_layer2_s2", []int{64, 16, 28, 28}, []int{32, 16, 3, 3}, &Attrs{Padding: 1, Stride: 2}, true),
+		newConvBenchAttrs("resnet_layer2", []int{64, 32, 14, 14}, []int{32, 32, 3, 3}, &Attrs{Padding: 1}, true),
+		newConvBenchAttrs("resnet_layer3", []int{64, 64, 7, 7}, []int{64, 64, 3, 3}, &Attrs{Padding: 1}, true),
 	} {
 		for _, part := range []struct {
 			name string

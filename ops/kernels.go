@@ -112,6 +112,13 @@ func live[T Float](b *Buf[T]) []T { return b.Data[:b.Len()] }
 // same reports whether two slices start at the same element.
 func same[T Float](a, b []T) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
+// is32 reports whether T is float32 (the type the vectorised kernels of
+// package vec take).
+func is32[T Float]() bool {
+	var z T
+	return unsafe.Sizeof(z) == 4
+}
+
 // view reinterprets s as a slice of E, a type of the same size (T's
 // underlying type).
 func view[E float32 | float64, T Float](s []T) []E {

@@ -2,7 +2,8 @@ package ops
 
 import (
 	"math"
-	"unsafe"
+
+	"gorun/ops/internal/vec"
 )
 
 // maxPool2D: in x[N,C,H,W]; out y[N,C,OH,OW] and idx[N,C,OH,OW] (Idx), the
@@ -15,16 +16,16 @@ func maxPool2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	oh, ow := (h-k)/s+1, (w-k)/s+1
 	hw, ohw := h*w, oh*ow
 	negInf := T(math.Inf(-1))
+	if k == 2 && s == 2 && is32[T]() {
+		vec.MaxPool2x2(view[float32](x.Data), view[float32](y.Data), idx.Idx, n*ch, h, w, oh, ow)
+		return
+	}
 	for p := 0; p < n*ch; p++ {
 		xp := x.Data[p*hw:][:hw]
 		yp := y.Data[p*ohw:][:ohw]
 		ip := idx.Idx[p*ohw:][:ohw]
 		if k == 2 && s == 2 {
-			if unsafe.Sizeof(xp[0]) == 4 {
-				maxPool2x2f32(view[float32](xp), view[float32](yp), ip, w, oh, ow)
-			} else {
-				maxPool2x2(xp, yp, ip, w, oh, ow)
-			}
+			maxPool2x2(xp, yp, ip, w, oh, ow)
 			continue
 		}
 		for oy := 0; oy < oh; oy++ {
@@ -71,77 +72,6 @@ func maxPool2x2[T Float](xp, yp []T, ip []int32, w, oh, ow int) {
 			ir[ox] = int32(best)
 		}
 	}
-}
-
-// maxPool2x2f32 is maxPool2x2 for float32 without data-dependent branches:
-// the maximum of a window is unpredictable, and mispredicted branches made
-// the plain version twice as slow. Values are compared as integers (their
-// bits mapped to an order-preserving key, with -0 = +0) and chosen with
-// conditional moves; a window holding a NaN takes the plain path.
-func maxPool2x2f32(xp, yp []float32, ip []int32, w, oh, ow int) {
-	w32 := int32(w)
-	for oy := 0; oy < oh; oy++ {
-		r0 := xp[2*oy*w:][:2*ow]
-		r1 := xp[(2*oy+1)*w:][:2*ow]
-		yr := yp[oy*ow:][:ow]
-		ir := ip[oy*ow:][:ow]
-		base := int32(2 * oy * w)
-		for ox := range yr {
-			j := 2 * ox
-			b0, b1 := math.Float32bits(r0[j]), math.Float32bits(r0[j+1])
-			b2, b3 := math.Float32bits(r1[j]), math.Float32bits(r1[j+1])
-			// 0x7f800000 - |b| is negative exactly for NaNs.
-			if (0x7f800000-int32(b0&0x7fffffff))|(0x7f800000-int32(b1&0x7fffffff))|
-				(0x7f800000-int32(b2&0x7fffffff))|(0x7f800000-int32(b3&0x7fffffff)) < 0 {
-				m, best := r0[j], base+int32(j)
-				if v := r0[j+1]; v > m || v != v {
-					m, best = v, base+int32(j)+1
-				}
-				if v := r1[j]; v > m || v != v {
-					m, best = v, base+w32+int32(j)
-				}
-				if v := r1[j+1]; v > m || v != v {
-					m, best = v, base+w32+int32(j)+1
-				}
-				yr[ox], ir[ox] = m, best
-				continue
-			}
-			// Each if below compiles to conditional moves.
-			bk, bb, off := key32(b0), b0, int32(0)
-			k := key32(b1)
-			if k > bk {
-				off = 1
-			}
-			if k > bk {
-				bb = b1
-			}
-			bk = max(bk, k)
-			k = key32(b2)
-			if k > bk {
-				off = w32
-			}
-			if k > bk {
-				bb = b2
-			}
-			bk = max(bk, k)
-			k = key32(b3)
-			if k > bk {
-				off = w32 + 1
-			}
-			if k > bk {
-				bb = b3
-			}
-			yr[ox] = math.Float32frombits(bb)
-			ir[ox] = base + int32(j) + off
-		}
-	}
-}
-
-// key32 maps the bits of a float32 other than NaN to an integer in the same
-// order, with -0 and +0 equal.
-func key32(b uint32) int64 {
-	s := int64(int32(b) >> 31)
-	return (int64(b&0x7fffffff) ^ s) - s
 }
 
 // maxPool2DGrad: in dy[N,C,OH,OW], idx (Idx); out dx[N,C,H,W].

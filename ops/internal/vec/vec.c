@@ -1,0 +1,208 @@
+//go:build cgo && amd64 && !purego
+
+// Vectorised float32 kernels for the memory-bound ops (see vec.go). Each
+// kernel has three bodies: AVX-512 intrinsics (level 2), the same loop
+// compiled for AVX2 (level 1) and plain C (level 0); the Go caller picks the
+// level once (gorun_vec_level). Every body computes each element with the
+// same single operation, so all levels give bit-identical results.
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#pragma GCC optimize("fp-contract=off")
+
+int gorun_vec_level(void) {
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f"))
+		return 2;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return 1;
+	return 0;
+}
+
+// tail returns the mask of the first n (< 16) lanes.
+#define TAIL(n) ((__mmask16)((1u << (n)) - 1u))
+
+// ---- ReLU: y = x < 0 ? 0 : x (NaN and -0 pass through) ----
+
+#define RELU_BODY                                 \
+	for (long i = 0; i < n; i++) {                \
+		float v = x[i];                           \
+		y[i] = v < 0.0f ? 0.0f : v;               \
+	}
+
+static void relu_c(float *y, const float *x, long n) { RELU_BODY }
+__attribute__((target("avx2,fma"))) static void relu_avx2(float *y, const float *x, long n) { RELU_BODY }
+
+__attribute__((target("avx512f"))) static void relu_avx512(float *y, const float *x, long n) {
+	const __m512 z = _mm512_setzero_ps();
+	long i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512 v = _mm512_loadu_ps(x + i);
+		_mm512_storeu_ps(y + i, _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), z));
+	}
+	if (i < n) {
+		__mmask16 m = TAIL(n - i);
+		__m512 v = _mm512_maskz_loadu_ps(m, x + i);
+		_mm512_mask_storeu_ps(y + i, m, _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), z));
+	}
+}
+
+void gorun_relu(int level, float *y, const float *x, long n) {
+	switch (level) {
+	case 2: relu_avx512(y, x, n); break;
+	case 1: relu_avx2(y, x, n); break;
+	default: relu_c(y, x, n);
+	}
+}
+
+// ---- ReLU gradient: dx = y > 0 ? dy : 0 ----
+
+#define RELUGRAD_BODY                             \
+	for (long i = 0; i < n; i++)                  \
+		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+
+static void relugrad_c(float *dx, const float *dy, const float *y, long n) { RELUGRAD_BODY }
+__attribute__((target("avx2,fma"))) static void relugrad_avx2(float *dx, const float *dy, const float *y, long n) { RELUGRAD_BODY }
+
+__attribute__((target("avx512f"))) static void relugrad_avx512(float *dx, const float *dy, const float *y, long n) {
+	const __m512 z = _mm512_setzero_ps();
+	long i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), z, _CMP_GT_OQ);
+		_mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(k, dy + i));
+	}
+	if (i < n) {
+		__mmask16 m = TAIL(n - i);
+		__mmask16 k = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, y + i), z, _CMP_GT_OQ);
+		_mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_loadu_ps(k, dy + i));
+	}
+}
+
+void gorun_relu_grad(int level, float *dx, const float *dy, const float *y, long n) {
+	switch (level) {
+	case 2: relugrad_avx512(dx, dy, y, n); break;
+	case 1: relugrad_avx2(dx, dy, y, n); break;
+	default: relugrad_c(dx, dy, y, n);
+	}
+}
+
+// ---- z = x + y; d += s is add with z = x = d ----
+
+#define ADD_BODY                                  \
+	for (long i = 0; i < n; i++)                  \
+		z[i] = x[i] + y[i];
+
+static void add_c(float *z, const float *x, const float *y, long n) { ADD_BODY }
+__attribute__((target("avx2,fma"))) static void add_avx2(float *z, const float *x, const float *y, long n) { ADD_BODY }
+
+__attribute__((target("avx512f"))) static void add_avx512(float *z, const float *x, const float *y, long n) {
+	long i = 0;
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(z + i, _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+	if (i < n) {
+		__mmask16 m = TAIL(n - i);
+		_mm512_mask_storeu_ps(z + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+	}
+}
+
+void gorun_add(int level, float *z, const float *x, const float *y, long n) {
+	switch (level) {
+	case 2: add_avx512(z, x, y, n); break;
+	case 1: add_avx2(z, x, y, n); break;
+	default: add_c(z, x, y, n);
+	}
+}
+
+// ---- 2×2 max pooling, stride 2 ----
+//
+// For each output (oy, ox) of each plane: the first maximum of the window
+// in the order x[2oy][2ox], x[2oy][2ox+1], x[2oy+1][2ox], x[2oy+1][2ox+1]
+// (the pairs are compared first, then the pairs' winners, the later one
+// winning only when strictly greater: the first maximum in that order), and
+// its index in the plane. A window holding a NaN is done by maxpool_window,
+// which takes the last NaN, as PyTorch's CPU kernel.
+
+static inline void maxpool_window(const float *r0, const float *r1, long j, long w, int32_t base,
+                                  float *y, int32_t *idx) {
+	float v[4] = {r0[j], r0[j + 1], r1[j], r1[j + 1]};
+	int32_t at[4] = {base + (int32_t)j, base + (int32_t)j + 1, base + (int32_t)(w + j), base + (int32_t)(w + j) + 1};
+	float m = v[0];
+	int32_t b = at[0];
+	for (int q = 1; q < 4; q++)
+		if (v[q] > m || v[q] != v[q]) {
+			m = v[q];
+			b = at[q];
+		}
+	*y = m;
+	*idx = b;
+}
+
+static void maxpool_c(const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow) {
+	for (long p = 0; p < planes; p++) {
+		const float *xp = x + p * h * w;
+		for (long oy = 0; oy < oh; oy++) {
+			const float *r0 = xp + 2 * oy * w, *r1 = r0 + w;
+			float *yr = y + (p * oh + oy) * ow;
+			int32_t *ir = idx + (p * oh + oy) * ow;
+			int32_t base = (int32_t)(2 * oy * w);
+			for (long ox = 0; ox < ow; ox++)
+				maxpool_window(r0, r1, 2 * ox, w, base, yr + ox, ir + ox);
+		}
+	}
+}
+
+__attribute__((target("avx512f"))) static void maxpool_avx512(const float *x, float *y, int32_t *idx, long planes,
+                                                                long h, long w, long oh, long ow) {
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	const __m512i one = _mm512_set1_epi32(1);
+	const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i wv = _mm512_set1_epi32((int32_t)w);
+	for (long p = 0; p < planes; p++) {
+		const float *xp = x + p * h * w;
+		for (long oy = 0; oy < oh; oy++) {
+			const float *r0 = xp + 2 * oy * w, *r1 = r0 + w;
+			float *yr = y + (p * oh + oy) * ow;
+			int32_t *ir = idx + (p * oh + oy) * ow;
+			int32_t base = (int32_t)(2 * oy * w);
+			for (long ox = 0; ox < ow; ox += 16) {
+				long cnt = ow - ox < 16 ? ow - ox : 16; // outputs in this block
+				long j = 2 * ox;
+				// the window's 2·cnt columns: m0 covers the first 16, m1 the rest
+				__mmask16 m0 = cnt >= 8 ? 0xffff : TAIL(2 * cnt);
+				__mmask16 m1 = cnt == 16 ? 0xffff : cnt > 8 ? TAIL(2 * cnt - 16) : 0;
+				__m512 a0 = _mm512_maskz_loadu_ps(m0, r0 + j), a1 = _mm512_maskz_loadu_ps(m1, r0 + j + 16);
+				__m512 b0 = _mm512_maskz_loadu_ps(m0, r1 + j), b1 = _mm512_maskz_loadu_ps(m1, r1 + j + 16);
+				__mmask16 nan = _mm512_cmp_ps_mask(a0, a0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a1, a1, _CMP_UNORD_Q) |
+				                _mm512_cmp_ps_mask(b0, b0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b1, b1, _CMP_UNORD_Q);
+				if (nan) {
+					for (long q = 0; q < cnt; q++)
+						maxpool_window(r0, r1, j + 2 * q, w, base, yr + ox + q, ir + ox + q);
+					continue;
+				}
+				__m512 ta = _mm512_permutex2var_ps(a0, even, a1), tb = _mm512_permutex2var_ps(a0, odd, a1);
+				__m512 ba = _mm512_permutex2var_ps(b0, even, b1), bb = _mm512_permutex2var_ps(b0, odd, b1);
+				__mmask16 tk = _mm512_cmp_ps_mask(tb, ta, _CMP_GT_OQ);
+				__mmask16 bk = _mm512_cmp_ps_mask(bb, ba, _CMP_GT_OQ);
+				__m512 top = _mm512_mask_mov_ps(ta, tk, tb), bot = _mm512_mask_mov_ps(ba, bk, bb);
+				__mmask16 rk = _mm512_cmp_ps_mask(bot, top, _CMP_GT_OQ);
+				__m512 best = _mm512_mask_mov_ps(top, rk, bot);
+				// index: base + j + 2·lane, +1 for the odd column, +w for the bottom row
+				__m512i at = _mm512_add_epi32(_mm512_set1_epi32(base + (int32_t)j), lane2);
+				__m512i toff = _mm512_maskz_mov_epi32(tk, one), boff = _mm512_add_epi32(wv, _mm512_maskz_mov_epi32(bk, one));
+				at = _mm512_add_epi32(at, _mm512_mask_mov_epi32(toff, rk, boff));
+				__mmask16 mo = cnt == 16 ? 0xffff : TAIL(cnt);
+				_mm512_mask_storeu_ps(yr + ox, mo, best);
+				_mm512_mask_storeu_epi32(ir + ox, mo, at);
+			}
+		}
+	}
+}
+
+void gorun_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow) {
+	if (level == 2)
+		maxpool_avx512(x, y, idx, planes, h, w, oh, ow);
+	else
+		maxpool_c(x, y, idx, planes, h, w, oh, ow);
+}

@@ -1,0 +1,166 @@
+// Package vec owns the vectorised float32 kernels of the memory-bound ops
+// (ReLU and its gradient, elementwise add, 2×2 max pooling): C with AVX-512
+// intrinsics, the same loops compiled for AVX2, and plain C, chosen once
+// per process by what the CPU has; without cgo (or with the purego tag) the
+// Go loops in this file. Every path computes each element with the same
+// single operation, so all give bit-identical results (tests compare each
+// level with the Go loops). gorun writes these in C rather than taking a
+// library because no packaged library offers them with PyTorch's max
+// pooling semantics (first maximum, NaN taken, int32 plane indices) and a
+// cgo call per op is the whole cost of reaching them.
+package vec
+
+import "math"
+
+// ReLU sets y[i] = x[i] < 0 ? 0 : x[i] (NaN and -0 pass through). y may be
+// x; len(y) ≥ len(x).
+func ReLU(y, x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	_ = y[len(x)-1]
+	relu(level, y, x)
+}
+
+// ReLUGrad sets dx[i] = y[i] > 0 ? dy[i] : 0 for i < len(dy). dx may be dy.
+func ReLUGrad(dx, dy, y []float32) {
+	if len(dy) == 0 {
+		return
+	}
+	_, _ = dx[len(dy)-1], y[len(dy)-1]
+	reluGrad(level, dx, dy, y)
+}
+
+// Add sets z[i] = x[i] + y[i] for i < len(x). z may be x or y.
+func Add(z, x, y []float32) {
+	if len(x) == 0 {
+		return
+	}
+	_, _ = z[len(x)-1], y[len(x)-1]
+	add(level, z, x, y)
+}
+
+// MaxPool2x2 pools planes planes of x (each h×w) with a 2×2 window and
+// stride 2 into y (each oh×ow, oh ≤ h/2, ow ≤ w/2), writing into idx the
+// index within its plane of each chosen element: the first maximum of the
+// window in row-major order, or its last NaN.
+func MaxPool2x2(x, y []float32, idx []int32, planes, h, w, oh, ow int) {
+	if planes*oh*ow == 0 {
+		return
+	}
+	if 2*oh > h || 2*ow > w {
+		panic("vec: MaxPool2x2 output larger than the input allows")
+	}
+	_, _, _ = x[planes*h*w-1], y[planes*oh*ow-1], idx[planes*oh*ow-1]
+	maxPool2x2(level, x, y, idx, planes, h, w, oh, ow)
+}
+
+// Level is the kernel level this process uses: 2 AVX-512, 1 AVX2, 0 plain
+// C, -1 Go (no cgo).
+func Level() int { return level }
+
+func reluGo(y, x []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		if v < 0 {
+			v = 0
+		}
+		y[i] = v
+	}
+}
+
+func reluGradGo(dx, dy, y []float32) {
+	dx, y = dx[:len(dy)], y[:len(dy)]
+	for i, g := range dy {
+		if !(y[i] > 0) {
+			g = 0
+		}
+		dx[i] = g
+	}
+}
+
+func addGo(z, x, y []float32) {
+	z, y = z[:len(x)], y[:len(x)]
+	for i, v := range x {
+		z[i] = v + y[i]
+	}
+}
+
+// maxPool2x2Go is MaxPool2x2's Go loop.
+func maxPool2x2Go(x, y []float32, idx []int32, planes, h, w, oh, ow int) {
+	for p := range planes {
+		maxPool2x2Plane(x[p*h*w:][:h*w], y[p*oh*ow:][:oh*ow], idx[p*oh*ow:][:oh*ow], w, oh, ow)
+	}
+}
+
+// maxPool2x2Plane is MaxPool2x2's Go loop on one plane of width w, without
+// data-dependent branches:
+// the maximum of a window is unpredictable, and mispredicted branches made
+// the plain version twice as slow. Values are compared as integers (their
+// bits mapped to an order-preserving key, with -0 = +0) and chosen with
+// conditional moves; a window holding a NaN takes the plain path.
+func maxPool2x2Plane(xp, yp []float32, ip []int32, w, oh, ow int) {
+	w32 := int32(w)
+	for oy := 0; oy < oh; oy++ {
+		r0 := xp[2*oy*w:][:2*ow]
+		r1 := xp[(2*oy+1)*w:][:2*ow]
+		yr := yp[oy*ow:][:ow]
+		ir := ip[oy*ow:][:ow]
+		base := int32(2 * oy * w)
+		for ox := range yr {
+			j := 2 * ox
+			b0, b1 := math.Float32bits(r0[j]), math.Float32bits(r0[j+1])
+			b2, b3 := math.Float32bits(r1[j]), math.Float32bits(r1[j+1])
+			// 0x7f800000 - |b| is negative exactly for NaNs.
+			if (0x7f800000-int32(b0&0x7fffffff))|(0x7f800000-int32(b1&0x7fffffff))|
+				(0x7f800000-int32(b2&0x7fffffff))|(0x7f800000-int32(b3&0x7fffffff)) < 0 {
+				m, best := r0[j], base+int32(j)
+				if v := r0[j+1]; v > m || v != v {
+					m, best = v, base+int32(j)+1
+				}
+				if v := r1[j]; v > m || v != v {
+					m, best = v, base+w32+int32(j)
+				}
+				if v := r1[j+1]; v > m || v != v {
+					m, best = v, base+w32+int32(j)+1
+				}
+				yr[ox], ir[ox] = m, best
+				continue
+			}
+			// Each if below compiles to conditional moves.
+			bk, bb, off := key32(b0), b0, int32(0)
+			k := key32(b1)
+			if k > bk {
+				off = 1
+			}
+			if k > bk {
+				bb = b1
+			}
+			bk = max(bk, k)
+			k = key32(b2)
+			if k > bk {
+				off = w32
+			}
+			if k > bk {
+				bb = b2
+			}
+			bk = max(bk, k)
+			k = key32(b3)
+			if k > bk {
+				off = w32 + 1
+			}
+			if k > bk {
+				bb = b3
+			}
+			yr[ox] = math.Float32frombits(bb)
+			ir[ox] = base + int32(j) + off
+		}
+	}
+}
+
+// key32 maps the bits of a float32 other than NaN to an integer in the same
+// order, with -0 and +0 equal.
+func key32(b uint32) int64 {
+	s := int64(int32(b) >> 31)
+	return (int64(b&0x7fffffff) ^ s) - s
+}

@@ -1,0 +1,182 @@
+package vec
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// levels returns every kernel level this CPU can run: the C bodies from
+// plain C up to Level(), or only the Go loops (-1) in a build without cgo.
+func levels() []int {
+	if Level() < 0 {
+		return []int{-1}
+	}
+	var ls []int
+	for l := 0; l <= Level(); l++ {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// sample returns n values with the awkward ones mixed in: NaN, ±Inf, -0,
+// +0 and ties.
+func sample(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 0, 1, -1}
+	for i := range s {
+		if r.IntN(8) == 0 {
+			s[i] = special[r.IntN(len(special))]
+		} else {
+			s[i] = float32(r.NormFloat64())
+		}
+	}
+	return s
+}
+
+// same reports whether a and b hold the same bits.
+func same(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] != a[i] && b[i] != b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+var sizes = []int{0, 1, 3, 15, 16, 17, 31, 33, 100, 1023, 4099}
+
+func TestElementwiseMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, lv := range levels() {
+		for _, n := range sizes {
+			x, y, g := sample(r, n), sample(r, n), sample(r, n)
+			want, got := make([]float32, n), make([]float32, n+1)
+			got[n] = 7 // past the end: untouched
+
+			reluGo(want, x)
+			relu(lv, got, x)
+			if !same(want, got[:n]) || got[n] != 7 {
+				t.Errorf("level %d n %d: relu differs from the Go loop", lv, n)
+			}
+			inPlace := append([]float32(nil), x...)
+			relu(lv, inPlace, inPlace)
+			if !same(want, inPlace) {
+				t.Errorf("level %d n %d: relu in place differs", lv, n)
+			}
+
+			reluGradGo(want, g, y)
+			reluGrad(lv, got, g, y)
+			if !same(want, got[:n]) || got[n] != 7 {
+				t.Errorf("level %d n %d: relu gradient differs from the Go loop", lv, n)
+			}
+
+			addGo(want, x, y)
+			add(lv, got, x, y)
+			if !same(want, got[:n]) || got[n] != 7 {
+				t.Errorf("level %d n %d: add differs from the Go loop", lv, n)
+			}
+			inPlace = append([]float32(nil), x...)
+			add(lv, inPlace, inPlace, y)
+			if !same(want, inPlace) {
+				t.Errorf("level %d n %d: add in place differs", lv, n)
+			}
+		}
+	}
+}
+
+func TestMaxPool2x2MatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, lv := range levels() {
+		for _, tc := range []struct{ planes, h, w int }{
+			{1, 2, 2}, {3, 24, 24}, {2, 8, 8}, {5, 7, 9}, {2, 28, 70}, {1, 3, 33}, {4, 64, 64}, {2, 2, 34}, {0, 4, 4},
+		} {
+			for _, ties := range []bool{false, true} {
+				oh, ow := tc.h/2, tc.w/2
+				x := sample(r, tc.planes*tc.h*tc.w)
+				if ties { // few distinct values: many ties, ±0 among them
+					for i := range x {
+						x[i] = []float32{0, float32(math.Copysign(0, -1)), 1, -1}[r.IntN(4)]
+					}
+				}
+				n := tc.planes * oh * ow
+				wantY, gotY := make([]float32, n), make([]float32, n+1)
+				wantI, gotI := make([]int32, n), make([]int32, n+1)
+				gotY[n], gotI[n] = 7, 7
+				maxPool2x2Go(x, wantY, wantI, tc.planes, tc.h, tc.w, oh, ow)
+				maxPool2x2(lv, x, gotY, gotI, tc.planes, tc.h, tc.w, oh, ow)
+				if !same(wantY, gotY[:n]) || gotY[n] != 7 || gotI[n] != 7 {
+					t.Errorf("level %d %+v ties %v: pooled values differ from the Go loop", lv, tc, ties)
+				}
+				for i := range wantI {
+					if wantI[i] != gotI[i] {
+						t.Errorf("level %d %+v ties %v: index %d is %d, want %d", lv, tc, ties, i, gotI[i], wantI[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMaxPoolNaNWindow pins the NaN rule on a window the vector path would
+// otherwise take: the last NaN wins.
+func TestMaxPoolNaNWindow(t *testing.T) {
+	nan := float32(math.NaN())
+	x := make([]float32, 2*32)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	x[0], x[33] = nan, nan // window 0: r0[0] and r1[1] are NaN
+	y, idx := make([]float32, 16), make([]int32, 16)
+	MaxPool2x2(x, y, idx, 1, 2, 32, 1, 16)
+	if y[0] == y[0] || idx[0] != 33 {
+		t.Errorf("window with two NaNs: got %v at %d, want NaN at 33", y[0], idx[0])
+	}
+	if y[1] != 35 || idx[1] != 35 {
+		t.Errorf("window 1: got %v at %d, want 35 at 35", y[1], idx[1])
+	}
+}
+
+// BenchmarkKernels measures each kernel at every level next to the Go loop
+// (level -1) on a ResNet-sized activation (batch 64, 16×28×28).
+func BenchmarkKernels(b *testing.B) {
+	const planes, h, w = 64 * 16, 28, 28
+	n := planes * h * w
+	x, y := sample(rand.New(rand.NewPCG(5, 6)), n), make([]float32, n)
+	for i := range x {
+		if x[i] != x[i] {
+			x[i] = 0 // NaN windows take the scalar path
+		}
+	}
+	idx := make([]int32, n/4)
+	for _, lv := range append(levels(), -1) {
+		for _, k := range []struct {
+			name string
+			f    func()
+		}{
+			{"relu", func() { relu(lv, y, x) }},
+			{"add", func() { add(lv, y, x, y) }},
+			{"maxpool2x2", func() { maxPool2x2(lv, x, y, idx, planes, h, w, h/2, w/2) }},
+		} {
+			f := k.f
+			if lv < 0 {
+				f = map[string]func(){
+					"relu":       func() { reluGo(y, x) },
+					"add":        func() { addGo(y, x, y) },
+					"maxpool2x2": func() { maxPool2x2Go(x, y, idx, planes, h, w, h/2, w/2) },
+				}[k.name]
+			}
+			b.Run(fmt.Sprintf("%s/level=%d", k.name, lv), func(b *testing.B) {
+				b.SetBytes(int64(4 * n))
+				for b.Loop() {
+					f()
+				}
+			})
+		}
+	}
+}
