@@ -1,0 +1,171 @@
+//go:build cgo && amd64 && !purego
+
+// GELU with the tanh approximation and its gradient, in float32 (see
+// gelu.go). 1 ± tanh(u) from e^{2u} (see e2_s) with Cephes' expf polynomial; every
+// body does the same float32 operations in the same order (no contraction
+// into fused multiply-adds), so the levels agree bit for bit.
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#pragma GCC optimize("fp-contract=off")
+
+#define GELU_K 0.7978845608028654f // sqrt(2/π)
+#define GELU_C 0.044715f
+#define EXP_HI 88.0f // 2^fx stays finite: fx ≤ 127
+#define EXP_LO -87.0f // and normal: fx ≥ -125
+#define LOG2EF 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 -2.12194440e-4f
+#define P0 1.9875691500E-4f
+#define P1 1.3981999507E-3f
+#define P2 8.3334519073E-3f
+#define P3 4.1665795894E-2f
+#define P4 1.6666665459E-1f
+#define P5 5.0000001201E-1f
+
+// expf_s is e^x for x in [EXP_LO, EXP_HI] (the caller clamps).
+static inline float expf_s(float x) {
+	float fx = floorf(x * LOG2EF + 0.5f);
+	x = x - fx * EXP_C1;
+	x = x - fx * EXP_C2;
+	float z = x * x;
+	float y = P0;
+	y = y * x + P1;
+	y = y * x + P2;
+	y = y * x + P3;
+	y = y * x + P4;
+	y = y * x + P5;
+	y = y * z + x;
+	y = y + 1.0f;
+	int32_t n = (int32_t)fx + 127;
+	union { int32_t i; float f; } p = {.i = n << 23};
+	return y * p.f;
+}
+
+// e2_s is e^{2u}, clamped to float32's range (a NaN u gives NaN). With
+// E = e^{2u}, s = 2/(1 + E) is 1 - tanh(u) and p = s·E is 1 + tanh(u), and
+// 1 - tanh² = s·p: GELU needs p and s·p, which these give without the
+// cancellation of 1 ± tanh near ∓1.
+static inline float e2_s(float u) {
+	float t = 2.0f * u;
+	float c = t > EXP_HI ? EXP_HI : t;
+	c = c < EXP_LO ? EXP_LO : c;
+	if (t != t)
+		c = t;
+	return expf_s(c);
+}
+
+#define GELU_BODY                                                   \
+	for (long i = 0; i < n; i++) {                                  \
+		float f = x[i];                                             \
+		float e = e2_s(GELU_K * (f + GELU_C * f * f * f));          \
+		float p = 2.0f / (1.0f + e) * e;                            \
+		y[i] = 0.5f * f * p;                                        \
+	}
+
+#define GELUGRAD_BODY                                                          \
+	for (long i = 0; i < n; i++) {                                             \
+		float f = x[i];                                                        \
+		float e = e2_s(GELU_K * (f + GELU_C * f * f * f));                     \
+		float s = 2.0f / (1.0f + e), p = s * e;                                \
+		float a = 0.5f * p;                                                    \
+		float b = 0.5f * f * (s * p) * GELU_K;                                 \
+		b = b * (1.0f + 3.0f * GELU_C * f * f);                                \
+		dx[i] = dy[i] * (a + b);                                               \
+	}
+
+static void gelu_c(float *y, const float *x, long n) { GELU_BODY }
+static void gelugrad_c(float *dx, const float *dy, const float *x, long n) { GELUGRAD_BODY }
+__attribute__((target("avx2,fma"))) static void gelu_avx2(float *y, const float *x, long n) { GELU_BODY }
+__attribute__((target("avx2,fma"))) static void gelugrad_avx2(float *dx, const float *dy, const float *x, long n) { GELUGRAD_BODY }
+
+// The AVX-512 bodies: the scalar code above, sixteen lanes at a time.
+
+__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
+	__m512 fx = _mm512_roundscale_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2EF)), _mm512_set1_ps(0.5f)),
+	                                 _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+	x = _mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(EXP_C1)));
+	x = _mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(EXP_C2)));
+	__m512 z = _mm512_mul_ps(x, x);
+	__m512 y = _mm512_set1_ps(P0);
+	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P1));
+	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P2));
+	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P3));
+	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P4));
+	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P5));
+	y = _mm512_add_ps(_mm512_mul_ps(y, z), x);
+	y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+	__m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+	return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+__attribute__((target("avx512f"))) static inline __m512 e2_16(__m512 u) {
+	__m512 t = _mm512_mul_ps(_mm512_set1_ps(2.0f), u);
+	// min/max return their second operand when either is NaN: clamp the
+	// non-NaN lanes, then put the NaNs back.
+	__m512 c = _mm512_min_ps(t, _mm512_set1_ps(EXP_HI));
+	c = _mm512_max_ps(c, _mm512_set1_ps(EXP_LO));
+	c = _mm512_mask_mov_ps(c, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), t);
+	return exp16(c);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 gelu16(__m512 f) {
+	__m512 f3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_C), f), f);
+	f3 = _mm512_mul_ps(f3, f);
+	__m512 e = e2_16(_mm512_mul_ps(_mm512_set1_ps(GELU_K), _mm512_add_ps(f, f3)));
+	__m512 p = _mm512_mul_ps(_mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)), e);
+	return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), f), p);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 gelugrad16(__m512 g, __m512 f) {
+	__m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+	__m512 f3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_C), f), f);
+	f3 = _mm512_mul_ps(f3, f);
+	__m512 e = e2_16(_mm512_mul_ps(_mm512_set1_ps(GELU_K), _mm512_add_ps(f, f3)));
+	__m512 s = _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(one, e)); // 1 - tanh
+	__m512 p = _mm512_mul_ps(s, e);                                         // 1 + tanh
+	__m512 a = _mm512_mul_ps(half, p);
+	__m512 b = _mm512_mul_ps(_mm512_mul_ps(half, f), _mm512_mul_ps(s, p));
+	b = _mm512_mul_ps(b, _mm512_set1_ps(GELU_K));
+	__m512 q = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(3.0f * GELU_C), f), f);
+	b = _mm512_mul_ps(b, _mm512_add_ps(one, q));
+	return _mm512_mul_ps(g, _mm512_add_ps(a, b));
+}
+
+__attribute__((target("avx512f"))) static void gelu_avx512(float *y, const float *x, long n) {
+	long i = 0;
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(x + i)));
+	if (i < n) {
+		__mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+		_mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
+	}
+}
+
+__attribute__((target("avx512f"))) static void gelugrad_avx512(float *dx, const float *dy, const float *x, long n) {
+	long i = 0;
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(dx + i, gelugrad16(_mm512_loadu_ps(dy + i), _mm512_loadu_ps(x + i)));
+	if (i < n) {
+		__mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+		_mm512_mask_storeu_ps(dx + i, m, gelugrad16(_mm512_maskz_loadu_ps(m, dy + i), _mm512_maskz_loadu_ps(m, x + i)));
+	}
+}
+
+void gorun_gelu_tanh(int level, float *y, const float *x, long n) {
+	switch (level) {
+	case 2: gelu_avx512(y, x, n); break;
+	case 1: gelu_avx2(y, x, n); break;
+	default: gelu_c(y, x, n);
+	}
+}
+
+void gorun_gelu_tanh_grad(int level, float *dx, const float *dy, const float *x, long n) {
+	switch (level) {
+	case 2: gelugrad_avx512(dx, dy, x, n); break;
+	case 1: gelugrad_avx2(dx, dy, x, n); break;
+	default: gelugrad_c(dx, dy, x, n);
+	}
+}
