@@ -414,3 +414,22 @@ func BenchmarkGemm64(b *testing.B) {
 		}
 	}
 }
+
+// TestRowsMultipleOfEight covers the AVX-512 MR=8 kernel (m a multiple of 8
+// but not of 10) against the reference, with m past one MC block and k past
+// one KC block, both transposes.
+func TestRowsMultipleOfEight(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	for _, m := range []int{8, 16, 24, 32, 64, 144, 296} {
+		for _, nk := range [][2]int{{33, 17}, {784, 144}, {49, 300}} {
+			for trial := 0; trial < 4; trial++ {
+				tA, tB := trial&1 != 0, trial&2 != 0
+				p := newProblem(rng, tA, tB, m, nk[0], nk[1], float32(1), float32(0.5), 3)
+				ref := p.reference()
+				for name, f := range impls32() {
+					p.check(t, name, p.run(f), ref, tol32(nk[1]))
+				}
+			}
+		}
+	}
+}

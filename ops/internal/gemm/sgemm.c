@@ -20,7 +20,11 @@
 // the MR values of the A panel and does MR·NR/VL fused multiply-adds:
 //
 //   AVX-512: MR=10, NR=32: 20 zmm accumulators + 2 B vectors (of 32 zmm).
-//            MR=10 fits the m of this engine's layers (10, 20, 50, 250).
+//            MR=10 fits the m of the MNIST Net's layers (10, 20, 50, 250);
+//            m a multiple of 8 but not of 10 (a ResNet's 16, 32, 64 channels,
+//            144 = 16·3·3) takes MR=8 instead, which pads no rows. Each
+//            element of C sums over k in the same order either way, so the
+//            choice changes no result.
 //   AVX2:    MR=6,  NR=16: 12 ymm accumulators + 2 B vectors (of 16 ymm).
 //   scalar:  MR=4,  NR=8:  portable C, left to the compiler.
 //
@@ -294,49 +298,56 @@ static ALWAYS_INLINE void dot_driver(long m, long n, long k, float alpha,
 // ---- AVX-512 ----
 
 #define MR512 10
+#define MR512_8 8 // for m a multiple of 8 but not of 10 (16, 32, 64, 144)
 #define NR512 32
 
-__attribute__((target("avx512f"))) static void
-kern_avx512(long kc, const float *restrict a, const float *restrict b, long ldb,
-            float *restrict c, long ldc, float alpha, float beta, long mr, long nr) {
-	__m512 acc[MR512][2];
-#pragma GCC unroll 16
-	for (int r = 0; r < MR512; r++)
-		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-	for (long p = 0; p < kc; p++) {
-		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 16
-		for (int r = 0; r < MR512; r++) {
-			__m512 av = _mm512_set1_ps(a[r]);
-			acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-			acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-		}
-		a += MR512;
-		b += ldb;
-	}
-	__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-	if (mr == MR512 && nr == NR512) {
-#pragma GCC unroll 16
-		for (int r = 0; r < MR512; r++) {
-			float *cr = c + r * ldc;
-			__m512 x0 = _mm512_mul_ps(va, acc[r][0]), x1 = _mm512_mul_ps(va, acc[r][1]);
-			if (beta != 0) {
-				x0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr), x0);
-				x1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr + 16), x1);
-			}
-			_mm512_storeu_ps(cr, x0);
-			_mm512_storeu_ps(cr + 16, x1);
-		}
-		return;
-	}
-	float t[MR512 * NR512] __attribute__((aligned(64)));
-#pragma GCC unroll 16
-	for (int r = 0; r < MR512; r++) {
-		_mm512_store_ps(t + r * NR512, _mm512_mul_ps(va, acc[r][0]));
-		_mm512_store_ps(t + r * NR512 + 16, _mm512_mul_ps(va, acc[r][1]));
-	}
-	store_edge(t, NR512, c, ldc, beta, mr, nr);
-}
+// DEF_KERN512 defines an AVX-512 micro-kernel of MRX×32 (MRX ≤ 14: 2·MRX
+// accumulators + 2 B vectors of 32 zmm).
+#define DEF_KERN512(NAME, MRX) \
+__attribute__((target("avx512f"))) static void \
+NAME(long kc, const float *restrict a, const float *restrict b, long ldb, \
+            float *restrict c, long ldc, float alpha, float beta, long mr, long nr) { \
+	__m512 acc[MRX][2]; \
+_Pragma("GCC unroll 16") \
+	for (int r = 0; r < MRX; r++) \
+		acc[r][0] = acc[r][1] = _mm512_setzero_ps(); \
+	for (long p = 0; p < kc; p++) { \
+		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16); \
+_Pragma("GCC unroll 16") \
+		for (int r = 0; r < MRX; r++) { \
+			__m512 av = _mm512_set1_ps(a[r]); \
+			acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]); \
+			acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]); \
+		} \
+		a += MRX; \
+		b += ldb; \
+	} \
+	__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta); \
+	if (mr == MRX && nr == NR512) { \
+_Pragma("GCC unroll 16") \
+		for (int r = 0; r < MRX; r++) { \
+			float *cr = c + r * ldc; \
+			__m512 x0 = _mm512_mul_ps(va, acc[r][0]), x1 = _mm512_mul_ps(va, acc[r][1]); \
+			if (beta != 0) { \
+				x0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr), x0); \
+				x1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr + 16), x1); \
+			} \
+			_mm512_storeu_ps(cr, x0); \
+			_mm512_storeu_ps(cr + 16, x1); \
+		} \
+		return; \
+	} \
+	float t[MRX * NR512] __attribute__((aligned(64))); \
+_Pragma("GCC unroll 16") \
+	for (int r = 0; r < MRX; r++) { \
+		_mm512_store_ps(t + r * NR512, _mm512_mul_ps(va, acc[r][0])); \
+		_mm512_store_ps(t + r * NR512 + 16, _mm512_mul_ps(va, acc[r][1])); \
+	} \
+	store_edge(t, NR512, c, ldc, beta, mr, nr); \
+} \
+
+DEF_KERN512(kern_avx512, MR512)
+DEF_KERN512(kern_avx512_8, MR512_8)
 
 #define MRD512 5
 #define NRD512 5
@@ -398,6 +409,9 @@ sgemm_avx512(int transA, int transB, long m, long n, long k, float alpha,
              float *C, long ldc, float *buf) {
 	if (transB && !transA && m <= DOT_MAX_M)
 		dot_driver(m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, MRD512, NRD512, kern_dot_avx512);
+	else if (m % MR512_8 == 0 && m % MR512 != 0)
+		driver(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, buf,
+		       MR512_8, NR512, kern_avx512_8, tr8_avx);
 	else
 		driver(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, buf,
 		       MR512, NR512, kern_avx512, tr8_avx);
