@@ -416,8 +416,8 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 		if !math.IsNaN(res.TestAccuracy) {
 			acc = fmt.Sprintf("test accuracy %.4f", res.TestAccuracy)
 		}
-		fmt.Fprintf(stdout, "done: %d steps, %.0f samples/s, %s, %.1fs wall\n",
-			res.Steps, res.TrainSamplesPerS, acc, res.WallSeconds)
+		fmt.Fprintf(stdout, "done: %d steps, %.0f samples/s, %s, %.1fs wall, peak memory %.0f MB\n",
+			res.Steps, res.TrainSamplesPerS, acc, res.WallSeconds, float64(res.PeakRSSBytes)/1e6)
 	}
 	return nil
 }

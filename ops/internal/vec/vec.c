@@ -206,3 +206,38 @@ void gorun_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long pl
 	else
 		maxpool_c(x, y, idx, planes, h, w, oh, ow);
 }
+
+// ---- sum: 16 partial sums (element i into partial i mod 16; a tail of r
+// elements into partials 0..r-1), combined pairwise: ((p0+p8)+(p4+p12))… ----
+
+static float combine16(float *p) {
+	for (int w = 8; w >= 1; w /= 2)
+		for (int i = 0; i < w; i++)
+			p[i] = p[i] + p[i + w];
+	return p[0];
+}
+
+static float sum_c(const float *x, long n) {
+	float p[16] = {0};
+	for (long i = 0; i < n; i++)
+		p[i & 15] += x[i];
+	return combine16(p);
+}
+
+__attribute__((target("avx512f"))) static float sum_avx512(const float *x, long n) {
+	__m512 acc = _mm512_setzero_ps();
+	long i = 0;
+	for (; i + 16 <= n; i += 16)
+		acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + i));
+	if (i < n)
+		acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(TAIL(n - i), x + i));
+	float p[16];
+	_mm512_storeu_ps(p, acc);
+	return combine16(p);
+}
+
+float gorun_sum(int level, const float *x, long n) {
+	if (level == 2)
+		return sum_avx512(x, n);
+	return sum_c(x, n);
+}

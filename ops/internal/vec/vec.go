@@ -40,6 +40,17 @@ func Add(z, x, y []float32) {
 	add(level, z, x, y)
 }
 
+// Sum returns the float32 sum of x in a fixed order: sixteen partial sums
+// (element i into partial i mod 16, a tail of r < 16 elements into
+// partials 0…r-1, as a sixteen-lane vector adds) combined pairwise (p_i +=
+// p_{i+8}, then p_i += p_{i+4}, …). Every level gives the same bits.
+func Sum(x []float32) float32 {
+	if len(x) == 0 {
+		return 0
+	}
+	return sum(level, x)
+}
+
 // MaxPool2x2 pools planes planes of x (each h×w) with a 2×2 window and
 // stride 2 into y (each oh×ow, oh ≤ h/2, ow ≤ w/2), writing into idx the
 // index within its plane of each chosen element: the first maximum of the
@@ -58,6 +69,19 @@ func MaxPool2x2(x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 // Level is the kernel level this process uses: 2 AVX-512, 1 AVX2, 0 plain
 // C, -1 Go (no cgo).
 func Level() int { return level }
+
+func sumGo(x []float32) float32 {
+	var p [16]float32
+	for i, v := range x {
+		p[i&15] += v
+	}
+	for w := 8; w >= 1; w /= 2 {
+		for i := range w {
+			p[i] = p[i] + p[i+w]
+		}
+	}
+	return p[0]
+}
 
 func reluGo(y, x []float32) {
 	y = y[:len(x)]

@@ -9,6 +9,7 @@ int gorun_vec_level(void);
 void gorun_relu(int level, float *y, const float *x, long n);
 void gorun_relu_grad(int level, float *dx, const float *dy, const float *y, long n);
 void gorun_add(int level, float *z, const float *x, const float *y, long n);
+float gorun_sum(int level, const float *x, long n);
 void gorun_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow);
 */
 import "C"
@@ -35,4 +36,8 @@ func add(lv int, z, x, y []float32) {
 func maxPool2x2(lv int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	C.gorun_maxpool2x2(C.int(lv), fp(x), fp(y), (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(idx))),
 		C.long(planes), C.long(h), C.long(w), C.long(oh), C.long(ow))
+}
+
+func sum(lv int, x []float32) float32 {
+	return float32(C.gorun_sum(C.int(lv), fp(x), C.long(len(x))))
 }

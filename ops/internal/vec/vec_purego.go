@@ -11,3 +11,5 @@ func add(_ int, z, x, y []float32)        { addGo(z, x, y) }
 func maxPool2x2(_ int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	maxPool2x2Go(x, y, idx, planes, h, w, oh, ow)
 }
+
+func sum(_ int, x []float32) float32 { return sumGo(x) }

@@ -89,6 +89,27 @@ func TestElementwiseMatchesGo(t *testing.T) {
 	}
 }
 
+func TestSumMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, lv := range levels() {
+		for _, n := range sizes {
+			x := make([]float32, n)
+			var exact float64
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+				exact += float64(x[i])
+			}
+			want, got := sumGo(x), sum(lv, x)
+			if math.Float32bits(want) != math.Float32bits(got) {
+				t.Errorf("level %d n %d: sum %v, the Go loop %v", lv, n, got, want)
+			}
+			if d := math.Abs(float64(got) - exact); d > 1e-5*math.Sqrt(float64(n)+1) {
+				t.Errorf("level %d n %d: sum %v, exact %v", lv, n, got, exact)
+			}
+		}
+	}
+}
+
 func TestMaxPool2x2MatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, lv := range levels() {
