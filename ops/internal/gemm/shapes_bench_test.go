@@ -29,6 +29,26 @@ var netShapes = []struct {
 	{"fc2_fwd", false, true, 64, 10, 50, 1},
 	{"fc2_dx", false, false, 64, 50, 10, 0},
 	{"fc2_dw", true, false, 10, 50, 64, 0},
+	// Since convolutions lower a chunk of samples at a time (ops/conv.go
+	// convChunk), their GEMMs are narrower: the MNIST Net's at the chunk,
+	// then resnet_fashion.star's 3×3 layers per chunk (layer1: 16
+	// channels on 28×28, one sample; layer3: 64 channels on 7×7, six
+	// samples) and the GPT example's projections (32×64 tokens, d 128).
+	{"conv1_fwd_chunk", false, false, 10, 9 * 576, 25, 0},
+	{"conv2_fwd_chunk", false, false, 20, 8 * 64, 250, 0},
+	{"conv2_igrad_chunk", true, false, 250, 8 * 64, 20, 0},
+	{"conv2_wgrad_chunk", false, true, 20, 250, 8 * 64, 1},
+	{"res_l1_fwd", false, false, 16, 784, 144, 0},
+	{"res_l1_igrad", true, false, 144, 784, 16, 0},
+	{"res_l1_wgrad", false, true, 16, 144, 784, 1},
+	{"res_l3_fwd", false, false, 64, 294, 576, 0},
+	{"res_l3_igrad", true, false, 576, 294, 64, 0},
+	{"res_l3_wgrad", false, true, 64, 576, 294, 1},
+	{"gpt_qkv_fwd", false, true, 2048, 384, 128, 1},
+	{"gpt_mlp_fwd", false, true, 2048, 512, 128, 1},
+	{"gpt_mlp_dx", false, false, 2048, 128, 512, 0},
+	{"gpt_mlp_dw", true, false, 512, 128, 2048, 0},
+	{"gpt_attn_scores", false, true, 64, 64, 32, 0},
 	{"512cube_NN", false, false, 512, 512, 512, 0},
 	{"512cube_TN", true, false, 512, 512, 512, 0},
 	{"512cube_NT", false, true, 512, 512, 512, 0},
