@@ -24,8 +24,10 @@ vet:
 	$(GO) vet ./...
 
 ## bench: every benchmark; training speed is reported next to PyTorch measured in the same run
-bench:
+bench: build
 	$(GO) test -run '^$$' -bench 'TrainMNIST' -benchtime 300x ./engine/runner/
+	@echo "MNIST example, 2 devices, one epoch (its done line has the run's peak memory):"
+	@./$(BIN) $(EXAMPLE) --devices 2 --set epochs=1 --out runs/bench-mnist --overwrite | grep '^done:'
 	$(GO) test -run '^$$' -bench 'TrainResNet|TrainGPT' -benchtime 100x -timeout 30m ./engine/runner/
 	$(GO) test -run '^$$' -bench . ./ops/... ./comm/ ./datasets/
 	$(GO) test -run '^$$' -bench TrainMPI -benchtime 300x ./cmd/gorun/
