@@ -1,6 +1,10 @@
 package ops
 
-import "math"
+import (
+	"math"
+
+	"gorun/ops/internal/vec"
+)
 
 // Batch normalisation is split at the points where SyncBatchNorm
 // all-reduces: BatchNormStats sums per channel, the engine may sum those
@@ -9,6 +13,11 @@ import "math"
 // those too, and BatchNormGradInput, BatchNormGradGamma and
 // BatchNormGradBeta use the sums. x is [N,C,...], seen as [N,C,L] with L
 // the product of the trailing dimensions (1 for [N,C]).
+
+// bnBlock is how many channels a kernel hands package vec at a time (float32
+// only): their per-channel values live in arrays on the kernel's stack, as
+// kernels never allocate.
+const bnBlock = 128
 
 // bnDims returns x's batch, channels and elements per channel per sample.
 func bnDims(shape []int) (n, c, l int) {
@@ -21,16 +30,28 @@ func batchNormStats[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, st := in[0], out[0]
 	n, ch, l := bnDims(x.Shape)
 	s := st.Data[:3*ch]
-	for j := 0; j < ch; j++ {
-		var s1, s2 float64
-		for i := 0; i < n; i++ {
-			for _, v := range x.Data[(i*ch+j)*l:][:l] {
-				f := float64(v)
-				s1 += f
-				s2 += f * f
+	var s1, s2 [bnBlock]float64
+	for j0 := 0; j0 < ch; j0 += bnBlock {
+		nc := min(bnBlock, ch-j0)
+		if is32[T]() {
+			vec.BNSums(s1[:nc], s2[:nc], view[float32](x.Data), n, ch, l, j0, nc)
+		} else {
+			for c := range nc {
+				var a, b float64
+				for i := 0; i < n; i++ {
+					for _, v := range x.Data[(i*ch+j0+c)*l:][:l] {
+						f := float64(v)
+						a += f
+						b += f * f
+					}
+				}
+				s1[c], s2[c] = a, b
 			}
 		}
-		s[j], s[ch+j], s[2*ch+j] = T(s1), T(s2), T(n*l)
+		for c := range nc {
+			j := j0 + c
+			s[j], s[ch+j], s[2*ch+j] = T(s1[c]), T(s2[c]), T(n*l)
+		}
 	}
 }
 
@@ -47,13 +68,21 @@ func bnMoments(s1, s2, cnt float64) (mean, v float64) {
 // invStd is 1/sqrt(v+eps).
 func invStd(v, eps float64) float64 { return 1 / math.Sqrt(v+eps) }
 
-// bnApply sets y = (x - mean)·scale + shift over channel j of every sample.
-func bnApply[T Float](x, y []T, n, ch, l, j int, mean, scale, shift T) {
-	for i := 0; i < n; i++ {
-		o := (i*ch + j) * l
-		yr := y[o:][:l]
-		for k, v := range x[o:][:l] {
-			yr[k] = (v-mean)*scale + shift
+// bnApply sets y = (x - mean[c])·scale[c] + shift[c] over channel j0+c of
+// every sample, for c < len(scale).
+func bnApply[T Float](x, y []T, n, ch, l, j0 int, mean, scale, shift []T) {
+	if is32[T]() {
+		vec.BNApply(view[float32](y), view[float32](x), view[float32](mean), view[float32](scale), view[float32](shift),
+			n, ch, l, j0, len(scale))
+		return
+	}
+	for c := range scale {
+		for i := 0; i < n; i++ {
+			o := (i*ch + j0 + c) * l
+			yr := y[o:][:l]
+			for k, v := range x[o:][:l] {
+				yr[k] = (v-mean[c])*scale[c] + shift[c]
+			}
 		}
 	}
 }
@@ -74,12 +103,18 @@ func batchNormNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	n, ch, l := bnDims(x.Shape)
 	s := st.Data[:3*ch]
 	sv := save.Data[:3*ch]
-	for j := 0; j < ch; j++ {
-		cnt := float64(s[2*ch+j])
-		mean, v := bnMoments(float64(s[j]), float64(s[ch+j]), cnt)
-		sv[j], sv[ch+j], sv[2*ch+j] = T(mean), T(v), T(cnt)
-		scale := optAt(gamma, j, 1) * invStd(v, a.Eps)
-		bnApply(x.Data, y.Data, n, ch, l, j, T(mean), T(scale), T(optAt(beta, j, 0)))
+	var scale, shift [bnBlock]T
+	for j0 := 0; j0 < ch; j0 += bnBlock {
+		nc := min(bnBlock, ch-j0)
+		for c := range nc {
+			j := j0 + c
+			cnt := float64(s[2*ch+j])
+			mean, v := bnMoments(float64(s[j]), float64(s[ch+j]), cnt)
+			sv[j], sv[ch+j], sv[2*ch+j] = T(mean), T(v), T(cnt)
+			scale[c] = T(optAt(gamma, j, 1) * invStd(v, a.Eps))
+			shift[c] = T(optAt(beta, j, 0))
+		}
+		bnApply(x.Data, y.Data, n, ch, l, j0, sv[j0:j0+nc], scale[:nc], shift[:nc])
 	}
 }
 
@@ -89,9 +124,15 @@ func batchNormNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func batchNormEval[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, rm, rv, gamma, beta := in[0], in[1], in[2], optIn(in, 3), optIn(in, 4)
 	n, ch, l := bnDims(x.Shape)
-	for j := 0; j < ch; j++ {
-		scale := optAt(gamma, j, 1) * invStd(float64(rv.Data[j]), a.Eps)
-		bnApply(x.Data, out[0].Data, n, ch, l, j, rm.Data[j], T(scale), T(optAt(beta, j, 0)))
+	var scale, shift [bnBlock]T
+	for j0 := 0; j0 < ch; j0 += bnBlock {
+		nc := min(bnBlock, ch-j0)
+		for c := range nc {
+			j := j0 + c
+			scale[c] = T(optAt(gamma, j, 1) * invStd(float64(rv.Data[j]), a.Eps))
+			shift[c] = T(optAt(beta, j, 0))
+		}
+		bnApply(x.Data, out[0].Data, n, ch, l, j0, rm.Data[j0:j0+nc], scale[:nc], shift[:nc])
 	}
 }
 
@@ -125,18 +166,30 @@ func batchNormGradStats[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, save, gs := in[0], in[1], in[2], out[0]
 	n, ch, l := bnDims(x.Shape)
 	g := gs.Data[:2*ch]
-	for j := 0; j < ch; j++ {
-		mean := save.Data[j]
-		var s0, s1 float64
-		for i := 0; i < n; i++ {
-			o := (i*ch + j) * l
-			xr := x.Data[o:][:l]
-			for k, d := range dy.Data[o:][:l] {
-				s0 += float64(d)
-				s1 += float64(d) * float64(xr[k]-mean)
+	var s0, s1 [bnBlock]float64
+	for j0 := 0; j0 < ch; j0 += bnBlock {
+		nc := min(bnBlock, ch-j0)
+		mean := save.Data[j0 : j0+nc]
+		if is32[T]() {
+			vec.BNGradSums(s0[:nc], s1[:nc], view[float32](dy.Data), view[float32](x.Data), view[float32](mean),
+				n, ch, l, j0, nc)
+		} else {
+			for c, m := range mean {
+				var a, b float64
+				for i := 0; i < n; i++ {
+					o := (i*ch + j0 + c) * l
+					xr := x.Data[o:][:l]
+					for k, d := range dy.Data[o:][:l] {
+						a += float64(d)
+						b += float64(d) * float64(xr[k]-m)
+					}
+				}
+				s0[c], s1[c] = a, b
 			}
 		}
-		g[j], g[ch+j] = T(s0), T(s1)
+		for c := range nc {
+			g[j0+c], g[ch+j0+c] = T(s0[c]), T(s1[c])
+		}
 	}
 }
 
@@ -174,20 +227,32 @@ func batchNormGradBeta[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func batchNormGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, save, gs, gamma, dx := in[0], in[1], in[2], in[3], optIn(in, 4), out[0]
 	n, ch, l := bnDims(x.Shape)
-	for j := 0; j < ch; j++ {
-		mean := save.Data[j]
-		is := invStd(float64(save.Data[ch+j]), a.Eps)
-		var m0, m1 float64 // gstats/M
-		if cnt := float64(save.Data[2*ch+j]); cnt > 0 {
-			m0 = float64(gs.Data[j]) / cnt
-			m1 = float64(gs.Data[ch+j]) / cnt * is * is
+	var k, sub, slope [bnBlock]T
+	for j0 := 0; j0 < ch; j0 += bnBlock {
+		nc := min(bnBlock, ch-j0)
+		for c := range nc {
+			j := j0 + c
+			is := invStd(float64(save.Data[ch+j]), a.Eps)
+			var m0, m1 float64 // gstats/M
+			if cnt := float64(save.Data[2*ch+j]); cnt > 0 {
+				m0 = float64(gs.Data[j]) / cnt
+				m1 = float64(gs.Data[ch+j]) / cnt * is * is
+			}
+			k[c], sub[c], slope[c] = T(optAt(gamma, j, 1)*is), T(m0), T(m1)
 		}
-		k, sub, slope := T(optAt(gamma, j, 1)*is), T(m0), T(m1)
-		for i := 0; i < n; i++ {
-			o := (i*ch + j) * l
-			xr, dr := x.Data[o:][:l], dx.Data[o:][:l]
-			for q, d := range dy.Data[o:][:l] {
-				dr[q] = k * (d - sub - (xr[q]-mean)*slope)
+		mean := save.Data[j0 : j0+nc]
+		if is32[T]() {
+			vec.BNGradInput(view[float32](dx.Data), view[float32](dy.Data), view[float32](x.Data), view[float32](mean),
+				view[float32](k[:nc]), view[float32](sub[:nc]), view[float32](slope[:nc]), n, ch, l, j0, nc)
+			continue
+		}
+		for c, m := range mean {
+			for i := 0; i < n; i++ {
+				o := (i*ch + j0 + c) * l
+				xr, dr := x.Data[o:][:l], dx.Data[o:][:l]
+				for q, d := range dy.Data[o:][:l] {
+					dr[q] = k[c] * (d - sub[c] - (xr[q]-m)*slope[c])
+				}
 			}
 		}
 	}

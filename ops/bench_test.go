@@ -75,6 +75,7 @@ func BenchmarkConv(b *testing.B) {
 		newConvBench("conv1", []int{64, 1, 28, 28}, []int{10, 1, 5, 5}, false),
 		newConvBench("conv2", []int{64, 10, 12, 12}, []int{20, 10, 5, 5}, true),
 		// resnet_fashion.star's 3×3 convolutions (padding 1) at batch 64.
+		newConvBenchAttrs("resnet_stem", []int{64, 1, 28, 28}, []int{16, 1, 3, 3}, &Attrs{Padding: 1}, false),
 		newConvBenchAttrs("resnet_layer1", []int{64, 16, 28, 28}, []int{16, 16, 3, 3}, &Attrs{Padding: 1}, true),
 		newConvBenchAttrs("resnet_layer2_s2", []int{64, 16, 28, 28}, []int{32, 16, 3, 3}, &Attrs{Padding: 1, Stride: 2}, true),
 		newConvBenchAttrs("resnet_layer2", []int{64, 32, 14, 14}, []int{32, 32, 3, 3}, &Attrs{Padding: 1}, true),
@@ -96,6 +97,16 @@ func BenchmarkConv(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(cb.x[0]), "ns/sample")
 			})
+			if cb.x[1] == 1 { // single-channel input: im2col and GEMM instead of the direct kernel
+				b.Run(cb.name+"_im2col/"+part.name, func(b *testing.B) {
+					directConv1 = false
+					defer func() { directConv1 = true }()
+					for b.Loop() {
+						part.f()
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(cb.x[0]), "ns/sample")
+				})
+			}
 		}
 	}
 }

@@ -75,6 +75,21 @@ func convChunk(g *convGeom) int {
 	return max(1, colBudget/(g.k()*plane), (colMin+plane-1)/plane)
 }
 
+// directConv1 sends float32 convolutions of single-channel inputs
+// (stride 1, no groups) to vec.Conv1Forward and vec.Conv1GradWeight, which
+// convolve directly instead of through im2col and a matrix multiply with
+// k = KH·KW. BenchmarkConv turns it off to compare both in one run.
+var directConv1 = true
+
+// conv1 returns g as vec's single-channel geometry, and whether the direct
+// kernels take it.
+func (g *convGeom) conv1() (vec.Conv1Geom, bool) {
+	if !directConv1 || g.c != 1 || g.ng() != 1 || g.s != 1 || g.kw > vec.Conv1MaxKW || g.oh < 1 || g.ow < 1 {
+		return vec.Conv1Geom{}, false
+	}
+	return vec.Conv1Geom{N: g.n, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow}, true
+}
+
 // chunk returns the geometry of samples [n0, n0+cs) of g.
 func (g *convGeom) chunk(cs int) convGeom {
 	c := *g
@@ -87,6 +102,14 @@ func (g *convGeom) chunk(cs int) convGeom {
 func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, w, b, y := in[0], in[1], optIn(in, 2), out[0]
 	g := geomFwd(a, x.Shape, w.Shape)
+	if cg, ok := g.conv1(); ok && is32[T]() {
+		var bias []float32
+		if b != nil {
+			bias = view[float32](b.Data)
+		}
+		vec.Conv1Forward(&cg, view[float32](x.Data), view[float32](w.Data), bias, view[float32](y.Data))
+		return
+	}
 	k, plane, xs := g.k(), g.oh*g.ow, g.xs()
 	og, xg := g.o/g.ng(), g.c*g.h*g.w // per group: output channels, x offset
 	step := convChunk(&g)
@@ -154,6 +177,10 @@ func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, dw := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, x.Shape, dw.Shape)
+	if cg, ok := g.conv1(); ok && is32[T]() {
+		vec.Conv1GradWeight(&cg, view[float32](dy.Data), view[float32](x.Data), view[float32](dw.Data), a.Accumulate)
+		return
+	}
 	var beta T
 	if a.Accumulate {
 		beta = 1

@@ -1,7 +1,7 @@
 //go:build cgo && amd64 && !purego
 
 // GELU with the tanh approximation and its gradient, in float32 (see
-// gelu.go). 1 ± tanh(u) from e^{2u} (see e2_s) with Cephes' expf polynomial; every
+// gelu.go). 1 ± tanh(u) from e^{2u} (see sp_s) with Cephes' expf polynomial; every
 // body does the same float32 operations in the same order (no contraction
 // into fused multiply-adds), so the levels agree bit for bit.
 
@@ -44,32 +44,42 @@ static inline float expf_s(float x) {
 	return y * p.f;
 }
 
-// e2_s is e^{2u}, clamped to float32's range (a NaN u gives NaN). With
-// E = e^{2u}, s = 2/(1 + E) is 1 - tanh(u) and p = s·E is 1 + tanh(u), and
-// 1 - tanh² = s·p: GELU needs p and s·p, which these give without the
-// cancellation of 1 ± tanh near ∓1.
-static inline float e2_s(float u) {
+// sp_s sets s = 1 - tanh(u) and p = 1 + tanh(u) from E = e^{2u}: s = 2/(1+E),
+// p = s·E, and 1 - tanh² = s·p, so GELU needs neither 1 + tanh nor 1 - tanh²
+// through the cancellation of 1 ± tanh near ∓1. Past the exponential's
+// range tanh is ±1 exactly (s, p = 0, 2 or 2, 0), as float32's tanh is
+// there, so ±Inf inputs give what PyTorch's formula gives (Inf·0 = NaN
+// where it has one). A NaN u gives NaN.
+static inline void sp_s(float u, float *s, float *p) {
 	float t = 2.0f * u;
-	float c = t > EXP_HI ? EXP_HI : t;
-	c = c < EXP_LO ? EXP_LO : c;
-	if (t != t)
-		c = t;
-	return expf_s(c);
+	if (t > EXP_HI) {
+		*s = 0.0f;
+		*p = 2.0f;
+		return;
+	}
+	if (t < EXP_LO) {
+		*s = 2.0f;
+		*p = 0.0f;
+		return;
+	}
+	float e = expf_s(t);
+	*s = 2.0f / (1.0f + e);
+	*p = *s * e;
 }
 
 #define GELU_BODY                                                   \
 	for (long i = 0; i < n; i++) {                                  \
 		float f = x[i];                                             \
-		float e = e2_s(GELU_K * (f + GELU_C * f * f * f));          \
-		float p = 2.0f / (1.0f + e) * e;                            \
+		float s, p;                                                 \
+		sp_s(GELU_K * (f + GELU_C * f * f * f), &s, &p);            \
 		y[i] = 0.5f * f * p;                                        \
 	}
 
 #define GELUGRAD_BODY                                                          \
 	for (long i = 0; i < n; i++) {                                             \
 		float f = x[i];                                                        \
-		float e = e2_s(GELU_K * (f + GELU_C * f * f * f));                     \
-		float s = 2.0f / (1.0f + e), p = s * e;                                \
+		float s, p;                                                            \
+		sp_s(GELU_K * (f + GELU_C * f * f * f), &s, &p);                       \
 		float a = 0.5f * p;                                                    \
 		float b = 0.5f * f * (s * p) * GELU_K;                                 \
 		b = b * (1.0f + 3.0f * GELU_C * f * f);                                \
@@ -101,21 +111,33 @@ __attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
 	return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
 
-__attribute__((target("avx512f"))) static inline __m512 e2_16(__m512 u) {
+// sp16 is sp_s, sixteen lanes at a time.
+__attribute__((target("avx512f"))) static inline void sp16(__m512 u, __m512 *s, __m512 *p) {
 	__m512 t = _mm512_mul_ps(_mm512_set1_ps(2.0f), u);
-	// min/max return their second operand when either is NaN: clamp the
-	// non-NaN lanes, then put the NaNs back.
+	__mmask16 hi = _mm512_cmp_ps_mask(t, _mm512_set1_ps(EXP_HI), _CMP_GT_OQ);
+	__mmask16 lo = _mm512_cmp_ps_mask(t, _mm512_set1_ps(EXP_LO), _CMP_LT_OQ);
+	// The lanes past the range are replaced below; clamp them so that the
+	// exponential stays finite (NaN lanes stay NaN: min/max return their
+	// second operand on a NaN, so it is put back).
 	__m512 c = _mm512_min_ps(t, _mm512_set1_ps(EXP_HI));
 	c = _mm512_max_ps(c, _mm512_set1_ps(EXP_LO));
 	c = _mm512_mask_mov_ps(c, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), t);
-	return exp16(c);
+	__m512 e = exp16(c);
+	__m512 sv = _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+	__m512 pv = _mm512_mul_ps(sv, e);
+	sv = _mm512_mask_mov_ps(sv, hi, _mm512_setzero_ps());
+	pv = _mm512_mask_mov_ps(pv, hi, _mm512_set1_ps(2.0f));
+	sv = _mm512_mask_mov_ps(sv, lo, _mm512_set1_ps(2.0f));
+	pv = _mm512_mask_mov_ps(pv, lo, _mm512_setzero_ps());
+	*s = sv;
+	*p = pv;
 }
 
 __attribute__((target("avx512f"))) static inline __m512 gelu16(__m512 f) {
 	__m512 f3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_C), f), f);
 	f3 = _mm512_mul_ps(f3, f);
-	__m512 e = e2_16(_mm512_mul_ps(_mm512_set1_ps(GELU_K), _mm512_add_ps(f, f3)));
-	__m512 p = _mm512_mul_ps(_mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)), e);
+	__m512 s, p;
+	sp16(_mm512_mul_ps(_mm512_set1_ps(GELU_K), _mm512_add_ps(f, f3)), &s, &p);
 	return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), f), p);
 }
 
@@ -123,9 +145,8 @@ __attribute__((target("avx512f"))) static inline __m512 gelugrad16(__m512 g, __m
 	__m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
 	__m512 f3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_C), f), f);
 	f3 = _mm512_mul_ps(f3, f);
-	__m512 e = e2_16(_mm512_mul_ps(_mm512_set1_ps(GELU_K), _mm512_add_ps(f, f3)));
-	__m512 s = _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(one, e)); // 1 - tanh
-	__m512 p = _mm512_mul_ps(s, e);                                         // 1 + tanh
+	__m512 s, p; // 1 - tanh, 1 + tanh
+	sp16(_mm512_mul_ps(_mm512_set1_ps(GELU_K), _mm512_add_ps(f, f3)), &s, &p);
 	__m512 a = _mm512_mul_ps(half, p);
 	__m512 b = _mm512_mul_ps(_mm512_mul_ps(half, f), _mm512_mul_ps(s, p));
 	b = _mm512_mul_ps(b, _mm512_set1_ps(GELU_K));
@@ -154,7 +175,7 @@ __attribute__((target("avx512f"))) static void gelugrad_avx512(float *dx, const 
 	}
 }
 
-void gorun_gelu_tanh(int level, float *y, const float *x, long n) {
+void gorun_vec_gelu_tanh(int level, float *y, const float *x, long n) {
 	switch (level) {
 	case 2: gelu_avx512(y, x, n); break;
 	case 1: gelu_avx2(y, x, n); break;
@@ -162,7 +183,7 @@ void gorun_gelu_tanh(int level, float *y, const float *x, long n) {
 	}
 }
 
-void gorun_gelu_tanh_grad(int level, float *dx, const float *dy, const float *x, long n) {
+void gorun_vec_gelu_tanh_grad(int level, float *dx, const float *dy, const float *x, long n) {
 	switch (level) {
 	case 2: gelugrad_avx512(dx, dy, x, n); break;
 	case 1: gelugrad_avx2(dx, dy, x, n); break;

@@ -65,16 +65,18 @@ func expGo(x float32) float32 {
 	return y * math.Float32frombits(uint32(int32(fx)+127)<<23)
 }
 
-func e2Go(u float32) float32 {
+// spGo is gelu.c's sp_s: 1 - tanh(u) and 1 + tanh(u).
+func spGo(u float32) (s, p float32) {
 	t := twoF * u
-	c := t
-	if c > expHi {
-		c = expHi
+	if t > expHi {
+		return 0, twoF
 	}
-	if c < expLo {
-		c = expLo
+	if t < expLo {
+		return twoF, 0
 	}
-	return expGo(c)
+	e := expGo(t)
+	s = twoF / (oneF + e)
+	return s, s * e
 }
 
 func geluArg(f float32) float32 {
@@ -85,8 +87,7 @@ func geluArg(f float32) float32 {
 func geluTanhGo(y, x []float32) {
 	y = y[:len(x)]
 	for i, f := range x {
-		e := e2Go(geluArg(f))
-		p := float32(twoF/(oneF+e)) * e
+		_, p := spGo(geluArg(f))
 		y[i] = float32(halfF*f) * p
 	}
 }
@@ -95,9 +96,7 @@ func geluTanhGradGo(dx, dy, x []float32) {
 	dx, x = dx[:len(dy)], x[:len(dy)]
 	for i, g := range dy {
 		f := x[i]
-		e := e2Go(geluArg(f))
-		s := twoF / (oneF + e)
-		p := s * e
+		s, p := spGo(geluArg(f))
 		a := halfF * p
 		b := float32(float32(halfF*f)*float32(s*p)) * geluK
 		b = b * (oneF + float32(float32(geluC3*f)*f))

@@ -80,6 +80,18 @@ func TestGELUTanhAccuracy(t *testing.T) {
 	if ys[1] != inf || ys[3] != 0 || ds[3] != 0.5 {
 		t.Errorf("GELU(+Inf) = %v, GELU(0) = %v, GELU'(0) = %v: want +Inf, 0, 0.5", ys[1], ys[3], ds[3])
 	}
+	// PyTorch's formula: 0.5·x·(1 + tanh) with tanh(-Inf) = -1 is NaN, and
+	// the gradient's x·(1 - tanh²) term is NaN at ±Inf.
+	if ys[2] == ys[2] || ds[1] == ds[1] || ds[2] == ds[2] {
+		t.Errorf("GELU(-Inf) = %v, GELU'(+Inf) = %v, GELU'(-Inf) = %v: want NaN (as PyTorch)", ys[2], ds[1], ds[2])
+	}
+	// Far out, tanh is ±1 exactly: GELU(x) = x and 0, the gradient 1 and 0.
+	far := []float32{50, -50}
+	GELUTanh(ys[:2], far)
+	GELUTanhGrad(ds[:2], []float32{1, 1}, far)
+	if ys[0] != 50 || ys[1] != 0 || ds[0] != 1 || ds[1] != 0 {
+		t.Errorf("GELU(±50) = %v, gradient %v: want [50 -0], [1 0]", ys[:2], ds[:2])
+	}
 }
 
 // BenchmarkGELU measures GELUTanh and its gradient at every level next to

@@ -48,7 +48,7 @@ __attribute__((target("avx512f"))) static void relu_avx512(float *y, const float
 	}
 }
 
-void gorun_relu(int level, float *y, const float *x, long n) {
+void gorun_vec_relu(int level, float *y, const float *x, long n) {
 	switch (level) {
 	case 2: relu_avx512(y, x, n); break;
 	case 1: relu_avx2(y, x, n); break;
@@ -79,7 +79,7 @@ __attribute__((target("avx512f"))) static void relugrad_avx512(float *dx, const 
 	}
 }
 
-void gorun_relu_grad(int level, float *dx, const float *dy, const float *y, long n) {
+void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *y, long n) {
 	switch (level) {
 	case 2: relugrad_avx512(dx, dy, y, n); break;
 	case 1: relugrad_avx2(dx, dy, y, n); break;
@@ -106,7 +106,7 @@ __attribute__((target("avx512f"))) static void add_avx512(float *z, const float 
 	}
 }
 
-void gorun_add(int level, float *z, const float *x, const float *y, long n) {
+void gorun_vec_add(int level, float *z, const float *x, const float *y, long n) {
 	switch (level) {
 	case 2: add_avx512(z, x, y, n); break;
 	case 1: add_avx2(z, x, y, n); break;
@@ -200,7 +200,7 @@ __attribute__((target("avx512f"))) static void maxpool_avx512(const float *x, fl
 	}
 }
 
-void gorun_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow) {
+void gorun_vec_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow) {
 	if (level == 2)
 		maxpool_avx512(x, y, idx, planes, h, w, oh, ow);
 	else
@@ -236,7 +236,7 @@ __attribute__((target("avx512f"))) static float sum_avx512(const float *x, long 
 	return combine16(p);
 }
 
-float gorun_sum(int level, const float *x, long n) {
+float gorun_vec_sum(int level, const float *x, long n) {
 	if (level == 2)
 		return sum_avx512(x, n);
 	return sum_c(x, n);

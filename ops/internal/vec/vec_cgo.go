@@ -6,11 +6,11 @@ package vec
 #cgo CFLAGS: -O3
 #include <stdint.h>
 int gorun_vec_level(void);
-void gorun_relu(int level, float *y, const float *x, long n);
-void gorun_relu_grad(int level, float *dx, const float *dy, const float *y, long n);
-void gorun_add(int level, float *z, const float *x, const float *y, long n);
-float gorun_sum(int level, const float *x, long n);
-void gorun_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow);
+void gorun_vec_relu(int level, float *y, const float *x, long n);
+void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *y, long n);
+void gorun_vec_add(int level, float *z, const float *x, const float *y, long n);
+float gorun_vec_sum(int level, const float *x, long n);
+void gorun_vec_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow);
 */
 import "C"
 
@@ -22,22 +22,22 @@ var level = int(C.gorun_vec_level())
 func fp(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(s))) }
 
 func relu(lv int, y, x []float32) {
-	C.gorun_relu(C.int(lv), fp(y), fp(x), C.long(len(x)))
+	C.gorun_vec_relu(C.int(lv), fp(y), fp(x), C.long(len(x)))
 }
 
 func reluGrad(lv int, dx, dy, y []float32) {
-	C.gorun_relu_grad(C.int(lv), fp(dx), fp(dy), fp(y), C.long(len(dy)))
+	C.gorun_vec_relu_grad(C.int(lv), fp(dx), fp(dy), fp(y), C.long(len(dy)))
 }
 
 func add(lv int, z, x, y []float32) {
-	C.gorun_add(C.int(lv), fp(z), fp(x), fp(y), C.long(len(x)))
+	C.gorun_vec_add(C.int(lv), fp(z), fp(x), fp(y), C.long(len(x)))
 }
 
 func maxPool2x2(lv int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
-	C.gorun_maxpool2x2(C.int(lv), fp(x), fp(y), (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(idx))),
+	C.gorun_vec_maxpool2x2(C.int(lv), fp(x), fp(y), (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(idx))),
 		C.long(planes), C.long(h), C.long(w), C.long(oh), C.long(ow))
 }
 
 func sum(lv int, x []float32) float32 {
-	return float32(C.gorun_sum(C.int(lv), fp(x), C.long(len(x))))
+	return float32(C.gorun_vec_sum(C.int(lv), fp(x), C.long(len(x))))
 }
