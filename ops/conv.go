@@ -213,6 +213,10 @@ func conv2DGradBias[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, db := in[0], out[0]
 	n, o := dy.Shape[0], dy.Shape[1]
 	plane := prod(dy.Shape[2:])
+	if is32[T]() {
+		vec.BiasGrad(view[float32](dy.Data), n, o, plane, view[float32](db.Data), a.Accumulate)
+		return
+	}
 	for j := 0; j < o; j++ {
 		var s float64
 		for i := 0; i < n; i++ {

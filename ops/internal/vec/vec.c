@@ -241,3 +241,15 @@ float gorun_vec_sum(int level, const float *x, long n) {
 		return sum_avx512(x, n);
 	return sum_c(x, n);
 }
+
+// ---- bias gradient: db[j] (+)= Σ_i sum(dy[i, j, :]), each plane summed as
+// gorun_vec_sum, the planes added in float64 in sample order ----
+
+void gorun_vec_bias_grad(int level, const float *dy, long n, long o, long plane, float *db, int accumulate) {
+	for (long j = 0; j < o; j++) {
+		double s = 0;
+		for (long i = 0; i < n; i++)
+			s += (double)gorun_vec_sum(level, dy + (i * o + j) * plane, plane);
+		db[j] = accumulate ? db[j] + (float)s : (float)s;
+	}
+}

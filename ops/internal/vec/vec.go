@@ -51,6 +51,34 @@ func Sum(x []float32) float32 {
 	return sum(level, x)
 }
 
+// BiasGrad sets db[j] to Σ_i Sum(dy[i, j, :]) for dy[n, o, plane] (adds it
+// with accumulate): each plane summed as Sum, the planes added in float64
+// in sample order. One call for the whole gradient.
+func BiasGrad(dy []float32, n, o, plane int, db []float32, accumulate bool) {
+	if o == 0 {
+		return
+	}
+	_ = db[o-1]
+	if n*plane > 0 {
+		_ = dy[n*o*plane-1]
+	}
+	biasGrad(level, dy, n, o, plane, db, accumulate)
+}
+
+func biasGradGo(dy []float32, n, o, plane int, db []float32, accumulate bool) {
+	for j := range o {
+		var s float64
+		for i := range n {
+			s += float64(sumGo(dy[(i*o+j)*plane:][:plane]))
+		}
+		if accumulate {
+			db[j] += float32(s)
+		} else {
+			db[j] = float32(s)
+		}
+	}
+}
+
 // MaxPool2x2 pools planes planes of x (each h×w) with a 2×2 window and
 // stride 2 into y (each oh×ow, oh ≤ h/2, ow ≤ w/2), writing into idx the
 // index within its plane of each chosen element: the first maximum of the

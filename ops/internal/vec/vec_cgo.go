@@ -10,6 +10,7 @@ void gorun_vec_relu(int level, float *y, const float *x, long n);
 void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *y, long n);
 void gorun_vec_add(int level, float *z, const float *x, const float *y, long n);
 float gorun_vec_sum(int level, const float *x, long n);
+void gorun_vec_bias_grad(int level, const float *dy, long n, long o, long plane, float *db, int accumulate);
 void gorun_vec_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow);
 */
 import "C"
@@ -40,4 +41,12 @@ func maxPool2x2(lv int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 
 func sum(lv int, x []float32) float32 {
 	return float32(C.gorun_vec_sum(C.int(lv), fp(x), C.long(len(x))))
+}
+
+func biasGrad(lv int, dy []float32, n, o, plane int, db []float32, accumulate bool) {
+	acc := C.int(0)
+	if accumulate {
+		acc = 1
+	}
+	C.gorun_vec_bias_grad(C.int(lv), fp(dy), C.long(n), C.long(o), C.long(plane), fp(db), acc)
 }

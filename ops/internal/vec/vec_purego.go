@@ -13,3 +13,7 @@ func maxPool2x2(_ int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 }
 
 func sum(_ int, x []float32) float32 { return sumGo(x) }
+
+func biasGrad(_ int, dy []float32, n, o, plane int, db []float32, accumulate bool) {
+	biasGradGo(dy, n, o, plane, db, accumulate)
+}

@@ -110,6 +110,33 @@ func TestSumMatchesGo(t *testing.T) {
 	}
 }
 
+func TestBiasGradMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	for _, lv := range levels() {
+		for _, dims := range [][3]int{{1, 1, 1}, {3, 5, 17}, {64, 10, 576}, {2, 3, 0}, {0, 4, 9}} {
+			n, o, plane := dims[0], dims[1], dims[2]
+			dy := sample(r, n*o*plane)
+			for i := range dy {
+				if dy[i] != dy[i] || math.IsInf(float64(dy[i]), 0) {
+					dy[i] = 1
+				}
+			}
+			for _, acc := range []bool{false, true} {
+				want, got := make([]float32, o), make([]float32, o+1)
+				for j := range o {
+					want[j], got[j] = 2, 2
+				}
+				got[o] = 7
+				biasGradGo(dy, n, o, plane, want, acc)
+				biasGrad(lv, dy, n, o, plane, got, acc)
+				if !same(want, got[:o]) || got[o] != 7 {
+					t.Errorf("level %d %v accumulate %v: %v, the Go loop %v", lv, dims, acc, got[:o], want)
+				}
+			}
+		}
+	}
+}
+
 func TestMaxPool2x2MatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, lv := range levels() {
