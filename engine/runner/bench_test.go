@@ -201,16 +201,22 @@ func trainScriptSpeed(b *testing.B, src string, devices, batch int) float64 {
 	const warmup = 10 // steps not timed
 	s.MaxSteps = steps + warmup
 	var t0, t1 float64
+	last := 0
 	b.ResetTimer()
 	_, err = Run(p, RunOptions{Train: ds, OnStep: func(m StepMetrics) {
 		if m.Step == warmup {
 			t0 = m.Time
 		}
-		t1 = m.Time
+		t1, last = m.Time, m.Step
 	}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	return float64(steps*batch) / (t1 - t0)
+	// The script's epochs may end the run before MaxSteps: count the steps
+	// that ran.
+	if last <= warmup {
+		b.Fatalf("the run stopped after %d steps, within the %d warm-up steps", last, warmup)
+	}
+	return float64((last-warmup)*batch) / (t1 - t0)
 }
