@@ -1,13 +1,19 @@
-// Package vec owns the vectorised float32 kernels of the memory-bound ops
-// (ReLU and its gradient, elementwise add, 2×2 max pooling): C with AVX-512
-// intrinsics, the same loops compiled for AVX2, and plain C, chosen once
-// per process by what the CPU has; without cgo (or with the purego tag) the
-// Go loops in this file. Every path computes each element with the same
-// single operation, so all give bit-identical results (tests compare each
-// level with the Go loops). gorun writes these in C rather than taking a
-// library because no packaged library offers them with PyTorch's max
-// pooling semantics (first maximum, NaN taken, int32 plane indices) and a
-// cgo call per op is the whole cost of reaching them.
+// Package vec owns gorun's vectorised float32 CPU kernels: the
+// memory-bound ops (ReLU and its gradient, add, sums and bias gradients,
+// 2×2 max pooling, GELU's tanh form and its gradient, batch and layer
+// normalisation) and the direct convolution of single-channel inputs. Each
+// is C with AVX-512 intrinsics, an AVX2 body and a plain-C body, the level
+// chosen once per process by what the CPU has (Level); without cgo, or
+// with the purego tag, the Go loops of this package run instead. Levels
+// agree bit for bit (elementwise results use the same float32 operations in
+// the same order; sums use a fixed order of partial sums that the Go loops
+// reproduce, or, for float64 sums, agree within rounding), and the tests
+// compare every level with the Go loops. One cgo call covers a whole op,
+// never a row: its ~40 ns is the whole cost of reaching C. The package
+// exists because no packaged library offers these with PyTorch's semantics
+// (max pooling's first maximum and NaN rule with int32 plane indices,
+// GELU's tanh form, batch norm split where SyncBatchNorm all-reduces) and
+// an allocation-free interface over the executor's arena.
 package vec
 
 import "math"
