@@ -1,16 +1,26 @@
 package ops
 
-import "math"
+import (
+	"math"
+
+	"gorun/ops/internal/vec"
+)
 
 // Layer normalisation over the last dimension: x[N,...,D] is seen as rows
 // of D elements; save holds each row's mean and invstd.
 
 // layerNorm: in x[N,...,D], optional gamma[D], optional beta[D]; out y and
-// save[N,...,2] = (mean, invstd) per row.
+// save[N,...,2] = (mean, invstd) per row. Float32 goes to package vec in
+// one call.
 func layerNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, gamma, beta := in[0], optIn(in, 1), optIn(in, 2)
 	y, save := out[0], out[1]
 	rows, d := lastDim(x)
+	if is32[T]() {
+		vec.LayerNorm(view[float32](y.Data), view[float32](save.Data), view[float32](x.Data), opt32(gamma), opt32(beta),
+			rows, d, a.Eps)
+		return
+	}
 	for r := 0; r < rows; r++ {
 		xr, yr := x.Data[r*d:][:d], y.Data[r*d:][:d]
 		var s float64
@@ -44,6 +54,11 @@ func layerNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func layerNormGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, save, gamma, dx := in[0], in[1], in[2], optIn(in, 3), out[0]
 	rows, d := lastDim(x)
+	if is32[T]() {
+		vec.LayerNormGradInput(view[float32](dx.Data), view[float32](dy.Data), view[float32](x.Data),
+			view[float32](save.Data), opt32(gamma), rows, d)
+		return
+	}
 	for r := 0; r < rows; r++ {
 		xr, gr, dr := x.Data[r*d:][:d], dy.Data[r*d:][:d], dx.Data[r*d:][:d]
 		mean, is := save.Data[2*r], save.Data[2*r+1]
@@ -61,10 +76,16 @@ func layerNormGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// layerNormGradGamma: in dy, x, save; out dgamma[D] = Σ dy·x̂ over rows.
+// layerNormGradGamma: in dy, x, save; out dgamma[D] = Σ dy·x̂ over rows,
+// each column summed in float64 in row order.
 func layerNormGradGamma[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, save, dg := in[0], in[1], in[2], out[0]
 	rows, d := lastDim(x)
+	if is32[T]() {
+		vec.LayerNormGradGamma(view[float32](dg.Data), view[float32](dy.Data), view[float32](x.Data),
+			view[float32](save.Data), rows, d, a.Accumulate)
+		return
+	}
 	for j := range dg.Data[:d] {
 		var s float64
 		for r := 0; r < rows; r++ {
@@ -75,10 +96,15 @@ func layerNormGradGamma[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// layerNormGradBeta: in dy; out dbeta[D] = Σ dy over rows.
+// layerNormGradBeta: in dy; out dbeta[D] = Σ dy over rows, each column
+// summed in float64 in row order.
 func layerNormGradBeta[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, db := in[0], out[0]
 	rows, d := lastDim(dy)
+	if is32[T]() {
+		vec.ColSums(view[float32](db.Data), view[float32](dy.Data), rows, d, a.Accumulate)
+		return
+	}
 	for j := range db.Data[:d] {
 		var s float64
 		for r := 0; r < rows; r++ {
@@ -86,4 +112,13 @@ func layerNormGradBeta[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		}
 		setGrad(a, &db.Data[j], s)
 	}
+}
+
+// opt32 returns an optional buffer's data as float32 (T is float32), or
+// nil when it is absent.
+func opt32[T Float](b *Buf[T]) []float32 {
+	if b == nil {
+		return nil
+	}
+	return view[float32](b.Data)
 }
