@@ -508,19 +508,8 @@ static void sgemm_scalar(int transA, int transB, long m, long n, long k,
 
 // ---- entry points ----
 
-// gorun_sgemm_level returns the best kernel this CPU runs:
-// 2 AVX-512, 1 AVX2+FMA, 0 portable.
-int gorun_sgemm_level(void) {
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f"))
-		return 2;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		return 1;
-	return 0;
-}
-
-// gorun_sgemm runs the kernel of the given level (from gorun_sgemm_level or
-// lower). m, n, k are positive and the matrices are in bounds (checked by the
+// gorun_sgemm runs the kernel of the given level (package vec's Level, which
+// the Go side passes, or lower: 2 AVX-512, 1 AVX2+FMA, 0 portable). m, n, k are positive and the matrices are in bounds (checked by the
 // Go caller). It returns 0, or -1 if the packing buffer could not be
 // allocated.
 int gorun_sgemm(int level, int transA, int transB, long m, long n, long k,

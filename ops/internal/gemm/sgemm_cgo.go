@@ -4,7 +4,6 @@ package gemm
 
 /*
 #cgo CFLAGS: -O3
-int gorun_sgemm_level(void);
 int gorun_sgemm(int level, int transA, int transB, long m, long n, long k,
                 float alpha, const float *A, long lda, const float *B, long ldb,
                 float beta, float *C, long ldc);
@@ -13,11 +12,15 @@ float gorun_fma_peak_avx2(long iters);
 */
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"gorun/ops/internal/vec"
+)
 
 // cpuLevel is the best C kernel this CPU runs: 2 AVX-512, 1 AVX2+FMA,
-// 0 portable.
-var cpuLevel = int(C.gorun_sgemm_level())
+// 0 portable (the same test as the vectorised kernels').
+var cpuLevel = vec.Level()
 
 // goMaxWork is the most multiply-adds (m·n·k) for which the pure-Go loop
 // beats the ~250ns fixed cost of the C path (measured: they break even near
