@@ -74,6 +74,11 @@ var gradCases = []gradCase{
 		in: [][]int{{2, 3, 6, 5}, {3, 1, 3, 3}, nil}, bwd: convBwd(false)},
 	{name: "conv2d/groups2-batch1-pad1", op: Conv2D, attrs: Attrs{Groups: 2, Padding: 1},
 		in: [][]int{{1, 4, 4, 3}, {4, 2, 2, 2}, {4}}, capN: 2, bwd: convBwd(true)},
+	// Single-channel inputs, stride 1, kernels 5 and 3: float32 takes the
+	// direct kernels of package vec.
+	{name: "conv2d/1ch-5x5-partial", op: Conv2D, in: [][]int{{2, 1, 8, 9}, {3, 1, 5, 5}, {3}}, capN: 3, bwd: convBwd(true)},
+	{name: "conv2d/1ch-3x3-pad1-nobias", op: Conv2D, attrs: Attrs{Padding: 1},
+		in: [][]int{{3, 1, 6, 18}, {9, 1, 3, 3}, nil}, bwd: convBwd(false)},
 	{name: "linear", op: Linear, in: [][]int{{3, 5}, {4, 5}, {4}}, capN: 6, bwd: linearBwd(true)},
 	{name: "linear/nobias", op: Linear, in: [][]int{{2, 3}, {4, 3}, nil}, bwd: linearBwd(false)},
 	{name: "linear/3d", op: Linear, in: [][]int{{3, 4, 5}, {6, 5}, {6}}, capN: 5, bwd: linearBwd(true)},
