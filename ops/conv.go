@@ -507,12 +507,9 @@ func scatterAdd[T Float](d, s []T, stride int) {
 	}
 }
 
-// sum adds up s: float32 through vec.Sum (sixteen lanes), float64 with
-// four accumulators.
+// sum adds up s in T with four accumulators (float64's bias gradient;
+// float32's is vec.BiasGrad).
 func sum[T Float](s []T) T {
-	if is32[T]() {
-		return T(vec.Sum(view[float32](s)))
-	}
 	var a0, a1, a2, a3 T
 	i := 0
 	for ; i+4 <= len(s); i += 4 {

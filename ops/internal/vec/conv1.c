@@ -143,7 +143,7 @@ __attribute__((target("avx512f"))) static int conv1_fwd_avx512(gorun_c1geom g, c
 // ---- weight gradient: dw[o,ki,kj] (+)= Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n, oy+ki-p,
 // ox+kj-p], in sixteen partial sums (output column ox into partial
 // ox mod 16 of its sixteen-column block, samples, rows and blocks in
-// order) combined pairwise as vec.Sum ----
+// order) combined pairwise as gorun_vec_sum ----
 
 static float combine(float *p) {
 	for (int s = 8; s >= 1; s /= 2)

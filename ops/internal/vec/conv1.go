@@ -41,7 +41,7 @@ func Conv1Forward(g *Conv1Geom, x, w, b, y []float32) {
 // Conv1GradWeight sets dw[o,ki,kj] to Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,oy+ki-P,
 // ox+kj-P], or adds it with accumulate: sixteen partial sums per tap
 // (output column ox into partial ox mod 16; samples, rows and 16-column
-// blocks in order) combined pairwise as Sum.
+// blocks in order) combined pairwise as BiasGrad's plane sums.
 func Conv1GradWeight(g *Conv1Geom, dy, x, dw []float32, accumulate bool) {
 	if g.N*g.O*g.OH*g.OW == 0 {
 		if !accumulate {

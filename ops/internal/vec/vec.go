@@ -46,20 +46,12 @@ func Add(z, x, y []float32) {
 	add(level, z, x, y)
 }
 
-// Sum returns the float32 sum of x in a fixed order: sixteen partial sums
-// (element i into partial i mod 16, a tail of r < 16 elements into
-// partials 0…r-1, as a sixteen-lane vector adds) combined pairwise (p_i +=
-// p_{i+8}, then p_i += p_{i+4}, …). Every level gives the same bits.
-func Sum(x []float32) float32 {
-	if len(x) == 0 {
-		return 0
-	}
-	return sum(level, x)
-}
-
-// BiasGrad sets db[j] to Σ_i Sum(dy[i, j, :]) for dy[n, o, plane] (adds it
-// with accumulate): each plane summed as Sum, the planes added in float64
-// in sample order. One call for the whole gradient.
+// BiasGrad sets db[j] to the sum of dy[:, j, :] for dy[n, o, plane] (adds
+// it with accumulate): each plane summed in float32 in a fixed order —
+// sixteen partial sums (element i into partial i mod 16, as a sixteen-lane
+// vector adds) combined pairwise (p_i += p_{i+8}, then p_i += p_{i+4}, …) —
+// the planes added in float64 in sample order. Every level gives the same
+// bits. One call for the whole gradient.
 func BiasGrad(dy []float32, n, o, plane int, db []float32, accumulate bool) {
 	if o == 0 {
 		return
