@@ -21,6 +21,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -72,6 +73,10 @@ type flags struct {
 	world       *world          // this process's place in the run
 	given       map[string]bool // flags given on the command line
 	sig         *sigWatch       // cancels the script on SIGINT and SIGTERM
+	// release unlocks the run folder (rank 0's process); train calls it
+	// before leaving MPI, as mpirun may kill this process once another
+	// rank has exited with a signal's status.
+	release func()
 }
 
 const usage = `usage:
@@ -275,7 +280,8 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		defer release()
+		f.release = sync.OnceFunc(release)
+		defer f.release()
 	}
 	return train(pos[0], &f, stdout, stderr)
 }
@@ -351,6 +357,11 @@ func loadSpec(path string, f *flags) (*spec.Spec, error) {
 func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	f.training = true
 	defer func() {
+		// Unlock first: once every rank has left MPI, the first to exit
+		// with an interrupt's status makes mpirun kill the others.
+		if f.release != nil {
+			f.release()
+		}
 		if v := recover(); v != nil {
 			// The other ranks must not wait in MPI_Finalize for this one.
 			leaveMPI(fmt.Errorf("internal error: %v", v))
