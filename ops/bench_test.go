@@ -97,10 +97,10 @@ func BenchmarkConv(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(cb.x[0]), "ns/sample")
 			})
-			if cb.x[1] == 1 { // single-channel input: im2col and GEMM instead of the direct kernel
+			if g := geomFwd(cb.a, cb.x, cb.w); g.s == 1 { // im2col and GEMM instead of the direct kernels
 				b.Run(cb.name+"_im2col/"+part.name, func(b *testing.B) {
-					directConv1 = false
-					defer func() { directConv1 = true }()
+					directConv = false
+					defer func() { directConv = true }()
 					for b.Loop() {
 						part.f()
 					}

@@ -75,19 +75,27 @@ func convChunk(g *convGeom) int {
 	return max(1, colBudget/(g.k()*plane), (colMin+plane-1)/plane)
 }
 
-// directConv1 sends float32 convolutions of single-channel inputs
-// (stride 1, no groups) to vec.Conv1Forward and vec.Conv1GradWeight, which
-// convolve directly instead of through im2col and a matrix multiply with
-// k = KH·KW. BenchmarkConv turns it off to compare both in one run.
-var directConv1 = true
+// directConv sends float32 convolutions with stride 1 and no groups to
+// vec's direct kernels (no im2col buffer, no matrix multiply) where they
+// beat lowering: inputs of one channel (a first layer on greyscale images,
+// where im2col would copy each input element KH·KW times for a product with
+// k = KH·KW), and, where vec runs them with AVX-512, the passes that
+// BenchmarkConv measured faster (see direct). BenchmarkConv turns it off to
+// compare both in one run.
+var directConv = true
 
-// conv1 returns g as vec's single-channel geometry, and whether the direct
-// kernels take it.
-func (g *convGeom) conv1() (vec.Conv1Geom, bool) {
-	if !directConv1 || g.c != 1 || g.ng() != 1 || g.s != 1 || g.kw > vec.Conv1MaxKW || g.oh < 1 || g.ow < 1 {
-		return vec.Conv1Geom{}, false
+// direct returns g as vec's geometry, and which passes the direct kernels
+// take.
+func (g *convGeom) direct() (cg vec.ConvGeom, fwd, wgrad, dgrad bool) {
+	if !directConv || g.ng() != 1 || g.s != 1 || g.kw > vec.ConvMaxKW || g.oh < 1 || g.ow < 1 {
+		return cg, false, false, false
 	}
-	return vec.Conv1Geom{N: g.n, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow}, true
+	cg = vec.ConvGeom{N: g.n, C: g.c, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow}
+	if g.c == 1 {
+		return cg, true, true, false
+	}
+	fwd, wgrad, dgrad = vec.ConvFast(&cg)
+	return cg, fwd, wgrad, dgrad
 }
 
 // chunk returns the geometry of samples [n0, n0+cs) of g.
@@ -102,12 +110,12 @@ func (g *convGeom) chunk(cs int) convGeom {
 func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, w, b, y := in[0], in[1], optIn(in, 2), out[0]
 	g := geomFwd(a, x.Shape, w.Shape)
-	if cg, ok := g.conv1(); ok && is32[T]() {
+	if cg, ok, _, _ := g.direct(); ok && is32[T]() {
 		var bias []float32
 		if b != nil {
 			bias = view[float32](b.Data)
 		}
-		vec.Conv1Forward(&cg, view[float32](x.Data), view[float32](w.Data), bias, view[float32](y.Data))
+		vec.ConvForward(&cg, view[float32](x.Data), view[float32](w.Data), bias, view[float32](y.Data))
 		return
 	}
 	k, plane, xs := g.k(), g.oh*g.ow, g.xs()
@@ -156,6 +164,10 @@ func conv2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, w, dx := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, dx.Shape, w.Shape)
+	if cg, _, _, ok := g.direct(); ok && is32[T]() {
+		vec.ConvGradInput(&cg, view[float32](dy.Data), view[float32](w.Data), view[float32](dx.Data))
+		return
+	}
 	k, plane, xs := g.k(), g.oh*g.ow, g.xs()
 	og, xg := g.o/g.ng(), g.c*g.h*g.w
 	step := convChunk(&g)
@@ -177,8 +189,8 @@ func conv2DGradInput[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func conv2DGradWeight[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, x, dw := in[0], in[1], out[0]
 	g := geomBwd(a, dy.Shape, x.Shape, dw.Shape)
-	if cg, ok := g.conv1(); ok && is32[T]() {
-		vec.Conv1GradWeight(&cg, view[float32](dy.Data), view[float32](x.Data), view[float32](dw.Data), a.Accumulate)
+	if cg, _, ok, _ := g.direct(); ok && is32[T]() {
+		vec.ConvGradWeight(&cg, view[float32](dy.Data), view[float32](x.Data), view[float32](dw.Data), a.Accumulate)
 		return
 	}
 	var beta T

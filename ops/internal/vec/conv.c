@@ -1,0 +1,520 @@
+//go:build cgo && amd64 && !purego
+
+// Direct convolution with stride 1 (see conv.go): the forward pass, the
+// weight gradient and the input gradient without im2col's copies and a
+// matrix multiply. The plain bodies take every geometry; the AVX-512
+// bodies take what conv.go's ConvFast says. Both use fused multiply-adds in
+// the same order (fmaf in plain C), so the levels agree bit for bit.
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	long n, c, o, h, w; // samples, input channels, output channels, input plane
+	long kh, kw, p;     // kernel, padding (stride 1)
+	long oh, ow;        // output plane
+} gorun_cgeom;
+
+// valid reports whether output column ox reads an input column of the
+// plane for kernel column kj.
+static inline int valid(const gorun_cgeom *g, long ox, long kj) {
+	long ix = ox + kj - g->p;
+	return ix >= 0 && ix < g->w;
+}
+
+// ---- forward: y[n,o] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c, oy+ki-p, ox+kj-p],
+// added in the order c, ki, kj (rows reading only padding skipped) ----
+
+static inline __attribute__((always_inline)) void conv_fwd_c(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	long plane = g.oh * g.ow, hw = g.h * g.w;
+	for (long n = 0; n < g.n; n++)
+		for (long o = 0; o < g.o; o++) {
+			const float *wo = w + o * g.c * g.kh * g.kw;
+			float *yo = y + (n * g.o + o) * plane;
+			for (long oy = 0; oy < g.oh; oy++)
+				for (long ox = 0; ox < g.ow; ox++) {
+					float acc = b ? b[o] : 0.0f;
+					for (long c = 0; c < g.c; c++)
+						for (long ki = 0; ki < g.kh; ki++) {
+							long iy = oy + ki - g.p;
+							if (iy < 0 || iy >= g.h)
+								continue;
+							const float *row = x + (n * g.c + c) * hw + iy * g.w;
+							const float *wk = wo + (c * g.kh + ki) * g.kw;
+							for (long kj = 0; kj < g.kw; kj++)
+								if (valid(&g, ox, kj))
+									acc = fmaf(wk[kj], row[ox + kj - g.p], acc);
+						}
+					yo[oy * g.ow + ox] = acc;
+				}
+		}
+}
+
+// lanemask returns the lanes of output columns [c0, c0+lanes) that exist
+// and read inside the plane for kernel column kj.
+static inline unsigned lanemask(const gorun_cgeom *g, long c0, long kj, long lanes) {
+	long lo = g->p - kj, hi = g->w + g->p - kj; // ox range reading the plane
+	if (lo < 0)
+		lo = 0;
+	if (hi > g->ow)
+		hi = g->ow;
+	lo -= c0;
+	hi -= c0;
+	if (lo < 0)
+		lo = 0;
+	if (hi > lanes)
+		hi = lanes;
+	if (hi <= lo)
+		return 0;
+	return ((1u << (hi - lo)) - 1u) << lo;
+}
+
+// outmask returns the lanes of output columns [c0, c0+lanes) that exist.
+static inline unsigned outmask(long ow, long c0, long lanes) {
+	long k = ow - c0 < lanes ? ow - c0 : lanes;
+	return (1u << k) - 1u;
+}
+
+#define MAXKW 16
+
+// Vector operations by width: Z sixteen lanes (zmm), Y eight (ymm, with
+// AVX-512VL's masks). Zen 4 runs a zmm operation as two halves, so a
+// plane eight columns wide wastes half of every zmm but none of a ymm.
+#define Z_VT __m512
+#define Z_MT __mmask16
+#define Z_LANES 16
+#define Z_SET1 _mm512_set1_ps
+#define Z_ZERO _mm512_setzero_ps
+#define Z_LOADZ _mm512_maskz_loadu_ps
+#define Z_LOAD _mm512_load_ps
+#define Z_LOADU _mm512_loadu_ps
+#define Z_STORE _mm512_store_ps
+#define Z_STOREM _mm512_mask_storeu_ps
+#define Z_FMA _mm512_fmadd_ps
+#define Y_VT __m256
+#define Y_MT __mmask8
+#define Y_LANES 8
+#define Y_SET1 _mm256_set1_ps
+#define Y_ZERO _mm256_setzero_ps
+#define Y_LOADZ _mm256_maskz_loadu_ps
+#define Y_LOAD _mm256_load_ps
+#define Y_LOADU _mm256_loadu_ps
+#define Y_STORE _mm256_store_ps
+#define Y_STOREM _mm256_mask_storeu_ps
+#define Y_FMA _mm256_fmadd_ps
+
+// FWD_TAPS adds one kernel row's taps of one input channel, LOAD(r, kj)
+// reading row r's window for kernel column kj.
+#define FWD_TAPS(V, OGC, RB, LOAD)                                                                                  \
+	for (long kj = 0; kj < g.kw; kj++) {                                                                          \
+		V##_VT v[RB];                                                                                             \
+		_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                                      \
+			v[r] = LOAD;                                                                                          \
+		_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++) {                                                   \
+			V##_VT wv = V##_SET1(wk[kj * OGC + q]);                                                               \
+			_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                                  \
+				acc[r][q] = V##_FMA(wv, v[r], acc[r][q]);                                                         \
+		}                                                                                                         \
+	}
+
+// The forward pass holds OGC output channels' accumulators for RB output
+// rows of one lane block, so that each input load feeds OGC independent
+// fused multiply-adds and each weight broadcast RB (one chain would wait on
+// the FMA latency). Rows of the block past the plane, or reading padding,
+// load zeros.
+#define DEF_FWD(NAME, V, OGC, RB)                                                                                   \
+	__attribute__((target("avx512f,avx512vl,fma"))) static int NAME(gorun_cgeom g, const float *x, const float *w,    \
+	                                                            const float *b, float *y) {                       \
+		long plane = g.oh * g.ow, hw = g.h * g.w, taps = g.c * g.kh * g.kw, groups = (g.o + OGC - 1) / OGC;       \
+		/* The weights and biases regrouped: tap t of group q at wp[(q·taps + t)·OGC], */                         \
+		/* zero for channels past O, so every group runs all OGC lanes. */                                        \
+		float *wp = calloc(groups * taps * OGC + groups * OGC, sizeof(float)), *bp = wp + groups * taps * OGC;   \
+		if (!wp)                                                                                                  \
+			return -1;                                                                                            \
+		for (long o = 0; o < g.o; o++) {                                                                          \
+			for (long t = 0; t < taps; t++)                                                                       \
+				wp[((o / OGC) * taps + t) * OGC + o % OGC] = w[o * taps + t];                                     \
+			bp[o] = b ? b[o] : 0.0f;                                                                              \
+		}                                                                                                         \
+		for (long n = 0; n < g.n; n++)                                                                            \
+			for (long c0 = 0; c0 < g.ow; c0 += V##_LANES) {                                                       \
+				V##_MT out = (V##_MT)outmask(g.ow, c0, V##_LANES);                                                \
+				V##_MT m[MAXKW];                                                                                  \
+				int full = 1;                                                                                     \
+				for (long kj = 0; kj < g.kw; kj++) {                                                              \
+					m[kj] = (V##_MT)lanemask(&g, c0, kj, V##_LANES);                                              \
+					full &= m[kj] == (V##_MT)~0u;                                                                 \
+				}                                                                                                 \
+				for (long gi = 0; gi < groups; gi++) {                                                            \
+					long o0 = gi * OGC, og = g.o - o0 < OGC ? g.o - o0 : OGC;                                     \
+					const float *wg = wp + gi * taps * OGC;                                                       \
+					for (long oy0 = 0; oy0 < g.oh; oy0 += RB) {                                                   \
+						V##_VT acc[RB][OGC];                                                                      \
+						_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                      \
+							_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                 \
+								acc[r][q] = V##_SET1(bp[o0 + q]);                                                 \
+						for (long c = 0; c < g.c; c++)                                                            \
+							for (long ki = 0; ki < g.kh; ki++) {                                                  \
+								const float *rp[RB];                                                              \
+								V##_MT rm[RB];                                                                    \
+								int any = 0;                                                                      \
+								_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {                            \
+									long iy = oy0 + r + ki - g.p;                                                 \
+									int ok = oy0 + r < g.oh && iy >= 0 && iy < g.h;                               \
+									rp[r] = ok ? x + (n * g.c + c) * hw + iy * g.w + c0 - g.p : x;                \
+									rm[r] = ok ? (V##_MT)~0u : 0;                                                 \
+									any += ok;                                                                    \
+								}                                                                                 \
+								if (!any)                                                                         \
+									continue;                                                                     \
+								const float *wk = wg + (c * g.kh + ki) * g.kw * OGC;                              \
+								if (any == RB && full) /* interior: plain loads */                                \
+									FWD_TAPS(V, OGC, RB, V##_LOADU(rp[r] + kj))                                   \
+								else                                                                              \
+									FWD_TAPS(V, OGC, RB, V##_LOADZ(rm[r] & m[kj], rp[r] + kj))                    \
+							}                                                                                     \
+						_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                      \
+							_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                 \
+								if (q < og && oy0 + r < g.oh)                                                     \
+									V##_STOREM(y + (n * g.o + o0 + q) * plane + (oy0 + r) * g.ow + c0, out,       \
+									           acc[r][q]);                                                        \
+					}                                                                                             \
+				}                                                                                                 \
+			}                                                                                                     \
+		free(wp);                                                                                                 \
+		return 0;                                                                                                 \
+	}
+
+DEF_FWD(fwd_z8, Z, 8, 1)
+DEF_FWD(fwd_z5, Z, 5, 1)
+DEF_FWD(fwd_y4, Y, 4, 2)
+DEF_FWD(fwd_y5, Y, 5, 2)
+
+// conv_fwd_avx512 groups the output channels by 5 when that pads none and
+// the other grouping would (the MNIST Net's 10 and 20); planes at most
+// eight columns wide take eight-lane vectors.
+__attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
+                                                               const float *b, float *y) {
+	if (g.ow <= 8 && __builtin_cpu_supports("avx512vl")) {
+		if (g.o % 5 == 0 && g.o % 4 != 0)
+			return fwd_y5(g, x, w, b, y);
+		return fwd_y4(g, x, w, b, y);
+	}
+	if (g.o % 5 == 0 && g.o % 8 != 0)
+		return fwd_z5(g, x, w, b, y);
+	return fwd_z8(g, x, w, b, y);
+}
+
+// ---- weight gradient: dw[o,c,ki,kj] (+)= Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
+// oy+ki-p, ox+kj-p], in sixteen partial sums (output column ox into
+// partial ox mod 16 of its sixteen-column block, samples, rows and blocks
+// in order) combined pairwise as gorun_vec_sum ----
+
+static float combine(float *p) {
+	for (int s = 8; s >= 1; s /= 2)
+		for (int i = 0; i < s; i++)
+			p[i] = p[i] + p[i + s];
+	return p[0];
+}
+
+// finish combines each tap's partial sums into dw.
+static void finish(float *part, long taps, float *dw, int accumulate) {
+	for (long t = 0; t < taps; t++) {
+		float s = combine(part + t * 16);
+		dw[t] = accumulate ? dw[t] + s : s;
+	}
+}
+
+static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
+	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
+	float *part = calloc(taps * 16, sizeof(float));
+	if (!part)
+		return -1;
+	for (long n = 0; n < g.n; n++)
+		for (long o = 0; o < g.o; o++) {
+			const float *dyo = dy + (n * g.o + o) * plane;
+			for (long c = 0; c < g.c; c++)
+				for (long ki = 0; ki < g.kh; ki++)
+					for (long kj = 0; kj < g.kw; kj++) {
+						float *pp = part + (((o * g.c + c) * g.kh + ki) * g.kw + kj) * 16;
+						for (long oy = 0; oy < g.oh; oy++) {
+							long iy = oy + ki - g.p;
+							if (iy < 0 || iy >= g.h)
+								continue;
+							const float *row = x + (n * g.c + c) * hw + iy * g.w;
+							for (long ox = 0; ox < g.ow; ox++)
+								if (valid(&g, ox, kj))
+									pp[ox & 15] = fmaf(dyo[oy * g.ow + ox], row[ox + kj - g.p], pp[ox & 15]);
+						}
+					}
+		}
+	finish(part, taps, dw, accumulate);
+	free(part);
+	return 0;
+}
+
+// The weight gradient holds, for one input channel and kernel row, the
+// partial sums of WG output channels × KWC kernel columns in registers
+// across the rows and blocks of NB samples: each block loads WG rows of dy
+// and KWC windows of x once for WG·KWC independent fused multiply-adds.
+// KWC is a compile-time width (3 or 5: the kernels this path takes); the
+// partial sums go through memory once per NB samples, which stay in L1.
+#define WG 4
+#define NB 8
+
+// WGRAD_BLOCK adds one block's products, DLOAD(q) reading dy's row for
+// channel o0+q and XLOAD(kj) x's window for kernel column kj.
+#define WGRAD_BLOCK(V, KWC, DLOAD, XLOAD)                                                                           \
+	{                                                                                                             \
+		V##_VT d[WG], v[KWC];                                                                                     \
+		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                                      \
+			d[q] = DLOAD;                                                                                         \
+		_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                                  \
+			v[kj] = XLOAD;                                                                                        \
+		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                                      \
+			_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                              \
+				acc[q][kj] = V##_FMA(d[q], v[kj], acc[q][kj]);                                                    \
+	}
+
+#define DEF_WGRAD(NAME, V, KWC)                                                                                     \
+	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *dy, const float *x,  \
+	                                                             float *part) {                                    \
+		long plane = g.oh * g.ow, hw = g.h * g.w, blocks = (g.ow + V##_LANES - 1) / V##_LANES;                    \
+		V##_MT m[8][KWC], outm[8];                                                                                \
+		int full[8];                                                                                              \
+		for (long bi = 0; bi < blocks; bi++) {                                                                    \
+			long c0 = bi * V##_LANES;                                                                             \
+			outm[bi] = (V##_MT)outmask(g.ow, c0, V##_LANES);                                                      \
+			full[bi] = outm[bi] == (V##_MT)~0u;                                                                   \
+			for (long kj = 0; kj < KWC; kj++) {                                                                   \
+				m[bi][kj] = (V##_MT)lanemask(&g, c0, kj, V##_LANES);                                              \
+				full[bi] &= m[bi][kj] == (V##_MT)~0u;                                                             \
+			}                                                                                                     \
+		}                                                                                                         \
+		for (long n0 = 0; n0 < g.n; n0 += NB) {                                                                   \
+			long n1 = n0 + NB < g.n ? n0 + NB : g.n;                                                              \
+			for (long c = 0; c < g.c; c++)                                                                        \
+				for (long ki = 0; ki < g.kh; ki++)                                                                \
+					for (long o0 = 0; o0 < g.o; o0 += WG) {                                                       \
+						long og = g.o - o0 < WG ? g.o - o0 : WG;                                                  \
+						V##_VT acc[WG][KWC];                                                                      \
+						_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                      \
+							_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                              \
+								acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
+								                    : V##_ZERO();                                                 \
+						for (long n = n0; n < n1; n++)                                                            \
+							for (long oy = 0; oy < g.oh; oy++) {                                                  \
+								long iy = oy + ki - g.p;                                                          \
+								if (iy < 0 || iy >= g.h)                                                          \
+									continue;                                                                     \
+								const float *row = x + (n * g.c + c) * hw + iy * g.w - g.p;                       \
+								for (long bi = 0; bi < blocks; bi++) {                                            \
+									long c0 = bi * V##_LANES;                                                     \
+									const float *dyb = dy + (n * g.o + o0) * plane + oy * g.ow + c0;              \
+									if (og == WG && full[bi]) /* interior: plain loads */                         \
+										WGRAD_BLOCK(V, KWC, V##_LOADU(dyb + q * plane), V##_LOADU(row + c0 + kj)) \
+									else                                                                          \
+										WGRAD_BLOCK(V, KWC, V##_LOADZ(q < og ? outm[bi] : 0, dyb + q * plane),    \
+										            V##_LOADZ(m[bi][kj], row + c0 + kj))                          \
+								}                                                                                 \
+							}                                                                                     \
+						_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                      \
+							_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                              \
+								if (q < og)                                                                       \
+									V##_STORE(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16,        \
+									          acc[q][kj]);                                                        \
+					}                                                                                             \
+		}                                                                                                         \
+	}
+
+DEF_WGRAD(wgrad_z3, Z, 3)
+DEF_WGRAD(wgrad_z5, Z, 5)
+DEF_WGRAD(wgrad_y3, Y, 3)
+DEF_WGRAD(wgrad_y5, Y, 5)
+
+// conv_wgrad_avx512 takes kernels 3 or 5 wide and planes up to 128 columns
+// (8 blocks); planes at most eight columns wide use eight-lane vectors
+// (lanes 8–15 of each tap's partial sums stay zero, as in the plain body).
+__attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, const float *dy, const float *x,
+                                                                 float *dw, int accumulate) {
+	long taps = g.o * g.c * g.kh * g.kw;
+	float *part = aligned_alloc(64, taps * 16 * sizeof(float));
+	if (!part)
+		return -1;
+	memset(part, 0, taps * 16 * sizeof(float));
+	int y = g.ow <= 8 && __builtin_cpu_supports("avx512vl");
+	if (g.kw == 3)
+		(y ? wgrad_y3 : wgrad_z3)(g, dy, x, part);
+	else
+		(y ? wgrad_y5 : wgrad_z5)(g, dy, x, part);
+	finish(part, taps, dw, accumulate);
+	free(part);
+	return 0;
+}
+
+// ---- input gradient: dx[n,c,iy,ix] = Σ_{kj} (Σ_{o,ki} w[o,c,ki,kj]·dy[n,o,
+// iy+p-ki, ix+p-kj]), the inner sums over o then ki (rows outside dy
+// skipped) from zero, the outer over the kernel columns that reach ix, in
+// order, from zero ----
+
+static inline __attribute__((always_inline)) void conv_dgrad_c(gorun_cgeom g, const float *dy, const float *w, float *dx) {
+	long plane = g.oh * g.ow, hw = g.h * g.w;
+	for (long n = 0; n < g.n; n++)
+		for (long c = 0; c < g.c; c++)
+			for (long iy = 0; iy < g.h; iy++)
+				for (long ix = 0; ix < g.w; ix++) {
+					float total = 0.0f;
+					for (long kj = 0; kj < g.kw; kj++) {
+						long ox = ix + g.p - kj;
+						if (ox < 0 || ox >= g.ow)
+							continue;
+						float s = 0.0f;
+						for (long o = 0; o < g.o; o++)
+							for (long ki = 0; ki < g.kh; ki++) {
+								long oy = iy + g.p - ki;
+								if (oy < 0 || oy >= g.oh)
+									continue;
+								s = fmaf(w[((o * g.c + c) * g.kh + ki) * g.kw + kj], dy[(n * g.o + o) * plane + oy * g.ow + ox], s);
+							}
+						total = total + s;
+					}
+					dx[(n * g.c + c) * hw + iy * g.w + ix] = total;
+				}
+}
+
+// The AVX-512 input gradient takes planes of dy at most eight columns wide
+// and of dx at most sixteen: for CG input channels of one row of dx it
+// holds CG × KWC eight-lane sums over (o, ki), lane ox (each dy row loaded
+// once for CG·KWC fused multiply-adds); kernel column kj's sums land on
+// dx columns ox + kj - p, placed by one permute each.
+#define DEF_DGRAD(NAME, KWC, CG)                                                                                    \
+	__attribute__((target("avx512f,avx512vl,fma"))) static int NAME(gorun_cgeom g, const float *dy, const float *w,   \
+	                                                            float *dx) {                                       \
+		long plane = g.oh * g.ow, hw = g.h * g.w, groups = (g.c + CG - 1) / CG;                                   \
+		/* w regrouped: (o, ki, group) then channel q and column kj, zero past C. */                              \
+		float *wp = calloc(g.o * g.kh * groups * CG * KWC, sizeof(float));                                        \
+		if (!wp)                                                                                                  \
+			return -1;                                                                                            \
+		for (long o = 0; o < g.o; o++)                                                                            \
+			for (long c = 0; c < g.c; c++)                                                                        \
+				for (long ki = 0; ki < g.kh; ki++)                                                                \
+					for (long kj = 0; kj < KWC; kj++)                                                             \
+						wp[(((o * g.kh + ki) * groups + c / CG) * CG + c % CG) * KWC + kj] =                      \
+						    w[((o * g.c + c) * g.kh + ki) * KWC + kj];                                            \
+		__mmask8 outm = (__mmask8)outmask(g.ow, 0, 8);                                                            \
+		__mmask16 pm[KWC], store = (__mmask16)((1u << g.w) - 1u);                                                 \
+		__m512i idx[KWC];                                                                                         \
+		for (long kj = 0; kj < KWC; kj++) {                                                                       \
+			long sh = kj - g.p, lo = sh < 0 ? 0 : sh, hi = g.ow + sh < g.w ? g.ow + sh : g.w;                     \
+			pm[kj] = hi > lo ? (__mmask16)(((1u << (hi - lo)) - 1u) << lo) : 0;                                   \
+			int ix[16];                                                                                           \
+			for (int l = 0; l < 16; l++)                                                                          \
+				ix[l] = (int)((l - sh) & 15);                                                                     \
+			idx[kj] = _mm512_loadu_si512(ix);                                                                     \
+		}                                                                                                         \
+		for (long n = 0; n < g.n; n++)                                                                            \
+			for (long gi = 0; gi < groups; gi++) {                                                                \
+				long c0 = gi * CG, cg = g.c - c0 < CG ? g.c - c0 : CG;                                            \
+				for (long iy = 0; iy < g.h; iy++) {                                                               \
+					__m256 acc[CG][KWC];                                                                          \
+					_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                          \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							acc[q][kj] = _mm256_setzero_ps();                                                     \
+					for (long o = 0; o < g.o; o++)                                                                \
+						for (long ki = 0; ki < g.kh; ki++) {                                                      \
+							long oy = iy + g.p - ki;                                                              \
+							if (oy < 0 || oy >= g.oh)                                                             \
+								continue;                                                                         \
+							__m256 d = _mm256_maskz_loadu_ps(outm, dy + (n * g.o + o) * plane + oy * g.ow);       \
+							const float *wk = wp + ((o * g.kh + ki) * groups + gi) * CG * KWC;                    \
+							_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                  \
+								_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                          \
+									acc[q][kj] = _mm256_fmadd_ps(_mm256_set1_ps(wk[q * KWC + kj]), d, acc[q][kj]); \
+						}                                                                                         \
+					_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++) {                                        \
+						if (q >= cg)                                                                              \
+							break;                                                                                \
+						__m512 row = _mm512_setzero_ps();                                                         \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							row = _mm512_add_ps(row, _mm512_maskz_permutexvar_ps(pm[kj], idx[kj],                 \
+							                                                     _mm512_castps256_ps512(acc[q][kj]))); \
+						_mm512_mask_storeu_ps(dx + (n * g.c + c0 + q) * hw + iy * g.w, store, row);               \
+					}                                                                                             \
+				}                                                                                                 \
+			}                                                                                                     \
+		free(wp);                                                                                                 \
+		return 0;                                                                                                 \
+	}
+
+DEF_DGRAD(dgrad_k3, 3, 8)
+DEF_DGRAD(dgrad_k5, 5, 4)
+
+// The plain bodies, compiled for AVX2 with FMA (fmaf becomes one
+// instruction) and for any x86-64 (fmaf from libm, exact but slow).
+__attribute__((target("avx2,fma"))) static void conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
+                                                              const float *b, float *y) {
+	conv_fwd_c(g, x, w, b, y);
+}
+static void conv_fwd_plain(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	conv_fwd_c(g, x, w, b, y);
+}
+__attribute__((target("avx2,fma"))) static int conv_wgrad_avx2(gorun_cgeom g, const float *dy, const float *x,
+                                                               float *dw, int accumulate) {
+	return conv_wgrad_c(g, dy, x, dw, accumulate);
+}
+static int conv_wgrad_plain(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
+	return conv_wgrad_c(g, dy, x, dw, accumulate);
+}
+__attribute__((target("avx2,fma"))) static void conv_dgrad_avx2(gorun_cgeom g, const float *dy, const float *w,
+                                                                float *dx) {
+	conv_dgrad_c(g, dy, w, dx);
+}
+static void conv_dgrad_plain(gorun_cgeom g, const float *dy, const float *w, float *dx) {
+	conv_dgrad_c(g, dy, w, dx);
+}
+
+// gorun_vec_conv_fast reports which passes the AVX-512 bodies take at
+// level: bit 0 the forward, bit 1 the weight gradient, bit 2 the input
+// gradient.
+int gorun_vec_conv_fast(int level, gorun_cgeom g) {
+	if (level < 2)
+		return 0;
+	int vl = __builtin_cpu_supports("avx512vl"), k35 = g.kw == 3 || g.kw == 5, r = 1;
+	if (k35 && g.ow <= 128)
+		r |= 2;
+	if (k35 && vl && g.ow <= 8 && g.w <= 16)
+		r |= 4;
+	return r;
+}
+
+int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	switch (level) {
+	case 2: return conv_fwd_avx512(g, x, w, b, y);
+	case 1: conv_fwd_avx2(g, x, w, b, y); break;
+	default: conv_fwd_plain(g, x, w, b, y);
+	}
+	return 0;
+}
+
+int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
+	if (level == 2 && !(gorun_vec_conv_fast(level, g) & 2))
+		level = 1;
+	switch (level) {
+	case 2: return conv_wgrad_avx512(g, dy, x, dw, accumulate);
+	case 1: return conv_wgrad_avx2(g, dy, x, dw, accumulate);
+	default: return conv_wgrad_plain(g, dy, x, dw, accumulate);
+	}
+}
+
+int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float *w, float *dx) {
+	if (level == 2 && !(gorun_vec_conv_fast(level, g) & 4))
+		level = 1;
+	switch (level) {
+	case 2: return g.kw == 3 ? dgrad_k3(g, dy, w, dx) : dgrad_k5(g, dy, w, dx);
+	case 1: conv_dgrad_avx2(g, dy, w, dx); break;
+	default: conv_dgrad_plain(g, dy, w, dx);
+	}
+	return 0;
+}

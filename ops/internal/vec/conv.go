@@ -1,0 +1,188 @@
+package vec
+
+import "math"
+
+// ConvGeom is the geometry of a convolution with stride 1 and no groups:
+// x[N,C,H,W], w[O,C,KH,KW], y[N,O,OH,OW], OH = H+2P-KH+1, OW = W+2P-KW+1.
+type ConvGeom struct {
+	N, C, O, H, W int
+	KH, KW, P     int
+	OH, OW        int
+}
+
+// ConvMaxKW is the widest kernel the direct convolutions take.
+const ConvMaxKW = 16
+
+func (g *ConvGeom) check() {
+	if g.KW > ConvMaxKW || g.P < 0 || g.C < 1 || g.OH != g.H+2*g.P-g.KH+1 || g.OW != g.W+2*g.P-g.KW+1 {
+		panic("vec: bad convolution geometry")
+	}
+}
+
+func (g *ConvGeom) lens() (nx, nw, ny int) {
+	return g.N * g.C * g.H * g.W, g.O * g.C * g.KH * g.KW, g.N * g.O * g.OH * g.OW
+}
+
+// ConvFast reports which passes of g this process runs through AVX-512
+// bodies (the others run the plain loops, far slower than im2col and a
+// matrix multiply on more than one input channel): the forward at any
+// geometry, the weight gradient for kernels 3 or 5 wide and output planes
+// up to 128 columns, the input gradient for kernels 3 or 5 wide, output
+// planes up to 8 columns and input planes up to 16.
+func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
+	g.check()
+	r := convFast(level, g)
+	return r&1 != 0, r&2 != 0, r&4 != 0
+}
+
+// ConvForward sets y[n,o,oy,ox] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c,
+// oy+ki-P, ox+kj-P] (zero outside the plane; no bias when b is nil),
+// adding the taps with fused multiply-adds in the order c, ki, kj.
+func ConvForward(g *ConvGeom, x, w, b, y []float32) {
+	g.check()
+	nx, nw, ny := g.lens()
+	if ny == 0 {
+		return
+	}
+	_, _, _ = x[nx-1], w[nw-1], y[ny-1]
+	if b != nil {
+		_ = b[g.O-1]
+	}
+	convForward(level, g, x, w, b, y)
+}
+
+// ConvGradWeight sets dw[o,c,ki,kj] to Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
+// oy+ki-P, ox+kj-P], or adds it with accumulate: sixteen partial sums per
+// tap (output column ox into partial ox mod 16; samples, rows and 16-column
+// blocks in order) combined pairwise as BiasGrad's plane sums.
+func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
+	g.check()
+	nx, nw, ny := g.lens()
+	if ny == 0 {
+		if !accumulate {
+			clear(dw[:nw])
+		}
+		return
+	}
+	_, _, _ = x[nx-1], dw[nw-1], dy[ny-1]
+	convGradWeight(level, g, dy, x, dw, accumulate)
+}
+
+// ConvGradInput sets dx[n,c,iy,ix] to Σ_{kj} Σ_{o,ki} w[o,c,ki,kj]·dy[n,o,
+// iy+P-ki, ix+P-kj] (terms outside dy left out): the inner sums with fused
+// multiply-adds over o then ki, the outer over kj in order.
+func ConvGradInput(g *ConvGeom, dy, w, dx []float32) {
+	g.check()
+	nx, nw, ny := g.lens()
+	if nx == 0 {
+		return
+	}
+	if ny == 0 {
+		clear(dx[:nx])
+		return
+	}
+	_, _, _ = dx[nx-1], w[nw-1], dy[ny-1]
+	convGradInput(level, g, dy, w, dx)
+}
+
+// fma32 is float32's fused multiply-add through float64 (exact product, two
+// roundings: rarely one unit off a true fmaf).
+func fma32(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
+
+func convForwardGo(g *ConvGeom, x, w, b, y []float32) {
+	plane, hw, taps := g.OH*g.OW, g.H*g.W, g.C*g.KH*g.KW
+	for n := range g.N {
+		for o := range g.O {
+			wo := w[o*taps:][:taps]
+			yo := y[(n*g.O+o)*plane:][:plane]
+			for oy := range g.OH {
+				for ox := range g.OW {
+					var acc float32
+					if b != nil {
+						acc = b[o]
+					}
+					for c := range g.C {
+						xc := x[(n*g.C+c)*hw:][:hw]
+						for ki := range g.KH {
+							iy := oy + ki - g.P
+							if iy < 0 || iy >= g.H {
+								continue
+							}
+							for kj := range g.KW {
+								if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
+									acc = fma32(wo[(c*g.KH+ki)*g.KW+kj], xc[iy*g.W+ix], acc)
+								}
+							}
+						}
+					}
+					yo[oy*g.OW+ox] = acc
+				}
+			}
+		}
+	}
+}
+
+func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
+	plane, hw := g.OH*g.OW, g.H*g.W
+	taps := g.O * g.C * g.KH * g.KW
+	for t := range taps {
+		o, c, ki, kj := t/(g.C*g.KH*g.KW), t/(g.KH*g.KW)%g.C, t/g.KW%g.KH, t%g.KW
+		var p [16]float32
+		for n := range g.N {
+			dyo := dy[(n*g.O+o)*plane:][:plane]
+			xc := x[(n*g.C+c)*hw:][:hw]
+			for oy := range g.OH {
+				iy := oy + ki - g.P
+				if iy < 0 || iy >= g.H {
+					continue
+				}
+				for ox := range g.OW {
+					if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
+						p[ox&15] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&15])
+					}
+				}
+			}
+		}
+		for w := 8; w >= 1; w /= 2 {
+			for i := range w {
+				p[i] = p[i] + p[i+w]
+			}
+		}
+		if accumulate {
+			dw[t] += p[0]
+		} else {
+			dw[t] = p[0]
+		}
+	}
+}
+
+func convGradInputGo(g *ConvGeom, dy, w, dx []float32) {
+	plane, hw := g.OH*g.OW, g.H*g.W
+	for n := range g.N {
+		for c := range g.C {
+			for iy := range g.H {
+				for ix := range g.W {
+					var total float32
+					for kj := range g.KW {
+						ox := ix + g.P - kj
+						if ox < 0 || ox >= g.OW {
+							continue
+						}
+						var s float32
+						for o := range g.O {
+							for ki := range g.KH {
+								oy := iy + g.P - ki
+								if oy < 0 || oy >= g.OH {
+									continue
+								}
+								s = fma32(w[((o*g.C+c)*g.KH+ki)*g.KW+kj], dy[(n*g.O+o)*plane+oy*g.OW+ox], s)
+							}
+						}
+						total += s
+					}
+					dx[(n*g.C+c)*hw+iy*g.W+ix] = total
+				}
+			}
+		}
+	}
+}

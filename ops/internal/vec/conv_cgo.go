@@ -1,0 +1,53 @@
+//go:build cgo && amd64 && !purego
+
+package vec
+
+/*
+#cgo CFLAGS: -O3
+#cgo LDFLAGS: -lm
+typedef struct {
+	long n, c, o, h, w;
+	long kh, kw, p;
+	long oh, ow;
+} gorun_cgeom;
+int gorun_vec_conv_fast(int level, gorun_cgeom g);
+int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w, const float *b, float *y);
+int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate);
+int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float *w, float *dx);
+*/
+import "C"
+
+// cgeom is g as the C struct, passed by value (a pointer would make every
+// call allocate).
+func cgeom(g *ConvGeom) C.gorun_cgeom {
+	return C.gorun_cgeom{n: C.long(g.N), c: C.long(g.C), o: C.long(g.O), h: C.long(g.H), w: C.long(g.W),
+		kh: C.long(g.KH), kw: C.long(g.KW), p: C.long(g.P), oh: C.long(g.OH), ow: C.long(g.OW)}
+}
+
+func convFast(lv int, g *ConvGeom) int { return int(C.gorun_vec_conv_fast(C.int(lv), cgeom(g))) }
+
+func convForward(lv int, g *ConvGeom, x, w, b, y []float32) {
+	var bp *C.float
+	if b != nil {
+		bp = fp(b)
+	}
+	if C.gorun_vec_conv_fwd(C.int(lv), cgeom(g), fp(x), fp(w), bp, fp(y)) != 0 {
+		panic("vec: out of memory for the regrouped weights")
+	}
+}
+
+func convGradWeight(lv int, g *ConvGeom, dy, x, dw []float32, accumulate bool) {
+	acc := C.int(0)
+	if accumulate {
+		acc = 1
+	}
+	if C.gorun_vec_conv_wgrad(C.int(lv), cgeom(g), fp(dy), fp(x), fp(dw), acc) != 0 {
+		panic("vec: out of memory for the weight gradient's partial sums")
+	}
+}
+
+func convGradInput(lv int, g *ConvGeom, dy, w, dx []float32) {
+	if C.gorun_vec_conv_dgrad(C.int(lv), cgeom(g), fp(dy), fp(w), fp(dx)) != 0 {
+		panic("vec: out of memory for the regrouped weights")
+	}
+}

@@ -1,0 +1,234 @@
+package vec
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+var convGeoms = []ConvGeom{
+	{N: 3, C: 1, O: 10, H: 28, W: 28, KH: 5, KW: 5, P: 0},  // the MNIST Net's conv1
+	{N: 9, C: 10, O: 20, H: 12, W: 12, KH: 5, KW: 5, P: 0}, // its conv2: eight-lane bodies, two sample chunks
+	{N: 2, C: 1, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1},  // resnet_fashion.star's stem
+	{N: 2, C: 16, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1}, // its first stage
+	{N: 2, C: 13, O: 7, H: 7, W: 7, KH: 3, KW: 3, P: 1},    // channels past every group
+	{N: 3, C: 3, O: 9, H: 6, W: 9, KH: 5, KW: 5, P: 2},     // padding on every side, O by 4s
+	{N: 2, C: 5, O: 10, H: 5, W: 10, KH: 3, KW: 3, P: 0},   // dy eight wide, no padding
+	{N: 2, C: 3, O: 6, H: 4, W: 10, KH: 5, KW: 5, P: 1},    // dy eight wide, padding
+	{N: 2, C: 2, O: 3, H: 7, W: 37, KH: 3, KW: 5, P: 2},
+	{N: 1, C: 1, O: 2, H: 2, W: 3, KH: 5, KW: 5, P: 3}, // windows mostly padding
+	{N: 2, C: 2, O: 1, H: 17, W: 33, KH: 1, KW: 1, P: 0},
+	{N: 2, C: 4, O: 6, H: 9, W: 20, KH: 2, KW: 4, P: 1}, // kernels the fast bodies leave to the plain ones
+	{N: 0, C: 3, O: 4, H: 5, W: 5, KH: 3, KW: 3, P: 1},
+}
+
+func convFill(g ConvGeom) ConvGeom {
+	g.OH, g.OW = g.H+2*g.P-g.KH+1, g.W+2*g.P-g.KW+1
+	return g
+}
+
+// convRef is the convolution in float64.
+func convRef(g *ConvGeom, x, w, b []float32) []float64 {
+	y := make([]float64, g.N*g.O*g.OH*g.OW)
+	for n := range g.N {
+		for o := range g.O {
+			for oy := range g.OH {
+				for ox := range g.OW {
+					s := 0.0
+					if b != nil {
+						s = float64(b[o])
+					}
+					for c := range g.C {
+						for ki := range g.KH {
+							for kj := range g.KW {
+								iy, ix := oy+ki-g.P, ox+kj-g.P
+								if iy >= 0 && iy < g.H && ix >= 0 && ix < g.W {
+									s += float64(w[((o*g.C+c)*g.KH+ki)*g.KW+kj]) * float64(x[((n*g.C+c)*g.H+iy)*g.W+ix])
+								}
+							}
+						}
+					}
+					y[((n*g.O+o)*g.OH+oy)*g.OW+ox] = s
+				}
+			}
+		}
+	}
+	return y
+}
+
+func close32(got []float32, want []float64, tol float64) (int, bool) {
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > tol*(1+math.Abs(want[i])) {
+			return i, false
+		}
+	}
+	return 0, true
+}
+
+// convGradRef is the weight and input gradients in float64: every
+// product of the forward sum, credited to the tap and input element it
+// read.
+func convGradRef(g *ConvGeom, dy, x, w []float32) (dw, dx []float64) {
+	nx, nw, _ := g.lens()
+	dw, dx = make([]float64, nw), make([]float64, nx)
+	for n := range g.N {
+		for o := range g.O {
+			for oy := range g.OH {
+				for ox := range g.OW {
+					d := float64(dy[((n*g.O+o)*g.OH+oy)*g.OW+ox])
+					for c := range g.C {
+						for ki := range g.KH {
+							for kj := range g.KW {
+								iy, ix := oy+ki-g.P, ox+kj-g.P
+								if iy >= 0 && iy < g.H && ix >= 0 && ix < g.W {
+									t, i := ((o*g.C+c)*g.KH+ki)*g.KW+kj, ((n*g.C+c)*g.H+iy)*g.W+ix
+									dw[t] += d * float64(x[i])
+									dx[i] += d * float64(w[t])
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return dw, dx
+}
+
+// TestConv compares every level's forward pass, weight gradient and input
+// gradient with float64 references, and the C levels with each other bit
+// for bit.
+func TestConv(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	randn := func(n int) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(r.NormFloat64())
+		}
+		return s
+	}
+	for _, g0 := range convGeoms {
+		g := convFill(g0)
+		nx, nw, ny := g.lens()
+		x, w, b := randn(nx), randn(nw), randn(g.O)
+		dy := randn(ny)
+		want := convRef(&g, x, w, b)
+		wantW, wantX := convGradRef(&g, dy, x, w)
+		fwd, wg, dg := ConvFast(&g)
+		t.Logf("%+v: AVX-512 bodies forward %v, weight gradient %v, input gradient %v", g, fwd, wg, dg)
+		var first, firstW, firstX []float32
+		for _, lv := range append(levels(), -1) {
+			y := make([]float32, ny+1)
+			y[ny] = 7
+			dw := make([]float32, nw)
+			dx := make([]float32, nx+1)
+			for i := range dx {
+				dx[i] = 9 // every element written, the one past left alone
+			}
+			if lv < 0 {
+				convForwardGo(&g, x, w, b, y)
+				convGradWeightGo(&g, dy, x, dw, false)
+				convGradInputGo(&g, dy, w, dx)
+			} else if ny > 0 {
+				convForward(lv, &g, x, w, b, y)
+				convGradWeight(lv, &g, dy, x, dw, false)
+				convGradInput(lv, &g, dy, w, dx)
+			}
+			name := fmt.Sprintf("level %d %+v", lv, g)
+			if i, ok := close32(y, want, 1e-5); !ok || y[ny] != 7 {
+				t.Errorf("%s: y[%d] = %v, want %v", name, i, y[i], want[i])
+			}
+			if i, ok := close32(dw, wantW, 1e-4); !ok {
+				t.Errorf("%s: dw[%d] = %v, want %v", name, i, dw[i], wantW[i])
+			}
+			if i, ok := close32(dx, wantX, 1e-4); (!ok || dx[nx] != 9) && ny > 0 {
+				t.Errorf("%s: dx[%d] = %v, want %v", name, i, dx[i], wantX[i])
+			}
+			if lv >= 0 { // the C levels agree bit for bit
+				if first == nil {
+					first, firstW, firstX = y, dw, dx
+				} else if !same(first, y) || !same(firstW, dw) || !same(firstX, dx) {
+					t.Errorf("%s: differs from level 0", name)
+				}
+			}
+		}
+		// accumulate adds onto what is there
+		dw := make([]float32, nw)
+		for i := range dw {
+			dw[i] = 1
+		}
+		ConvGradWeight(&g, dy, x, dw, true)
+		plus := make([]float64, nw)
+		for i := range plus {
+			plus[i] = wantW[i] + 1
+		}
+		if i, ok := close32(dw, plus, 1e-4); !ok {
+			t.Errorf("%+v accumulate: dw[%d] = %v, want %v", g, i, dw[i], plus[i])
+		}
+		// the exported entry points: an empty batch clears dx and dw
+		if ny == 0 {
+			dx := []float32{1, 2}
+			ConvGradInput(&g, dy, w, dx[:0])
+			ConvGradWeight(&g, dy, x, dw, false)
+			for i, v := range dw {
+				if v != 0 {
+					t.Errorf("%+v: empty batch left dw[%d] = %v", g, i, v)
+				}
+			}
+		}
+	}
+}
+
+// TestConvFastShapes pins which passes the AVX-512 bodies take on the
+// MNIST Net's conv2 (the ops package's direct convolutions count on them).
+func TestConvFastShapes(t *testing.T) {
+	if Level() < 2 {
+		t.Skip("SKIP: this CPU lacks AVX-512: the direct convolutions run their plain bodies")
+	}
+	g := convFill(ConvGeom{N: 64, C: 10, O: 20, H: 12, W: 12, KH: 5, KW: 5})
+	if f, w, d := ConvFast(&g); !f || !w || !d {
+		t.Errorf("conv2: fast forward %v, weight gradient %v, input gradient %v; want all", f, w, d)
+	}
+	g = convFill(ConvGeom{N: 64, C: 10, O: 20, H: 24, W: 24, KH: 5, KW: 5})
+	if _, _, d := ConvFast(&g); d {
+		t.Errorf("a 20-column output plane takes the fast input gradient")
+	}
+}
+
+func BenchmarkConv(b *testing.B) {
+	for _, g0 := range []ConvGeom{
+		{N: 64, C: 10, O: 20, H: 12, W: 12, KH: 5, KW: 5},
+		{N: 64, C: 16, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1},
+		{N: 64, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1},
+		{N: 64, C: 64, O: 64, H: 7, W: 7, KH: 3, KW: 3, P: 1},
+	} {
+		g := convFill(g0)
+		nx, nw, ny := g.lens()
+		x, w, y := make([]float32, nx), make([]float32, nw), make([]float32, ny)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		for i := range w {
+			w[i] = float32(i%5) - 2
+		}
+		flop := float64(2 * g.N * g.O * g.OH * g.OW * g.C * g.KH * g.KW)
+		name := fmt.Sprintf("C%d_O%d_%dx%d_k%d", g.C, g.O, g.H, g.W, g.KH)
+		f, wg, dg := ConvFast(&g)
+		run := func(pass string, fast bool, fn func()) {
+			b.Run(name+"/"+pass, func(b *testing.B) {
+				if !fast {
+					b.Skip("the plain body")
+				}
+				for b.Loop() {
+					fn()
+				}
+				b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(b.Elapsed().Seconds()*1e6/float64(b.N*g.N), "µs/sample")
+			})
+		}
+		run("forward", f, func() { ConvForward(&g, x, w, nil, y) })
+		run("grad_weight", wg, func() { ConvGradWeight(&g, y, x, w, false) })
+		run("grad_input", dg, func() { ConvGradInput(&g, y, w, x) })
+	}
+}
