@@ -125,27 +125,18 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 // the FMA latency). Rows of the block past the plane, or reading padding,
 // load zeros.
 #define DEF_FWD(NAME, V, OGC, RB)                                                                                   \
-	__attribute__((target("avx512f,avx512vl,fma"))) static int NAME(gorun_cgeom g, const float *x, const float *w,    \
-	                                                            const float *b, float *y) {                       \
+	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *x,               \
+	                                                                 const float *wp, const float *bp, float *y,  \
+	                                                                 int slack) {                                 \
 		long plane = g.oh * g.ow, hw = g.h * g.w, taps = g.c * g.kh * g.kw, groups = (g.o + OGC - 1) / OGC;       \
-		/* The weights and biases regrouped: tap t of group q at wp[(q·taps + t)·OGC], */                         \
-		/* zero for channels past O, so every group runs all OGC lanes. */                                        \
-		float *wp = calloc(groups * taps * OGC + groups * OGC, sizeof(float)), *bp = wp + groups * taps * OGC;   \
-		if (!wp)                                                                                                  \
-			return -1;                                                                                            \
-		for (long o = 0; o < g.o; o++) {                                                                          \
-			for (long t = 0; t < taps; t++)                                                                       \
-				wp[((o / OGC) * taps + t) * OGC + o % OGC] = w[o * taps + t];                                     \
-			bp[o] = b ? b[o] : 0.0f;                                                                              \
-		}                                                                                                         \
 		for (long n = 0; n < g.n; n++)                                                                            \
 			for (long c0 = 0; c0 < g.ow; c0 += V##_LANES) {                                                       \
 				V##_MT out = (V##_MT)outmask(g.ow, c0, V##_LANES);                                                \
 				V##_MT m[MAXKW];                                                                                  \
-				int full = 1;                                                                                     \
+				int full = 1; /* plain loads read only the plane, or slack after it */                            \
 				for (long kj = 0; kj < g.kw; kj++) {                                                              \
 					m[kj] = (V##_MT)lanemask(&g, c0, kj, V##_LANES);                                              \
-					full &= m[kj] == (V##_MT)~0u;                                                                 \
+					full &= slack || m[kj] == (V##_MT)~0u;                                                        \
 				}                                                                                                 \
 				for (long gi = 0; gi < groups; gi++) {                                                            \
 					long o0 = gi * OGC, og = g.o - o0 < OGC ? g.o - o0 : OGC;                                     \
@@ -183,28 +174,66 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 					}                                                                                             \
 				}                                                                                                 \
 			}                                                                                                     \
-		free(wp);                                                                                                 \
-		return 0;                                                                                                 \
 	}
 
 DEF_FWD(fwd_z8, Z, 8, 1)
 DEF_FWD(fwd_z5, Z, 5, 1)
 DEF_FWD(fwd_y4, Y, 4, 2)
 DEF_FWD(fwd_y5, Y, 5, 2)
+DEF_FWD(fwd_y8, Y, 8, 2)
 
 // conv_fwd_avx512 groups the output channels by 5 when that pads none and
-// the other grouping would (the MNIST Net's 10 and 20); planes at most
-// eight columns wide take eight-lane vectors.
+// the other grouping would (the MNIST Net's 10 and 20); planes whose last
+// sixteen-column block would be at most half full (8 columns, 24) take
+// eight-lane vectors.
 __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
                                                                const float *b, float *y) {
-	if (g.ow <= 8 && __builtin_cpu_supports("avx512vl")) {
-		if (g.o % 5 == 0 && g.o % 4 != 0)
-			return fwd_y5(g, x, w, b, y);
-		return fwd_y4(g, x, w, b, y);
+	void (*body)(gorun_cgeom, const float *, const float *, const float *, float *, int);
+	long og;
+	if (g.ow % 16 != 0 && g.ow % 16 <= 8 && __builtin_cpu_supports("avx512vl")) {
+		og = g.o % 8 == 0 ? 8 : g.o % 5 == 0 && g.o % 4 != 0 ? 5 : 4;
+		body = og == 8 ? fwd_y8 : og == 5 ? fwd_y5 : fwd_y4;
+	} else {
+		og = g.o % 5 == 0 && g.o % 8 != 0 ? 5 : 8;
+		body = og == 5 ? fwd_z5 : fwd_z8;
 	}
-	if (g.o % 5 == 0 && g.o % 8 != 0)
-		return fwd_z5(g, x, w, b, y);
-	return fwd_z8(g, x, w, b, y);
+	// The weights and biases regrouped: tap t of group q at wp[(q·taps + t)·og],
+	// zero for channels past O, so every group runs all og lanes.
+	long taps = g.c * g.kh * g.kw, groups = (g.o + og - 1) / og;
+	float *wp = calloc(groups * taps * og + groups * og, sizeof(float)), *bp = wp + groups * taps * og;
+	if (!wp)
+		return -1;
+	for (long o = 0; o < g.o; o++) {
+		for (long t = 0; t < taps; t++)
+			wp[((o / og) * taps + t) * og + o % og] = w[o * taps + t];
+		bp[o] = b ? b[o] : 0.0f;
+	}
+	if (g.p == 0) {
+		body(g, x, wp, bp, y, 0);
+		free(wp);
+		return 0;
+	}
+	// With padding, each sample is copied into a zero-bordered plane (and
+	// sixteen floats of slack) that every load reads without a mask: a
+	// masked load costs Zen 4 more than the copy. The taps that read the
+	// border add w·0, as the masked loads did.
+	long ph = g.h + 2 * g.p, pw = g.w + 2 * g.p;
+	float *xp = calloc(g.c * ph * pw + 16, sizeof(float));
+	if (!xp) {
+		free(wp);
+		return -1;
+	}
+	gorun_cgeom g1 = g;
+	g1.n = 1, g1.h = ph, g1.w = pw, g1.p = 0;
+	for (long n = 0; n < g.n; n++) {
+		for (long c = 0; c < g.c; c++)
+			for (long iy = 0; iy < g.h; iy++)
+				memcpy(xp + (c * ph + iy + g.p) * pw + g.p, x + ((n * g.c + c) * g.h + iy) * g.w, g.w * sizeof(float));
+		body(g1, xp, wp, bp, y + n * g.o * g.oh * g.ow, 1);
+	}
+	free(xp);
+	free(wp);
+	return 0;
 }
 
 // ---- weight gradient: dw[o,c,ki,kj] (+)= Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
@@ -478,11 +507,16 @@ static void conv_dgrad_plain(gorun_cgeom g, const float *dy, const float *w, flo
 // gorun_vec_conv_fast reports which passes the AVX-512 bodies take at
 // level: bit 0 the forward, bit 1 the weight gradient, bit 2 the input
 // gradient.
+//
+// The weight gradient's body takes narrow padded planes too (the
+// single-channel path sends it them), but its masked loads make it slower
+// there than im2col and a matrix multiply (BenchmarkConv in ops: the
+// ResNet's 14- and 7-column layers), so the bit is clear for them.
 int gorun_vec_conv_fast(int level, gorun_cgeom g) {
 	if (level < 2)
 		return 0;
 	int vl = __builtin_cpu_supports("avx512vl"), k35 = g.kw == 3 || g.kw == 5, r = 1;
-	if (k35 && g.ow <= 128)
+	if (k35 && g.ow <= 128 && (g.p == 0 || g.ow >= 16))
 		r |= 2;
 	if (k35 && vl && g.ow <= 8 && g.w <= 16)
 		r |= 4;
@@ -499,7 +533,7 @@ int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w,
 }
 
 int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
-	if (level == 2 && !(gorun_vec_conv_fast(level, g) & 2))
+	if (level == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128))
 		level = 1;
 	switch (level) {
 	case 2: return conv_wgrad_avx512(g, dy, x, dw, accumulate);

@@ -27,8 +27,10 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // bodies (the others run the plain loops, far slower than im2col and a
 // matrix multiply on more than one input channel): the forward at any
 // geometry, the weight gradient for kernels 3 or 5 wide and output planes
-// up to 128 columns, the input gradient for kernels 3 or 5 wide, output
-// planes up to 8 columns and input planes up to 16.
+// up to 128 columns (at least 16 with padding: narrower padded planes run
+// the AVX-512 body too, but slower than lowering), the input gradient for
+// kernels 3 or 5 wide, output planes up to 8 columns and input planes up
+// to 16.
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)
