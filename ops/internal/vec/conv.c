@@ -238,8 +238,8 @@ __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, con
 
 // ---- weight gradient: dw[o,c,ki,kj] (+)= Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
 // oy+ki-p, ox+kj-p], in sixteen partial sums (output column ox into
-// partial ox mod 16 of its sixteen-column block, samples, rows and blocks
-// in order) combined pairwise as gorun_vec_sum ----
+// partial ox mod wgrad_lanes; samples, rows and columns in order) combined
+// pairwise as gorun_vec_sum ----
 
 static float combine(float *p) {
 	for (int s = 8; s >= 1; s /= 2)
@@ -256,8 +256,16 @@ static void finish(float *part, long taps, float *dw, int accumulate) {
 	}
 }
 
+// wgrad_lanes is how many partial sums each tap of the weight gradient
+// keeps: output column ox goes to partial ox mod wgrad_lanes. Eight when
+// the last sixteen-column block of a row would be at most half full (8
+// columns, 24), so that eight-lane vectors run it without idle lanes;
+// sixteen otherwise. The partials are combined as sixteen, the upper eight
+// zero.
+static inline long wgrad_lanes(const gorun_cgeom *g) { return g->ow % 16 != 0 && g->ow % 16 <= 8 ? 8 : 16; }
+
 static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
-	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
+	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w, lm = wgrad_lanes(&g) - 1;
 	float *part = calloc(taps * 16, sizeof(float));
 	if (!part)
 		return -1;
@@ -275,7 +283,7 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 							const float *row = x + (n * g.c + c) * hw + iy * g.w;
 							for (long ox = 0; ox < g.ow; ox++)
 								if (valid(&g, ox, kj))
-									pp[ox & 15] = fmaf(dyo[oy * g.ow + ox], row[ox + kj - g.p], pp[ox & 15]);
+									pp[ox & lm] = fmaf(dyo[oy * g.ow + ox], row[ox + kj - g.p], pp[ox & lm]);
 						}
 					}
 		}
@@ -285,99 +293,123 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 }
 
 // The weight gradient holds, for one input channel and kernel row, the
-// partial sums of WG output channels × KWC kernel columns in registers
+// partial sums of WG output channels (8 for kernels 3 wide, 4 for 5) × KWC kernel columns in registers
 // across the rows and blocks of NB samples: each block loads WG rows of dy
 // and KWC windows of x once for WG·KWC independent fused multiply-adds.
 // KWC is a compile-time width (3 or 5: the kernels this path takes); the
 // partial sums go through memory once per NB samples, which stay in L1.
-#define WG 4
 #define NB 8
 
 // WGRAD_BLOCK adds one block's products, DLOAD(q) reading dy's row for
 // channel o0+q and XLOAD(kj) x's window for kernel column kj.
-#define WGRAD_BLOCK(V, KWC, DLOAD, XLOAD)                                                                           \
+#define WGRAD_BLOCK(V, KWC, WG, DLOAD, XLOAD)                                                                       \
 	{                                                                                                             \
-		V##_VT d[WG], v[KWC];                                                                                     \
-		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                                      \
-			d[q] = DLOAD;                                                                                         \
+		V##_VT v[KWC];                                                                                            \
 		_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                                  \
 			v[kj] = XLOAD;                                                                                        \
-		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                                      \
+		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++) {                                                    \
+			V##_VT d = DLOAD;                                                                                     \
 			_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                              \
-				acc[q][kj] = V##_FMA(d[q], v[kj], acc[q][kj]);                                                    \
+				acc[q][kj] = V##_FMA(d, v[kj], acc[q][kj]);                                                       \
+		}                                                                                                         \
 	}
 
-#define DEF_WGRAD(NAME, V, KWC)                                                                                     \
+#define DEF_WGRAD(NAME, V, KWC, WG)                                                                                     \
 	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *dy, const float *x,  \
-	                                                             float *part) {                                    \
+	                                                                 float *part, int slack) {                     \
 		long plane = g.oh * g.ow, hw = g.h * g.w, blocks = (g.ow + V##_LANES - 1) / V##_LANES;                    \
-		V##_MT m[8][KWC], outm[8];                                                                                \
-		int full[8];                                                                                              \
+		V##_MT m[16][KWC], outm[16];                                                                              \
+		int dfull[16], xfull[16];                                                                                 \
 		for (long bi = 0; bi < blocks; bi++) {                                                                    \
 			long c0 = bi * V##_LANES;                                                                             \
 			outm[bi] = (V##_MT)outmask(g.ow, c0, V##_LANES);                                                      \
-			full[bi] = outm[bi] == (V##_MT)~0u;                                                                   \
+			dfull[bi] = outm[bi] == (V##_MT)~0u;                                                                  \
+			xfull[bi] = 1; /* plain loads of x read only the plane, or slack after it */                         \
 			for (long kj = 0; kj < KWC; kj++) {                                                                   \
 				m[bi][kj] = (V##_MT)lanemask(&g, c0, kj, V##_LANES);                                              \
-				full[bi] &= m[bi][kj] == (V##_MT)~0u;                                                             \
+				xfull[bi] &= slack || m[bi][kj] == (V##_MT)~0u;                                                   \
 			}                                                                                                     \
 		}                                                                                                         \
-		for (long n0 = 0; n0 < g.n; n0 += NB) {                                                                   \
-			long n1 = n0 + NB < g.n ? n0 + NB : g.n;                                                              \
-			for (long c = 0; c < g.c; c++)                                                                        \
-				for (long ki = 0; ki < g.kh; ki++)                                                                \
-					for (long o0 = 0; o0 < g.o; o0 += WG) {                                                       \
-						long og = g.o - o0 < WG ? g.o - o0 : WG;                                                  \
-						V##_VT acc[WG][KWC];                                                                      \
-						_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                      \
-							_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                              \
-								acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
-								                    : V##_ZERO();                                                 \
-						for (long n = n0; n < n1; n++)                                                            \
-							for (long oy = 0; oy < g.oh; oy++) {                                                  \
-								long iy = oy + ki - g.p;                                                          \
-								if (iy < 0 || iy >= g.h)                                                          \
-									continue;                                                                     \
-								const float *row = x + (n * g.c + c) * hw + iy * g.w - g.p;                       \
-								for (long bi = 0; bi < blocks; bi++) {                                            \
-									long c0 = bi * V##_LANES;                                                     \
-									const float *dyb = dy + (n * g.o + o0) * plane + oy * g.ow + c0;              \
-									if (og == WG && full[bi]) /* interior: plain loads */                         \
-										WGRAD_BLOCK(V, KWC, V##_LOADU(dyb + q * plane), V##_LOADU(row + c0 + kj)) \
-									else                                                                          \
-										WGRAD_BLOCK(V, KWC, V##_LOADZ(q < og ? outm[bi] : 0, dyb + q * plane),    \
-										            V##_LOADZ(m[bi][kj], row + c0 + kj))                          \
-								}                                                                                 \
+		for (long c = 0; c < g.c; c++)                                                                            \
+			for (long ki = 0; ki < g.kh; ki++)                                                                    \
+				for (long o0 = 0; o0 < g.o; o0 += WG) {                                                           \
+					long og = g.o - o0 < WG ? g.o - o0 : WG;                                                      \
+					V##_VT acc[WG][KWC];                                                                          \
+					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
+							                    : V##_ZERO();                                                     \
+					for (long n = 0; n < g.n; n++)                                                                \
+						for (long oy = 0; oy < g.oh; oy++) {                                                      \
+							long iy = oy + ki - g.p;                                                              \
+							if (iy < 0 || iy >= g.h)                                                              \
+								continue;                                                                         \
+							const float *row = x + (n * g.c + c) * hw + iy * g.w - g.p;                           \
+							for (long bi = 0; bi < blocks; bi++) {                                                \
+								long c0 = bi * V##_LANES;                                                         \
+								const float *dyb = dy + (n * g.o + o0) * plane + oy * g.ow + c0;                  \
+								if (og == WG && dfull[bi] && xfull[bi]) /* interior: plain loads */               \
+									WGRAD_BLOCK(V, KWC, WG, V##_LOADU(dyb + q * plane), V##_LOADU(row + c0 + kj))     \
+								else if (xfull[bi])                                                               \
+									WGRAD_BLOCK(V, KWC, WG, V##_LOADZ(q < og ? outm[bi] : 0, dyb + q * plane),        \
+									            V##_LOADU(row + c0 + kj))                                         \
+								else                                                                              \
+									WGRAD_BLOCK(V, KWC, WG, V##_LOADZ(q < og ? outm[bi] : 0, dyb + q * plane),        \
+									            V##_LOADZ(m[bi][kj], row + c0 + kj))                              \
 							}                                                                                     \
-						_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                      \
-							_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                              \
-								if (q < og)                                                                       \
-									V##_STORE(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16,        \
-									          acc[q][kj]);                                                        \
-					}                                                                                             \
-		}                                                                                                         \
+						}                                                                                         \
+					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							if (q < og)                                                                           \
+								V##_STORE(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16,            \
+								          acc[q][kj]);                                                            \
+				}                                                                                                 \
 	}
 
-DEF_WGRAD(wgrad_z3, Z, 3)
-DEF_WGRAD(wgrad_z5, Z, 5)
-DEF_WGRAD(wgrad_y3, Y, 3)
-DEF_WGRAD(wgrad_y5, Y, 5)
+DEF_WGRAD(wgrad_z3, Z, 3, 8)
+DEF_WGRAD(wgrad_z5, Z, 5, 4)
+DEF_WGRAD(wgrad_y3, Y, 3, 8)
+DEF_WGRAD(wgrad_y5, Y, 5, 4)
 
-// conv_wgrad_avx512 takes kernels 3 or 5 wide and planes up to 128 columns
-// (8 blocks); planes at most eight columns wide use eight-lane vectors
-// (lanes 8–15 of each tap's partial sums stay zero, as in the plain body).
+// conv_wgrad_avx512 takes kernels 3 or 5 wide and planes up to 128
+// columns, NB samples at a time (they stay in L1 or L2 between the kernel
+// rows and channel groups); wgrad_lanes says the vector width. With
+// padding, each chunk is first copied into zero-bordered planes (with
+// slack after them) that x's loads read without a mask; dy's lanes past the
+// plane load zeros, so the taps reading the border or slack add w·0.
 __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, const float *dy, const float *x,
                                                                  float *dw, int accumulate) {
-	long taps = g.o * g.c * g.kh * g.kw;
+	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
 	float *part = aligned_alloc(64, taps * 16 * sizeof(float));
 	if (!part)
 		return -1;
 	memset(part, 0, taps * 16 * sizeof(float));
-	int y = g.ow <= 8 && __builtin_cpu_supports("avx512vl");
-	if (g.kw == 3)
-		(y ? wgrad_y3 : wgrad_z3)(g, dy, x, part);
-	else
-		(y ? wgrad_y5 : wgrad_z5)(g, dy, x, part);
+	int y = wgrad_lanes(&g) == 8;
+	void (*body)(gorun_cgeom, const float *, const float *, float *, int) =
+	    g.kw == 3 ? (y ? wgrad_y3 : wgrad_z3) : (y ? wgrad_y5 : wgrad_z5);
+	long ph = g.h + 2 * g.p, pw = g.w + 2 * g.p;
+	float *xp = NULL;
+	if (g.p > 0 && !(xp = calloc(NB * g.c * ph * pw + 16, sizeof(float)))) {
+		free(part);
+		return -1;
+	}
+	for (long n0 = 0; n0 < g.n; n0 += NB) {
+		gorun_cgeom gc = g;
+		gc.n = g.n - n0 < NB ? g.n - n0 : NB;
+		const float *dyc = dy + n0 * g.o * plane;
+		if (!xp) {
+			body(gc, dyc, x + n0 * g.c * hw, part, 0);
+			continue;
+		}
+		for (long s = 0; s < gc.n; s++)
+			for (long c = 0; c < g.c; c++)
+				for (long iy = 0; iy < g.h; iy++)
+					memcpy(xp + ((s * g.c + c) * ph + iy + g.p) * pw + g.p, x + (((n0 + s) * g.c + c) * g.h + iy) * g.w,
+					       g.w * sizeof(float));
+		gc.h = ph, gc.w = pw, gc.p = 0;
+		body(gc, dyc, xp, part, 1);
+	}
+	free(xp);
 	finish(part, taps, dw, accumulate);
 	free(part);
 	return 0;
@@ -387,6 +419,39 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 // iy+p-ki, ix+p-kj]), the inner sums over o then ki (rows outside dy
 // skipped) from zero, the outer over the kernel columns that reach ix, in
 // order, from zero ----
+
+// dgrad_scatter reports whether the AVX-512 input gradient below takes g
+// (which then adds in its order, the plain bodies' too).
+static inline int dgrad_scatter(const gorun_cgeom *g) {
+	return (g->kw == 3 || g->kw == 5) && g->ow <= 8 && g->w <= 16;
+}
+
+// dgrad_same reports whether g is a "same" convolution (output plane the
+// input's) that dgrad_scatter does not take: its input gradient is then
+// the forward convolution of dy with the weights transposed and flipped,
+// same padding, and runs as conv_fwd does (in its order, at every level).
+static inline int dgrad_same(const gorun_cgeom *g) {
+	return !dgrad_scatter(g) && g->oh == g->h && g->ow == g->w;
+}
+
+// dgrad_as_fwd computes the input gradient of a same convolution with the
+// forward body fwd: dx = conv(dy, w'), w'[c,o,ki,kj] = w[o,c,KH-1-ki,KW-1-kj].
+static int dgrad_as_fwd(int (*fwd)(gorun_cgeom, const float *, const float *, const float *, float *), gorun_cgeom g,
+                        const float *dy, const float *w, float *dx) {
+	long k = g.kh * g.kw;
+	float *wt = malloc(g.o * g.c * k * sizeof(float));
+	if (!wt)
+		return -1;
+	for (long o = 0; o < g.o; o++)
+		for (long c = 0; c < g.c; c++)
+			for (long t = 0; t < k; t++)
+				wt[(c * g.o + o) * k + (k - 1 - t)] = w[(o * g.c + c) * k + t];
+	gorun_cgeom gt = g;
+	gt.c = g.o, gt.o = g.c, gt.h = g.oh, gt.w = g.ow, gt.oh = g.h, gt.ow = g.w;
+	int r = fwd(gt, dy, wt, NULL, dx);
+	free(wt);
+	return r;
+}
 
 static inline __attribute__((always_inline)) void conv_dgrad_c(gorun_cgeom g, const float *dy, const float *w, float *dx) {
 	long plane = g.oh * g.ow, hw = g.h * g.w;
@@ -508,17 +573,17 @@ static void conv_dgrad_plain(gorun_cgeom g, const float *dy, const float *w, flo
 // level: bit 0 the forward, bit 1 the weight gradient, bit 2 the input
 // gradient.
 //
-// The weight gradient's body takes narrow padded planes too (the
-// single-channel path sends it them), but its masked loads make it slower
-// there than im2col and a matrix multiply (BenchmarkConv in ops: the
-// ResNet's 14- and 7-column layers), so the bit is clear for them.
+// The weight gradient's body takes planes narrower than 8 columns too (the
+// single-channel path sends it them), but slower there than im2col and a
+// matrix multiply (BenchmarkConv in ops: the ResNet's 7-column layer, 92
+// against 60 µs a sample), so the bit is clear for them.
 int gorun_vec_conv_fast(int level, gorun_cgeom g) {
 	if (level < 2)
 		return 0;
 	int vl = __builtin_cpu_supports("avx512vl"), k35 = g.kw == 3 || g.kw == 5, r = 1;
-	if (k35 && g.ow <= 128 && (g.p == 0 || g.ow >= 16))
+	if (k35 && g.ow <= 128 && g.ow >= 8)
 		r |= 2;
-	if (k35 && vl && g.ow <= 8 && g.w <= 16)
+	if (dgrad_scatter(&g) && vl || dgrad_same(&g))
 		r |= 4;
 	return r;
 }
@@ -533,7 +598,8 @@ int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w,
 }
 
 int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
-	if (level == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128))
+	if (level == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 &&
+	                    (wgrad_lanes(&g) == 16 || __builtin_cpu_supports("avx512vl"))))
 		level = 1;
 	switch (level) {
 	case 2: return conv_wgrad_avx512(g, dy, x, dw, accumulate);
@@ -542,7 +608,19 @@ int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float 
 	}
 }
 
+// forward bodies with conv_fwd's signature, for dgrad_as_fwd
+static int conv_fwd_avx2_r(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	conv_fwd_avx2(g, x, w, b, y);
+	return 0;
+}
+static int conv_fwd_plain_r(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	conv_fwd_plain(g, x, w, b, y);
+	return 0;
+}
+
 int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float *w, float *dx) {
+	if (dgrad_same(&g))
+		return dgrad_as_fwd(level == 2 ? conv_fwd_avx512 : level == 1 ? conv_fwd_avx2_r : conv_fwd_plain_r, g, dy, w, dx);
 	if (level == 2 && !(gorun_vec_conv_fast(level, g) & 4))
 		level = 1;
 	switch (level) {

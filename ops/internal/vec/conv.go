@@ -26,11 +26,11 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // ConvFast reports which passes of g this process runs through AVX-512
 // bodies (the others run the plain loops, far slower than im2col and a
 // matrix multiply on more than one input channel): the forward at any
-// geometry, the weight gradient for kernels 3 or 5 wide and output planes
-// up to 128 columns (at least 16 with padding: narrower padded planes run
-// the AVX-512 body too, but slower than lowering), the input gradient for
-// kernels 3 or 5 wide, output planes up to 8 columns and input planes up
-// to 16.
+// geometry; the weight gradient for kernels 3 or 5 wide and output planes
+// from 8 to 128 columns (narrower planes run the AVX-512 body too, but
+// slower than lowering); the input gradient for kernels 3 or 5 wide,
+// output planes up to 8 columns and input planes up to 16, and for "same"
+// convolutions (output plane the input's) through the forward body.
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)
@@ -55,8 +55,9 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 
 // ConvGradWeight sets dw[o,c,ki,kj] to Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
 // oy+ki-P, ox+kj-P], or adds it with accumulate: sixteen partial sums per
-// tap (output column ox into partial ox mod 16; samples, rows and 16-column
-// blocks in order) combined pairwise as BiasGrad's plane sums.
+// tap (output column ox into partial ox mod 16, or mod 8 when a row's last
+// sixteen columns would be at most half used; samples, rows and columns in
+// order) combined pairwise as BiasGrad's plane sums.
 func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	g.check()
 	nx, nw, ny := g.lens()
@@ -72,7 +73,11 @@ func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 
 // ConvGradInput sets dx[n,c,iy,ix] to Σ_{kj} Σ_{o,ki} w[o,c,ki,kj]·dy[n,o,
 // iy+P-ki, ix+P-kj] (terms outside dy left out): the inner sums with fused
-// multiply-adds over o then ki, the outer over kj in order.
+// multiply-adds over o then ki, the outer over kj in order; for a "same"
+// convolution (output plane the input's) that the AVX-512 body for narrow
+// planes does not take, as ConvForward of dy with w transposed and flipped
+// (the Go loops allocate that copy; the ops package calls this only where
+// ConvFast says AVX-512).
 func ConvGradInput(g *ConvGeom, dy, w, dx []float32) {
 	g.check()
 	nx, nw, ny := g.lens()
@@ -129,6 +134,10 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	taps := g.O * g.C * g.KH * g.KW
 	for t := range taps {
 		o, c, ki, kj := t/(g.C*g.KH*g.KW), t/(g.KH*g.KW)%g.C, t/g.KW%g.KH, t%g.KW
+		lm := 15 // partial ox mod 16, or mod 8 when the last 16-column block is at most half full
+		if g.OW%16 != 0 && g.OW%16 <= 8 {
+			lm = 7
+		}
 		var p [16]float32
 		for n := range g.N {
 			dyo := dy[(n*g.O+o)*plane:][:plane]
@@ -140,7 +149,7 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 				}
 				for ox := range g.OW {
 					if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
-						p[ox&15] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&15])
+						p[ox&lm] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&lm])
 					}
 				}
 			}
@@ -158,7 +167,31 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	}
 }
 
+// gradInputSame reports whether ConvGradInput computes g's input gradient
+// as the forward convolution of dy with the weights transposed and flipped
+// (a "same" convolution that the AVX-512 input-gradient body does not
+// take; the C function dgrad_same).
+func (g *ConvGeom) gradInputSame() bool {
+	scatter := (g.KW == 3 || g.KW == 5) && g.OW <= 8 && g.W <= 16
+	return !scatter && g.OH == g.H && g.OW == g.W
+}
+
 func convGradInputGo(g *ConvGeom, dy, w, dx []float32) {
+	if g.gradInputSame() {
+		k := g.KH * g.KW
+		wt := make([]float32, g.O*g.C*k)
+		for o := range g.O {
+			for c := range g.C {
+				for t := range k {
+					wt[(c*g.O+o)*k+k-1-t] = w[(o*g.C+c)*k+t]
+				}
+			}
+		}
+		gt := *g
+		gt.C, gt.O, gt.H, gt.W, gt.OH, gt.OW = g.O, g.C, g.OH, g.OW, g.H, g.W
+		convForwardGo(&gt, dy, wt, nil, dx)
+		return
+	}
 	plane, hw := g.OH*g.OW, g.H*g.W
 	for n := range g.N {
 		for c := range g.C {
