@@ -65,11 +65,12 @@ func TestIm2colRandomGeometry(t *testing.T) {
 }
 
 // TestChunkedAndDirectConvMatchFloat64 runs the float32 convolution kernels
-// (chunked im2col, and the direct single-channel kernels) against the
-// float64 ones (whole-batch Go loops, no chunks) on random geometries:
-// single-channel inputs with kernels 3 and 5 (the direct path) and others,
-// padding, strides, groups, bias or none, accumulate, batches that leave a
-// short last chunk.
+// (chunked im2col, and vec's direct kernels) against the float64 ones
+// (whole-batch Go loops, no chunks) on random geometries: one to three
+// input channels with kernels 3 and 5 (the direct paths at stride 1, the
+// input gradient's for planes up to 8 columns wide and for same
+// convolutions) and others, padding, strides, groups, bias or none,
+// accumulate, batches that leave a short last chunk.
 func TestChunkedAndDirectConvMatchFloat64(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	defer func(b int) { colBudget = b }(colBudget)
