@@ -339,6 +339,15 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
 							acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
 							                    : V##_ZERO();                                                     \
+					if (blocks == 1 && og == WG && dfull[0] && xfull[0] && g.p == 0) {                            \
+						/* one block a row, every load plain: a tight loop over the rows */                       \
+						for (long n = 0; n < g.n; n++) {                                                          \
+							const float *row = x + (n * g.c + c) * hw + ki * g.w;                                 \
+							const float *dyb = dy + (n * g.o + o0) * plane;                                       \
+							for (long oy = 0; oy < g.oh; oy++, row += g.w, dyb += g.ow)                           \
+								WGRAD_BLOCK(V, KWC, WG, V##_LOADU(dyb + q * plane), V##_LOADU(row + kj))          \
+						}                                                                                         \
+					} else                                                                                        \
 					for (long n = 0; n < g.n; n++)                                                                \
 						for (long oy = 0; oy < g.oh; oy++) {                                                      \
 							long iy = oy + ki - g.p;                                                              \

@@ -14,6 +14,7 @@ var convGeoms = []ConvGeom{
 	{N: 2, C: 16, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1}, // its first stage
 	{N: 2, C: 13, O: 7, H: 7, W: 7, KH: 3, KW: 3, P: 1},    // channels past every group
 	{N: 2, C: 3, O: 16, H: 7, W: 7, KH: 3, KW: 3, P: 1},    // eight channels a group, eight lanes
+	{N: 3, C: 2, O: 8, H: 8, W: 8, KH: 3, KW: 3, P: 1},     // padded copies, one full block a row
 	{N: 2, C: 2, O: 5, H: 5, W: 24, KH: 5, KW: 5, P: 2},    // eight lanes for 24 columns, padding
 	{N: 3, C: 3, O: 9, H: 6, W: 9, KH: 5, KW: 5, P: 2},     // padding on every side, O by 4s
 	{N: 2, C: 5, O: 10, H: 5, W: 10, KH: 3, KW: 3, P: 0},   // dy eight wide, no padding
