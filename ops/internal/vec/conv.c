@@ -319,7 +319,7 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 	                                                                 float *part, int slack) {                     \
 		long plane = g.oh * g.ow, hw = g.h * g.w, blocks = (g.ow + V##_LANES - 1) / V##_LANES;                    \
 		V##_MT m[16][KWC], outm[16];                                                                              \
-		int dfull[16], xfull[16];                                                                                 \
+		int dfull[16], xfull[16], allfull = 1;                                                                    \
 		for (long bi = 0; bi < blocks; bi++) {                                                                    \
 			long c0 = bi * V##_LANES;                                                                             \
 			outm[bi] = (V##_MT)outmask(g.ow, c0, V##_LANES);                                                      \
@@ -329,6 +329,7 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 				m[bi][kj] = (V##_MT)lanemask(&g, c0, kj, V##_LANES);                                              \
 				xfull[bi] &= slack || m[bi][kj] == (V##_MT)~0u;                                                   \
 			}                                                                                                     \
+			allfull &= dfull[bi] && xfull[bi];                                                                    \
 		}                                                                                                         \
 		for (long c = 0; c < g.c; c++)                                                                            \
 			for (long ki = 0; ki < g.kh; ki++)                                                                    \
@@ -339,13 +340,14 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
 							acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
 							                    : V##_ZERO();                                                     \
-					if (blocks == 1 && og == WG && dfull[0] && xfull[0] && g.p == 0) {                            \
-						/* one block a row, every load plain: a tight loop over the rows */                       \
+					if (allfull && og == WG && g.p == 0) {                                                        \
+						/* every load plain, every row inside: a tight loop over the rows */                      \
 						for (long n = 0; n < g.n; n++) {                                                          \
 							const float *row = x + (n * g.c + c) * hw + ki * g.w;                                 \
 							const float *dyb = dy + (n * g.o + o0) * plane;                                       \
 							for (long oy = 0; oy < g.oh; oy++, row += g.w, dyb += g.ow)                           \
-								WGRAD_BLOCK(V, KWC, WG, V##_LOADU(dyb + q * plane), V##_LOADU(row + kj))          \
+								for (long c0 = 0; c0 < g.ow; c0 += V##_LANES)                                     \
+									WGRAD_BLOCK(V, KWC, WG, V##_LOADU(dyb + c0 + q * plane), V##_LOADU(row + c0 + kj)) \
 						}                                                                                         \
 					} else                                                                                        \
 					for (long n = 0; n < g.n; n++)                                                                \
