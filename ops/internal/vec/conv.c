@@ -146,6 +146,14 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 						_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                      \
 							_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                 \
 								acc[r][q] = V##_SET1(bp[o0 + q]);                                                 \
+						if (full && g.p == 0 && oy0 + RB <= g.oh) {                                               \
+							/* every row inside, every load plain: a tight loop over the taps */                  \
+							const float *xc = x + n * g.c * hw + oy0 * g.w + c0;                                  \
+							const float *wk = wg;                                                                 \
+							for (long c = 0; c < g.c; c++, xc += hw)                                              \
+								for (long ki = 0; ki < g.kh; ki++, wk += g.kw * OGC)                              \
+									FWD_TAPS(V, OGC, RB, V##_LOADU(xc + (r + ki) * g.w + kj))                     \
+						} else                                                                                    \
 						for (long c = 0; c < g.c; c++)                                                            \
 							for (long ki = 0; ki < g.kh; ki++) {                                                  \
 								const float *rp[RB];                                                              \
