@@ -1,6 +1,10 @@
 package ops
 
-import "math"
+import (
+	"math"
+
+	"gorun/ops/internal/vec"
+)
 
 // The optimizer kernels follow PyTorch 1.13's single-tensor implementations
 // (torch/optim/sgd.py _single_tensor_sgd, adam.py _single_tensor_adam,
@@ -8,8 +12,9 @@ import "math"
 // operation by operation, with the hyper-parameters rounded to T as PyTorch
 // rounds Python scalars to the tensor's dtype. PyTorch's CPU kernels (built
 // for AVX2 and later) compute add(x, alpha=a) and addcmul as fused
-// multiply-adds; fma does the same here, so float32 results are
-// bit-identical to PyTorch's on such machines.
+// multiply-adds; fma does the same here (and vec.SGD, which runs the
+// float32 SGD step in C), so float32 results are bit-identical to
+// PyTorch's on such machines.
 
 // sgdStep: in param, grad, momentum buffer (unused, and may be nil, when
 // Momentum is 0). Updates param and the buffer in place:
@@ -21,6 +26,16 @@ import "math"
 func sgdStep[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	p := live(in[0])
 	g := in[1].Data[:len(p)]
+	if is32[T]() {
+		va := vec.SGDArgs{LR: float32(a.LR), WeightDecay: float32(a.WeightDecay), Momentum: float32(a.Momentum),
+			Keep: float32(1 - a.Dampening), Nesterov: a.Nesterov, First: c.Step <= 1}
+		var buf []float32
+		if a.Momentum != 0 {
+			buf = view[float32](in[2].Data)
+		}
+		vec.SGD(&va, view[float32](p), view[float32](g), buf)
+		return
+	}
 	wd, negLR := T(a.WeightDecay), T(-a.LR)
 	decay := a.WeightDecay != 0
 	if a.Momentum == 0 {

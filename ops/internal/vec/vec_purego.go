@@ -17,3 +17,5 @@ func sum(_ int, x []float32) float32 { return sumGo(x) }
 func biasGrad(_ int, dy []float32, n, o, plane int, db []float32, accumulate bool) {
 	biasGradGo(dy, n, o, plane, db, accumulate)
 }
+
+func sgd(_ int, a *SGDArgs, p, g, buf []float32) { sgdGo(a, p, g, buf) }
