@@ -37,11 +37,7 @@ func convForward(lv int, g *ConvGeom, x, w, b, y []float32) {
 }
 
 func convGradWeight(lv int, g *ConvGeom, dy, x, dw []float32, accumulate bool) {
-	acc := C.int(0)
-	if accumulate {
-		acc = 1
-	}
-	if C.gorun_vec_conv_wgrad(C.int(lv), cgeom(g), fp(dy), fp(x), fp(dw), acc) != 0 {
+	if C.gorun_vec_conv_wgrad(C.int(lv), cgeom(g), fp(dy), fp(x), fp(dw), cbool(accumulate)) != 0 {
 		panic("vec: out of memory for the weight gradient's partial sums")
 	}
 }

@@ -32,20 +32,12 @@ func lnGradInput(lv int, dx, dy, x, save, gamma []float32, rows, d int) {
 }
 
 func colSums(lv int, s, dy, x, save []float32, rows, cols int, accumulate bool) {
-	acc := C.int(0)
-	if accumulate {
-		acc = 1
-	}
-	C.gorun_vec_ln_col_sums(C.int(lv), fp(s), fp(dy), fp(x), fp(save), C.long(rows), C.long(cols), acc)
+	C.gorun_vec_ln_col_sums(C.int(lv), fp(s), fp(dy), fp(x), fp(save), C.long(rows), C.long(cols), cbool(accumulate))
 }
 
 // lnRowSums is for the tests: out[2r], out[2r+1] get row r's (mean, s2) of
 // a as LayerNorm computes them, or with grad its (s0, s1) of dy = a, x and
 // save as LayerNormGradInput does.
 func lnRowSums(lv int, grad bool, out []float64, a, x, save, gamma []float32, rows, d int) {
-	g := C.int(0)
-	if grad {
-		g = 1
-	}
-	C.gorun_vec_ln_row_sums(C.int(lv), g, fp(a), fp(x), fp(save), fp(gamma), C.long(rows), C.long(d), dp(out))
+	C.gorun_vec_ln_row_sums(C.int(lv), cbool(grad), fp(a), fp(x), fp(save), fp(gamma), C.long(rows), C.long(d), dp(out))
 }

@@ -18,12 +18,12 @@ type SGDArgs struct {
 // multiply-add (momentum·buf rounded first), as PyTorch's float32 CPU
 // kernels compute it. buf is unused (may be nil) without momentum.
 func SGD(a *SGDArgs, p, g, buf []float32) {
-	_ = g[len(p)-1:]
-	if a.Momentum != 0 {
-		_ = buf[len(p)-1:]
-	}
 	if len(p) == 0 {
 		return
+	}
+	_ = g[len(p)-1]
+	if a.Momentum != 0 {
+		_ = buf[len(p)-1]
 	}
 	sgd(level, a, p, g, buf)
 }

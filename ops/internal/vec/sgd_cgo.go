@@ -13,13 +13,6 @@ void gorun_vec_sgd(int level, gorun_sgd a, float *p, const float *g, float *buf,
 */
 import "C"
 
-func cbool(b bool) C.int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 func sgd(lv int, a *SGDArgs, p, g, buf []float32) {
 	args := C.gorun_sgd{neglr: C.float(-a.LR), wd: C.float(a.WeightDecay), mom: C.float(a.Momentum),
 		damp: C.float(a.Keep), decay: cbool(a.WeightDecay != 0), momentum: cbool(a.Momentum != 0),

@@ -157,7 +157,6 @@ __attribute__((target("avx512f"))) static void maxpool_avx512(const float *x, fl
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 	const __m512i one = _mm512_set1_epi32(1);
-	const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	const __m512i wv = _mm512_set1_epi32((int32_t)w);
 	for (long p = 0; p < planes; p++) {
 		const float *xp = x + p * h * w;
@@ -188,8 +187,8 @@ __attribute__((target("avx512f"))) static void maxpool_avx512(const float *x, fl
 				__m512 top = _mm512_mask_mov_ps(ta, tk, tb), bot = _mm512_mask_mov_ps(ba, bk, bb);
 				__mmask16 rk = _mm512_cmp_ps_mask(bot, top, _CMP_GT_OQ);
 				__m512 best = _mm512_mask_mov_ps(top, rk, bot);
-				// index: base + j + 2·lane, +1 for the odd column, +w for the bottom row
-				__m512i at = _mm512_add_epi32(_mm512_set1_epi32(base + (int32_t)j), lane2);
+				// index: base + j + 2·lane (even's entries), +1 for the odd column, +w for the bottom row
+				__m512i at = _mm512_add_epi32(_mm512_set1_epi32(base + (int32_t)j), even);
 				__m512i toff = _mm512_maskz_mov_epi32(tk, one), boff = _mm512_add_epi32(wv, _mm512_maskz_mov_epi32(bk, one));
 				at = _mm512_add_epi32(at, _mm512_mask_mov_epi32(toff, rk, boff));
 				__mmask16 mo = cnt == 16 ? 0xffff : TAIL(cnt);

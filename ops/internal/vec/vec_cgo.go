@@ -22,6 +22,14 @@ var level = int(C.gorun_vec_level())
 
 func fp(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(s))) }
 
+// cbool is b as a C flag.
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func relu(lv int, y, x []float32) {
 	C.gorun_vec_relu(C.int(lv), fp(y), fp(x), C.long(len(x)))
 }
@@ -44,9 +52,5 @@ func sum(lv int, x []float32) float32 {
 }
 
 func biasGrad(lv int, dy []float32, n, o, plane int, db []float32, accumulate bool) {
-	acc := C.int(0)
-	if accumulate {
-		acc = 1
-	}
-	C.gorun_vec_bias_grad(C.int(lv), fp(dy), C.long(n), C.long(o), C.long(plane), fp(db), acc)
+	C.gorun_vec_bias_grad(C.int(lv), fp(dy), C.long(n), C.long(o), C.long(plane), fp(db), cbool(accumulate))
 }
