@@ -80,6 +80,9 @@ func BenchmarkConv(b *testing.B) {
 		newConvBenchAttrs("resnet_layer2_s2", []int{64, 16, 28, 28}, []int{32, 16, 3, 3}, &Attrs{Padding: 1, Stride: 2}, true),
 		newConvBenchAttrs("resnet_layer2", []int{64, 32, 14, 14}, []int{32, 32, 3, 3}, &Attrs{Padding: 1}, true),
 		newConvBenchAttrs("resnet_layer3", []int{64, 64, 7, 7}, []int{64, 64, 3, 3}, &Attrs{Padding: 1}, true),
+		newConvBenchAttrs("resnet_layer3_s2", []int{64, 32, 14, 14}, []int{64, 32, 3, 3}, &Attrs{Padding: 1, Stride: 2}, true),
+		newConvBenchAttrs("resnet_down2", []int{64, 16, 28, 28}, []int{32, 16, 1, 1}, &Attrs{Stride: 2}, true),
+		newConvBenchAttrs("resnet_down3", []int{64, 32, 14, 14}, []int{64, 32, 1, 1}, &Attrs{Stride: 2}, true),
 	} {
 		for _, part := range []struct {
 			name string
@@ -97,7 +100,7 @@ func BenchmarkConv(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(cb.x[0]), "ns/sample")
 			})
-			if g := geomFwd(cb.a, cb.x, cb.w); g.s == 1 { // im2col and GEMM instead of the direct kernels
+			{ // im2col and GEMM instead of the direct kernels
 				b.Run(cb.name+"_im2col/"+part.name, func(b *testing.B) {
 					directConv = false
 					defer func() { directConv = true }()

@@ -75,9 +75,9 @@ func convChunk(g *convGeom) int {
 	return max(1, colBudget/(g.k()*plane), (colMin+plane-1)/plane)
 }
 
-// directConv sends float32 convolutions with stride 1 and no groups to
-// vec's direct kernels (no im2col buffer, no matrix multiply) where they
-// beat lowering: inputs of one channel (a first layer on greyscale images,
+// directConv sends float32 convolutions with no groups to vec's direct
+// kernels (no im2col buffer, no matrix multiply) where they beat lowering:
+// inputs of one channel with stride 1 (a first layer on greyscale images,
 // where im2col would copy each input element KH·KW times for a product with
 // k = KH·KW), and, where vec runs them with AVX-512, the passes that
 // BenchmarkConv measured faster (see direct). BenchmarkConv turns it off to
@@ -87,11 +87,11 @@ var directConv = true
 // direct returns g as vec's geometry, and which passes the direct kernels
 // take.
 func (g *convGeom) direct() (cg vec.ConvGeom, fwd, wgrad, dgrad bool) {
-	if !directConv || g.ng() != 1 || g.s != 1 || g.kw > vec.ConvMaxKW || g.oh < 1 || g.ow < 1 {
+	if !directConv || g.ng() != 1 || g.kw > vec.ConvMaxKW || g.oh < 1 || g.ow < 1 {
 		return cg, false, false, false
 	}
-	cg = vec.ConvGeom{N: g.n, C: g.c, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow}
-	if g.c == 1 {
+	cg = vec.ConvGeom{N: g.n, C: g.c, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow, S: g.s}
+	if g.c == 1 && g.s == 1 {
 		return cg, true, true, false
 	}
 	fwd, wgrad, dgrad = vec.ConvFast(&cg)

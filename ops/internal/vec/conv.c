@@ -1,10 +1,13 @@
 //go:build cgo && amd64 && !purego
 
-// Direct convolution with stride 1 (see conv.go): the forward pass, the
-// weight gradient and the input gradient without im2col's copies and a
-// matrix multiply. The plain bodies take every geometry; the AVX-512
-// bodies take what conv.go's ConvFast says. Both use fused multiply-adds in
-// the same order (fmaf in plain C), so the levels agree bit for bit.
+// Direct convolution (see conv.go): the forward pass, the weight gradient
+// and the input gradient without im2col's copies and a matrix multiply.
+// The plain bodies take every geometry; the AVX-512 bodies take what
+// conv.go's ConvFast says. Both use fused multiply-adds in the same order
+// (fmaf in plain C), so the levels agree bit for bit. Strides above 1 run
+// the stride-1 bodies' register tiles over copies of the input whose
+// columns are split by phase (column j at j mod s), so that every tap of a
+// vector of output columns reads consecutive floats.
 
 #include <immintrin.h>
 #include <math.h>
@@ -13,18 +16,19 @@
 
 typedef struct {
 	long n, c, o, h, w; // samples, input channels, output channels, input plane
-	long kh, kw, p;     // kernel, padding (stride 1)
+	long kh, kw, p;     // kernel, padding
 	long oh, ow;        // output plane
+	long s;             // stride
 } gorun_cgeom;
 
 // valid reports whether output column ox reads an input column of the
 // plane for kernel column kj.
 static inline int valid(const gorun_cgeom *g, long ox, long kj) {
-	long ix = ox + kj - g->p;
+	long ix = ox * g->s + kj - g->p;
 	return ix >= 0 && ix < g->w;
 }
 
-// ---- forward: y[n,o] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c, oy+ki-p, ox+kj-p],
+// ---- forward: y[n,o] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c, s·oy+ki-p, s·ox+kj-p],
 // added in the order c, ki, kj (rows reading only padding skipped) ----
 
 static inline __attribute__((always_inline)) void conv_fwd_c(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
@@ -38,14 +42,14 @@ static inline __attribute__((always_inline)) void conv_fwd_c(gorun_cgeom g, cons
 					float acc = b ? b[o] : 0.0f;
 					for (long c = 0; c < g.c; c++)
 						for (long ki = 0; ki < g.kh; ki++) {
-							long iy = oy + ki - g.p;
+							long iy = oy * g.s + ki - g.p;
 							if (iy < 0 || iy >= g.h)
 								continue;
 							const float *row = x + (n * g.c + c) * hw + iy * g.w;
 							const float *wk = wo + (c * g.kh + ki) * g.kw;
 							for (long kj = 0; kj < g.kw; kj++)
 								if (valid(&g, ox, kj))
-									acc = fmaf(wk[kj], row[ox + kj - g.p], acc);
+									acc = fmaf(wk[kj], row[ox * g.s + kj - g.p], acc);
 						}
 					yo[oy * g.ow + ox] = acc;
 				}
@@ -190,32 +194,97 @@ DEF_FWD(fwd_y4, Y, 4, 2)
 DEF_FWD(fwd_y5, Y, 5, 2)
 DEF_FWD(fwd_y8, Y, 8, 2)
 
-// conv_fwd_avx512 groups the output channels by 5 when that pads none and
-// the other grouping would (the MNIST Net's 10 and 20); planes whose last
-// sixteen-column block would be at most half full (8 columns, 24) take
-// eight-lane vectors.
-__attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
-                                                               const float *b, float *y) {
-	void (*body)(gorun_cgeom, const float *, const float *, const float *, float *, int);
-	long og;
-	if (g.ow % 16 != 0 && g.ow % 16 <= 8 && __builtin_cpu_supports("avx512vl")) {
-		og = g.o % 8 == 0 ? 8 : g.o % 5 == 0 && g.o % 4 != 0 ? 5 : 4;
-		body = og == 8 ? fwd_y8 : og == 5 ? fwd_y5 : fwd_y4;
-	} else {
-		og = g.o % 5 == 0 && g.o % 8 != 0 ? 5 : 8;
-		body = og == 5 ? fwd_z5 : fwd_z8;
+// DEF_FWDS is DEF_FWD for any stride over one sample's phase-split copy
+// (phase_split): channel c's row r at x + c·cs + r·rl, kernel column kj's
+// window of output columns at offset ko[kj] in a row, output row oy
+// reading rows s·oy + ki. The copy holds the padding and enough rows and
+// slack that every load is plain: rows of a register tile past the plane
+// read zeros and are not stored.
+#define DEF_FWDS(NAME, V, OGC, RB)                                                                                  \
+	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *x, long rl,       \
+	                                                                 long cs, const long *ko, const float *wp,     \
+	                                                                 const float *bp, float *y) {                  \
+		long plane = g.oh * g.ow, taps = g.c * g.kh * g.kw, groups = (g.o + OGC - 1) / OGC, sr = g.s * rl;        \
+		for (long c0 = 0; c0 < g.ow; c0 += V##_LANES) {                                                           \
+			V##_MT out = (V##_MT)outmask(g.ow, c0, V##_LANES);                                                    \
+			for (long gi = 0; gi < groups; gi++) {                                                                \
+				long o0 = gi * OGC, og = g.o - o0 < OGC ? g.o - o0 : OGC;                                         \
+				for (long oy0 = 0; oy0 < g.oh; oy0 += RB) {                                                       \
+					V##_VT acc[RB][OGC];                                                                          \
+					_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                          \
+						_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                     \
+							acc[r][q] = V##_SET1(bp[o0 + q]);                                                     \
+					const float *xc = x + oy0 * sr + c0;                                                          \
+					const float *wk = wp + gi * taps * OGC;                                                       \
+					for (long c = 0; c < g.c; c++, xc += cs)                                                      \
+						for (long ki = 0; ki < g.kh; ki++, wk += g.kw * OGC)                                      \
+							FWD_TAPS(V, OGC, RB, V##_LOADU(xc + r * sr + ki * rl + ko[kj]))                       \
+					_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                          \
+						_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                     \
+							if (q < og && oy0 + r < g.oh)                                                         \
+								V##_STOREM(y + (o0 + q) * plane + (oy0 + r) * g.ow + c0, out, acc[r][q]);         \
+				}                                                                                                 \
+			}                                                                                                     \
+		}                                                                                                         \
 	}
-	// The weights and biases regrouped: tap t of group q at wp[(q·taps + t)·og],
-	// zero for channels past O, so every group runs all og lanes.
-	long taps = g.c * g.kh * g.kw, groups = (g.o + og - 1) / og;
+
+DEF_FWDS(fwds_z8, Z, 8, 1)
+DEF_FWDS(fwds_z5, Z, 5, 1)
+DEF_FWDS(fwds_y4, Y, 4, 2)
+DEF_FWDS(fwds_y5, Y, 5, 2)
+DEF_FWDS(fwds_y8, Y, 8, 2)
+
+typedef void (*fwd_body)(gorun_cgeom, const float *, const float *, const float *, float *, int);
+typedef void (*fwds_body)(gorun_cgeom, const float *, long, long, const long *, const float *, const float *, float *);
+static const fwd_body fwd_bodies[] = {fwd_z8, fwd_z5, fwd_y4, fwd_y5, fwd_y8};
+static const fwds_body fwds_bodies[] = {fwds_z8, fwds_z5, fwds_y4, fwds_y5, fwds_y8};
+
+// fwd_pick returns the forward body for g (an index into fwd_bodies and
+// fwds_bodies) and its channels a group: groups of 5 when that pads none
+// and the other grouping would (the MNIST Net's 10 and 20); planes whose
+// last sixteen-column block would be at most half full (8 columns, 24)
+// take eight-lane vectors.
+__attribute__((target("avx512f"))) static int fwd_pick(const gorun_cgeom *g, long *og) {
+	if (g->ow % 16 != 0 && g->ow % 16 <= 8 && __builtin_cpu_supports("avx512vl")) {
+		*og = g->o % 8 == 0 ? 8 : g->o % 5 == 0 && g->o % 4 != 0 ? 5 : 4;
+		return *og == 8 ? 4 : *og == 5 ? 3 : 2;
+	}
+	*og = g->o % 5 == 0 && g->o % 8 != 0 ? 5 : 8;
+	return *og == 5 ? 1 : 0;
+}
+
+// pack_weights returns w[o][taps] and the biases b (zeros when NULL)
+// regrouped for a body of og channels: tap t of group q at
+// wp[(q·taps + t)·og], zero for channels past o, so that every group runs
+// all og lanes; the biases follow at wp + groups·taps·og. NULL when out of
+// memory.
+static float *pack_weights(long o, long taps, long og, const float *w, const float *b) {
+	long groups = (o + og - 1) / og;
 	float *wp = calloc(groups * taps * og + groups * og, sizeof(float)), *bp = wp + groups * taps * og;
 	if (!wp)
-		return -1;
-	for (long o = 0; o < g.o; o++) {
+		return NULL;
+	for (long i = 0; i < o; i++) {
 		for (long t = 0; t < taps; t++)
-			wp[((o / og) * taps + t) * og + o % og] = w[o * taps + t];
-		bp[o] = b ? b[o] : 0.0f;
+			wp[((i / og) * taps + t) * og + i % og] = w[i * taps + t];
+		bp[i] = b ? b[i] : 0.0f;
 	}
+	return wp;
+}
+
+__attribute__((target("avx512f"))) static int conv_fwd_strided_avx512(gorun_cgeom g, const float *x, const float *w,
+                                                                       const float *b, float *y);
+
+// conv_fwd_avx512 runs the body fwd_pick chooses.
+__attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
+                                                               const float *b, float *y) {
+	if (g.s != 1)
+		return conv_fwd_strided_avx512(g, x, w, b, y);
+	long og;
+	fwd_body body = fwd_bodies[fwd_pick(&g, &og)];
+	long taps = g.c * g.kh * g.kw, groups = (g.o + og - 1) / og;
+	float *wp = pack_weights(g.o, taps, og, w, b), *bp = wp + groups * taps * og;
+	if (!wp)
+		return -1;
 	if (g.p == 0) {
 		body(g, x, wp, bp, y, 0);
 		free(wp);
@@ -244,8 +313,77 @@ __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, con
 	return 0;
 }
 
+// ---- strides above 1: phase-split copies ----
+
+// phases sets ps[q] to where column phase q (the padded columns j with
+// j mod s = q) starts in a row of pw columns, and ko[kj] to where kernel
+// column kj's window starts: padded column j lies at ps[j mod s] + j/s.
+static void phases(long pw, long s, long kw, long *ps, long *ko) {
+	for (long q = 0, at = 0; q < s; q++) {
+		ps[q] = at;
+		at += (pw - q + s - 1) / s;
+	}
+	for (long kj = 0; kj < kw; kj++)
+		ko[kj] = ps[kj % s] + kj / s;
+}
+
+// strided_rows is how many rows a phase-split copy of g's input holds: the
+// padded plane, and the rows that a two-row register tile past the last
+// output row reads.
+static long strided_rows(const gorun_cgeom *g) {
+	long ph = g->h + 2 * g->p, need = g->s * ((g->oh + 1) / 2 * 2 - 1) + g->kh;
+	return need > ph ? need : ph;
+}
+
+// phase_split copies one sample's planes x[c][h][w] into xs[c][nr][rl]
+// (rl = w + 2p): row iy to row iy + p, column ix to ps[j mod s] + j/s with
+// j = ix + p. Rows that no tap reads (padded row r with r mod s ≥ kh) and
+// column phases that none reads (q ≥ kw) are skipped; the rest of xs (the
+// padding) is left as it is: zero.
+static void phase_split(const gorun_cgeom *g, const float *x, float *xs, long nr, long rl, const long *ps) {
+	long map[g->w], m = 0; // where column ix goes, for the columns read
+	for (long ix = 0, j = g->p; ix < g->w; ix++, j++)
+		if (j % g->s < g->kw)
+			map[m++] = (ps[j % g->s] + j / g->s) << 16 | ix;
+	for (long c = 0; c < g->c; c++)
+		for (long iy = 0; iy < g->h; iy++) {
+			if ((iy + g->p) % g->s >= g->kh)
+				continue;
+			float *row = xs + (c * nr + iy + g->p) * rl;
+			const float *src = x + (c * g->h + iy) * g->w;
+			for (long i = 0; i < m; i++)
+				row[map[i] >> 16] = src[map[i] & 0xffff];
+		}
+}
+
+// conv_fwd_strided_avx512 copies each sample phase-split and runs the
+// strided form of the body fwd_pick chooses.
+__attribute__((target("avx512f"))) static int conv_fwd_strided_avx512(gorun_cgeom g, const float *x, const float *w,
+                                                                       const float *b, float *y) {
+	long og;
+	fwds_body body = fwds_bodies[fwd_pick(&g, &og)];
+	long taps = g.c * g.kh * g.kw, groups = (g.o + og - 1) / og;
+	long rl = g.w + 2 * g.p, nr = strided_rows(&g), ps[MAXKW], ko[MAXKW];
+	phases(rl, g.s, g.kw, ps, ko);
+	float *wp = pack_weights(g.o, taps, og, w, b), *xs = calloc(g.c * nr * rl + 64, sizeof(float));
+	if (!wp || !xs) {
+		free(wp);
+		free(xs);
+		return -1;
+	}
+	gorun_cgeom g1 = g;
+	g1.n = 1;
+	for (long n = 0; n < g.n; n++) {
+		phase_split(&g, x + n * g.c * g.h * g.w, xs, nr, rl, ps);
+		body(g1, xs, rl, nr * rl, ko, wp, wp + groups * taps * og, y + n * g.o * g.oh * g.ow);
+	}
+	free(xs);
+	free(wp);
+	return 0;
+}
+
 // ---- weight gradient: dw[o,c,ki,kj] (+)= Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
-// oy+ki-p, ox+kj-p], in sixteen partial sums (output column ox into
+// s·oy+ki-p, s·ox+kj-p], in sixteen partial sums (output column ox into
 // partial ox mod wgrad_lanes; samples, rows and columns in order) combined
 // pairwise as gorun_vec_sum ----
 
@@ -285,13 +423,13 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 					for (long kj = 0; kj < g.kw; kj++) {
 						float *pp = part + (((o * g.c + c) * g.kh + ki) * g.kw + kj) * 16;
 						for (long oy = 0; oy < g.oh; oy++) {
-							long iy = oy + ki - g.p;
+							long iy = oy * g.s + ki - g.p;
 							if (iy < 0 || iy >= g.h)
 								continue;
 							const float *row = x + (n * g.c + c) * hw + iy * g.w;
 							for (long ox = 0; ox < g.ow; ox++)
 								if (valid(&g, ox, kj))
-									pp[ox & lm] = fmaf(dyo[oy * g.ow + ox], row[ox + kj - g.p], pp[ox & lm]);
+									pp[ox & lm] = fmaf(dyo[oy * g.ow + ox], row[ox * g.s + kj - g.p], pp[ox & lm]);
 						}
 					}
 		}
@@ -390,6 +528,55 @@ DEF_WGRAD(wgrad_z5, Z, 5, 4)
 DEF_WGRAD(wgrad_y3, Y, 3, 8)
 DEF_WGRAD(wgrad_y5, Y, 5, 4)
 
+// DEF_WGRADS is DEF_WGRAD for any stride over NB samples' phase-split
+// copies (phase_split): sample n's channel c at x + (n·C + c)·cs, row r at
+// r·rl, kernel column kj's window at ko[kj]; output row oy reads row
+// s·oy + ki. Lanes past the plane load zeros from dy.
+#define DEF_WGRADS(NAME, V, KWC, WG)                                                                                \
+	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *dy, const float *x,  \
+	                                                                 long rl, long cs, const long *ko, float *part) {   \
+		long plane = g.oh * g.ow, blocks = (g.ow + V##_LANES - 1) / V##_LANES;                                    \
+		V##_MT outm[16];                                                                                          \
+		int dfull[16];                                                                                            \
+		for (long bi = 0; bi < blocks; bi++) {                                                                    \
+			outm[bi] = (V##_MT)outmask(g.ow, bi * V##_LANES, V##_LANES);                                          \
+			dfull[bi] = outm[bi] == (V##_MT)~0u;                                                                  \
+		}                                                                                                         \
+		for (long c = 0; c < g.c; c++)                                                                            \
+			for (long ki = 0; ki < g.kh; ki++)                                                                    \
+				for (long o0 = 0; o0 < g.o; o0 += WG) {                                                           \
+					long og = g.o - o0 < WG ? g.o - o0 : WG;                                                      \
+					V##_VT acc[WG][KWC];                                                                          \
+					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
+							                    : V##_ZERO();                                                     \
+					for (long n = 0; n < g.n; n++)                                                                \
+						for (long oy = 0; oy < g.oh; oy++) {                                                      \
+							const float *row = x + (n * g.c + c) * cs + (oy * g.s + ki) * rl;                     \
+							const float *dyr = dy + (n * g.o + o0) * plane + oy * g.ow;                           \
+							for (long bi = 0; bi < blocks; bi++) {                                                \
+								long c0 = bi * V##_LANES;                                                         \
+								if (og == WG && dfull[bi])                                                        \
+									WGRAD_BLOCK(V, KWC, WG, V##_LOADU(dyr + c0 + q * plane), V##_LOADU(row + c0 + ko[kj])) \
+								else                                                                              \
+									WGRAD_BLOCK(V, KWC, WG, V##_LOADZ(q < og ? outm[bi] : 0, dyr + c0 + q * plane),   \
+									            V##_LOADU(row + c0 + ko[kj]))                                     \
+							}                                                                                     \
+						}                                                                                         \
+					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							if (q < og)                                                                           \
+								V##_STORE(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16,            \
+								          acc[q][kj]);                                                            \
+				}                                                                                                 \
+	}
+
+DEF_WGRADS(wgrads_z3, Z, 3, 8)
+DEF_WGRADS(wgrads_z5, Z, 5, 4)
+DEF_WGRADS(wgrads_y3, Y, 3, 8)
+DEF_WGRADS(wgrads_y5, Y, 5, 4)
+
 // conv_wgrad_avx512 takes kernels 3 or 5 wide and planes up to 128
 // columns, NB samples at a time (they stay in L1 or L2 between the kernel
 // rows and channel groups); wgrad_lanes says the vector width. With
@@ -404,6 +591,29 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 		return -1;
 	memset(part, 0, taps * 16 * sizeof(float));
 	int y = wgrad_lanes(&g) == 8;
+	if (g.s != 1) {
+		// NB samples at a time copied phase-split, as the strided forward
+		void (*sbody)(gorun_cgeom, const float *, const float *, long, long, const long *, float *) =
+		    g.kw == 3 ? (y ? wgrads_y3 : wgrads_z3) : (y ? wgrads_y5 : wgrads_z5);
+		long rl = g.w + 2 * g.p, nr = strided_rows(&g), cs = nr * rl, ps[MAXKW], ko[MAXKW];
+		phases(rl, g.s, g.kw, ps, ko);
+		float *xs = calloc(NB * g.c * cs + 64, sizeof(float));
+		if (!xs) {
+			free(part);
+			return -1;
+		}
+		for (long n0 = 0; n0 < g.n; n0 += NB) {
+			gorun_cgeom gc = g;
+			gc.n = g.n - n0 < NB ? g.n - n0 : NB;
+			for (long i = 0; i < gc.n; i++)
+				phase_split(&g, x + (n0 + i) * g.c * hw, xs + i * g.c * cs, nr, rl, ps);
+			sbody(gc, dy + n0 * g.o * plane, xs, rl, cs, ko, part);
+		}
+		free(xs);
+		finish(part, taps, dw, accumulate);
+		free(part);
+		return 0;
+	}
 	void (*body)(gorun_cgeom, const float *, const float *, float *, int) =
 	    g.kw == 3 ? (y ? wgrad_y3 : wgrad_z3) : (y ? wgrad_y5 : wgrad_z5);
 	long ph = g.h + 2 * g.p, pw = g.w + 2 * g.p;
@@ -442,7 +652,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 // dgrad_scatter reports whether the AVX-512 input gradient below takes g
 // (which then adds in its order, the plain bodies' too).
 static inline int dgrad_scatter(const gorun_cgeom *g) {
-	return (g->kw == 3 || g->kw == 5) && g->ow <= 8 && g->w <= 16;
+	return g->s == 1 && (g->kw == 3 || g->kw == 5) && g->ow <= 8 && g->w <= 16;
 }
 
 // dgrad_same reports whether g is a "same" convolution (output plane the
@@ -450,7 +660,7 @@ static inline int dgrad_scatter(const gorun_cgeom *g) {
 // the forward convolution of dy with the weights transposed and flipped,
 // same padding, and runs as conv_fwd does (in its order, at every level).
 static inline int dgrad_same(const gorun_cgeom *g) {
-	return !dgrad_scatter(g) && g->oh == g->h && g->ow == g->w;
+	return g->s == 1 && !dgrad_scatter(g) && g->oh == g->h && g->ow == g->w;
 }
 
 // dgrad_as_fwd computes the input gradient of a same convolution with the
@@ -565,6 +775,124 @@ DEF_DGRAD(dgrad_k3, 3, 8)
 DEF_DGRAD(dgrad_k5, 5, 4)
 DEF_DGRAD(dgrad_k5c5, 5, 5)
 
+// ---- input gradient with stride s > 1: dx[n,c,iy,ix] = Σ_o Σ_{ki,kj}
+// w[o,c,ki,kj]·dy[n,o,(iy+p-ki)/s,(ix+p-kj)/s] over the taps whose
+// quotients are whole and inside dy, added from zero over o, then ki
+// downwards, then kj downwards ----
+
+static inline __attribute__((always_inline)) void conv_dgrad_sc(gorun_cgeom g, const float *dy, const float *w, float *dx) {
+	long plane = g.oh * g.ow, hw = g.h * g.w;
+	for (long n = 0; n < g.n; n++)
+		for (long c = 0; c < g.c; c++)
+			for (long iy = 0; iy < g.h; iy++)
+				for (long ix = 0; ix < g.w; ix++) {
+					float acc = 0.0f;
+					for (long o = 0; o < g.o; o++)
+						for (long ki = g.kh - 1; ki >= 0; ki--) {
+							long ry = iy + g.p - ki;
+							if (ry < 0 || ry % g.s != 0 || ry / g.s >= g.oh)
+								continue;
+							for (long kj = g.kw - 1; kj >= 0; kj--) {
+								long rx = ix + g.p - kj;
+								if (rx < 0 || rx % g.s != 0 || rx / g.s >= g.ow)
+									continue;
+								acc = fmaf(w[((o * g.c + c) * g.kh + ki) * g.kw + kj],
+								           dy[(n * g.o + o) * plane + ry / g.s * g.ow + rx / g.s], acc);
+							}
+						}
+					dx[(n * g.c + c) * hw + iy * g.w + ix] = acc;
+				}
+}
+
+// conv_dgrad_strided_avx512 splits dx by phase: the elements with
+// (iy+p) mod s = a and (ix+p) mod s = b take the kernel taps ki ≡ a, kj ≡ b
+// (mod s), and over them dx's phase (a, b) is a stride-1 convolution of dy
+// with that sub-kernel flipped. Each phase runs a strided forward body (stride
+// 1) over one sample's dy copied into zero-bordered planes, then is
+// scattered into dx; phases with no taps are zeros.
+// dphase is one phase (a, b) of a strided input gradient: its sub-kernel
+// (kh × kw taps), the dx elements it sets (rows iy0 + s·i for i < oh,
+// columns ix0 + s·j for j < ow), where its window starts in the bordered
+// copy of dy, and its body and packed weights.
+typedef struct {
+	long kh, kw, iy0, ix0, oh, ow, at, og;
+	int body;
+	float *wp;
+} dphase;
+
+__attribute__((target("avx512f"))) static int conv_dgrad_strided_avx512(gorun_cgeom g, const float *dy, const float *w,
+                                                                         float *dx) {
+	long s = g.s, km = (g.kh + s - 1) / s, kn = (g.kw + s - 1) / s, t = km - 1, l = kn - 1;
+	long uh = (g.h + g.p + s - 1) / s, uw = (g.w + g.p + s - 1) / s;
+	long nrd = t + (g.oh > uh ? g.oh : uh) + 2, rld = l + (g.ow > uw ? g.ow : uw) + 1, cs = nrd * rld;
+	long hw = g.h * g.w, plane = g.oh * g.ow, ko[MAXKW];
+	for (long kj = 0; kj < MAXKW; kj++)
+		ko[kj] = kj;
+	float *dyp = calloc(g.o * cs + 64, sizeof(float)), *out = malloc(g.c * (uh + 1) * (uw + 1) * sizeof(float));
+	float *wt = malloc(g.c * g.o * km * kn * sizeof(float) + 1);
+	dphase *ph = calloc(s * s, sizeof(dphase));
+	int r = -1;
+	if (!dyp || !out || !wt || !ph)
+		goto done;
+	for (long a = 0; a < s; a++)
+		for (long b = 0; b < s; b++) {
+			dphase *f = ph + a * s + b;
+			long u0 = g.p > a ? (g.p - a + s - 1) / s : 0, v0 = g.p > b ? (g.p - b + s - 1) / s : 0;
+			f->kh = a < g.kh ? (g.kh - a + s - 1) / s : 0, f->kw = b < g.kw ? (g.kw - b + s - 1) / s : 0;
+			f->oh = (g.h + g.p - a + s - 1) / s - u0, f->ow = (g.w + g.p - b + s - 1) / s - v0;
+			f->iy0 = s * u0 + a - g.p, f->ix0 = s * v0 + b - g.p;
+			if (f->oh <= 0 || f->ow <= 0 || !f->kh || !f->kw)
+				continue;
+			f->at = (t - f->kh + 1 + u0) * rld + l - f->kw + 1 + v0;
+			for (long c = 0; c < g.c; c++)
+				for (long o = 0; o < g.o; o++)
+					for (long i = 0; i < f->kh; i++)
+						for (long j = 0; j < f->kw; j++)
+							wt[((c * g.o + o) * f->kh + i) * f->kw + j] =
+							    w[((o * g.c + c) * g.kh + a + s * (f->kh - 1 - i)) * g.kw + b + s * (f->kw - 1 - j)];
+			gorun_cgeom gp = {.n = 1, .c = g.o, .o = g.c, .kh = f->kh, .kw = f->kw, .oh = f->oh, .ow = f->ow, .s = 1};
+			f->body = fwd_pick(&gp, &f->og);
+			if (!(f->wp = pack_weights(g.c, g.o * f->kh * f->kw, f->og, wt, NULL)))
+				goto done;
+		}
+	for (long n = 0; n < g.n; n++) {
+		for (long o = 0; o < g.o; o++)
+			for (long oy = 0; oy < g.oh; oy++)
+				memcpy(dyp + o * cs + (t + oy) * rld + l, dy + (n * g.o + o) * plane + oy * g.ow, g.ow * sizeof(float));
+		float *dxn = dx + n * g.c * hw;
+		for (long i = 0; i < s * s; i++) {
+			dphase *f = ph + i;
+			if (f->oh <= 0 || f->ow <= 0)
+				continue;
+			float *d = dxn + f->iy0 * g.w + f->ix0;
+			if (!f->wp) { // no taps
+				for (long c = 0; c < g.c; c++)
+					for (long i = 0; i < f->oh; i++)
+						for (long j = 0; j < f->ow; j++)
+							d[c * hw + s * (i * g.w + j)] = 0.0f;
+				continue;
+			}
+			gorun_cgeom gp = {.n = 1, .c = g.o, .o = g.c, .kh = f->kh, .kw = f->kw, .oh = f->oh, .ow = f->ow, .s = 1};
+			long taps = g.o * f->kh * f->kw, groups = (g.c + f->og - 1) / f->og;
+			fwds_bodies[f->body](gp, dyp + f->at, rld, cs, ko, f->wp, f->wp + groups * taps * f->og, out);
+			for (long c = 0; c < g.c; c++)
+				for (long i = 0; i < f->oh; i++)
+					for (long j = 0; j < f->ow; j++)
+						d[c * hw + s * (i * g.w + j)] = out[(c * f->oh + i) * f->ow + j];
+		}
+	}
+	r = 0;
+done:
+	if (ph)
+		for (long i = 0; i < s * s; i++)
+			free(ph[i].wp);
+	free(ph);
+	free(wt);
+	free(out);
+	free(dyp);
+	return r;
+}
+
 // The plain bodies, compiled for AVX2 with FMA (fmaf becomes one
 // instruction) and for any x86-64 (fmaf from libm, exact but slow).
 __attribute__((target("avx2,fma"))) static void conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
@@ -583,11 +911,21 @@ static int conv_wgrad_plain(gorun_cgeom g, const float *dy, const float *x, floa
 }
 __attribute__((target("avx2,fma"))) static void conv_dgrad_avx2(gorun_cgeom g, const float *dy, const float *w,
                                                                 float *dx) {
-	conv_dgrad_c(g, dy, w, dx);
+	if (g.s != 1)
+		conv_dgrad_sc(g, dy, w, dx);
+	else
+		conv_dgrad_c(g, dy, w, dx);
 }
 static void conv_dgrad_plain(gorun_cgeom g, const float *dy, const float *w, float *dx) {
-	conv_dgrad_c(g, dy, w, dx);
+	if (g.s != 1)
+		conv_dgrad_sc(g, dy, w, dx);
+	else
+		conv_dgrad_c(g, dy, w, dx);
 }
+
+// strided_ok reports whether the AVX-512 bodies take g's stride: up to 16,
+// on planes up to 4096 columns (phase_split's column map).
+static inline int strided_ok(const gorun_cgeom *g) { return g->s == 1 || g->s <= MAXKW && g->w <= 4096; }
 
 // gorun_vec_conv_fast reports which passes the AVX-512 bodies take at
 // level: bit 0 the forward, bit 1 the weight gradient, bit 2 the input
@@ -596,19 +934,24 @@ static void conv_dgrad_plain(gorun_cgeom g, const float *dy, const float *w, flo
 // The weight gradient's body takes planes narrower than 8 columns too (the
 // single-channel path sends it them), but slower there than im2col and a
 // matrix multiply (BenchmarkConv in ops: the ResNet's 7-column layer, 92
-// against 60 µs a sample), so the bit is clear for them.
+// against 60 µs a sample), so the bit is clear for them. The strided input
+// gradient takes every geometry, but where the kernel is narrower than the
+// stride (phases without taps: the ResNet's 1×1 downsamples) lowering
+// measured faster, so the bit is clear there.
 int gorun_vec_conv_fast(int level, gorun_cgeom g) {
-	if (level < 2)
+	if (level < 2 || !strided_ok(&g))
 		return 0;
 	int vl = __builtin_cpu_supports("avx512vl"), k35 = g.kw == 3 || g.kw == 5, r = 1;
 	if (k35 && g.ow <= 128 && g.ow >= 8)
 		r |= 2;
-	if (dgrad_scatter(&g) && vl || dgrad_same(&g))
+	if (dgrad_scatter(&g) && vl || dgrad_same(&g) || g.s > 1 && g.kh >= g.s && g.kw >= g.s)
 		r |= 4;
 	return r;
 }
 
 int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	if (level == 2 && !strided_ok(&g))
+		level = 1;
 	switch (level) {
 	case 2: return conv_fwd_avx512(g, x, w, b, y);
 	case 1: conv_fwd_avx2(g, x, w, b, y); break;
@@ -618,7 +961,7 @@ int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w,
 }
 
 int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
-	if (level == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 &&
+	if (level == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 && strided_ok(&g) &&
 	                    (wgrad_lanes(&g) == 16 || __builtin_cpu_supports("avx512vl"))))
 		level = 1;
 	switch (level) {
@@ -641,6 +984,8 @@ static int conv_fwd_plain_r(gorun_cgeom g, const float *x, const float *w, const
 int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float *w, float *dx) {
 	if (dgrad_same(&g))
 		return dgrad_as_fwd(level == 2 ? conv_fwd_avx512 : level == 1 ? conv_fwd_avx2_r : conv_fwd_plain_r, g, dy, w, dx);
+	if (level == 2 && g.s != 1 && strided_ok(&g))
+		return conv_dgrad_strided_avx512(g, dy, w, dx);
 	if (level == 2 && !(gorun_vec_conv_fast(level, g) & 4))
 		level = 1;
 	switch (level) {

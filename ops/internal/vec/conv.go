@@ -2,19 +2,26 @@ package vec
 
 import "math"
 
-// ConvGeom is the geometry of a convolution with stride 1 and no groups:
-// x[N,C,H,W], w[O,C,KH,KW], y[N,O,OH,OW], OH = H+2P-KH+1, OW = W+2P-KW+1.
+// ConvGeom is the geometry of a convolution with no groups: x[N,C,H,W],
+// w[O,C,KH,KW], y[N,O,OH,OW], stride S (0 means 1), OH = (H+2P-KH)/S+1,
+// OW = (W+2P-KW)/S+1.
 type ConvGeom struct {
 	N, C, O, H, W int
 	KH, KW, P     int
 	OH, OW        int
+	S             int
 }
+
+// stride is S, 1 when unset.
+func (g *ConvGeom) stride() int { return max(g.S, 1) }
 
 // ConvMaxKW is the widest kernel the direct convolutions take.
 const ConvMaxKW = 16
 
 func (g *ConvGeom) check() {
-	if g.KW > ConvMaxKW || g.P < 0 || g.C < 1 || g.OH != g.H+2*g.P-g.KH+1 || g.OW != g.W+2*g.P-g.KW+1 {
+	s := g.stride()
+	if g.KW > ConvMaxKW || g.P < 0 || g.C < 1 || g.S < 0 || g.H+2*g.P < g.KH || g.W+2*g.P < g.KW ||
+		g.OH != (g.H+2*g.P-g.KH)/s+1 || g.OW != (g.W+2*g.P-g.KW)/s+1 {
 		panic("vec: bad convolution geometry")
 	}
 }
@@ -26,11 +33,15 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // ConvFast reports which passes of g this process runs through AVX-512
 // bodies (the others run the plain loops, far slower than im2col and a
 // matrix multiply on more than one input channel): the forward at any
-// geometry; the weight gradient for kernels 3 or 5 wide and output planes
-// from 8 to 128 columns (narrower planes run the AVX-512 body too, but
-// slower than lowering); the input gradient for kernels 3 or 5 wide,
-// output planes up to 8 columns and input planes up to 16, and for "same"
-// convolutions (output plane the input's) through the forward body.
+// geometry with a stride up to 16; the weight gradient for kernels 3 or 5
+// wide and output planes from 8 to 128 columns (narrower planes run the
+// AVX-512 body too, but slower than lowering); the input gradient for
+// kernels 3 or 5 wide, output planes up to 8 columns and input planes up to
+// 16, and for "same" convolutions (output plane the input's) through the
+// forward body; with a stride from 2 to 16 and a kernel at least the
+// stride in both dimensions, the input gradient by phases (each a stride-1
+// convolution of dy run by the forward body; 1×1 kernels with stride 2
+// measured slower than lowering).
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)
@@ -38,7 +49,7 @@ func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 }
 
 // ConvForward sets y[n,o,oy,ox] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c,
-// oy+ki-P, ox+kj-P] (zero outside the plane; no bias when b is nil),
+// S·oy+ki-P, S·ox+kj-P] (zero outside the plane; no bias when b is nil),
 // adding the taps with fused multiply-adds in the order c, ki, kj.
 func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 	g.check()
@@ -54,7 +65,7 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 }
 
 // ConvGradWeight sets dw[o,c,ki,kj] to Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
-// oy+ki-P, ox+kj-P], or adds it with accumulate: sixteen partial sums per
+// S·oy+ki-P, S·ox+kj-P], or adds it with accumulate: sixteen partial sums per
 // tap (output column ox into partial ox mod 16, or mod 8 when a row's last
 // sixteen columns would be at most half used; samples, rows and columns in
 // order) combined pairwise as BiasGrad's plane sums.
@@ -77,7 +88,9 @@ func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 // convolution (output plane the input's) that the AVX-512 body for narrow
 // planes does not take, as ConvForward of dy with w transposed and flipped
 // (the Go loops allocate that copy; the ops package calls this only where
-// ConvFast says AVX-512).
+// ConvFast says AVX-512). With a stride S above 1 the terms are those with
+// (iy+P-ki)/S and (ix+P-kj)/S whole and inside dy, added from zero over o,
+// then ki downwards, then kj downwards.
 func ConvGradInput(g *ConvGeom, dy, w, dx []float32) {
 	g.check()
 	nx, nw, ny := g.lens()
@@ -97,7 +110,7 @@ func ConvGradInput(g *ConvGeom, dy, w, dx []float32) {
 func fma32(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 
 func convForwardGo(g *ConvGeom, x, w, b, y []float32) {
-	plane, hw, taps := g.OH*g.OW, g.H*g.W, g.C*g.KH*g.KW
+	plane, hw, taps, s := g.OH*g.OW, g.H*g.W, g.C*g.KH*g.KW, g.stride()
 	for n := range g.N {
 		for o := range g.O {
 			wo := w[o*taps:][:taps]
@@ -111,12 +124,12 @@ func convForwardGo(g *ConvGeom, x, w, b, y []float32) {
 					for c := range g.C {
 						xc := x[(n*g.C+c)*hw:][:hw]
 						for ki := range g.KH {
-							iy := oy + ki - g.P
+							iy := oy*s + ki - g.P
 							if iy < 0 || iy >= g.H {
 								continue
 							}
 							for kj := range g.KW {
-								if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
+								if ix := ox*s + kj - g.P; ix >= 0 && ix < g.W {
 									acc = fma32(wo[(c*g.KH+ki)*g.KW+kj], xc[iy*g.W+ix], acc)
 								}
 							}
@@ -130,7 +143,7 @@ func convForwardGo(g *ConvGeom, x, w, b, y []float32) {
 }
 
 func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
-	plane, hw := g.OH*g.OW, g.H*g.W
+	plane, hw, s := g.OH*g.OW, g.H*g.W, g.stride()
 	taps := g.O * g.C * g.KH * g.KW
 	for t := range taps {
 		o, c, ki, kj := t/(g.C*g.KH*g.KW), t/(g.KH*g.KW)%g.C, t/g.KW%g.KH, t%g.KW
@@ -143,12 +156,12 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 			dyo := dy[(n*g.O+o)*plane:][:plane]
 			xc := x[(n*g.C+c)*hw:][:hw]
 			for oy := range g.OH {
-				iy := oy + ki - g.P
+				iy := oy*s + ki - g.P
 				if iy < 0 || iy >= g.H {
 					continue
 				}
 				for ox := range g.OW {
-					if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
+					if ix := ox*s + kj - g.P; ix >= 0 && ix < g.W {
 						p[ox&lm] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&lm])
 					}
 				}
@@ -173,10 +186,14 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 // take; the C function dgrad_same).
 func (g *ConvGeom) gradInputSame() bool {
 	scatter := (g.KW == 3 || g.KW == 5) && g.OW <= 8 && g.W <= 16
-	return !scatter && g.OH == g.H && g.OW == g.W
+	return g.stride() == 1 && !scatter && g.OH == g.H && g.OW == g.W
 }
 
 func convGradInputGo(g *ConvGeom, dy, w, dx []float32) {
+	if g.stride() > 1 {
+		convGradInputStridedGo(g, dy, w, dx)
+		return
+	}
 	if g.gradInputSame() {
 		k := g.KH * g.KW
 		wt := make([]float32, g.O*g.C*k)
@@ -216,6 +233,37 @@ func convGradInputGo(g *ConvGeom, dy, w, dx []float32) {
 						total += s
 					}
 					dx[(n*g.C+c)*hw+iy*g.W+ix] = total
+				}
+			}
+		}
+	}
+}
+
+// convGradInputStridedGo is ConvGradInput's order for strides above 1 (the
+// C function conv_dgrad_sc).
+func convGradInputStridedGo(g *ConvGeom, dy, w, dx []float32) {
+	plane, hw, s := g.OH*g.OW, g.H*g.W, g.stride()
+	for n := range g.N {
+		for c := range g.C {
+			for iy := range g.H {
+				for ix := range g.W {
+					var acc float32
+					for o := range g.O {
+						for ki := g.KH - 1; ki >= 0; ki-- {
+							ry := iy + g.P - ki
+							if ry < 0 || ry%s != 0 || ry/s >= g.OH {
+								continue
+							}
+							for kj := g.KW - 1; kj >= 0; kj-- {
+								rx := ix + g.P - kj
+								if rx < 0 || rx%s != 0 || rx/s >= g.OW {
+									continue
+								}
+								acc = fma32(w[((o*g.C+c)*g.KH+ki)*g.KW+kj], dy[(n*g.O+o)*plane+ry/s*g.OW+rx/s], acc)
+							}
+						}
+					}
+					dx[(n*g.C+c)*hw+iy*g.W+ix] = acc
 				}
 			}
 		}

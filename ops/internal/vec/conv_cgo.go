@@ -9,6 +9,7 @@ typedef struct {
 	long n, c, o, h, w;
 	long kh, kw, p;
 	long oh, ow;
+	long s;
 } gorun_cgeom;
 int gorun_vec_conv_fast(int level, gorun_cgeom g);
 int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w, const float *b, float *y);
@@ -21,7 +22,7 @@ import "C"
 // call allocate).
 func cgeom(g *ConvGeom) C.gorun_cgeom {
 	return C.gorun_cgeom{n: C.long(g.N), c: C.long(g.C), o: C.long(g.O), h: C.long(g.H), w: C.long(g.W),
-		kh: C.long(g.KH), kw: C.long(g.KW), p: C.long(g.P), oh: C.long(g.OH), ow: C.long(g.OW)}
+		kh: C.long(g.KH), kw: C.long(g.KW), p: C.long(g.P), oh: C.long(g.OH), ow: C.long(g.OW), s: C.long(g.stride())}
 }
 
 func convFast(lv int, g *ConvGeom) int { return int(C.gorun_vec_conv_fast(C.int(lv), cgeom(g))) }
