@@ -159,15 +159,10 @@ type endpoint struct {
 }
 
 // How long a wait spins before it parks: spinLoads plain checks, then
-// checks each after runtime.Gosched (which runs any other goroutine first)
-// for up to spinFor. A parked rank is woken through the OS, tens of
-// microseconds on a virtual machine, paid at every collective whose peer
-// arrives after the spin: with 16 yields (a few microseconds) a two-device
-// MNIST step of ~2.4 ms took 5-8 % longer at the median than with ~0.5 ms
-// of spinning (measured alternating both in one session).
+// spinYields checks each after runtime.Gosched.
 const (
-	spinLoads = 64
-	spinFor   = 500 * time.Microsecond
+	spinLoads  = 64
+	spinYields = 16
 )
 
 func (e *endpoint) begin(h header, invalid *Error) error {
@@ -304,23 +299,16 @@ func (e *endpoint) fail(err error) { e.g.failWith(err, false) }
 // there. It fails when the group fails, when peer is seen in another
 // collective, and at the deadline.
 func (e *endpoint) await(l *link, want int32, peer int) error {
-	var start time.Time
-	for i := 0; ; i++ {
+	for i := range spinLoads + spinYields {
 		if l.state.Load() == want {
 			return nil
 		}
 		if e.g.failed.Load() {
 			return e.failure()
 		}
-		if i < spinLoads {
-			continue
+		if i >= spinLoads {
+			runtime.Gosched()
 		}
-		if i == spinLoads {
-			start = time.Now()
-		} else if i%16 == 0 && time.Since(start) > spinFor {
-			break
-		}
-		runtime.Gosched()
 	}
 	st, ps := e.st, &e.g.ranks[peer]
 	for {
