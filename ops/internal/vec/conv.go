@@ -34,8 +34,10 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // bodies (the others run the plain loops, far slower than im2col and a
 // matrix multiply on more than one input channel): the forward at any
 // geometry with a stride up to 16; the weight gradient for kernels 3 or 5
-// wide and output planes from 8 to 128 columns (narrower planes run the
-// AVX-512 body too, but slower than lowering); the input gradient for
+// wide and output planes from 8 to 128 columns, and for kernels 3 wide on
+// narrower planes with output channels by 32s (vectors over the channels;
+// other narrow planes run an AVX-512 body too, but slower than lowering);
+// the input gradient for
 // kernels 3 or 5 wide, output planes up to 8 columns and input planes up to
 // 16, and for "same" convolutions (output plane the input's) through the
 // forward body; with a stride from 2 to 16 and a kernel at least the
@@ -68,7 +70,10 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 // S·oy+ki-P, S·ox+kj-P], or adds it with accumulate: sixteen partial sums per
 // tap (output column ox into partial ox mod 16, or mod 8 when a row's last
 // sixteen columns would be at most half used; samples, rows and columns in
-// order) combined pairwise as BiasGrad's plane sums.
+// order) combined pairwise as BiasGrad's plane sums; for output planes
+// narrower than 8 columns with output channels by 32s and kernels 3 wide,
+// one sum per tap in that order (the C bodies run those with vectors over
+// the output channels; the Go loops keep the partials, within rounding).
 func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	g.check()
 	nx, nw, ny := g.lens()

@@ -34,6 +34,11 @@ var convGeoms = []ConvGeom{
 	{N: 2, C: 2, O: 3, H: 9, W: 9, KH: 2, KW: 4, P: 1, S: 2},
 	{N: 1, C: 3, O: 4, H: 10, W: 10, KH: 1, KW: 1, P: 1, S: 3}, // the kernel narrower than the stride, padding
 	{N: 0, C: 3, O: 4, H: 6, W: 6, KH: 3, KW: 3, P: 1, S: 2},
+	// weight gradients over the output channels (planes under 8 columns)
+	{N: 17, C: 5, O: 32, H: 7, W: 7, KH: 3, KW: 3, P: 1},         // two sample chunks, two blocks of 16
+	{N: 2, C: 32, O: 64, H: 14, W: 14, KH: 1, KW: 1, P: 0, S: 2}, // resnet_fashion.star's last downsample (lowered)
+	{N: 3, C: 4, O: 64, H: 5, W: 6, KH: 3, KW: 3, P: 0},          // no padding
+	{N: 2, C: 3, O: 32, H: 9, W: 11, KH: 3, KW: 3, P: 2, S: 3},   // wide padding, stride 3
 }
 
 func convFill(g ConvGeom) ConvGeom {
