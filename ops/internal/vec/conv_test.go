@@ -236,6 +236,8 @@ func BenchmarkConv(b *testing.B) {
 		{N: 64, C: 16, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1},
 		{N: 64, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1},
 		{N: 64, C: 64, O: 64, H: 7, W: 7, KH: 3, KW: 3, P: 1},
+		{N: 64, C: 16, O: 32, H: 28, W: 28, KH: 3, KW: 3, P: 1, S: 2},
+		{N: 64, C: 32, O: 64, H: 14, W: 14, KH: 3, KW: 3, P: 1, S: 2},
 	} {
 		g := convFill(g0)
 		nx, nw, ny := g.lens()
@@ -247,7 +249,7 @@ func BenchmarkConv(b *testing.B) {
 			w[i] = float32(i%5) - 2
 		}
 		flop := float64(2 * g.N * g.O * g.OH * g.OW * g.C * g.KH * g.KW)
-		name := fmt.Sprintf("C%d_O%d_%dx%d_k%d", g.C, g.O, g.H, g.W, g.KH)
+		name := fmt.Sprintf("C%d_O%d_%dx%d_k%d_s%d", g.C, g.O, g.H, g.W, g.KH, g.stride())
 		run := func(pass string, fn func()) {
 			b.Run(name+"/"+pass, func(b *testing.B) {
 				for b.Loop() {
