@@ -274,9 +274,102 @@ static float *pack_weights(long o, long taps, long og, const float *w, const flo
 __attribute__((target("avx512f"))) static int conv_fwd_strided_avx512(gorun_cgeom g, const float *x, const float *w,
                                                                        const float *b, float *y);
 
-// conv_fwd_avx512 runs the body fwd_pick chooses.
+// ---- the forward pass over output channels, for planes under 8 columns ----
+
+// fwd_by_o reports whether the forward body over output channels (fwdo)
+// takes g: output planes under 8 columns (a row fills half a vector of
+// columns) with output channels by 32s. It adds in conv_fwd_c's order.
+static inline int fwd_by_o(const gorun_cgeom *g) { return g->ow < 8 && g->o % 32 == 0 && g->s <= MAXKW; }
+
+#define FO_PIX 8
+
+// fwdo computes one sample's outputs pixel-major, yt[pixel][o], holding
+// FO_PIX pixels × 32 output channels in registers: each tap loads two
+// vectors of weights (wt[tap][o], tap-major) and broadcasts FO_PIX inputs
+// for 2·FO_PIX fused multiply-adds, from the bias, in the order c, ki, kj.
+// The input is a bordered copy: channel c at x + c·cs, row r at r·pw, every
+// tap of every pixel inside it (pixels past the plane compute the first
+// pixel of their tile again and are not stored).
+__attribute__((target("avx512f,fma"))) static void fwdo(gorun_cgeom g, const float *x, long pw, long cs, const float *wt,
+                                                        const float *b, float *yt) {
+	long plane = g.oh * g.ow;
+	for (long p0 = 0; p0 < plane; p0 += FO_PIX) {
+		const float *px[FO_PIX];
+		for (int i = 0; i < FO_PIX; i++) {
+			long q = p0 + i < plane ? p0 + i : p0;
+			px[i] = x + (q / g.ow) * g.s * pw + (q % g.ow) * g.s;
+		}
+		for (long o0 = 0; o0 < g.o; o0 += 32) {
+			__m512 b0 = b ? _mm512_loadu_ps(b + o0) : _mm512_setzero_ps(),
+			       b1 = b ? _mm512_loadu_ps(b + o0 + 16) : _mm512_setzero_ps();
+			__m512 acc[FO_PIX][2];
+			_Pragma("GCC unroll 8") for (int i = 0; i < FO_PIX; i++) acc[i][0] = b0, acc[i][1] = b1;
+			const float *wk = wt + o0;
+			for (long c = 0; c < g.c; c++)
+				for (long ki = 0; ki < g.kh; ki++) {
+					long t = c * cs + ki * pw;
+					for (long kj = 0; kj < g.kw; kj++, wk += g.o) {
+						__m512 w0 = _mm512_loadu_ps(wk), w1 = _mm512_loadu_ps(wk + 16);
+						_Pragma("GCC unroll 8") for (int i = 0; i < FO_PIX; i++) {
+							__m512 xv = _mm512_set1_ps(px[i][t + kj]);
+							acc[i][0] = _mm512_fmadd_ps(w0, xv, acc[i][0]);
+							acc[i][1] = _mm512_fmadd_ps(w1, xv, acc[i][1]);
+						}
+					}
+				}
+			_Pragma("GCC unroll 8") for (int i = 0; i < FO_PIX; i++) if (p0 + i < plane) {
+				_mm512_storeu_ps(yt + (p0 + i) * g.o + o0, acc[i][0]);
+				_mm512_storeu_ps(yt + (p0 + i) * g.o + o0 + 16, acc[i][1]);
+			}
+		}
+	}
+}
+
+// tap_major returns w[o][taps] as wt[tap][o] (NULL when out of memory).
+static float *tap_major(long o, long taps, const float *w) {
+	float *wt = malloc(o * taps * sizeof(float) + 1);
+	if (wt)
+		for (long i = 0; i < o; i++)
+			for (long t = 0; t < taps; t++)
+				wt[t * o + i] = w[i * taps + t];
+	return wt;
+}
+
+// conv_fwd_by_o runs fwdo per sample over a zero-bordered copy (padding
+// and stride both read through it) and transposes its outputs into y.
+__attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const float *x, const float *w,
+                                                             const float *b, float *y) {
+	long taps = g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
+	long pw = g.w + 2 * g.p, ph0 = g.h + 2 * g.p, need = (g.oh - 1) * g.s + g.kh, ph = need > ph0 ? need : ph0;
+	float *wt = tap_major(g.o, taps, w), *xp = calloc(g.c * ph * pw + 16, sizeof(float)),
+	      *yt = malloc(plane * g.o * sizeof(float));
+	int r = -1;
+	if (!wt || !xp || !yt)
+		goto done;
+	for (long n = 0; n < g.n; n++) {
+		for (long c = 0; c < g.c; c++)
+			for (long iy = 0; iy < g.h; iy++)
+				memcpy(xp + (c * ph + iy + g.p) * pw + g.p, x + (n * g.c + c) * hw + iy * g.w, g.w * sizeof(float));
+		fwdo(g, xp, pw, ph * pw, wt, b, yt);
+		float *yn = y + n * g.o * plane;
+		for (long q = 0; q < plane; q++)
+			for (long o = 0; o < g.o; o++)
+				yn[o * plane + q] = yt[q * g.o + o];
+	}
+	r = 0;
+done:
+	free(yt);
+	free(xp);
+	free(wt);
+	return r;
+}
+
+// conv_fwd_avx512 runs fwdo where fwd_by_o says, else the body fwd_pick
+// chooses.
 __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
                                                                const float *b, float *y) {
+	if (fwd_by_o(&g))
+		return conv_fwd_by_o(g, x, w, b, y);
 	if (g.s != 1)
 		return conv_fwd_strided_avx512(g, x, w, b, y);
 	long og;
@@ -941,7 +1034,8 @@ static inline __attribute__((always_inline)) void conv_dgrad_sc(gorun_cgeom g, c
 // dphase is one phase (a, b) of a strided input gradient: its sub-kernel
 // (kh × kw taps), the dx elements it sets (rows iy0 + s·i for i < oh,
 // columns ix0 + s·j for j < ow), where its window starts in the bordered
-// copy of dy, and its body and packed weights.
+// copy of dy, and its body and packed weights (body -1: fwdo, the weights
+// tap-major).
 typedef struct {
 	long kh, kw, iy0, ix0, oh, ow, at, og;
 	int body;
@@ -979,8 +1073,14 @@ __attribute__((target("avx512f"))) static int conv_dgrad_strided_avx512(gorun_cg
 							wt[((c * g.o + o) * f->kh + i) * f->kw + j] =
 							    w[((o * g.c + c) * g.kh + a + s * (f->kh - 1 - i)) * g.kw + b + s * (f->kw - 1 - j)];
 			gorun_cgeom gp = {.n = 1, .c = g.o, .o = g.c, .kh = f->kh, .kw = f->kw, .oh = f->oh, .ow = f->ow, .s = 1};
-			f->body = fwd_pick(&gp, &f->og);
-			if (!(f->wp = pack_weights(g.c, g.o * f->kh * f->kw, f->og, wt, NULL)))
+			if (fwd_by_o(&gp)) {
+				f->body = -1;
+				f->wp = tap_major(g.c, g.o * f->kh * f->kw, wt);
+			} else {
+				f->body = fwd_pick(&gp, &f->og);
+				f->wp = pack_weights(g.c, g.o * f->kh * f->kw, f->og, wt, NULL);
+			}
+			if (!f->wp)
 				goto done;
 		}
 	for (long n = 0; n < g.n; n++) {
@@ -1001,6 +1101,14 @@ __attribute__((target("avx512f"))) static int conv_dgrad_strided_avx512(gorun_cg
 				continue;
 			}
 			gorun_cgeom gp = {.n = 1, .c = g.o, .o = g.c, .kh = f->kh, .kw = f->kw, .oh = f->oh, .ow = f->ow, .s = 1};
+			if (f->body < 0) {
+				fwdo(gp, dyp + f->at, rld, cs, f->wp, NULL, out);
+				for (long i = 0; i < f->oh; i++)
+					for (long j = 0; j < f->ow; j++)
+						for (long c = 0; c < g.c; c++)
+							d[c * hw + s * (i * g.w + j)] = out[(i * f->ow + j) * g.c + c];
+				continue;
+			}
 			long taps = g.o * f->kh * f->kw, groups = (g.c + f->og - 1) / f->og;
 			fwds_bodies[f->body](gp, dyp + f->at, rld, cs, ko, f->wp, f->wp + groups * taps * f->og, out);
 			for (long c = 0; c < g.c; c++)
