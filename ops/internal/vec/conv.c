@@ -278,8 +278,14 @@ __attribute__((target("avx512f"))) static int conv_fwd_strided_avx512(gorun_cgeo
 
 // fwd_by_o reports whether the forward body over output channels (fwdo)
 // takes g: output planes under 8 columns (a row fills half a vector of
-// columns) with output channels by 32s. It adds in conv_fwd_c's order.
-static inline int fwd_by_o(const gorun_cgeom *g) { return g->ow < 8 && g->o % 32 == 0 && g->s <= MAXKW; }
+// columns), or under 16 with a stride (no phase-split copy), with output
+// channels by 32s. It adds in conv_fwd_c's order. BenchmarkConv in ops:
+// the ResNet's 7-column layer 0.75× lowering (1.10× by columns), its
+// stride-2 14-column layer 0.69× (0.84×); its stride-1 14-column layer
+// 0.88× (0.72×), so that one stays by columns.
+static inline int fwd_by_o(const gorun_cgeom *g) {
+	return (g->ow < 8 || g->s > 1 && g->ow < 16) && g->o % 32 == 0 && g->s <= MAXKW;
+}
 
 #define FO_PIX 8
 
@@ -505,13 +511,16 @@ static inline long wgrad_lanes(const gorun_cgeom *g) { return g->ow % 16 != 0 &&
 
 // wgrad_by_o reports whether g's weight gradient adds in one sum per tap
 // (samples, rows and columns in order, from zero) rather than sixteen
-// partials: planes narrower than 8 columns with output channels by 32s and
-// kernels 3 wide, which the AVX-512 body below runs with vectors over the
-// output channels (a row of 7 columns fills half a vector). BenchmarkConv
-// in ops: the ResNet's 7-column layers 48 and 23 µs a sample against 63 and
-// 40 lowered; its 1×1 downsample 7.7 against 5.6, so 1-wide kernels lower.
+// partials: planes narrower than 8 columns, or than 16 with a stride, with
+// output channels by 32s and kernels 3 wide, which the AVX-512 body below
+// runs with vectors over the output channels (a row of 7 columns fills
+// half a vector; a strided plane's columns need no phase-split copy).
+// BenchmarkConv in ops: the ResNet's 7-column layers 48 and 23 µs a sample
+// against 63 and 40 lowered, its stride-2 14-column layer 0.72× lowering
+// (0.95× by columns; its stride-1 14-column layer 1.15×, so those stay by
+// columns); its 1×1 downsample 7.7 against 5.6, so 1-wide kernels lower.
 static inline int wgrad_by_o(const gorun_cgeom *g) {
-	return g->ow < 8 && g->o % 32 == 0 && g->kw == 3 && g->s <= MAXKW;
+	return (g->ow < 8 || g->s > 1 && g->ow < 16) && g->o % 32 == 0 && g->kw == 3 && g->s <= MAXKW;
 }
 
 static inline __attribute__((always_inline)) void conv_wgrad_seq_c(gorun_cgeom g, const float *dy, const float *x, float *dw,
