@@ -109,6 +109,10 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 #define Y_STOREM _mm256_mask_storeu_ps
 #define Y_FMA _mm256_fmadd_ps
 
+// FWD_ACC runs STMT for every (r, q) of a forward register tile.
+#define FWD_ACC(OGC, RB, STMT)                                                                                      \
+	_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) _Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++) STMT;
+
 // FWD_TAPS adds one kernel row's taps of one input channel, LOAD(r, kj)
 // reading row r's window for kernel column kj.
 #define FWD_TAPS(V, OGC, RB, LOAD)                                                                                  \
@@ -147,9 +151,7 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 					const float *wg = wp + gi * taps * OGC;                                                       \
 					for (long oy0 = 0; oy0 < g.oh; oy0 += RB) {                                                   \
 						V##_VT acc[RB][OGC];                                                                      \
-						_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                      \
-							_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                 \
-								acc[r][q] = V##_SET1(bp[o0 + q]);                                                 \
+						FWD_ACC(OGC, RB, acc[r][q] = V##_SET1(bp[o0 + q]))                                                            \
 						if (full && g.p == 0 && oy0 + RB <= g.oh) {                                               \
 							/* every row inside, every load plain: a tight loop over the taps */                  \
 							const float *xc = x + n * g.c * hw + oy0 * g.w + c0;                                  \
@@ -178,11 +180,7 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 								else                                                                              \
 									FWD_TAPS(V, OGC, RB, V##_LOADZ(rm[r] & m[kj], rp[r] + kj))                    \
 							}                                                                                     \
-						_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                      \
-							_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                 \
-								if (q < og && oy0 + r < g.oh)                                                     \
-									V##_STOREM(y + (n * g.o + o0 + q) * plane + (oy0 + r) * g.ow + c0, out,       \
-									           acc[r][q]);                                                        \
+						FWD_ACC(OGC, RB, if (q < og && oy0 + r < g.oh) V##_STOREM(y + (n * g.o + o0 + q) * plane + (oy0 + r) * g.ow + c0, out, acc[r][q])) \
 					}                                                                                             \
 				}                                                                                                 \
 			}                                                                                                     \
@@ -211,18 +209,13 @@ DEF_FWD(fwd_y8, Y, 8, 2)
 				long o0 = gi * OGC, og = g.o - o0 < OGC ? g.o - o0 : OGC;                                         \
 				for (long oy0 = 0; oy0 < g.oh; oy0 += RB) {                                                       \
 					V##_VT acc[RB][OGC];                                                                          \
-					_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                          \
-						_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                     \
-							acc[r][q] = V##_SET1(bp[o0 + q]);                                                     \
+					FWD_ACC(OGC, RB, acc[r][q] = V##_SET1(bp[o0 + q]))                                                             \
 					const float *xc = x + oy0 * sr + c0;                                                          \
 					const float *wk = wp + gi * taps * OGC;                                                       \
 					for (long c = 0; c < g.c; c++, xc += cs)                                                      \
 						for (long ki = 0; ki < g.kh; ki++, wk += g.kw * OGC)                                      \
 							FWD_TAPS(V, OGC, RB, V##_LOADU(xc + r * sr + ki * rl + ko[kj]))                       \
-					_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                          \
-						_Pragma("GCC unroll 8") for (int q = 0; q < OGC; q++)                                     \
-							if (q < og && oy0 + r < g.oh)                                                         \
-								V##_STOREM(y + (o0 + q) * plane + (oy0 + r) * g.ow + c0, out, acc[r][q]);         \
+					FWD_ACC(OGC, RB, if (q < og && oy0 + r < g.oh) V##_STOREM(y + (o0 + q) * plane + (oy0 + r) * g.ow + c0, out, acc[r][q])) \
 				}                                                                                                 \
 			}                                                                                                     \
 		}                                                                                                         \
@@ -601,6 +594,13 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 		}                                                                                                         \
 	}
 
+// WGRAD_PART is where tap (o0 + q, c, ki, kj)'s sixteen partial sums lie;
+// WGRAD_ACC runs STMT for every (q, kj) of a register tile: the partials
+// are loaded into acc before a chunk's rows and stored after them.
+#define WGRAD_PART(KWC, q, kj) (part + ((((o0 + (q)) * g.c + c) * g.kh + ki) * (KWC) + (kj)) * 16)
+#define WGRAD_ACC(V, KWC, WG, STMT)                                                                                 \
+	_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++) _Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) STMT;
+
 #define DEF_WGRAD(NAME, V, KWC, WG)                                                                                     \
 	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *dy, const float *x,  \
 	                                                                 float *part, int slack) {                     \
@@ -623,10 +623,7 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 				for (long o0 = 0; o0 < g.o; o0 += WG) {                                                           \
 					long og = g.o - o0 < WG ? g.o - o0 : WG;                                                      \
 					V##_VT acc[WG][KWC];                                                                          \
-					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
-						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
-							acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
-							                    : V##_ZERO();                                                     \
+					WGRAD_ACC(V, KWC, WG, acc[q][kj] = q < og ? V##_LOAD(WGRAD_PART(KWC, q, kj)) : V##_ZERO())         \
 					if (allfull && og == WG && g.p == 0) {                                                        \
 						/* every load plain, every row inside: a tight loop over the rows */                      \
 						for (long n = 0; n < g.n; n++) {                                                          \
@@ -656,11 +653,7 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 									            V##_LOADZ(m[bi][kj], row + c0 + kj))                              \
 							}                                                                                     \
 						}                                                                                         \
-					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
-						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
-							if (q < og)                                                                           \
-								V##_STORE(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16,            \
-								          acc[q][kj]);                                                            \
+					WGRAD_ACC(V, KWC, WG, if (q < og) V##_STORE(WGRAD_PART(KWC, q, kj), acc[q][kj]))                   \
 				}                                                                                                 \
 	}
 
@@ -688,10 +681,7 @@ DEF_WGRAD(wgrad_y5, Y, 5, 4)
 				for (long o0 = 0; o0 < g.o; o0 += WG) {                                                           \
 					long og = g.o - o0 < WG ? g.o - o0 : WG;                                                      \
 					V##_VT acc[WG][KWC];                                                                          \
-					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
-						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
-							acc[q][kj] = q < og ? V##_LOAD(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16) \
-							                    : V##_ZERO();                                                     \
+					WGRAD_ACC(V, KWC, WG, acc[q][kj] = q < og ? V##_LOAD(WGRAD_PART(KWC, q, kj)) : V##_ZERO())         \
 					for (long n = 0; n < g.n; n++)                                                                \
 						for (long oy = 0; oy < g.oh; oy++) {                                                      \
 							const float *row = x + (n * g.c + c) * cs + (oy * g.s + ki) * rl;                     \
@@ -705,11 +695,7 @@ DEF_WGRAD(wgrad_y5, Y, 5, 4)
 									            V##_LOADU(row + c0 + ko[kj]))                                     \
 							}                                                                                     \
 						}                                                                                         \
-					_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++)                                          \
-						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
-							if (q < og)                                                                           \
-								V##_STORE(part + ((((o0 + q) * g.c + c) * g.kh + ki) * KWC + kj) * 16,            \
-								          acc[q][kj]);                                                            \
+					WGRAD_ACC(V, KWC, WG, if (q < og) V##_STORE(WGRAD_PART(KWC, q, kj), acc[q][kj]))                   \
 				}                                                                                                 \
 	}
 
