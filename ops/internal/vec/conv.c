@@ -324,6 +324,14 @@ __attribute__((target("avx512f,fma"))) static void fwdo(gorun_cgeom g, const flo
 	}
 }
 
+// border_copy copies one sample's planes x[c][h][w] into xp[c][ph][pw]
+// at row and column offset p; the border, left as it is, stays zero.
+static void border_copy(const gorun_cgeom *g, const float *x, float *xp, long ph, long pw) {
+	for (long c = 0; c < g->c; c++)
+		for (long iy = 0; iy < g->h; iy++)
+			memcpy(xp + (c * ph + iy + g->p) * pw + g->p, x + (c * g->h + iy) * g->w, g->w * sizeof(float));
+}
+
 // tap_major returns w[o][taps] as wt[tap][o] (NULL when out of memory).
 static float *tap_major(long o, long taps, const float *w) {
 	float *wt = malloc(o * taps * sizeof(float) + 1);
@@ -346,9 +354,7 @@ __attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const
 	if (!wt || !xp || !yt)
 		goto done;
 	for (long n = 0; n < g.n; n++) {
-		for (long c = 0; c < g.c; c++)
-			for (long iy = 0; iy < g.h; iy++)
-				memcpy(xp + (c * ph + iy + g.p) * pw + g.p, x + (n * g.c + c) * hw + iy * g.w, g.w * sizeof(float));
+		border_copy(&g, x + n * g.c * hw, xp, ph, pw);
 		fwdo(g, xp, pw, ph * pw, wt, b, yt);
 		float *yn = y + n * g.o * plane;
 		for (long q = 0; q < plane; q++)
@@ -395,9 +401,7 @@ __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, con
 	gorun_cgeom g1 = g;
 	g1.n = 1, g1.h = ph, g1.w = pw, g1.p = 0;
 	for (long n = 0; n < g.n; n++) {
-		for (long c = 0; c < g.c; c++)
-			for (long iy = 0; iy < g.h; iy++)
-				memcpy(xp + (c * ph + iy + g.p) * pw + g.p, x + ((n * g.c + c) * g.h + iy) * g.w, g.w * sizeof(float));
+		border_copy(&g, x + n * g.c * g.h * g.w, xp, ph, pw);
 		body(g1, xp, wp, bp, y + n * g.o * g.oh * g.ow, 1);
 	}
 	free(xp);
@@ -773,10 +777,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, con
 			for (long o = 0; o < g.o; o++)
 				for (long q = 0; q < plane; q++)
 					dt[(i * plane + q) * g.o + o] = dyn[o * plane + q];
-			for (long c = 0; c < g.c; c++)
-				for (long iy = 0; iy < g.h; iy++)
-					memcpy(xp + ((i * g.c + c) * ph + iy + g.p) * pw + g.p, x + (((n0 + i) * g.c + c) * g.h + iy) * g.w,
-					       g.w * sizeof(float));
+			border_copy(&g, x + (n0 + i) * g.c * hw, xp + i * g.c * ph * pw, ph, pw);
 		}
 		body(gc, dt, xp, ph, pw, pt);
 	}
@@ -847,10 +848,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 			continue;
 		}
 		for (long s = 0; s < gc.n; s++)
-			for (long c = 0; c < g.c; c++)
-				for (long iy = 0; iy < g.h; iy++)
-					memcpy(xp + ((s * g.c + c) * ph + iy + g.p) * pw + g.p, x + (((n0 + s) * g.c + c) * g.h + iy) * g.w,
-					       g.w * sizeof(float));
+			border_copy(&g, x + (n0 + s) * g.c * hw, xp + s * g.c * ph * pw, ph, pw);
 		gc.h = ph, gc.w = pw, gc.p = 0;
 		body(gc, dyc, xp, part, 1);
 	}
@@ -1020,22 +1018,24 @@ static inline __attribute__((always_inline)) void conv_dgrad_sc(gorun_cgeom g, c
 				}
 }
 
-// conv_dgrad_strided_avx512 splits dx by phase: the elements with
-// (iy+p) mod s = a and (ix+p) mod s = b take the kernel taps ki ≡ a, kj ≡ b
-// (mod s), and over them dx's phase (a, b) is a stride-1 convolution of dy
-// with that sub-kernel flipped. Each phase runs a strided forward body (stride
-// 1) over one sample's dy copied into zero-bordered planes, then is
-// scattered into dx; phases with no taps are zeros.
-// dphase is one phase (a, b) of a strided input gradient: its sub-kernel
-// (kh × kw taps), the dx elements it sets (rows iy0 + s·i for i < oh,
-// columns ix0 + s·j for j < ow), where its window starts in the bordered
-// copy of dy, and its body and packed weights (body -1: fwdo, the weights
-// tap-major).
+// dphase is one phase (a, b) of a strided input gradient: gp, its
+// geometry as a forward convolution of dy (sub-kernel gp.kh × gp.kw, one
+// sample, gp.oh × gp.ow outputs: the dx elements at rows iy0 + s·i and
+// columns ix0 + s·j), where its window starts in the bordered copy of dy,
+// and its body and packed weights (body -1: fwdo, the weights tap-major).
 typedef struct {
-	long kh, kw, iy0, ix0, oh, ow, at, og;
+	gorun_cgeom gp;
+	long iy0, ix0, at, og;
 	int body;
 	float *wp;
 } dphase;
+
+// conv_dgrad_strided_avx512 splits dx by phase: the elements with
+// (iy+p) mod s = a and (ix+p) mod s = b take the kernel taps ki ≡ a, kj ≡ b
+// (mod s), and over them dx's phase (a, b) is a stride-1 convolution of dy
+// with that sub-kernel flipped. Each phase runs a forward body over one
+// sample's dy copied into zero-bordered planes, then is scattered into dx;
+// phases with no taps are zeros.
 
 __attribute__((target("avx512f"))) static int conv_dgrad_strided_avx512(gorun_cgeom g, const float *dy, const float *w,
                                                                          float *dx) {
@@ -1055,25 +1055,25 @@ __attribute__((target("avx512f"))) static int conv_dgrad_strided_avx512(gorun_cg
 		for (long b = 0; b < s; b++) {
 			dphase *f = ph + a * s + b;
 			long u0 = g.p > a ? (g.p - a + s - 1) / s : 0, v0 = g.p > b ? (g.p - b + s - 1) / s : 0;
-			f->kh = a < g.kh ? (g.kh - a + s - 1) / s : 0, f->kw = b < g.kw ? (g.kw - b + s - 1) / s : 0;
-			f->oh = (g.h + g.p - a + s - 1) / s - u0, f->ow = (g.w + g.p - b + s - 1) / s - v0;
+			f->gp = (gorun_cgeom){.n = 1, .c = g.o, .o = g.c, .s = 1};
+			f->gp.kh = a < g.kh ? (g.kh - a + s - 1) / s : 0, f->gp.kw = b < g.kw ? (g.kw - b + s - 1) / s : 0;
+			f->gp.oh = (g.h + g.p - a + s - 1) / s - u0, f->gp.ow = (g.w + g.p - b + s - 1) / s - v0;
 			f->iy0 = s * u0 + a - g.p, f->ix0 = s * v0 + b - g.p;
-			if (f->oh <= 0 || f->ow <= 0 || !f->kh || !f->kw)
+			if (f->gp.oh <= 0 || f->gp.ow <= 0 || !f->gp.kh || !f->gp.kw)
 				continue;
-			f->at = (t - f->kh + 1 + u0) * rld + l - f->kw + 1 + v0;
+			f->at = (t - f->gp.kh + 1 + u0) * rld + l - f->gp.kw + 1 + v0;
 			for (long c = 0; c < g.c; c++)
 				for (long o = 0; o < g.o; o++)
-					for (long i = 0; i < f->kh; i++)
-						for (long j = 0; j < f->kw; j++)
-							wt[((c * g.o + o) * f->kh + i) * f->kw + j] =
-							    w[((o * g.c + c) * g.kh + a + s * (f->kh - 1 - i)) * g.kw + b + s * (f->kw - 1 - j)];
-			gorun_cgeom gp = {.n = 1, .c = g.o, .o = g.c, .kh = f->kh, .kw = f->kw, .oh = f->oh, .ow = f->ow, .s = 1};
-			if (fwd_by_o(&gp)) {
+					for (long i = 0; i < f->gp.kh; i++)
+						for (long j = 0; j < f->gp.kw; j++)
+							wt[((c * g.o + o) * f->gp.kh + i) * f->gp.kw + j] =
+							    w[((o * g.c + c) * g.kh + a + s * (f->gp.kh - 1 - i)) * g.kw + b + s * (f->gp.kw - 1 - j)];
+			if (fwd_by_o(&f->gp)) {
 				f->body = -1;
-				f->wp = tap_major(g.c, g.o * f->kh * f->kw, wt);
+				f->wp = tap_major(g.c, g.o * f->gp.kh * f->gp.kw, wt);
 			} else {
-				f->body = fwd_pick(&gp, &f->og);
-				f->wp = pack_weights(g.c, g.o * f->kh * f->kw, f->og, wt, NULL);
+				f->body = fwd_pick(&f->gp, &f->og);
+				f->wp = pack_weights(g.c, g.o * f->gp.kh * f->gp.kw, f->og, wt, NULL);
 			}
 			if (!f->wp)
 				goto done;
@@ -1083,33 +1083,32 @@ __attribute__((target("avx512f"))) static int conv_dgrad_strided_avx512(gorun_cg
 			for (long oy = 0; oy < g.oh; oy++)
 				memcpy(dyp + o * cs + (t + oy) * rld + l, dy + (n * g.o + o) * plane + oy * g.ow, g.ow * sizeof(float));
 		float *dxn = dx + n * g.c * hw;
-		for (long i = 0; i < s * s; i++) {
-			dphase *f = ph + i;
-			if (f->oh <= 0 || f->ow <= 0)
+		for (long k = 0; k < s * s; k++) {
+			dphase *f = ph + k;
+			if (f->gp.oh <= 0 || f->gp.ow <= 0)
 				continue;
 			float *d = dxn + f->iy0 * g.w + f->ix0;
 			if (!f->wp) { // no taps
 				for (long c = 0; c < g.c; c++)
-					for (long i = 0; i < f->oh; i++)
-						for (long j = 0; j < f->ow; j++)
+					for (long i = 0; i < f->gp.oh; i++)
+						for (long j = 0; j < f->gp.ow; j++)
 							d[c * hw + s * (i * g.w + j)] = 0.0f;
 				continue;
 			}
-			gorun_cgeom gp = {.n = 1, .c = g.o, .o = g.c, .kh = f->kh, .kw = f->kw, .oh = f->oh, .ow = f->ow, .s = 1};
 			if (f->body < 0) {
-				fwdo(gp, dyp + f->at, rld, cs, f->wp, NULL, out);
-				for (long i = 0; i < f->oh; i++)
-					for (long j = 0; j < f->ow; j++)
+				fwdo(f->gp, dyp + f->at, rld, cs, f->wp, NULL, out);
+				for (long i = 0; i < f->gp.oh; i++)
+					for (long j = 0; j < f->gp.ow; j++)
 						for (long c = 0; c < g.c; c++)
-							d[c * hw + s * (i * g.w + j)] = out[(i * f->ow + j) * g.c + c];
+							d[c * hw + s * (i * g.w + j)] = out[(i * f->gp.ow + j) * g.c + c];
 				continue;
 			}
-			long taps = g.o * f->kh * f->kw, groups = (g.c + f->og - 1) / f->og;
-			fwds_bodies[f->body](gp, dyp + f->at, rld, cs, ko, f->wp, f->wp + groups * taps * f->og, out);
+			long taps = g.o * f->gp.kh * f->gp.kw, groups = (g.c + f->og - 1) / f->og;
+			fwds_bodies[f->body](f->gp, dyp + f->at, rld, cs, ko, f->wp, f->wp + groups * taps * f->og, out);
 			for (long c = 0; c < g.c; c++)
-				for (long i = 0; i < f->oh; i++)
-					for (long j = 0; j < f->ow; j++)
-						d[c * hw + s * (i * g.w + j)] = out[(c * f->oh + i) * f->ow + j];
+				for (long i = 0; i < f->gp.oh; i++)
+					for (long j = 0; j < f->gp.ow; j++)
+						d[c * hw + s * (i * g.w + j)] = out[(c * f->gp.oh + i) * f->gp.ow + j];
 		}
 	}
 	r = 0;
