@@ -69,8 +69,10 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 // ConvGradWeight sets dw[o,c,ki,kj] to Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
 // S·oy+ki-P, S·ox+kj-P], or adds it with accumulate: sixteen partial sums per
 // tap (output column ox into partial ox mod 16, or mod 8 when a row's last
-// sixteen columns would be at most half used; samples, rows and columns in
-// order) combined pairwise as BiasGrad's plane sums; for output planes
+// sixteen columns would be at most half used; for stride 1, kernels 3 wide,
+// output channels by 8s and planes from 9 to 128 columns not a multiple of
+// 16, output pixel oy·OW + ox into partial (oy·OW + ox) mod 16; samples,
+// rows and columns in order) combined pairwise as BiasGrad's plane sums; for output planes
 // narrower than 8 columns with output channels by 32s and kernels 3 wide,
 // one sum per tap in that order (the C bodies run those with vectors over
 // the output channels; the Go loops keep the partials, within rounding).
@@ -156,6 +158,7 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 		if g.OW%16 != 0 && g.OW%16 <= 8 {
 			lm = 7
 		}
+		flat := g.flatWeightGrad()
 		var p [16]float32
 		for n := range g.N {
 			dyo := dy[(n*g.O+o)*plane:][:plane]
@@ -167,7 +170,11 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 				}
 				for ox := range g.OW {
 					if ix := ox*s + kj - g.P; ix >= 0 && ix < g.W {
-						p[ox&lm] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&lm])
+						l := ox & lm
+						if flat {
+							l = (oy*g.OW + ox) & 15
+						}
+						p[l] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[l])
 					}
 				}
 			}
@@ -183,6 +190,14 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 			dw[t] = p[0]
 		}
 	}
+}
+
+// flatWeightGrad reports whether ConvGradWeight adds output pixel p =
+// oy·OW + ox into partial p mod 16 rather than by column (the C function
+// wgrad_flat): stride 1, kernels 3 wide, output planes from 9 to 128
+// columns not a multiple of 16, output channels by 8s.
+func (g *ConvGeom) flatWeightGrad() bool {
+	return g.stride() == 1 && g.KW == 3 && g.OW > 8 && g.OW <= 128 && g.OW%16 != 0 && g.O%8 == 0
 }
 
 // gradInputSame reports whether ConvGradInput computes g's input gradient

@@ -39,6 +39,10 @@ var convGeoms = []ConvGeom{
 	{N: 2, C: 32, O: 64, H: 14, W: 14, KH: 1, KW: 1, P: 0, S: 2}, // resnet_fashion.star's last downsample (lowered)
 	{N: 3, C: 4, O: 64, H: 5, W: 6, KH: 3, KW: 3, P: 0},          // no padding
 	{N: 2, C: 3, O: 32, H: 9, W: 11, KH: 3, KW: 3, P: 2, S: 3},   // wide padding, stride 3
+	// weight gradients over flattened planes (partial p mod 16)
+	{N: 2, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1}, // resnet_fashion.star's 14-column stage
+	{N: 19, C: 3, O: 8, H: 11, W: 11, KH: 3, KW: 3, P: 0},  // no padding, a 9×9 plane (last vector one lane), two chunks
+	{N: 2, C: 2, O: 16, H: 7, W: 24, KH: 5, KW: 3, P: 2},   // kernels 5 tall, 24 columns (eight-lane partials before)
 }
 
 func convFill(g ConvGeom) ConvGeom {
