@@ -42,8 +42,11 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // 16, and for "same" convolutions (output plane the input's) through the
 // forward body; with a stride from 2 to 16 and a kernel at least the
 // stride in both dimensions, the input gradient by phases (each a stride-1
-// convolution of dy run by the forward body; 1×1 kernels with stride 2
-// measured slower than lowering).
+// convolution of dy run by the forward body); for 1×1 kernels without
+// padding with a stride (input channels by 8s), the input gradient as one
+// matrix product a sample scattered into dx. Forward passes of 1×1 kernels
+// without padding (output channels by 8s) run as a matrix product a sample
+// over the pixels they read.
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)

@@ -39,6 +39,11 @@ var convGeoms = []ConvGeom{
 	{N: 2, C: 32, O: 64, H: 14, W: 14, KH: 1, KW: 1, P: 0, S: 2}, // resnet_fashion.star's last downsample (lowered)
 	{N: 3, C: 4, O: 64, H: 5, W: 6, KH: 3, KW: 3, P: 0},          // no padding
 	{N: 2, C: 3, O: 32, H: 9, W: 11, KH: 3, KW: 3, P: 2, S: 3},   // wide padding, stride 3
+	// 1×1 kernels as a matrix product per sample
+	{N: 3, C: 5, O: 8, H: 7, W: 9, KH: 1, KW: 1, P: 0},          // stride 1: x read in place, 63-pixel planes
+	{N: 3, C: 8, O: 16, H: 11, W: 13, KH: 1, KW: 1, P: 0, S: 3}, // stride 3: gathered; the input gradient scattered
+	{N: 2, C: 16, O: 8, H: 6, W: 6, KH: 1, KW: 1, P: 0, S: 2},   // 9-pixel output planes
+	{N: 2, C: 40, O: 24, H: 8, W: 8, KH: 1, KW: 1, P: 0, S: 2},  // two vectors a tile (32 channels or more)
 	// weight gradients over flattened planes (partial p mod 16)
 	{N: 2, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1}, // resnet_fashion.star's 14-column stage
 	{N: 19, C: 3, O: 8, H: 11, W: 11, KH: 3, KW: 3, P: 0},  // no padding, a 9×9 plane (last vector one lane), two chunks
