@@ -681,6 +681,15 @@ static inline int wgrad_flat(const gorun_cgeom *g) {
 	return g->s <= 1 && g->kw == 3 && g->ow > 8 && g->ow <= 128 && g->ow % 16 != 0 && g->o % 8 == 0;
 }
 
+// wgrad_pw reports whether pw_wgrad takes g's weight gradient: 1×1
+// kernels without padding, any stride up to 16, input and output channels
+// by 4s, output planes of at least 8 pixels. It adds as wgrad_flat's
+// geometries: output pixel p into partial p mod 16.
+static inline int wgrad_pw(const gorun_cgeom *g) {
+	return g->kh == 1 && g->kw == 1 && g->p == 0 && g->s <= MAXKW && g->o % 4 == 0 && g->c % 4 == 0 &&
+	       g->oh * g->ow >= 8;
+}
+
 static inline __attribute__((always_inline)) void conv_wgrad_seq_c(gorun_cgeom g, const float *dy, const float *x, float *dw,
                                                                  int accumulate) {
 	long plane = g.oh * g.ow, hw = g.h * g.w;
@@ -711,7 +720,7 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 		return 0;
 	}
 	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w, lm = wgrad_lanes(&g) - 1;
-	int flat = wgrad_flat(&g); // partial (oy·ow + ox) mod 16
+	int flat = wgrad_flat(&g) || wgrad_pw(&g); // partial (oy·ow + ox) mod 16
 	float *part = calloc(taps * 16, sizeof(float));
 	if (!part)
 		return -1;
@@ -1060,6 +1069,67 @@ __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, con
 	return 0;
 }
 
+// pw_wgrad is wgrad_pw's weight gradient, dw[o][c] = Σ_n Σ_p dy[n][o][p]·
+// xs[n][c][p] over the pixels the kernel reads (xs gathered by pw_gather),
+// into sixteen partials per tap by pixel mod 16: chunks of samples whose
+// copies fit in about 1 MB, dy and xs copied with planes padded with zeros
+// to whole vectors, and register tiles of 4 output × 4 input channels, each
+// vector of dy and of x loaded once for four multiply-adds.
+__attribute__((target("avx512f,fma"))) static int pw_wgrad(gorun_cgeom g, const float *dy, const float *x,
+                                                            float *part) {
+	long plane = g.oh * g.ow, ps = (plane + 15) & ~15L, hw = g.h * g.w, per = (g.c + g.o) * ps;
+	long nb = (1024 << 10) / (per * (long)sizeof(float));
+	nb = nb < 1 ? 1 : nb > NB ? NB : nb;
+	float *buf = aligned_alloc(64, nb * per * sizeof(float)), *xg = malloc((g.c * plane + 16) * sizeof(float));
+	if (!buf || !xg) {
+		free(buf);
+		free(xg);
+		return -1;
+	}
+	for (long n0 = 0; n0 < g.n; n0 += nb) {
+		long cn = g.n - n0 < nb ? g.n - n0 : nb;
+		for (long i = 0; i < cn; i++) {
+			float *xs = buf + i * per, *ds = xs + g.c * ps;
+			pw_gather(&g, x + (n0 + i) * g.c * hw, xg);
+			for (long c = 0; c < g.c; c++) {
+				memcpy(xs + c * ps, xg + c * plane, plane * sizeof(float));
+				memset(xs + c * ps + plane, 0, (ps - plane) * sizeof(float));
+			}
+			for (long o = 0; o < g.o; o++) {
+				memcpy(ds + o * ps, dy + ((n0 + i) * g.o + o) * plane, plane * sizeof(float));
+				memset(ds + o * ps + plane, 0, (ps - plane) * sizeof(float));
+			}
+		}
+		for (long o0 = 0; o0 < g.o; o0 += 4)
+			for (long c0 = 0; c0 < g.c; c0 += 4) {
+				__m512 acc[4][4];
+				_Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+					acc[q][j] = _mm512_load_ps(part + ((o0 + q) * g.c + c0 + j) * 16);
+				for (long i = 0; i < cn; i++) {
+					const float *xs = buf + i * per + c0 * ps, *ds = buf + i * per + (g.c + o0) * ps;
+					for (long p = 0; p < ps; p += 16) {
+						__m512 v[4];
+						_Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+							v[j] = _mm512_load_ps(xs + j * ps + p);
+							__asm__("" : "+v"(v[j])); // one load for four products
+						}
+						_Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+							__m512 d = _mm512_load_ps(ds + q * ps + p);
+							__asm__("" : "+v"(d));
+							_Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+								acc[q][j] = _mm512_fmadd_ps(d, v[j], acc[q][j]);
+						}
+					}
+				}
+				_Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+					_mm512_store_ps(part + ((o0 + q) * g.c + c0 + j) * 16, acc[q][j]);
+			}
+	}
+	free(xg);
+	free(buf);
+	return 0;
+}
+
 // conv_wgrad_avx512 takes kernels 3 or 5 wide and planes up to 128
 // columns, NB samples at a time (they stay in L1 or L2 between the kernel
 // rows and channel groups); wgrad_lanes says the vector width. With
@@ -1075,8 +1145,8 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 	if (!part)
 		return -1;
 	memset(part, 0, taps * 16 * sizeof(float));
-	if (wgrad_flat(&g)) {
-		int err = conv_wgrad_flat(g, dy, x, part);
+	if (wgrad_flat(&g) || wgrad_pw(&g)) {
+		int err = wgrad_pw(&g) ? pw_wgrad(g, dy, x, part) : conv_wgrad_flat(g, dy, x, part);
 		if (!err)
 			finish(part, taps, dw, accumulate);
 		free(part);
@@ -1448,7 +1518,7 @@ int gorun_vec_conv_fast(int level, gorun_cgeom g) {
 	if (level < 2 || !strided_ok(&g))
 		return 0;
 	int vl = __builtin_cpu_supports("avx512vl"), k35 = g.kw == 3 || g.kw == 5, r = 1;
-	if (k35 && g.ow <= 128 && g.ow >= 8 || wgrad_by_o(&g))
+	if (k35 && g.ow <= 128 && g.ow >= 8 || wgrad_by_o(&g) || wgrad_pw(&g))
 		r |= 2;
 	if (dgrad_scatter(&g) && vl || dgrad_same(&g) || g.s > 1 && g.kh >= g.s && g.kw >= g.s || pointwise_dgrad(&g))
 		r |= 4;
@@ -1467,7 +1537,7 @@ int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w,
 }
 
 int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
-	if (level == 2 && !wgrad_by_o(&g) && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 && strided_ok(&g) &&
+	if (level == 2 && !wgrad_by_o(&g) && !wgrad_pw(&g) && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 && strided_ok(&g) &&
 	                    (wgrad_lanes(&g) == 16 || __builtin_cpu_supports("avx512vl"))))
 		level = 1;
 	switch (level) {

@@ -70,15 +70,17 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 }
 
 // ConvGradWeight sets dw[o,c,ki,kj] to Σ_{n,oy,ox} dy[n,o,oy,ox]·x[n,c,
-// S·oy+ki-P, S·ox+kj-P], or adds it with accumulate: sixteen partial sums per
-// tap (output column ox into partial ox mod 16, or mod 8 when a row's last
-// sixteen columns would be at most half used; for stride 1, kernels 3 wide,
-// output channels by 8s and planes from 9 to 128 columns not a multiple of
-// 16, output pixel oy·OW + ox into partial (oy·OW + ox) mod 16; samples,
-// rows and columns in order) combined pairwise as BiasGrad's plane sums; for output planes
-// narrower than 8 columns with output channels by 32s and kernels 3 wide,
-// one sum per tap in that order (the C bodies run those with vectors over
-// the output channels; the Go loops keep the partials, within rounding).
+// S·oy+ki-P, S·ox+kj-P], or adds it with accumulate: sixteen partial sums
+// per tap, samples, rows and columns in order, combined pairwise as
+// BiasGrad's plane sums. Output column ox goes into partial ox mod 16, or
+// mod 8 when a row's last sixteen columns would be at most half used; output
+// pixel oy·OW + ox into partial (oy·OW + ox) mod 16 for stride 1, kernels 3
+// wide, output channels by 8s and planes from 9 to 128 columns not a
+// multiple of 16, and for 1×1 kernels without padding with channels by 4s
+// and planes of 8 pixels or more. For output planes narrower than 8 columns
+// with output channels by 32s and kernels 3 wide, one sum per tap in that
+// order (the C bodies run those with vectors over the output channels; the
+// Go loops keep the partials, within rounding).
 func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	g.check()
 	nx, nw, ny := g.lens()
@@ -196,11 +198,14 @@ func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 }
 
 // flatWeightGrad reports whether ConvGradWeight adds output pixel p =
-// oy·OW + ox into partial p mod 16 rather than by column (the C function
-// wgrad_flat): stride 1, kernels 3 wide, output planes from 9 to 128
-// columns not a multiple of 16, output channels by 8s.
+// oy·OW + ox into partial p mod 16 rather than by column (the C functions
+// wgrad_flat and wgrad_pw): stride 1, kernels 3 wide, output planes from 9
+// to 128 columns not a multiple of 16, output channels by 8s; or 1×1
+// kernels without padding, strides up to 16, input and output channels by
+// 4s, output planes of at least 8 pixels.
 func (g *ConvGeom) flatWeightGrad() bool {
-	return g.stride() == 1 && g.KW == 3 && g.OW > 8 && g.OW <= 128 && g.OW%16 != 0 && g.O%8 == 0
+	pointwise := g.KH == 1 && g.KW == 1 && g.P == 0 && g.stride() <= 16 && g.O%4 == 0 && g.C%4 == 0 && g.OH*g.OW >= 8
+	return g.stride() == 1 && g.KW == 3 && g.OW > 8 && g.OW <= 128 && g.OW%16 != 0 && g.O%8 == 0 || pointwise
 }
 
 // gradInputSame reports whether ConvGradInput computes g's input gradient
