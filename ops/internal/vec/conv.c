@@ -427,48 +427,66 @@ static inline int fwd_by_o(const gorun_cgeom *g) {
 	return (g->ow < 8 || g->s > 1 && g->ow < 16) && g->o % 32 == 0 && g->s <= MAXKW;
 }
 
-#define FO_PIX 8
-
-// fwdo computes one sample's outputs pixel-major, yt[pixel][o], holding
-// FO_PIX pixels × 32 output channels in registers: each tap loads two
-// vectors of weights (wt[tap][o], tap-major) and broadcasts FO_PIX inputs
-// for 2·FO_PIX fused multiply-adds, from the bias, in the order c, ki, kj.
-// The input is a bordered copy: channel c at x + c·cs, row r at r·pw, every
-// tap of every pixel inside it (pixels past the plane compute the first
-// pixel of their tile again and are not stored).
-__attribute__((target("avx512f,fma"))) static void fwdo(gorun_cgeom g, const float *x, long pw, long cs, const float *wt,
-                                                        const float *b, float *yt) {
-	long plane = g.oh * g.ow;
-	for (long p0 = 0; p0 < plane; p0 += FO_PIX) {
-		const float *px[FO_PIX];
-		for (int i = 0; i < FO_PIX; i++) {
-			long q = p0 + i < plane ? p0 + i : p0;
-			px[i] = x + (q / g.ow) * g.s * pw + (q % g.ow) * g.s;
-		}
-		for (long o0 = 0; o0 < g.o; o0 += 32) {
-			__m512 b0 = b ? _mm512_loadu_ps(b + o0) : _mm512_setzero_ps(),
-			       b1 = b ? _mm512_loadu_ps(b + o0 + 16) : _mm512_setzero_ps();
-			__m512 acc[FO_PIX][2];
-			_Pragma("GCC unroll 8") for (int i = 0; i < FO_PIX; i++) acc[i][0] = b0, acc[i][1] = b1;
-			const float *wk = wt + o0;
-			for (long c = 0; c < g.c; c++)
-				for (long ki = 0; ki < g.kh; ki++) {
-					long t = c * cs + ki * pw;
-					for (long kj = 0; kj < g.kw; kj++, wk += g.o) {
-						__m512 w0 = _mm512_loadu_ps(wk), w1 = _mm512_loadu_ps(wk + 16);
-						_Pragma("GCC unroll 8") for (int i = 0; i < FO_PIX; i++) {
-							__m512 xv = _mm512_set1_ps(px[i][t + kj]);
-							acc[i][0] = _mm512_fmadd_ps(w0, xv, acc[i][0]);
-							acc[i][1] = _mm512_fmadd_ps(w1, xv, acc[i][1]);
-						}
-					}
-				}
-			_Pragma("GCC unroll 8") for (int i = 0; i < FO_PIX; i++) if (p0 + i < plane) {
-				_mm512_storeu_ps(yt + (p0 + i) * g.o + o0, acc[i][0]);
-				_mm512_storeu_ps(yt + (p0 + i) * g.o + o0 + 16, acc[i][1]);
-			}
-		}
+// DEF_FWDO defines a body that computes one sample's outputs pixel-major,
+// yt[pixel][o], holding PIX pixels × 32 output channels in registers: each
+// tap loads two vectors of weights (wt[tap][o], tap-major) and broadcasts
+// PIX inputs for 2·PIX fused multiply-adds, from the bias, in the order c,
+// ki, kj. KW is the kernel's width, or 0 for g.kw (a width known when
+// compiled unrolls the kernel row). The input is a bordered copy: channel c
+// at x + c·cs, row r at r·pw, every tap of every pixel inside it (pixels
+// past the plane compute the first pixel of their tile again and are not
+// stored).
+#define DEF_FWDO(NAME, PIX, KW)                                                                                     \
+	__attribute__((target("avx512f,fma"))) static void NAME(gorun_cgeom g, const float *x, long pw, long cs,       \
+	                                                        const float *wt, const float *b, float *yt) {          \
+		long plane = g.oh * g.ow, kw = KW ? KW : g.kw;                                                            \
+		for (long p0 = 0; p0 < plane; p0 += PIX) {                                                                \
+			const float *px[PIX];                                                                                 \
+			for (int i = 0; i < PIX; i++) {                                                                       \
+				long q = p0 + i < plane ? p0 + i : p0;                                                            \
+				px[i] = x + (q / g.ow) * g.s * pw + (q % g.ow) * g.s;                                             \
+			}                                                                                                     \
+			for (long o0 = 0; o0 < g.o; o0 += 32) {                                                               \
+				__m512 b0 = b ? _mm512_loadu_ps(b + o0) : _mm512_setzero_ps(),                                    \
+				       b1 = b ? _mm512_loadu_ps(b + o0 + 16) : _mm512_setzero_ps();                               \
+				__m512 acc[PIX][2];                                                                               \
+				_Pragma("GCC unroll 8") for (int i = 0; i < PIX; i++) acc[i][0] = b0, acc[i][1] = b1;             \
+				const float *wk = wt + o0;                                                                        \
+				for (long c = 0; c < g.c; c++)                                                                    \
+					for (long ki = 0; ki < g.kh; ki++) {                                                          \
+						long t = c * cs + ki * pw;                                                                \
+						_Pragma("GCC unroll 5") for (long kj = 0; kj < kw; kj++, wk += g.o) {                     \
+							__m512 w0 = _mm512_loadu_ps(wk), w1 = _mm512_loadu_ps(wk + 16);                       \
+							_Pragma("GCC unroll 8") for (int i = 0; i < PIX; i++) {                               \
+								__m512 xv = _mm512_set1_ps(px[i][t + kj]);                                        \
+								acc[i][0] = _mm512_fmadd_ps(w0, xv, acc[i][0]);                                   \
+								acc[i][1] = _mm512_fmadd_ps(w1, xv, acc[i][1]);                                   \
+							}                                                                                     \
+						}                                                                                         \
+					}                                                                                             \
+				_Pragma("GCC unroll 8") for (int i = 0; i < PIX; i++) if (p0 + i < plane) {                       \
+					_mm512_storeu_ps(yt + (p0 + i) * g.o + o0, acc[i][0]);                                        \
+					_mm512_storeu_ps(yt + (p0 + i) * g.o + o0 + 16, acc[i][1]);                                   \
+				}                                                                                                 \
+			}                                                                                                     \
+		}                                                                                                         \
 	}
+
+DEF_FWDO(fwdo_8, 8, 0)
+DEF_FWDO(fwdo_8k3, 8, 3)
+DEF_FWDO(fwdo_7k3, 7, 3)
+
+// fwdo runs the DEF_FWDO body for g: tiles of 7 pixels where they tile the
+// plane and 8 would not (7×7 planes: 8 would idle 7 of 56 pixels), kernel
+// rows unrolled for kernels 3 wide.
+static void fwdo(gorun_cgeom g, const float *x, long pw, long cs, const float *wt, const float *b, float *yt) {
+	long plane = g.oh * g.ow;
+	if (g.kw != 3)
+		fwdo_8(g, x, pw, cs, wt, b, yt);
+	else if (plane % 8 != 0 && plane % 7 == 0)
+		fwdo_7k3(g, x, pw, cs, wt, b, yt);
+	else
+		fwdo_8k3(g, x, pw, cs, wt, b, yt);
 }
 
 // border_copy copies one sample's planes x[c][h][w] into xp[c][ph][pw]
@@ -1209,9 +1227,13 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 // order, from zero ----
 
 // dgrad_scatter reports whether the AVX-512 input gradient below takes g
-// (which then adds in its order, the plain bodies' too).
+// (which then adds in its order, the plain bodies' too). Same convolutions
+// of planes under 8 columns with input channels by 32s and kernels 3 wide
+// go to the forward body over output channels instead (dgrad_same; the
+// ResNet's 7-column layer: 1.1× faster).
 static inline int dgrad_scatter(const gorun_cgeom *g) {
-	return g->s == 1 && (g->kw == 3 || g->kw == 5) && g->ow <= 8 && g->w <= 16;
+	int by_o = g->kw == 3 && g->w < 8 && g->c % 32 == 0 && g->oh == g->h && g->ow == g->w;
+	return g->s == 1 && (g->kw == 3 || g->kw == 5) && g->ow <= 8 && g->w <= 16 && !by_o;
 }
 
 // dgrad_same reports whether g is a "same" convolution (output plane the

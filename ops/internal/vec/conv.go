@@ -213,7 +213,8 @@ func (g *ConvGeom) flatWeightGrad() bool {
 // (a "same" convolution that the AVX-512 input-gradient body does not
 // take; the C function dgrad_same).
 func (g *ConvGeom) gradInputSame() bool {
-	scatter := (g.KW == 3 || g.KW == 5) && g.OW <= 8 && g.W <= 16
+	byO := g.KW == 3 && g.W < 8 && g.C%32 == 0 && g.OH == g.H && g.OW == g.W
+	scatter := (g.KW == 3 || g.KW == 5) && g.OW <= 8 && g.W <= 16 && !byO
 	return g.stride() == 1 && !scatter && g.OH == g.H && g.OW == g.W
 }
 

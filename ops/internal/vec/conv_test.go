@@ -38,6 +38,7 @@ var convGeoms = []ConvGeom{
 	{N: 17, C: 5, O: 32, H: 7, W: 7, KH: 3, KW: 3, P: 1},         // two sample chunks, two blocks of 16
 	{N: 2, C: 32, O: 64, H: 14, W: 14, KH: 1, KW: 1, P: 0, S: 2}, // resnet_fashion.star's last downsample (lowered)
 	{N: 3, C: 4, O: 64, H: 5, W: 6, KH: 3, KW: 3, P: 0},          // no padding
+	{N: 2, C: 32, O: 16, H: 5, W: 7, KH: 3, KW: 3, P: 1},         // input gradient of a same convolution over 32 channels (dgrad_same, not the scatter body)
 	{N: 2, C: 3, O: 32, H: 9, W: 11, KH: 3, KW: 3, P: 2, S: 3},   // wide padding, stride 3
 	// 1×1 kernels as a matrix product per sample
 	{N: 3, C: 5, O: 8, H: 7, W: 9, KH: 1, KW: 1, P: 0},          // stride 1: x read in place, 63-pixel planes
