@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,9 @@ func torchModelReference(b *testing.B, model string, steps, batch, world int) (f
 		b.Logf("SKIP PyTorch reference: /usr/bin/python3 cannot import torch (install python3-torch)")
 		return 0, false
 	}
+	if slowBLAS() {
+		b.Logf("WARNING PyTorch reference: its matrix products run on the reference BLAS (%s); install libopenblas0-pthread, or the PyTorch figures are 1.2× (MNIST) to 13× (GPT) too slow", blasPath)
+	}
 	cmd := exec.Command("/usr/bin/python3", "testdata/torch_mnist.py", "--model", model, "--data", dir,
 		"--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(batch), "--world", fmt.Sprint(world))
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
@@ -79,6 +83,18 @@ var (
 	torchMu    sync.Mutex
 	torchCache = map[string]float64{}
 )
+
+// blasPath is the libblas.so.3 Debian's python3-torch loads (an
+// alternatives link).
+const blasPath = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
+
+// slowBLAS reports whether blasPath resolves to netlib's reference BLAS
+// (libblas3, under .../blas/): python3-torch only recommends OpenBLAS, so
+// an install without recommends leaves it there.
+func slowBLAS() bool {
+	p, err := filepath.EvalSymlinks(blasPath)
+	return err == nil && filepath.Base(filepath.Dir(p)) == "blas"
+}
 
 // BenchmarkTrainMNIST measures training steps of the tutorial's Net on
 // MNIST, batch 64, one device, and reports samples/s next to PyTorch 1.13
