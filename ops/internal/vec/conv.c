@@ -246,6 +246,13 @@ __attribute__((target("avx512f"))) static int fwd_pick(const gorun_cgeom *g, lon
 	return *og == 5 ? 1 : 0;
 }
 
+// zalloc64 returns n zeroed floats aligned to 64 bytes (n a multiple of
+// 16), or NULL.
+static float *zalloc64(long n) {
+	float *p = aligned_alloc(64, n * sizeof(float));
+	return p ? memset(p, 0, n * sizeof(float)) : NULL;
+}
+
 // pack_weights returns w[o][taps] and the biases b (zeros when NULL)
 // regrouped for a body of og channels: tap t of group q at
 // wp[(q·taps + t)·og], zero for channels past o, so that every group runs
@@ -319,46 +326,46 @@ static void pw_body(long c, long o, long plane, const float *x, long xs, const f
 }
 
 // pw_gather copies the pixels a 1×1 kernel with stride s reads of one
-// sample's planes, x[c][s·oy][s·ox], into xs[c][oy·ow + ox] (plane floats a
-// channel, sixteen of slack after the last).
-static void pw_gather(const gorun_cgeom *g, const float *x, float *xs) {
-	long plane = g->oh * g->ow;
+// sample's planes, x[c][s·oy][s·ox], into xs[c·cs + oy·ow + ox] (what lies
+// between the planes is left as it is).
+static void pw_gather(const gorun_cgeom *g, const float *x, float *xs, long cs) {
 	for (long c = 0; c < g->c; c++)
 		for (long oy = 0; oy < g->oh; oy++) {
 			const float *row = x + (c * g->h + oy * g->s) * g->w;
-			float *d = xs + c * plane + oy * g->ow;
+			float *d = xs + c * cs + oy * g->ow;
 			for (long ox = 0; ox < g->ow; ox++)
 				d[ox] = row[ox * g->s];
 		}
 }
 
+// pad_planes copies count planes of plane floats from src into d, one
+// every ps floats (what lies between them is left as it is).
+static void pad_planes(float *d, long ps, const float *src, long plane, long count) {
+	for (long i = 0; i < count; i++)
+		memcpy(d + i * ps, src + i * plane, plane * sizeof(float));
+}
+
 // pw_fwd runs pointwise's geometries: per sample a gather of the pixels
 // read (with a stride) and the body over them, or the body over x itself.
+// In place, the last vector reads past the sample's last plane; the slack
+// after the callers' buffers is not promised, so the last sample goes
+// through a copy when its planes are not whole vectors.
 __attribute__((target("avx512f"))) static int pw_fwd(gorun_cgeom g, const float *x, const float *w, const float *b,
                                                       float *y) {
-	long plane = g.oh * g.ow, hw = g.h * g.w, s = g.s < 1 ? 1 : g.s;
-	float *wp = pack_weights(g.o, g.c, 8, w, b), *xs = NULL;
-	if (!wp)
-		return -1;
-	if ((s > 1 || g.h != g.oh || g.w != g.ow) && !(xs = calloc(g.c * plane + 16, sizeof(float)))) {
+	long plane = g.oh * g.ow, hw = g.h * g.w;
+	float *wp = pack_weights(g.o, g.c, 8, w, b), *xs = calloc(g.c * plane + 16, sizeof(float));
+	if (!wp || !xs) {
 		free(wp);
+		free(xs);
 		return -1;
 	}
 	for (long n = 0; n < g.n; n++) {
-		const float *xn = x + n * g.c * hw;
-		if (xs)
-			pw_gather(&g, xn, xs);
-		// without a copy the last vector reads past x's last plane: the
-		// slack the callers' buffers have is not promised, so the last
-		// sample goes through a copy
-		else if (n == g.n - 1 && plane % 16 != 0) {
-			if (!(xs = calloc(g.c * plane + 16, sizeof(float)))) {
-				free(wp);
-				return -1;
-			}
-			memcpy(xs, xn, g.c * plane * sizeof(float));
-		}
-		pw_body(g.c, g.o, plane, xs ? xs : xn, plane, wp, wp + g.o * g.c, y + n * g.o * plane);
+		const float *src = x + n * g.c * hw;
+		if (g.s > 1)
+			pw_gather(&g, src, xs, plane), src = xs;
+		else if (n == g.n - 1 && plane % 16 != 0)
+			src = memcpy(xs, src, g.c * plane * sizeof(float));
+		pw_body(g.c, g.o, plane, src, plane, wp, wp + g.o * g.c, y + n * g.o * plane);
 	}
 	free(xs);
 	free(wp);
@@ -379,7 +386,7 @@ static inline int pointwise_dgrad(const gorun_cgeom *g) {
 // pw_body, scattered to dx[c][s·oy][s·ox]; the pixels no output reads are
 // zero.
 __attribute__((target("avx512f"))) static int pw_dgrad(gorun_cgeom g, const float *dy, const float *w, float *dx) {
-	long plane = g.oh * g.ow, hw = g.h * g.w, s = g.s < 1 ? 1 : g.s;
+	long plane = g.oh * g.ow, hw = g.h * g.w, s = g.s;
 	float *wt = malloc(g.o * g.c * sizeof(float));
 	if (!wt)
 		return -1;
@@ -696,7 +703,7 @@ static inline int wgrad_by_o(const gorun_cgeom *g) {
 // plane with no lane idle but the last vector's. BenchmarkConv: the
 // ResNet's 28-column layer 78 → 81 GFLOP/s, its 14-column one 68 → 74.
 static inline int wgrad_flat(const gorun_cgeom *g) {
-	return g->s <= 1 && g->kw == 3 && g->ow > 8 && g->ow <= 128 && g->ow % 16 != 0 && g->o % 8 == 0;
+	return g->s == 1 && g->kw == 3 && g->ow > 8 && g->ow <= 128 && g->ow % 16 != 0 && g->o % 8 == 0;
 }
 
 // wgrad_pw reports whether pw_wgrad takes g's weight gradient: 1×1
@@ -976,7 +983,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_flat(gorun_cgeom g, con
 	long plane = g.oh * g.ow, ps = (plane + 15) & ~15L, hw = g.h * g.w, cs = flat_stride(&g), per = g.c * g.kw * cs;
 	long nb = (1024 << 10) / ((per + g.o * ps) * (long)sizeof(float));
 	nb = nb < 1 ? 1 : nb > NB ? NB : nb;
-	float *xs = calloc(nb * per, sizeof(float)), *dp = ps == plane ? NULL : aligned_alloc(64, nb * g.o * ps * sizeof(float));
+	float *xs = calloc(nb * per, sizeof(float)), *dp = ps == plane ? NULL : zalloc64(nb * g.o * ps);
 	if (!xs || !dp && ps != plane) {
 		free(xs);
 		free(dp);
@@ -987,11 +994,8 @@ __attribute__((target("avx512f"))) static int conv_wgrad_flat(gorun_cgeom g, con
 		gc.n = g.n - n0 < nb ? g.n - n0 : nb;
 		for (long i = 0; i < gc.n; i++) {
 			flat_copy(&g, x + (n0 + i) * g.c * hw, xs + i * per);
-			for (long o = 0; dp && o < g.o; o++) {
-				float *d = dp + (i * g.o + o) * ps;
-				memcpy(d, dy + ((n0 + i) * g.o + o) * plane, plane * sizeof(float));
-				memset(d + plane, 0, (ps - plane) * sizeof(float));
-			}
+			if (dp) // the padding stays zero from zalloc64
+				pad_planes(dp + i * g.o * ps, ps, dy + (n0 + i) * g.o * plane, plane, g.o);
 		}
 		wgradf_k3(gc, dp ? dp : dy + n0 * g.o * plane, ps, xs, cs, part);
 	}
@@ -1098,25 +1102,14 @@ __attribute__((target("avx512f,fma"))) static int pw_wgrad(gorun_cgeom g, const 
 	long plane = g.oh * g.ow, ps = (plane + 15) & ~15L, hw = g.h * g.w, per = (g.c + g.o) * ps;
 	long nb = (1024 << 10) / (per * (long)sizeof(float));
 	nb = nb < 1 ? 1 : nb > NB ? NB : nb;
-	float *buf = aligned_alloc(64, nb * per * sizeof(float)), *xg = malloc((g.c * plane + 16) * sizeof(float));
-	if (!buf || !xg) {
-		free(buf);
-		free(xg);
+	float *buf = zalloc64(nb * per); // the padding between planes stays zero
+	if (!buf)
 		return -1;
-	}
 	for (long n0 = 0; n0 < g.n; n0 += nb) {
 		long cn = g.n - n0 < nb ? g.n - n0 : nb;
 		for (long i = 0; i < cn; i++) {
-			float *xs = buf + i * per, *ds = xs + g.c * ps;
-			pw_gather(&g, x + (n0 + i) * g.c * hw, xg);
-			for (long c = 0; c < g.c; c++) {
-				memcpy(xs + c * ps, xg + c * plane, plane * sizeof(float));
-				memset(xs + c * ps + plane, 0, (ps - plane) * sizeof(float));
-			}
-			for (long o = 0; o < g.o; o++) {
-				memcpy(ds + o * ps, dy + ((n0 + i) * g.o + o) * plane, plane * sizeof(float));
-				memset(ds + o * ps + plane, 0, (ps - plane) * sizeof(float));
-			}
+			pw_gather(&g, x + (n0 + i) * g.c * hw, buf + i * per, ps);
+			pad_planes(buf + i * per + g.c * ps, ps, dy + (n0 + i) * g.o * plane, plane, g.o);
 		}
 		for (long o0 = 0; o0 < g.o; o0 += 4)
 			for (long c0 = 0; c0 < g.c; c0 += 4) {
@@ -1143,7 +1136,6 @@ __attribute__((target("avx512f,fma"))) static int pw_wgrad(gorun_cgeom g, const 
 					_mm512_store_ps(part + ((o0 + q) * g.c + c0 + j) * 16, acc[q][j]);
 			}
 	}
-	free(xg);
 	free(buf);
 	return 0;
 }
@@ -1159,10 +1151,9 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 	if (wgrad_by_o(&g))
 		return conv_wgrad_by_o(g, dy, x, dw, accumulate);
 	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
-	float *part = aligned_alloc(64, taps * 16 * sizeof(float));
+	float *part = zalloc64(taps * 16);
 	if (!part)
 		return -1;
-	memset(part, 0, taps * 16 * sizeof(float));
 	if (wgrad_flat(&g) || wgrad_pw(&g)) {
 		int err = wgrad_pw(&g) ? pw_wgrad(g, dy, x, part) : conv_wgrad_flat(g, dy, x, part);
 		if (!err)
