@@ -496,6 +496,46 @@ static void fwdo(gorun_cgeom g, const float *x, long pw, long cs, const float *w
 		fwdo_8k3(g, x, pw, cs, wt, b, yt);
 }
 
+// transpose sets dst[j·ldd + i] = src[i·lds + j] for i < rows, j < cols,
+// 16 × 16 blocks at a time through registers (the bodies over channels
+// keep their sums pixel-major; a scalar loop cost a tenth of their time).
+__attribute__((target("avx512f"))) static void transpose(const float *src, long rows, long cols, long lds, float *dst,
+                                                         long ldd) {
+	for (long i0 = 0; i0 < rows; i0 += 16) {
+		long ni = rows - i0 < 16 ? rows - i0 : 16;
+		__mmask16 sm = (__mmask16)((1u << ni) - 1u);
+		for (long j0 = 0; j0 < cols; j0 += 16) {
+			long nj = cols - j0 < 16 ? cols - j0 : 16;
+			__mmask16 lm = (__mmask16)((1u << nj) - 1u);
+			__m512 r[16], t[16];
+			for (int i = 0; i < 16; i++)
+				r[i] = i < ni ? _mm512_maskz_loadu_ps(lm, src + (i0 + i) * lds + j0) : _mm512_setzero_ps();
+			for (int i = 0; i < 16; i += 2) {
+				t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+				t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+			}
+			for (int i = 0; i < 16; i += 4) {
+				r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+				r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+				r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+				r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+			}
+			for (int i = 0; i < 4; i++) {
+				t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+				t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+				t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+				t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+			}
+			for (int i = 0; i < 8; i++) {
+				r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+				r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+			}
+			for (int j = 0; j < nj; j++)
+				_mm512_mask_storeu_ps(dst + (j0 + j) * ldd + i0, sm, r[j]);
+		}
+	}
+}
+
 // border_copy copies one sample's planes x[c][h][w] into xp[c][ph][pw]
 // at row and column offset p; the border, left as it is, stays zero.
 static void border_copy(const gorun_cgeom *g, const float *x, float *xp, long ph, long pw) {
@@ -529,9 +569,7 @@ __attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const
 		border_copy(&g, x + n * g.c * hw, xp, ph, pw);
 		fwdo(g, xp, pw, ph * pw, wt, b, yt);
 		float *yn = y + n * g.o * plane;
-		for (long q = 0; q < plane; q++)
-			for (long o = 0; o < g.o; o++)
-				yn[o * plane + q] = yt[q * g.o + o];
+		transpose(yt, plane, g.o, g.o, yn, plane);
 	}
 	r = 0;
 done:
@@ -1073,9 +1111,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, con
 		gc.n = g.n - n0 < NB ? g.n - n0 : NB;
 		for (long i = 0; i < gc.n; i++) {
 			const float *dyn = dy + (n0 + i) * g.o * plane;
-			for (long o = 0; o < g.o; o++)
-				for (long q = 0; q < plane; q++)
-					dt[(i * plane + q) * g.o + o] = dyn[o * plane + q];
+			transpose(dyn, g.o, plane, plane, dt + i * plane * g.o, g.o);
 			border_copy(&g, x + (n0 + i) * g.c * hw, xp + i * g.c * ph * pw, ph, pw);
 		}
 		body(gc, dt, xp, ph, pw, pt);
@@ -1376,6 +1412,103 @@ static inline __attribute__((always_inline)) void conv_dgrad_sc(gorun_cgeom g, c
 				}
 }
 
+// ---- input gradient of 3×3 kernels with stride 2 and padding 1 (the
+// ResNet's downsampling convolutions), input channels by 16s ----
+//
+// dx pixel (2m+a, 2n+b) takes the taps ki ≡ a+1, kj ≡ b+1 (mod 2) of dy
+// pixels (m, n), (m, n+1), (m+1, n), (m+1, n+1): nine taps per 2×2 block of
+// dx, each a fused multiply-add of a weight vector (16 input channels, one
+// per lane) by a broadcast dy element, over o, then ki, then kj downwards
+// (conv_dgrad_sc's order). DEF_DGRAD_S2 holds R blocks along a row (4R
+// sums) and the nine weight vectors of output channel o in registers; dy
+// is a copy bordered by a zero row and column, so the blocks at the bottom
+// and right edge read zeros for the taps outside dy (which add w·0 to a
+// sum that is never −0, so change nothing). The sums land pixel-major in
+// dt[pixel][c] and are transposed into dx.
+
+// dgrad_s2 reports whether the body below takes g.
+static inline int dgrad_s2(const gorun_cgeom *g) {
+	return g->s == 2 && g->kh == 3 && g->kw == 3 && g->p == 1 && g->c % 16 == 0 && g->oh == (g->h + 1) / 2 &&
+	       g->ow == (g->w + 1) / 2;
+}
+
+#define DEF_DGRAD_S2(NAME, R)                                                                                      \
+	__attribute__((target("avx512f,fma"))) static void NAME(long c, long o, long rows, long nb, const float *dyp,    \
+	                                                        long rw, long cs, const float *wp, float *dt, long tw) { \
+		for (long m = 0; m < rows; m++)                                                                           \
+			for (long b0 = 0; b0 < nb; b0++)                                                                      \
+				for (long c0 = 0; c0 < c; c0 += 16) {                                                             \
+					__m512 s00[R], s01[R], s10[R], s11[R];                                                        \
+					_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) s00[r] = s01[r] = s10[r] = s11[r] =        \
+					    _mm512_setzero_ps();                                                                      \
+					const float *d0 = dyp + m * rw + b0 * R, *wk = wp + c0 * o * 9;                                \
+					for (long k = 0; k < o; k++, d0 += cs, wk += 9 * 16) {                                        \
+						__m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16), w2 = _mm512_load_ps(wk + 32), \
+						       w3 = _mm512_load_ps(wk + 48), w4 = _mm512_load_ps(wk + 64),                        \
+						       w5 = _mm512_load_ps(wk + 80), w6 = _mm512_load_ps(wk + 96),                        \
+						       w7 = _mm512_load_ps(wk + 112), w8 = _mm512_load_ps(wk + 128);                      \
+						_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                     \
+							__m512 a = _mm512_set1_ps(d0[r]), b = _mm512_set1_ps(d0[r + 1]),                      \
+							       e = _mm512_set1_ps(d0[rw + r]), f = _mm512_set1_ps(d0[rw + r + 1]);            \
+							s00[r] = _mm512_fmadd_ps(w4, a, s00[r]);                                              \
+							s01[r] = _mm512_fmadd_ps(w5, a, s01[r]);                                              \
+							s01[r] = _mm512_fmadd_ps(w3, b, s01[r]);                                              \
+							s10[r] = _mm512_fmadd_ps(w7, a, s10[r]);                                              \
+							s10[r] = _mm512_fmadd_ps(w1, e, s10[r]);                                              \
+							s11[r] = _mm512_fmadd_ps(w8, a, s11[r]);                                              \
+							s11[r] = _mm512_fmadd_ps(w6, b, s11[r]);                                              \
+							s11[r] = _mm512_fmadd_ps(w2, e, s11[r]);                                              \
+							s11[r] = _mm512_fmadd_ps(w0, f, s11[r]);                                              \
+						}                                                                                         \
+					}                                                                                             \
+					_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                         \
+						float *t = dt + (2 * m * tw + 2 * (b0 * R + r)) * c + c0;                                 \
+						_mm512_storeu_ps(t, s00[r]);                                                              \
+						_mm512_storeu_ps(t + c, s01[r]);                                                          \
+						_mm512_storeu_ps(t + tw * c, s10[r]);                                                     \
+						_mm512_storeu_ps(t + tw * c + c, s11[r]);                                                 \
+					}                                                                                             \
+				}                                                                                                 \
+	}
+
+// S2R blocks a row: 2 and 3 (no columns wasted on 14-column planes) measured
+// slower than 4 on both of the ResNet's layers (BenchmarkConv: 61 and 55
+// against 70 and 80 GFLOP/s), as each block loads the nine weights again.
+#define S2R 4
+DEF_DGRAD_S2(dgrad_s2_body, S2R)
+
+// conv_dgrad_s2 runs the DEF_DGRAD_S2 body one sample at a time.
+__attribute__((target("avx512f"))) static int conv_dgrad_s2(gorun_cgeom g, const float *dy, const float *w, float *dx) {
+	long r = S2R;
+	long nb = (g.ow + r - 1) / r, rw = nb * r + 1, cs = (g.oh + 1) * rw, tw = 2 * nb * r, hw = g.h * g.w;
+	long plane = g.oh * g.ow;
+	// w regrouped: (16-channel group, o, tap) then the channel's lane.
+	float *wp = zalloc64(g.c * g.o * 9), *dyp = zalloc64((g.o * cs + 15) / 16 * 16),
+	      *dt = malloc(2 * (g.oh + 1) * tw * g.c * sizeof(float));
+	int ret = -1;
+	if (!wp || !dyp || !dt)
+		goto done;
+	for (long o = 0; o < g.o; o++)
+		for (long c = 0; c < g.c; c++)
+			for (long t = 0; t < 9; t++)
+				wp[((c / 16 * g.o + o) * 9 + t) * 16 + c % 16] = w[(o * g.c + c) * 9 + t];
+	for (long n = 0; n < g.n; n++) {
+		for (long o = 0; o < g.o; o++)
+			for (long oy = 0; oy < g.oh; oy++)
+				memcpy(dyp + o * cs + oy * rw, dy + (n * g.o + o) * plane + oy * g.ow, g.ow * sizeof(float));
+		dgrad_s2_body(g.c, g.o, g.oh, nb, dyp, rw, cs, wp, dt, tw);
+		float *dxn = dx + n * g.c * hw;
+		for (long iy = 0; iy < g.h; iy++)
+			transpose(dt + iy * tw * g.c, g.w, g.c, g.c, dxn + iy * g.w, hw);
+	}
+	ret = 0;
+done:
+	free(dt);
+	free(dyp);
+	free(wp);
+	return ret;
+}
+
 // dphase is one phase (a, b) of a strided input gradient: gp, its
 // geometry as a forward convolution of dy (sub-kernel gp.kh × gp.kw, one
 // sample, gp.oh × gp.ow outputs: the dx elements at rows iy0 + s·i and
@@ -1575,6 +1708,8 @@ int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float 
 		return dgrad_as_fwd(level == 2 ? conv_fwd_avx512 : level == 1 ? conv_fwd_avx2_r : conv_fwd_plain_r, g, dy, w, dx);
 	if (level == 2 && pointwise_dgrad(&g))
 		return pw_dgrad(g, dy, w, dx);
+	if (level == 2 && dgrad_s2(&g))
+		return conv_dgrad_s2(g, dy, w, dx);
 	if (level == 2 && g.s != 1 && strided_ok(&g))
 		return conv_dgrad_strided_avx512(g, dy, w, dx);
 	if (level == 2 && !(gorun_vec_conv_fast(level, g) & 4))

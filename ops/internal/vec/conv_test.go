@@ -34,6 +34,9 @@ var convGeoms = []ConvGeom{
 	{N: 2, C: 2, O: 3, H: 9, W: 9, KH: 2, KW: 4, P: 1, S: 2},
 	{N: 1, C: 3, O: 4, H: 10, W: 10, KH: 1, KW: 1, P: 1, S: 3}, // the kernel narrower than the stride, padding
 	{N: 0, C: 3, O: 4, H: 6, W: 6, KH: 3, KW: 3, P: 1, S: 2},
+	// input gradients of 3×3, stride 2, padding 1 over 16s of channels (dgrad_s2)
+	{N: 2, C: 48, O: 5, H: 9, W: 13, KH: 3, KW: 3, P: 1, S: 2}, // odd planes, three channel groups, blocks past the row
+	{N: 3, C: 16, O: 64, H: 3, W: 2, KH: 3, KW: 3, P: 1, S: 2}, // planes narrower than a block; forward over o, transposed
 	// weight gradients over the output channels (planes under 8 columns)
 	{N: 17, C: 5, O: 32, H: 7, W: 7, KH: 3, KW: 3, P: 1},         // two sample chunks, two blocks of 16
 	{N: 2, C: 32, O: 64, H: 14, W: 14, KH: 1, KW: 1, P: 0, S: 2}, // resnet_fashion.star's last downsample (lowered)
