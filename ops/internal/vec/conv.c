@@ -424,14 +424,16 @@ __attribute__((target("avx512f"))) static int pw_dgrad(gorun_cgeom g, const floa
 // ---- the forward pass over output channels, for planes under 8 columns ----
 
 // fwd_by_o reports whether the forward body over output channels (fwdo)
-// takes g: output planes under 8 columns (a row fills half a vector of
-// columns), or under 16 with a stride (no phase-split copy), with output
-// channels by 32s. It adds in conv_fwd_c's order. BenchmarkConv in ops:
-// the ResNet's 7-column layer 0.75× lowering (1.10× by columns), its
-// stride-2 14-column layer 0.69× (0.84×); its stride-1 14-column layer
-// 0.88× (0.72×), so that one stays by columns.
+// takes g: output planes under 16 columns (a row of 7 fills half a vector
+// of columns, of 14 all but two lanes; a strided plane needs no
+// phase-split copy), with output channels by 32s. It adds in conv_fwd_c's
+// order. BenchmarkConv in ops: the ResNet's 7-column layer 0.75× lowering
+// (1.10× by columns), its stride-2 14-column layer 0.69× (0.84×). Its
+// stride-1 14-column layer stayed by columns until the outputs'
+// transposition became a register one: forward 96–100 against 89 GFLOP/s,
+// input gradient (dgrad_same) 97 against 90 (BenchmarkConv here).
 static inline int fwd_by_o(const gorun_cgeom *g) {
-	return (g->ow < 8 || g->s > 1 && g->ow < 16) && g->o % 32 == 0 && g->s <= MAXKW;
+	return g->ow < 16 && g->o % 32 == 0 && g->s <= MAXKW;
 }
 
 // DEF_FWDO defines a body that computes one sample's outputs pixel-major,
@@ -720,16 +722,21 @@ static inline long wgrad_lanes(const gorun_cgeom *g) { return g->ow % 16 != 0 &&
 
 // wgrad_by_o reports whether g's weight gradient adds in one sum per tap
 // (samples, rows and columns in order, from zero) rather than sixteen
-// partials: planes narrower than 8 columns, or than 16 with a stride, with
-// output channels by 32s and kernels 3 wide, which the AVX-512 body below
-// runs with vectors over the output channels (a row of 7 columns fills
-// half a vector; a strided plane's columns need no phase-split copy).
-// BenchmarkConv in ops: the ResNet's 7-column layers 48 and 23 µs a sample
-// against 63 and 40 lowered, its stride-2 14-column layer 0.72× lowering
-// (0.95× by columns; its stride-1 14-column layer 1.15×, so those stay by
-// columns); its 1×1 downsample 7.7 against 5.6, so 1-wide kernels lower.
+// partials: output planes narrower than 16 columns with output channels by
+// 32s and kernels 3 wide, which the AVX-512 body below runs with vectors
+// over the output channels (a row of 7 columns fills half a vector; a
+// strided plane's columns need no phase-split copy). BenchmarkConv in ops:
+// the ResNet's 7-column layers 48 and 23 µs a sample against 63 and 40
+// lowered, its stride-2 14-column layer 0.72× lowering (0.95× by columns);
+// its 1×1 downsample 7.7 against 5.6, so 1-wide kernels lower. Its
+// stride-1 14-column layer took the flattened body (wgrad_flat) until dy's
+// transposition became a register one: by o 83–100 against 63–69 GFLOP/s
+// (BenchmarkConv here, best of ten, alternating). Wider planes stay with
+// partials (21 and 28 columns by o measured 85–102 and 89–91 against
+// 75–85 and 79–84, but one sum over 64 samples of 784 pixels is a long
+// chain for float32).
 static inline int wgrad_by_o(const gorun_cgeom *g) {
-	return (g->ow < 8 || g->s > 1 && g->ow < 16) && g->o % 32 == 0 && g->kw == 3 && g->s <= MAXKW;
+	return g->ow < 16 && g->o % 32 == 0 && g->kw == 3 && g->s <= MAXKW;
 }
 
 // wgrad_flat reports whether g's weight gradient runs over flattened
