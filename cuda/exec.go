@@ -387,7 +387,12 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		if st.Op == ops.BatchNormGradInput {
 			return d.launch(kBNGradInput, elementwise(n*c*plane), P(st.In[0]), P(x), par, P(st.Out[0]), intArg(n), intArg(c), intArg(plane))
 		}
-		return d.launch(kBNApply, elementwise(n*c*plane), P(x), par, P(st.Out[0]), intArg(n), intArg(c), intArg(plane))
+		res := in(4) // fused: the residual (BatchNormNorm's fifth input, BatchNormEval's sixth)
+		if st.Op == ops.BatchNormEval {
+			res = in(5)
+		}
+		return d.launch(kBNApply, elementwise(n*c*plane), P(x), par, P(res), P(st.Out[0]), intArg(n), intArg(c), intArg(plane),
+			boolArg(a.ReLU))
 
 	case ops.BatchNormGradGamma: // gstats, save → dgamma
 		dg := st.Out[0]

@@ -126,7 +126,7 @@ var kernelSigs = [numKernels]kernelSig{
 	kBNPartial:          {"gorun_bn_partial", []argKind{aP, aP, aP, aP, aI, aI, aI, aI, aI, aI}},
 	kBNFinish:           {"gorun_bn_finish", []argKind{aP, aP, aI, aI, aI}},
 	kBNParams:           {"gorun_bn_params", []argKind{aP, aP, aP, aP, aP, aP, aI, aF, aI}},
-	kBNApply:            {"gorun_bn_apply", []argKind{aP, aP, aP, aI, aI, aI}},
+	kBNApply:            {"gorun_bn_apply", []argKind{aP, aP, aP, aP, aI, aI, aI, aI}},
 	kBNGradInput:        {"gorun_bn_grad_input", []argKind{aP, aP, aP, aP, aI, aI, aI}},
 	kBNGradGamma:        {"gorun_bn_grad_gamma", []argKind{aP, aP, aP, aI, aF, aI}},
 	kBNRunning:          {"gorun_bn_running", []argKind{aP, aP, aP, aP, aI, aF}},

@@ -161,17 +161,28 @@ var gradRules = [ops.NumOps]gradRule{
 	},
 }
 
-// batchNormRule differentiates BatchNormNorm (in x, stats, gamma, beta;
-// out y, save): the per-channel sums of dy and dy·(x−mean) give the
-// weight and bias gradients; under SyncBatchNorm (the stats node's
-// AllReduce) a copy of those sums is summed over every device first for
-// the input gradient, as torch.nn.SyncBatchNorm does.
+// batchNormRule differentiates BatchNormNorm (in x, stats, gamma, beta and,
+// fused, a residual; out y, save): fused with a ReLU, dy first goes through
+// ReLU's gradient, which is also the residual's; the per-channel sums of dy
+// and dy·(x−mean) give the weight and bias gradients; under SyncBatchNorm
+// (the stats node's AllReduce) a copy of those sums is summed over every
+// device first for the input gradient, as torch.nn.SyncBatchNorm does.
 func batchNormRule(b *builder, n *Node, d []*Value) []*Value {
 	x, gamma, beta, save := n.In[0], n.In[2], n.In[3], n.Out[1]
 	dy := d[0]
 	c := x.Shape[1]
+	out := make([]*Value, len(n.In))
+	if n.Attrs.ReLU { // fused (fuse): ReLU's gradient first, the residual's too
+		y := n.Out[0]
+		dz := b.value("grad "+y.Name+" (before relu)", y.Shape, y.Batched)
+		dz.Producer = &Node{Op: ops.ReLUGrad, In: []*Value{dy, y}, Out: []*Value{dz}, Layer: n.Layer, Pos: n.Pos}
+		b.g.Backward = append(b.g.Backward, dz.Producer)
+		dy = dz
+		if len(n.In) > 4 {
+			out[4] = dz
+		}
+	}
 	gstats := b.aux(n, ops.BatchNormGradStats, n.Attrs, "grad stats "+n.Out[0].Name, []int{2, c}, dy, x, save)
-	out := make([]*Value, 4)
 	if gamma != nil && gamma.needsGrad {
 		out[2] = b.grad(n, ops.BatchNormGradGamma, gamma, gstats, save)
 	}

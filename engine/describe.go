@@ -88,7 +88,7 @@ func (p *Plan) Describe(w io.Writer) error {
 					moved += c.Bytes
 				}
 			default:
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.Op, shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.OpName(), shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st))
 			}
 		}
 		tw.Flush()

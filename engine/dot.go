@@ -45,7 +45,7 @@ func (p *Plan) Dot(w io.Writer) error {
 			default:
 				fill := map[Phase]string{PhaseForward: "lightblue", PhaseBackward: "lightpink", PhaseUpdate: "palegreen"}[st.Phase]
 				ew.printf("    %s [label=%q, shape=box, style=filled, fillcolor=%s];\n", id,
-					fmt.Sprintf("%s\n%s\n%s", st.Op, dotShapes(st.Out), st.Layer), fill)
+					fmt.Sprintf("%s\n%s\n%s", st.OpName(), dotShapes(st.Out), st.Layer), fill)
 				seen := map[string]bool{}
 				for _, b := range st.In {
 					if b == nil {

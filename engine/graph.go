@@ -185,6 +185,9 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int) (*Graph, 
 	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
+	if !fusionOff() {
+		b.fuse()
+	}
 	if err := b.differentiate(); err != nil {
 		return nil, err
 	}

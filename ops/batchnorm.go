@@ -69,11 +69,12 @@ func bnMoments(s1, s2, cnt float64) (mean, v float64) {
 func invStd(v, eps float64) float64 { return 1 / math.Sqrt(v+eps) }
 
 // bnApply sets y = (x - mean[c])·scale[c] + shift[c] over channel j0+c of
-// every sample, for c < len(scale).
-func bnApply[T Float](x, y []T, n, ch, l, j0 int, mean, scale, shift []T) {
+// every sample, for c < len(scale), then adds res (when not nil) and
+// applies ReLU's rule (with relu), each rounded to T in turn.
+func bnApply[T Float](x, y, res []T, relu bool, n, ch, l, j0 int, mean, scale, shift []T) {
 	if is32[T]() {
-		vec.BNApply(view[float32](y), view[float32](x), view[float32](mean), view[float32](scale), view[float32](shift),
-			n, ch, l, j0, len(scale))
+		vec.BNApplyAdd(view[float32](y), view[float32](x), view[float32](res), relu, view[float32](mean),
+			view[float32](scale), view[float32](shift), n, ch, l, j0, len(scale))
 		return
 	}
 	for c := range scale {
@@ -81,7 +82,14 @@ func bnApply[T Float](x, y []T, n, ch, l, j0 int, mean, scale, shift []T) {
 			o := (i*ch + j0 + c) * l
 			yr := y[o:][:l]
 			for k, v := range x[o:][:l] {
-				yr[k] = (v-mean[c])*scale[c] + shift[c]
+				t := (v-mean[c])*scale[c] + shift[c]
+				if res != nil {
+					t += res[o+k]
+				}
+				if relu && t < 0 {
+					t = 0
+				}
+				yr[k] = t
 			}
 		}
 	}
@@ -96,9 +104,11 @@ func optAt[T Float](b *Buf[T], j int, def float64) float64 {
 }
 
 // batchNormNorm: in x[N,C,...], stats[3,C], optional gamma[C], optional
-// beta[C]; out y and save[3,C] = (mean, biased variance, count).
+// beta[C], optional res (x's shape); out y and save[3,C] = (mean, biased
+// variance, count). y gets + res and ReLU (Attrs.ReLU) when fused.
 func batchNormNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, st, gamma, beta := in[0], in[1], optIn(in, 2), optIn(in, 3)
+	res := optData(in, 4)
 	y, save := out[0], out[1]
 	n, ch, l := bnDims(x.Shape)
 	s := st.Data[:3*ch]
@@ -114,15 +124,17 @@ func batchNormNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			scale[c] = T(optAt(gamma, j, 1) * invStd(v, a.Eps))
 			shift[c] = T(optAt(beta, j, 0))
 		}
-		bnApply(x.Data, y.Data, n, ch, l, j0, sv[j0:j0+nc], scale[:nc], shift[:nc])
+		bnApply(x.Data, y.Data, res, a.ReLU, n, ch, l, j0, sv[j0:j0+nc], scale[:nc], shift[:nc])
 	}
 }
 
 // batchNormEval: in x[N,C,...], running_mean[C], running_var[C], optional
-// gamma[C], optional beta[C]; out y = (x - running_mean) /
-// sqrt(running_var + Eps)·gamma + beta.
+// gamma[C], optional beta[C], optional res; out y = (x - running_mean) /
+// sqrt(running_var + Eps)·gamma + beta, then + res and ReLU as
+// batchNormNorm's.
 func batchNormEval[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, rm, rv, gamma, beta := in[0], in[1], in[2], optIn(in, 3), optIn(in, 4)
+	res := optData(in, 5)
 	n, ch, l := bnDims(x.Shape)
 	var scale, shift [bnBlock]T
 	for j0 := 0; j0 < ch; j0 += bnBlock {
@@ -132,7 +144,7 @@ func batchNormEval[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			scale[c] = T(optAt(gamma, j, 1) * invStd(float64(rv.Data[j]), a.Eps))
 			shift[c] = T(optAt(beta, j, 0))
 		}
-		bnApply(x.Data, out[0].Data, n, ch, l, j0, rm.Data[j0:j0+nc], scale[:nc], shift[:nc])
+		bnApply(x.Data, out[0].Data, res, a.ReLU, n, ch, l, j0, rm.Data[j0:j0+nc], scale[:nc], shift[:nc])
 	}
 }
 

@@ -24,7 +24,7 @@ func TestEmptyBatch(t *testing.T) {
 			}
 			empty(f.dy, batchedOut(gc.op, 0))
 			for j, st := range gc.bwd {
-				empty(f.bout[j], st.tmp == nil && batchedIn(gc.op, st.wrt))
+				empty(f.bout[j], st.batched || st.tmp == nil && batchedIn(gc.op, st.wrt))
 			}
 			f.forward()
 			if isLoss(gc.op) && f.out[0].Data[0] != 0 {
@@ -32,7 +32,7 @@ func TestEmptyBatch(t *testing.T) {
 			}
 			for j, st := range gc.bwd {
 				f.backward(j, &gc.attrs)
-				if st.tmp == nil && batchedIn(gc.op, st.wrt) {
+				if st.batched || st.tmp == nil && batchedIn(gc.op, st.wrt) {
 					continue
 				}
 				for _, v := range f.bout[j].Data[:f.bout[j].Len()] {

@@ -44,6 +44,9 @@ type bwdStep struct {
 	wrt   int
 	tmp   []int
 	attrs *Attrs // nil: the case's attrs
+	// batched marks a tmp with a batch dimension (an intermediate
+	// gradient, not per-channel sums).
+	batched bool
 }
 
 // A ref names a buffer of the forward call: the cotangent of output i
@@ -140,6 +143,10 @@ var gradCases = []gradCase{
 	bnCase("batch_norm/4d", [][]int{{3, 2, 3, 2}, {3, 2}, {2}, {2}}, 4),
 	bnCase("batch_norm/4d-noaffine", [][]int{{2, 3, 2, 2}, {3, 3}, nil, nil}, 0),
 	bnCase("batch_norm/3d-partial", [][]int{{2, 2, 5}, {3, 2}, {2}, {2}}, 5),
+	// Fused with a residual and ReLU (the engine's fuse pass): ReLU's
+	// gradient first, which is also the residual's.
+	bnFusedCase("batch_norm/fused-residual-relu", [][]int{{3, 2, 3, 2}, {3, 2}, {2}, {2}, {3, 2, 3, 2}}, 4),
+	bnFusedCase("batch_norm/fused-relu-noaffine", [][]int{{4, 3, 2}, {3, 3}, nil, nil}, 0),
 	// BatchNormEval runs in evaluation only, where nothing is
 	// differentiated: the case checks its writes, tail and allocations.
 	{name: "batch_norm_eval", op: BatchNormEval, attrs: Attrs{Eps: 1e-5},
@@ -280,6 +287,28 @@ func lnCase(name string, in [][]int, capN int) gradCase {
 	return gradCase{name: name, op: LayerNorm, attrs: Attrs{Eps: 1e-5}, in: in, capN: capN, bwd: bwd}
 }
 
+// bnFusedCase is bnCase for BatchNormNorm with Attrs.ReLU and, when in
+// has a fifth shape, a residual input: the backward steps are those
+// engine.batchNormRule emits.
+func bnFusedCase(name string, in [][]int, capN int) gradCase {
+	ch := in[0][1]
+	bwd := []bwdStep{
+		{op: ReLUGrad, args: []ref{dyOf(0), outOf(0)}, tmp: in[0], batched: true},
+		{op: BatchNormGradStats, args: []ref{tmpOf(0), inOf(0), outOf(1)}, tmp: []int{2, ch}},
+		{op: BatchNormGradInput, args: []ref{tmpOf(0), inOf(0), outOf(1), tmpOf(1), inOf(2)}, wrt: 0},
+	}
+	if in[2] != nil {
+		bwd = append(bwd,
+			bwdStep{op: BatchNormGradGamma, args: []ref{tmpOf(1), outOf(1)}, wrt: 2},
+			bwdStep{op: BatchNormGradBeta, args: []ref{tmpOf(1)}, wrt: 3})
+	}
+	if len(in) > 4 {
+		bwd = append(bwd, bwdStep{op: Scale, args: []ref{tmpOf(0)}, wrt: 4, attrs: &Attrs{Alpha: 1}})
+	}
+	return gradCase{name: name, op: BatchNormNorm, attrs: Attrs{Eps: 1e-5, ReLU: true}, in: in, capN: capN,
+		derive: []deriveStep{{op: BatchNormStats, args: []ref{inOf(0)}, in: 1}}, bwd: bwd}
+}
+
 // bnCase is a training-mode batch norm gradient check: inputs x, stats
 // (derived from x), gamma and beta (nil for affine=False).
 func bnCase(name string, in [][]int, capN int) gradCase {
@@ -346,7 +375,7 @@ func batchedIn(op Op, i int) bool {
 	case MSELoss, Add, Sub, Mul, Concat, BatchMatMul:
 		return true
 	}
-	return i == 0 || idxIn(op, i)
+	return i == 0 || idxIn(op, i) || op == BatchNormNorm && i == 4 || op == BatchNormEval && i == 5 // residuals
 }
 
 // batchedOut reports whether forward output i of op is batched (losses and

@@ -417,6 +417,12 @@ func runBatchNormGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kern
 	call(k, c, BatchNormStats, a, []*Buf[T]{x}, []*Buf[T]{stats})
 	call(k, c, BatchNormNorm, a, []*Buf[T]{x, stats, gamma, beta}, []*Buf[T]{y, save})
 	expectClose(t, "y", y, g.Y, tol)
+	// Fused with a residual (dy's values) and ReLU: relu(PyTorch's y + res).
+	fused, save2 := zeroBuf[T](g.Y.Shape), zeroBuf[T]([]int{3, ch})
+	af := *a
+	af.ReLU = true
+	call(k, c, BatchNormNorm, &af, []*Buf[T]{x, stats, gamma, beta, dy}, []*Buf[T]{fused, save2})
+	expectClose(t, "relu(y + res)", fused, reluSum(g.Y, g.Dy), tol)
 	call(k, c, BatchNormGradStats, a, []*Buf[T]{dy, x, save}, []*Buf[T]{gstats})
 	call(k, c, BatchNormGradInput, a, []*Buf[T]{dy, x, save, gstats, gamma}, []*Buf[T]{dx})
 	expectClose(t, "dx", dx, g.Dx, tol)
@@ -435,4 +441,16 @@ func runBatchNormGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kern
 	xe, ye := fromGolden[T](g.XEval), zeroBuf[T](g.YEval.Shape)
 	call(k, c, BatchNormEval, a, []*Buf[T]{xe, rm, rv, gamma, beta}, []*Buf[T]{ye})
 	expectClose(t, "y_eval", ye, g.YEval, tol)
+	fe := zeroBuf[T](g.YEval.Shape)
+	call(k, c, BatchNormEval, &af, []*Buf[T]{xe, rm, rv, gamma, beta, xe}, []*Buf[T]{fe})
+	expectClose(t, "relu(y_eval + res)", fe, reluSum(g.YEval, g.XEval), tol)
+}
+
+// reluSum is max(a + b, 0) elementwise, in float64.
+func reluSum(a, b *goldenTensor) *goldenTensor {
+	out := &goldenTensor{Shape: a.Shape, Data: make([]float64, len(a.Data))}
+	for i, v := range a.Data {
+		out.Data[i] = max(v+b.Data[i], 0)
+	}
+	return out
 }

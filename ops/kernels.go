@@ -106,6 +106,14 @@ func optIn[T Float](in []*Buf[T], i int) *Buf[T] {
 	return nil
 }
 
+// optData returns optIn(in, i)'s Data, or nil when the input is absent.
+func optData[T Float](in []*Buf[T], i int) []T {
+	if b := optIn(in, i); b != nil {
+		return b.Data
+	}
+	return nil
+}
+
 // live returns the first b.Len() elements of b.Data.
 func live[T Float](b *Buf[T]) []T { return b.Data[:b.Len()] }
 

@@ -97,10 +97,16 @@ const (
 	// float64 (variance Σx²/count - mean², clamped at 0; mean and variance
 	// 0 when count is 0). y = (x-mean)/sqrt(var+Eps)·gamma + beta; an
 	// absent gamma is 1, an absent beta 0 (affine=False). Attrs: Eps.
+	//
+	// Fused (the engine's rewrite of batch norm, then an add, then ReLU):
+	// an optional fifth input res (x's shape) is added to y, and with
+	// Attrs.ReLU the sum goes through ReLU's rule, each element rounded as
+	// the separate ops round it. Attrs: ReLU.
 	BatchNormNorm
 	// BatchNormEval: in x[N,C,...], running_mean[C], running_var[C],
-	// optional gamma[C], optional beta[C]; out y = (x-running_mean) /
-	// sqrt(running_var+Eps)·gamma + beta. Attrs: Eps.
+	// optional gamma[C], optional beta[C], optional res (x's shape); out
+	// y = (x-running_mean) / sqrt(running_var+Eps)·gamma + beta, then + res
+	// and ReLU as BatchNormNorm's. Attrs: Eps, ReLU.
 	BatchNormEval
 	// AvgPool2D: in x[N,C,H,W]; out y[N,C,OH,OW], the mean of each window
 	// over Kernel×Kernel elements, padding included (PyTorch's
@@ -359,8 +365,8 @@ var infos = [NumOps]Info{
 	CrossEntropy:    {Name: "cross_entropy", NumIn: 2, NumOut: 2, Forward: true},
 	MSELoss:         {Name: "mse_loss", NumIn: 2, NumOut: 1, Forward: true},
 	BatchNormStats:  {Name: "batch_norm_stats", NumIn: 1, NumOut: 1, Forward: true},
-	BatchNormNorm:   {Name: "batch_norm_norm", NumIn: 4, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<2 | 1<<3},
-	BatchNormEval:   {Name: "batch_norm_eval", NumIn: 5, NumOut: 1, Forward: true, OptionalLast: true, Optional: 1<<3 | 1<<4},
+	BatchNormNorm:   {Name: "batch_norm_norm", NumIn: 5, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1<<2 | 1<<3 | 1<<4},
+	BatchNormEval:   {Name: "batch_norm_eval", NumIn: 6, NumOut: 1, Forward: true, OptionalLast: true, Optional: 1<<3 | 1<<4 | 1<<5},
 	AvgPool2D:       {Name: "avgpool2d", NumIn: 1, NumOut: 1, Forward: true},
 	GlobalAvgPool2D: {Name: "global_avgpool2d", NumIn: 1, NumOut: 1, Forward: true},
 	Sigmoid:         {Name: "sigmoid", NumIn: 1, NumOut: 1, Forward: true},
@@ -498,6 +504,9 @@ type Attrs struct {
 	BNMomentum float64
 	// MaxNorm: ClipGradNorm's largest gradient norm.
 	MaxNorm float64
+	// ReLU: BatchNormNorm and BatchNormEval end with ReLU's max(·, 0)
+	// (after the residual input, when there is one).
+	ReLU bool
 
 	// Optimizer hyper-parameters. Eps is also the batch-norm and
 	// layer-norm ops'.

@@ -229,8 +229,14 @@ func inferBatchNorm(op Op, a *Attrs, in [][]int) ([][]int, error) {
 	for i, s := range in[1:] {
 		i++
 		want := []int{ch}
-		if op == BatchNormNorm && i == 1 {
+		switch {
+		case op == BatchNormNorm && i == 1:
 			want = []int{3, ch}
+		case op == BatchNormNorm && i == 4, op == BatchNormEval && i == 5:
+			if s != nil && !slices.Equal(s, x) {
+				return nil, fmt.Errorf("%v: residual must have the input's shape %v, got %v", op, x, s)
+			}
+			continue
 		}
 		if s != nil && !slices.Equal(s, want) {
 			return nil, fmt.Errorf("%v: %s must be %v, one per channel of input %v, got %v", op, inputName(op, i), want, x, s)
@@ -394,9 +400,9 @@ func inputName(op Op, i int) string {
 	case NLLLoss, CrossEntropy, MSELoss:
 		return [...]string{"input", "target"}[i]
 	case BatchNormNorm:
-		return [...]string{"input", "stats", "weight", "bias"}[i]
+		return [...]string{"input", "stats", "weight", "bias", "residual"}[i]
 	case BatchNormEval:
-		return [...]string{"input", "running_mean", "running_var", "weight", "bias"}[i]
+		return [...]string{"input", "running_mean", "running_var", "weight", "bias", "residual"}[i]
 	case Embedding:
 		return [...]string{"ids", "weight"}[i]
 	case LayerNorm:

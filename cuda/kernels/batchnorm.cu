@@ -155,11 +155,13 @@ GORUN_KERNEL gorun_bn_params(const float* a, const float* b, const float* gamma,
   }
 }
 
-GORUN_KERNEL gorun_bn_apply(const float* x, const float* par, float* y, int n, int c,
-                            int plane) {
+GORUN_KERNEL gorun_bn_apply(const float* x, const float* par, const float* res, float* y, int n,
+                            int c, int plane, int relu) {
   GORUN_FOR(e64, (long long)n * c * plane) {
     int e = (int)e64, ch = e / plane % c;
-    y[e] = (x[e] - par[ch]) * par[c + ch] + par[2 * c + ch];
+    float v = (x[e] - par[ch]) * par[c + ch] + par[2 * c + ch];
+    if (res) v = v + res[e];
+    y[e] = relu && v < 0.0f ? 0.0f : v;
   }
 }
 

@@ -259,10 +259,12 @@ GORUN_KERNEL gorun_bn_params(const float* a, const float* b, const float* gamma,
                              const float* beta, float* save, float* par, int c, float eps,
                              int mode);
 // y = (x - par[ch])·par[C + ch] + par[2·C + ch] (BatchNormNorm,
-// BatchNormEval with GORUN_BN_NORM / GORUN_BN_EVAL's par). ELEMENTWISE(N·C·L).
-// y may be x.
-GORUN_KERNEL gorun_bn_apply(const float* x, const float* par, float* y, int n, int c,
-                            int plane);
+// BatchNormEval with GORUN_BN_NORM / GORUN_BN_EVAL's par), then + res[e]
+// when res is not NULL, then ReLU's rule when relu is not 0 (the engine's
+// fused batch norm, add and ReLU; each rounded as the separate kernels
+// round). ELEMENTWISE(N·C·L). y may be x or res.
+GORUN_KERNEL gorun_bn_apply(const float* x, const float* par, const float* res, float* y, int n,
+                            int c, int plane, int relu);
 // BatchNormGradInput with GORUN_BN_GRAD's par (mean, k, sub, slope):
 // dx = k·(dy - sub - (x - mean)·slope). ELEMENTWISE(N·C·L). dx may be dy.
 GORUN_KERNEL gorun_bn_grad_input(const float* dy, const float* x, const float* par, float* dx,

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"gorun/engine"
+	"gorun/ops"
 )
 
 // resnetScript is testdata/gen_resnet_golden.py's Net written with
@@ -348,6 +349,56 @@ train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy"
 					t.Fatalf("sample %d, [%d %d]: %v, want %v", n, c, w, got, want)
 				}
 			}
+		}
+	}
+}
+
+// TestFusionMatchesUnfused: the plan fuses every batch norm that feeds a
+// ReLU (and each block's bn2 + shortcut + ReLU) into one step, and trains
+// and evaluates bit for bit as the unfused plan (GORUN_FUSION=off) does,
+// on one device and two.
+func TestFusionMatchesUnfused(t *testing.T) {
+	sets := []string{"epochs=2", "optimizer=optim.sgd(lr=0.05, momentum=0.9)", "eval=data.synthetic(size=30, shape=(1, 8, 8), classes=4, seed=3, split='test')"}
+	count := func(p *engine.Plan) (relus, adds, fused int) {
+		for _, st := range p.Devices[0].Steps {
+			switch {
+			case st.Phase != engine.PhaseForward:
+			case st.Op == ops.ReLU:
+				relus++
+			case st.Op == ops.Add:
+				adds++
+			case st.Op == ops.BatchNormNorm && st.Attrs.ReLU:
+				fused++
+			}
+		}
+		return
+	}
+	for _, devices := range []int{1, 2} {
+		run := func() (*Result, *engine.Plan) {
+			p := compile(t, loadSpec(t, resnetScript, sets...), devices)
+			res, err := Run(p, RunOptions{Out: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res, p
+		}
+		fused, pf := run()
+		t.Setenv("GORUN_FUSION", "off")
+		plain, pp := run()
+		os.Unsetenv("GORUN_FUSION")
+		if r, a, f := count(pf); r != 0 || a != 0 || f != 5 {
+			t.Errorf("fused plan: %d ReLU, %d Add, %d fused batch norm steps forward; want 0, 0, 5", r, a, f)
+		}
+		if r, a, f := count(pp); r != 5 || a != 2 || f != 0 {
+			t.Errorf("GORUN_FUSION=off: %d ReLU, %d Add, %d fused batch norm steps forward; want 5, 2, 0", r, a, f)
+		}
+		for i := range fused.Params {
+			if d := maxRelDiff(fused.Params[i], plain.Params[i]); d != 0 {
+				t.Errorf("%d devices: rank %d's parameters differ from the unfused plan's by %.2e", devices, i, d)
+			}
+		}
+		if fused.TestLoss != plain.TestLoss {
+			t.Errorf("%d devices: test loss %v fused, %v unfused", devices, fused.TestLoss, plain.TestLoss)
 		}
 	}
 }

@@ -90,9 +90,9 @@ void hc_bn_params(int g, int b, const float* a, const float* bb, const float* ga
                   const float* beta, float* save, float* par, int c, float eps, int mode) {
   SEQ(gorun_bn_params, a, bb, gamma, beta, save, par, c, eps, mode);
 }
-void hc_bn_apply(int g, int b, const float* x, const float* par, float* y, int n, int c,
-                 int plane) {
-  SEQ(gorun_bn_apply, x, par, y, n, c, plane);
+void hc_bn_apply(int g, int b, const float* x, const float* par, const float* res, float* y, int n,
+                 int c, int plane, int relu) {
+  SEQ(gorun_bn_apply, x, par, res, y, n, c, plane, relu);
 }
 void hc_bn_grad_input(int g, int b, const float* dy, const float* x, const float* par,
                       float* dx, int n, int c, int plane) {

@@ -244,9 +244,19 @@ func BNParams(g Geom, a, b, gamma, beta, save, par []float32, c int, eps float32
 	C.hc_bn_params(ci(g.Grid), ci(g.Block), fp(a), fp(b), fp(gamma), fp(beta), fp(save), fp(par), ci(c), C.float(eps), ci(mode))
 }
 
-// BNApply launches gorun_bn_apply.
+// BNApply launches gorun_bn_apply without a residual or ReLU.
 func BNApply(g Geom, x, par, y []float32, n, c, plane int) {
-	C.hc_bn_apply(ci(g.Grid), ci(g.Block), fp(x), fp(par), fp(y), ci(n), ci(c), ci(plane))
+	BNApplyAdd(g, x, par, nil, y, n, c, plane, false)
+}
+
+// BNApplyAdd launches gorun_bn_apply with a residual (nil: none) and
+// ReLU's rule.
+func BNApplyAdd(g Geom, x, par, res, y []float32, n, c, plane int, relu bool) {
+	r := 0
+	if relu {
+		r = 1
+	}
+	C.hc_bn_apply(ci(g.Grid), ci(g.Block), fp(x), fp(par), fp(res), fp(y), ci(n), ci(c), ci(plane), ci(r))
 }
 
 // BNGradInput launches gorun_bn_grad_input.

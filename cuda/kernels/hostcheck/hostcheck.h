@@ -46,8 +46,8 @@ void hc_bn_partial(int g, int b, const float* a, const float* bb, const float* s
 void hc_bn_finish(int g, int b, const double* part, float* out, int c, int s, int count);
 void hc_bn_params(int g, int b, const float* a, const float* bb, const float* gamma,
                   const float* beta, float* save, float* par, int c, float eps, int mode);
-void hc_bn_apply(int g, int b, const float* x, const float* par, float* y, int n, int c,
-                 int plane);
+void hc_bn_apply(int g, int b, const float* x, const float* par, const float* res, float* y, int n,
+                 int c, int plane, int relu);
 void hc_bn_grad_input(int g, int b, const float* dy, const float* x, const float* par,
                       float* dx, int n, int c, int plane);
 void hc_bn_grad_gamma(int g, int b, const float* gstats, const float* save, float* dgamma,

@@ -872,6 +872,26 @@ func TestBatchNorm(t *testing.T) {
 					checkExact(t, "batch_norm_norm in place "+what, inplace, wantY, total)
 				}
 			}
+			// Fused with a residual (dy) and ReLU, as the engine's fuse pass
+			// emits, against the CPU's fused op; y over the residual too.
+			for _, relu := range []bool{false, true} {
+				fa := *attrs
+				fa.ReLU = relu
+				wantF := nans(capacity)
+				run(ops.BatchNormNorm, &fa, nil, []*ops.Buf[float32]{fbuf(x, shape...), fbuf(wantS, 3, c), opt(af.gamma), opt(af.beta), fbuf(dy, shape...)},
+					fbuf(wantF, shape...), fbuf(nans(3*c), 3, c))
+				par := nans(4*c + 1)
+				BNParams(Elementwise(c), wantS, nil, af.gamma, af.beta, nans(3*c), par, c, eps, BNNorm)
+				for _, geo := range geoms(total) {
+					gotF := nans(capacity)
+					BNApplyAdd(geo, x, par, dy, gotF, n, c, plane, relu)
+					checkExact(t, fmt.Sprintf("batch_norm_norm + residual, relu %v %s geom=%v", relu, what, geo), gotF, wantF, total)
+					checkTail(t, "batch_norm_norm + residual "+what, gotF, total)
+				}
+				over := slices.Clone(dy)
+				BNApplyAdd(Geom{3, 64}, x, par, over, over, n, c, plane, relu)
+				checkExact(t, fmt.Sprintf("batch_norm_norm over the residual, relu %v %s", relu, what), over, wantF, total)
+			}
 
 			// Evaluation with running statistics.
 			rm, rv := randf(r, c, c), randf(r, c, c)

@@ -231,53 +231,73 @@ void gorun_vec_bn_grad_sums(int level, const float *dy, const float *x, const fl
 		gsums_c(dy, x, mean, n, ch, l, j0, nc, s0, s1);
 }
 
-// ---- apply: y = (x - mean)·scale + shift (y may be x) ----
+// ---- apply: y = (x - mean)·scale + shift (y may be x), then, when res is
+// not NULL, + res, then, with relu, max(·, 0) as ReLU takes it (v < 0 → 0):
+// batch norm with a residual add and a ReLU fused, each element rounded
+// as the three ops round it one after another ----
 
 #define APPLY_BODY                                                             \
 	for (long i = 0; i < n; i++)                                               \
 		for (long c = 0; c < nc; c++) {                                        \
 			const float m = mean[c], s = scale[c], h = shift[c];               \
 			const float *r = ROW(x, i, j0 + c);                                \
+			const float *rr = res ? ROW(res, i, j0 + c) : NULL;                \
 			float *yr = ROW(y, i, j0 + c);                                     \
-			for (long k = 0; k < l; k++)                                       \
-				yr[k] = (r[k] - m) * s + h;                                    \
+			for (long k = 0; k < l; k++) {                                     \
+				float v = (r[k] - m) * s + h;                                  \
+				if (rr)                                                        \
+					v = v + rr[k];                                             \
+				yr[k] = relu && v < 0.0f ? 0.0f : v;                           \
+			}                                                                  \
 		}
 
-static void apply_c(float *y, const float *x, const float *mean, const float *scale, const float *shift, long n,
-                    long ch, long l, long j0, long nc) { APPLY_BODY }
+static void apply_c(float *y, const float *x, const float *res, int relu, const float *mean, const float *scale,
+                    const float *shift, long n, long ch, long l, long j0, long nc) { APPLY_BODY }
 
-__attribute__((target("avx2,fma"))) static void apply_avx2(float *y, const float *x, const float *mean,
-                                                            const float *scale, const float *shift, long n, long ch,
-                                                            long l, long j0, long nc) { APPLY_BODY }
+__attribute__((target("avx2,fma"))) static void apply_avx2(float *y, const float *x, const float *res, int relu,
+                                                            const float *mean, const float *scale, const float *shift,
+                                                            long n, long ch, long l, long j0, long nc) { APPLY_BODY }
 
-__attribute__((target("avx512f"))) static void apply_avx512(float *y, const float *x, const float *mean,
-                                                             const float *scale, const float *shift, long n, long ch,
-                                                             long l, long j0, long nc) {
+// apply16 is one vector of apply's elements (mask mk): bn, the residual's
+// vector (when rr), ReLU's select (when relu).
+__attribute__((target("avx512f"))) static inline __m512 apply16(__m512 v, __m512 m, __m512 s, __m512 h,
+                                                                 const float *rr, __mmask16 mk, int relu) {
+	v = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, m), s), h);
+	if (rr)
+		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, rr));
+	if (relu)
+		v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
+	return v;
+}
+
+__attribute__((target("avx512f"))) static void apply_avx512(float *y, const float *x, const float *res, int relu,
+                                                             const float *mean, const float *scale, const float *shift,
+                                                             long n, long ch, long l, long j0, long nc) {
 	for (long i = 0; i < n; i++)
 		for (long c = 0; c < nc; c++) {
 			const __m512 m = _mm512_set1_ps(mean[c]), s = _mm512_set1_ps(scale[c]), h = _mm512_set1_ps(shift[c]);
-			const float *r = ROW(x, i, j0 + c);
+			const float *r = ROW(x, i, j0 + c), *rr = res ? ROW(res, i, j0 + c) : NULL;
 			float *yr = ROW(y, i, j0 + c);
 			long k = 0;
 			for (; k + 32 <= l; k += 32) {
 				__m512 v0 = _mm512_loadu_ps(r + k), v1 = _mm512_loadu_ps(r + k + 16);
-				_mm512_storeu_ps(yr + k, _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v0, m), s), h));
-				_mm512_storeu_ps(yr + k + 16, _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v1, m), s), h));
+				_mm512_storeu_ps(yr + k, apply16(v0, m, s, h, rr ? rr + k : NULL, 0xffff, relu));
+				_mm512_storeu_ps(yr + k + 16, apply16(v1, m, s, h, rr ? rr + k + 16 : NULL, 0xffff, relu));
 			}
 			for (; k < l; k += 16) {
 				__mmask16 mk = l - k >= 16 ? (__mmask16)0xffff : BN_TAIL(l - k);
 				__m512 v = _mm512_maskz_loadu_ps(mk, r + k);
-				_mm512_mask_storeu_ps(yr + k, mk, _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, m), s), h));
+				_mm512_mask_storeu_ps(yr + k, mk, apply16(v, m, s, h, rr ? rr + k : NULL, mk, relu));
 			}
 		}
 }
 
-void gorun_vec_bn_apply(int level, float *y, const float *x, const float *mean, const float *scale, const float *shift,
-                    long n, long ch, long l, long j0, long nc) {
+void gorun_vec_bn_apply(int level, float *y, const float *x, const float *res, int relu, const float *mean,
+                        const float *scale, const float *shift, long n, long ch, long l, long j0, long nc) {
 	switch (level) {
-	case 2: apply_avx512(y, x, mean, scale, shift, n, ch, l, j0, nc); break;
-	case 1: apply_avx2(y, x, mean, scale, shift, n, ch, l, j0, nc); break;
-	default: apply_c(y, x, mean, scale, shift, n, ch, l, j0, nc);
+	case 2: apply_avx512(y, x, res, relu, mean, scale, shift, n, ch, l, j0, nc); break;
+	case 1: apply_avx2(y, x, res, relu, mean, scale, shift, n, ch, l, j0, nc); break;
+	default: apply_c(y, x, res, relu, mean, scale, shift, n, ch, l, j0, nc);
 	}
 }
 

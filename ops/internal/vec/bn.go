@@ -53,12 +53,24 @@ func BNGradSums(s0, s1 []float64, dy, x, mean []float32, n, ch, l, j0, nc int) {
 // BNApply sets y = (x-mean[c])·scale[c] + shift[c] over channel j0+c of
 // every sample of x and y [n, ch, l], for c < nc, in float32. y may be x.
 func BNApply(y, x, mean, scale, shift []float32, n, ch, l, j0, nc int) {
+	BNApplyAdd(y, x, nil, false, mean, scale, shift, n, ch, l, j0, nc)
+}
+
+// BNApplyAdd is BNApply followed, when res is not nil, by y + res
+// (elementwise, res shaped as x) and then, with relu, by ReLU (v < 0 → 0;
+// NaN stays): batch norm, a residual add and a ReLU in one pass, each
+// element rounded as the three rounded one after another. y may be x or
+// res.
+func BNApplyAdd(y, x, res []float32, relu bool, mean, scale, shift []float32, n, ch, l, j0, nc int) {
 	checkBN(n, ch, l, j0, nc, len(mean), len(scale), len(shift))
 	if nc == 0 || n*l == 0 {
 		return
 	}
 	_, _ = y[n*ch*l-1], x[n*ch*l-1]
-	bnApply(level, y, x, mean, scale, shift, n, ch, l, j0, nc)
+	if res != nil {
+		_ = res[n*ch*l-1]
+	}
+	bnApply(level, y, x, res, relu, mean, scale, shift, n, ch, l, j0, nc)
 }
 
 // BNGradInput sets dx = k[c]·(dy - sub[c] - (x-mean[c])·slope[c]) over
@@ -107,14 +119,25 @@ func bnGradSumsGo(s0, s1 []float64, dy, x, mean []float32, n, ch, l, j0, nc int)
 	}
 }
 
-func bnApplyGo(y, x, mean, scale, shift []float32, n, ch, l, j0, nc int) {
+func bnApplyGo(y, x, res []float32, relu bool, mean, scale, shift []float32, n, ch, l, j0, nc int) {
 	for i := range n {
 		for c := range nc {
 			m, s, h := mean[c], scale[c], shift[c]
 			o := (i*ch + j0 + c) * l
 			yr := y[o:][:l]
+			var rr []float32
+			if res != nil {
+				rr = res[o:][:l]
+			}
 			for k, v := range x[o:][:l] {
-				yr[k] = float32((v-m)*s) + h
+				t := float32((v-m)*s) + h
+				if rr != nil {
+					t += rr[k]
+				}
+				if relu && t < 0 {
+					t = 0
+				}
+				yr[k] = t
 			}
 		}
 	}

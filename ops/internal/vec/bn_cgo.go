@@ -14,8 +14,8 @@ package vec
 void gorun_vec_bn_sums(int level, const float *x, long n, long ch, long l, long j0, long nc, double *s1, double *s2);
 void gorun_vec_bn_grad_sums(int level, const float *dy, const float *x, const float *mean, long n, long ch, long l,
                         long j0, long nc, double *s0, double *s1);
-void gorun_vec_bn_apply(int level, float *y, const float *x, const float *mean, const float *scale, const float *shift,
-                    long n, long ch, long l, long j0, long nc);
+void gorun_vec_bn_apply(int level, float *y, const float *x, const float *res, int relu, const float *mean,
+                        const float *scale, const float *shift, long n, long ch, long l, long j0, long nc);
 void gorun_vec_bn_grad_input(int level, float *dx, const float *dy, const float *x, const float *mean, const float *k,
                          const float *sub, const float *slope, long n, long ch, long l, long j0, long nc);
 */
@@ -37,12 +37,23 @@ func bnGradSums(lv int, s0, s1 []float64, dy, x, mean []float32, n, ch, l, j0, n
 		dp(s0), dp(s1))
 }
 
-func bnApply(lv int, y, x, mean, scale, shift []float32, n, ch, l, j0, nc int) {
-	C.gorun_vec_bn_apply(C.int(lv), fp(y), fp(x), fp(mean), fp(scale), fp(shift), C.long(n), C.long(ch), C.long(l),
-		C.long(j0), C.long(nc))
+func bnApply(lv int, y, x, res []float32, relu bool, mean, scale, shift []float32, n, ch, l, j0, nc int) {
+	var r *C.float // nil: no residual
+	if res != nil {
+		r = fp(res)
+	}
+	C.gorun_vec_bn_apply(C.int(lv), fp(y), fp(x), r, C.int(b2i(relu)), fp(mean), fp(scale), fp(shift), C.long(n),
+		C.long(ch), C.long(l), C.long(j0), C.long(nc))
 }
 
 func bnGradInput(lv int, dx, dy, x, mean, k, sub, slope []float32, n, ch, l, j0, nc int) {
 	C.gorun_vec_bn_grad_input(C.int(lv), fp(dx), fp(dy), fp(x), fp(mean), fp(k), fp(sub), fp(slope), C.long(n), C.long(ch),
 		C.long(l), C.long(j0), C.long(nc))
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -10,8 +10,8 @@ func bnGradSums(_ int, s0, s1 []float64, dy, x, mean []float32, n, ch, l, j0, nc
 	bnGradSumsGo(s0, s1, dy, x, mean, n, ch, l, j0, nc)
 }
 
-func bnApply(_ int, y, x, mean, scale, shift []float32, n, ch, l, j0, nc int) {
-	bnApplyGo(y, x, mean, scale, shift, n, ch, l, j0, nc)
+func bnApply(_ int, y, x, res []float32, relu bool, mean, scale, shift []float32, n, ch, l, j0, nc int) {
+	bnApplyGo(y, x, res, relu, mean, scale, shift, n, ch, l, j0, nc)
 }
 
 func bnGradInput(_ int, dx, dy, x, mean, k, sub, slope []float32, n, ch, l, j0, nc int) {

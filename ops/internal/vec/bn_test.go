@@ -142,7 +142,7 @@ func TestBNElementwiseMatchesGo(t *testing.T) {
 			mean, scale, shift, slope := perChannel(r, s.nc, wild)
 			size := s.n * s.ch * s.l
 			wantY, wantDX := make([]float32, size), make([]float32, size)
-			bnApplyGo(wantY, x, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+			bnApplyGo(wantY, x, nil, false, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
 			bnGradInputGo(wantDX, dy, x, mean, scale, shift, slope, s.n, s.ch, s.l, s.j0, s.nc)
 			for _, lv := range levels() {
 				y, dx := make([]float32, size+1), make([]float32, size+1)
@@ -155,7 +155,7 @@ func TestBNElementwiseMatchesGo(t *testing.T) {
 					}
 					return 7
 				}
-				bnApply(lv, y, x, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+				bnApply(lv, y, x, nil, false, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
 				bnGradInput(lv, dx, dy, x, mean, scale, shift, slope, s.n, s.ch, s.l, s.j0, s.nc)
 				for i := range y {
 					if w := want(wantY, i); !same([]float32{y[i]}, []float32{w}) {
@@ -171,7 +171,7 @@ func TestBNElementwiseMatchesGo(t *testing.T) {
 				}
 				// in place: y over x, dx over dy
 				in := append([]float32(nil), x...)
-				bnApply(lv, in, in, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+				bnApply(lv, in, in, nil, false, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
 				gi := append([]float32(nil), dy...)
 				bnGradInput(lv, gi, gi, x, mean, scale, shift, slope, s.n, s.ch, s.l, s.j0, s.nc)
 				for i := range size {
@@ -186,6 +186,79 @@ func TestBNElementwiseMatchesGo(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBNApplyAddMatchesUnfused checks BNApplyAdd (batch norm, residual
+// add and ReLU in one pass) against BNApply, then an elementwise add, then
+// ReLU's rule, bit for bit at every level, in place over the residual too.
+func TestBNApplyAddMatchesUnfused(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, s := range bnShapes() {
+		for _, wild := range []bool{false, true} {
+			x, res := bnData(r, s, wild)
+			mean, scale, shift, _ := perChannel(r, s.nc, wild)
+			size := s.n * s.ch * s.l
+			for _, withRes := range []bool{false, true} {
+				for _, relu := range []bool{false, true} {
+					want := make([]float32, size)
+					for i := range want {
+						want[i] = 7 // channels outside the block keep it
+					}
+					bnApplyGo(want, x, nil, false, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+					for i := range size {
+						if c := i / s.l % s.ch; c < s.j0 || c >= s.j0+s.nc {
+							continue
+						}
+						if withRes {
+							want[i] += res[i]
+						}
+						if relu && want[i] < 0 {
+							want[i] = 0
+						}
+					}
+					var rs []float32
+					if withRes {
+						rs = res
+					}
+					for _, lv := range append(levels(), -1) {
+						y := make([]float32, size)
+						for i := range y {
+							y[i] = 7
+						}
+						if lv < 0 {
+							bnApplyGo(y, x, rs, relu, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+						} else {
+							bnApply(lv, y, x, rs, relu, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+						}
+						if i := firstDiff(y, want); i >= 0 {
+							t.Errorf("level %d %+v wild %v res %v relu %v: y[%d] = %v, unfused %v", lv, s, wild, withRes, relu, i, y[i], want[i])
+						}
+						if !withRes || lv < 0 {
+							continue
+						}
+						over := append([]float32(nil), res...) // y written over the residual
+						bnApply(lv, over, x, over, relu, mean, scale, shift, s.n, s.ch, s.l, s.j0, s.nc)
+						for i := range size {
+							if c := i / s.l % s.ch; c >= s.j0 && c < s.j0+s.nc && !same(over[i:i+1], want[i:i+1]) {
+								t.Errorf("level %d %+v wild %v relu %v: over the residual, y[%d] = %v, unfused %v", lv, s, wild, relu, i, over[i], want[i])
+								break
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// firstDiff is the first index where a and b differ (NaNs equal), or -1.
+func firstDiff(a, b []float32) int {
+	for i := range a {
+		if !same(a[i:i+1], b[i:i+1]) {
+			return i
+		}
+	}
+	return -1
 }
 
 func TestBNChecks(t *testing.T) {
@@ -232,8 +305,8 @@ func BenchmarkBN(b *testing.B) {
 			{"sums", func() { bnSums(lv, s1, s2, x, n, ch, l, 0, ch) }, func() { bnSumsGo(s1, s2, x, n, ch, l, 0, ch) }},
 			{"gradsums", func() { bnGradSums(lv, s1, s2, dy, x, mean, n, ch, l, 0, ch) },
 				func() { bnGradSumsGo(s1, s2, dy, x, mean, n, ch, l, 0, ch) }},
-			{"apply", func() { bnApply(lv, y, x, mean, scale, shift, n, ch, l, 0, ch) },
-				func() { bnApplyGo(y, x, mean, scale, shift, n, ch, l, 0, ch) }},
+			{"apply", func() { bnApply(lv, y, x, nil, false, mean, scale, shift, n, ch, l, 0, ch) },
+				func() { bnApplyGo(y, x, nil, false, mean, scale, shift, n, ch, l, 0, ch) }},
 			{"gradinput", func() { bnGradInput(lv, y, dy, x, mean, scale, shift, slope, n, ch, l, 0, ch) },
 				func() { bnGradInputGo(y, dy, x, mean, scale, shift, slope, n, ch, l, 0, ch) }},
 		} {

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"os"
+	"slices"
+
+	"gorun/ops"
+)
+
+// OpName is the step's op as the plan prints it: a fused batch norm
+// (fuse) says what it took in, "batch_norm_norm+add+relu".
+func (s *Step) OpName() string {
+	name := s.Op.String()
+	if s.Op != ops.BatchNormNorm && s.Op != ops.BatchNormEval {
+		return name
+	}
+	if len(s.In) > s.Op.Info().NumIn-1 && s.In[s.Op.Info().NumIn-1] != nil {
+		name += "+add"
+	}
+	if s.Attrs.ReLU {
+		name += "+relu"
+	}
+	return name
+}
+
+// fusionOff reports whether GORUN_FUSION=off asks for the plan as the
+// script wrote it, every op its own step (to compare against, or to see a
+// ReLU's output where fusion leaves none).
+func fusionOff() bool { return os.Getenv("GORUN_FUSION") == "off" }
+
+// fuse rewrites the forward nodes before they are differentiated, so that
+// one pass does what the script wrote as two or three:
+//
+//   - batch norm whose output only a ReLU reads becomes one BatchNormNorm
+//     with Attrs.ReLU (y = relu(bn(x)));
+//   - batch norm whose output only an Add reads, whose sum only a ReLU
+//     reads, becomes one BatchNormNorm with the Add's other input as its
+//     residual (y = relu(bn(x) + res): a ResNet block's end), when that
+//     input is computed before the batch norm (of two batch norms, the
+//     later one takes the other's output).
+//
+// The fused node keeps the batch norm's layer, its place and its Eval
+// twin (fused the same way); the ReLU's output becomes its output, and the
+// values in between disappear. Each element is rounded as the separate ops
+// round it, so a fused plan trains bit for bit as the unfused one
+// (TestFusionMatchesUnfused). The gradient is the ReLU's, then the batch
+// norm's (batchNormRule); the residual's is the ReLU's.
+func (b *builder) fuse() {
+	g := b.g
+	uses := map[*Value]int{g.Output: 1, g.Loss: 1}
+	pos := map[*Node]int{}
+	for i, n := range g.Forward {
+		pos[n] = i
+		for _, v := range n.In {
+			uses[v]++
+		}
+		if n.Eval != nil {
+			for _, v := range n.Eval.In {
+				uses[v]++
+			}
+		}
+	}
+	// single reports whether v is a forward output that only one node reads.
+	single := func(v *Value) bool { return v != nil && uses[v] == 1 }
+	// bn returns v's producer when it is a batch norm not yet fused.
+	bn := func(v *Value) *Node {
+		if n := v.Producer; n != nil && n.Op == ops.BatchNormNorm && !n.Attrs.ReLU && len(n.In) == 4 && single(v) {
+			return n
+		}
+		return nil
+	}
+	dead := map[*Node]bool{}
+	gone := map[*Value]bool{}
+	for _, r := range g.Forward {
+		if r.Op != ops.ReLU || !single(r.In[0]) {
+			continue
+		}
+		v := r.In[0]
+		n := bn(v)
+		var res *Value
+		if a := v.Producer; n == nil && a != nil && a.Op == ops.Add {
+			for j, u := range a.In {
+				m, other := bn(u), a.In[1-j]
+				if m == nil || (other.Producer != nil && pos[other.Producer] > pos[m]) {
+					continue // the residual must exist where the batch norm runs
+				}
+				if n == nil || pos[m] > pos[n] {
+					n, res = m, other
+				}
+			}
+			if n == nil {
+				continue
+			}
+			dead[a] = true
+			gone[n.Out[0]] = true
+		}
+		if n == nil {
+			continue
+		}
+		y := r.Out[0]
+		dead[r] = true
+		gone[v] = true
+		for _, m := range []*Node{n, n.Eval} {
+			if m == nil {
+				continue
+			}
+			m.Attrs.ReLU = true
+			m.Out[0] = y
+			if res != nil {
+				m.In = append(m.In, res)
+			}
+		}
+		y.Producer = n
+	}
+	if len(dead) == 0 {
+		return
+	}
+	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })
+	g.Values = slices.DeleteFunc(g.Values, func(v *Value) bool { return gone[v] })
+	for i, v := range g.Values {
+		v.ID = i
+	}
+}
