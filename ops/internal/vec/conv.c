@@ -721,8 +721,9 @@ static void finish(float *part, long taps, float *dw, int accumulate) {
 static inline long wgrad_lanes(const gorun_cgeom *g) { return g->ow % 16 != 0 && g->ow % 16 <= 8 ? 8 : 16; }
 
 // wgrad_by_o reports whether g's weight gradient adds in one sum per tap
-// (samples, rows and columns in order, from zero) rather than sixteen
-// partials: output planes narrower than 16 columns with output channels by
+// (samples, rows and columns in order, from zero; with 16 output channels,
+// one per chunk of WO16 samples, then the chunks' sums in order) rather
+// than sixteen partials: output planes narrower than 16 columns with output channels by
 // 32s and kernels 3 wide, which the AVX-512 body below runs with vectors
 // over the output channels (a row of 7 columns fills half a vector; a
 // strided plane's columns need no phase-split copy). BenchmarkConv in ops:
@@ -733,11 +734,24 @@ static inline long wgrad_lanes(const gorun_cgeom *g) { return g->ow % 16 != 0 &&
 // transposition became a register one: by o 83–100 against 63–69 GFLOP/s
 // (BenchmarkConv here, best of ten, alternating). Wider planes stay with
 // partials (21 and 28 columns by o measured 85–102 and 89–91 against
-// 75–85 and 79–84, but one sum over 64 samples of 784 pixels is a long
-// chain for float32).
-static inline int wgrad_by_o(const gorun_cgeom *g) {
-	return g->ow < 16 && g->o % 32 == 0 && g->kw == 3 && g->s <= MAXKW;
+// 75–85 and 79–84: a tenth, for one float32 sum over 64 samples of 784
+// pixels instead of sixteen). With 16 output channels (wgrado16: 3×3
+// kernels over 16 or more input channels, planes up to 32 columns) the
+// gain is a third, so those take sums over chunks: the ResNet's 28-column layer
+// 99–100 against 77 GFLOP/s with partials; its stem (one input channel)
+// measured 60–66 against 76–83 and keeps them.
+static inline int wgrad_o16(const gorun_cgeom *g) {
+	return g->o == 16 && g->kh == 3 && g->kw == 3 && g->c >= 16 && g->ow <= 32 && g->s <= MAXKW;
 }
+static inline int wgrad_by_o(const gorun_cgeom *g) {
+	return g->ow < 16 && g->o % 32 == 0 && g->kw == 3 && g->s <= MAXKW || wgrad_o16(g);
+}
+
+// WO16 is how many samples a chunk of wgrado16 holds: their dy (pixel-major)
+// and bordered x stay in L2 (the ResNet's 28-column layer: 2, 4, 8 and 16
+// measured 90–99, 99–100, 85–94 and 100 GFLOP/s), and each tap's float32
+// sum runs over one chunk, the chunks' sums added in order.
+#define WO16 4
 
 // wgrad_flat reports whether g's weight gradient runs over flattened
 // planes (DEF_WGRADF): stride 1, kernels 3 wide, output planes from 9 to
@@ -762,25 +776,29 @@ static inline int wgrad_pw(const gorun_cgeom *g) {
 
 static inline __attribute__((always_inline)) void conv_wgrad_seq_c(gorun_cgeom g, const float *dy, const float *x, float *dw,
                                                                  int accumulate) {
-	long plane = g.oh * g.ow, hw = g.h * g.w;
+	long plane = g.oh * g.ow, hw = g.h * g.w, nb = wgrad_o16(&g) ? WO16 : g.n > 0 ? g.n : 1;
 	for (long o = 0; o < g.o; o++)
 		for (long c = 0; c < g.c; c++)
 			for (long ki = 0; ki < g.kh; ki++)
 				for (long kj = 0; kj < g.kw; kj++) {
-					float acc = 0.0f;
-					for (long n = 0; n < g.n; n++)
-						for (long oy = 0; oy < g.oh; oy++) {
-							long iy = oy * g.s + ki - g.p;
-							if (iy < 0 || iy >= g.h)
-								continue;
-							const float *row = x + (n * g.c + c) * hw + iy * g.w;
-							const float *dyr = dy + (n * g.o + o) * plane + oy * g.ow;
-							for (long ox = 0; ox < g.ow; ox++)
-								if (valid(&g, ox, kj))
-									acc = fmaf(dyr[ox], row[ox * g.s + kj - g.p], acc);
-						}
+					float total = 0.0f;
+					for (long n0 = 0; n0 < g.n; n0 += nb) {
+						float acc = 0.0f;
+						for (long n = n0; n < g.n && n < n0 + nb; n++)
+							for (long oy = 0; oy < g.oh; oy++) {
+								long iy = oy * g.s + ki - g.p;
+								if (iy < 0 || iy >= g.h)
+									continue;
+								const float *row = x + (n * g.c + c) * hw + iy * g.w;
+								const float *dyr = dy + (n * g.o + o) * plane + oy * g.ow;
+								for (long ox = 0; ox < g.ow; ox++)
+									if (valid(&g, ox, kj))
+										acc = fmaf(dyr[ox], row[ox * g.s + kj - g.p], acc);
+							}
+						total = total + acc;
+					}
 					float *d = dw + ((o * g.c + c) * g.kh + ki) * g.kw + kj;
-					*d = accumulate ? *d + acc : acc;
+					*d = accumulate ? *d + total : total;
 				}
 }
 
@@ -1096,6 +1114,43 @@ __attribute__((target("avx512f"))) static int conv_wgrad_flat(gorun_cgeom g, con
 DEF_WGRADO(wgrado_k3b2, 3, 2)
 DEF_WGRADO(wgrado_k3b4, 3, 4)
 
+// wgrado16 is DEF_WGRADO for 16 output channels (one vector) and 3×3
+// kernels: the sums of all nine taps of one input channel stay in
+// registers (three would leave the multiply-adds waiting on each other),
+// each output pixel loading one vector of dy and nine broadcasts of x. A
+// chunk's sums start from zero and are added to pt once at its end, so
+// that no float32 sum runs over more than WO16 samples.
+__attribute__((target("avx512f,fma"))) static void wgrado16(gorun_cgeom g, const float *dt, const float *xp, long ph,
+                                                            long pw, float *pt) {
+	long plane = g.oh * g.ow;
+	for (long c = 0; c < g.c; c++) {
+		float *pk = pt + c * 9 * 16;
+		__m512 acc[3][3];
+		_Pragma("GCC unroll 3") for (int ki = 0; ki < 3; ki++)
+			_Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++)
+				acc[ki][kj] = _mm512_setzero_ps();
+		for (long n = 0; n < g.n; n++) {
+			const float *dn = dt + n * plane * 16;
+			for (long oy = 0; oy < g.oh; oy++) {
+				const float *xr = xp + ((n * g.c + c) * ph + oy * g.s) * pw;
+				for (long ox = 0; ox < g.ow; ox++, dn += 16) {
+					__m512 d = _mm512_loadu_ps(dn);
+					__asm__("" : "+v"(d)); /* one load, not one folded into each product */
+					const float *xq = xr + ox * g.s;
+					_Pragma("GCC unroll 3") for (int ki = 0; ki < 3; ki++)
+						_Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++)
+							acc[ki][kj] = _mm512_fmadd_ps(d, _mm512_set1_ps(xq[ki * pw + kj]), acc[ki][kj]);
+				}
+			}
+		}
+		_Pragma("GCC unroll 3") for (int ki = 0; ki < 3; ki++)
+			_Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++) {
+				float *p = pk + (ki * 3 + kj) * 16;
+				_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc[ki][kj]));
+			}
+	}
+}
+
 // conv_wgrad_by_o runs DEF_WGRADO over chunks of NB samples: dy transposed
 // pixel-major and x copied into zero-bordered planes (with the rows a
 // stride skips past the end, so that row s·oy + ki always exists).
@@ -1112,10 +1167,12 @@ __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, con
 		return -1;
 	}
 	int b4 = g.o % 64 == 0;
-	void (*body)(gorun_cgeom, const float *, const float *, long, long, float *) = b4 ? wgrado_k3b4 : wgrado_k3b2;
-	for (long n0 = 0; n0 < g.n; n0 += NB) {
+	void (*body)(gorun_cgeom, const float *, const float *, long, long, float *) =
+	    g.o == 16 ? wgrado16 : b4 ? wgrado_k3b4 : wgrado_k3b2;
+	long nb = g.o == 16 ? WO16 : NB; // samples a chunk
+	for (long n0 = 0; n0 < g.n; n0 += nb) {
 		gorun_cgeom gc = g;
-		gc.n = g.n - n0 < NB ? g.n - n0 : NB;
+		gc.n = g.n - n0 < nb ? g.n - n0 : nb;
 		for (long i = 0; i < gc.n; i++) {
 			const float *dyn = dy + (n0 + i) * g.o * plane;
 			transpose(dyn, g.o, plane, plane, dt + i * plane * g.o, g.o);

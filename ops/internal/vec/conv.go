@@ -78,8 +78,9 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 // wide, output channels by 8s and planes from 9 to 128 columns not a
 // multiple of 16, and for 1×1 kernels without padding with channels by 4s
 // and planes of 8 pixels or more. For output planes narrower than 16 columns
-// with output channels by 32s and kernels 3 wide, one sum per tap in that
-// order (the C bodies run those with vectors over the output channels; the
+// with output channels by 32s and kernels 3 wide, and for 16 output channels
+// from 16 or more input channels with 3×3 kernels on output planes up to 32
+// columns, one sum per tap in that order (the C bodies run those with vectors over the output channels; the
 // Go loops keep the partials, within rounding).
 func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	g.check()

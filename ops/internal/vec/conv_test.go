@@ -41,6 +41,8 @@ var convGeoms = []ConvGeom{
 	{N: 17, C: 5, O: 32, H: 7, W: 7, KH: 3, KW: 3, P: 1},         // two sample chunks, two blocks of 16
 	{N: 2, C: 32, O: 64, H: 14, W: 14, KH: 1, KW: 1, P: 0, S: 2}, // resnet_fashion.star's last downsample (lowered)
 	{N: 3, C: 4, O: 64, H: 5, W: 6, KH: 3, KW: 3, P: 0},          // no padding
+	{N: 9, C: 16, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1},       // 16 output channels (wgrado16): resnet_fashion.star's first stage, three chunks
+	{N: 3, C: 17, O: 16, H: 9, W: 11, KH: 3, KW: 3, P: 1, S: 2},  // 16 output channels, stride 2, odd planes
 	{N: 2, C: 32, O: 16, H: 5, W: 7, KH: 3, KW: 3, P: 1},         // input gradient of a same convolution over 32 channels (dgrad_same, not the scatter body)
 	{N: 2, C: 3, O: 32, H: 9, W: 11, KH: 3, KW: 3, P: 2, S: 3},   // wide padding, stride 3
 	// 1×1 kernels as a matrix product per sample
@@ -246,6 +248,7 @@ func TestConvFastShapes(t *testing.T) {
 func BenchmarkConv(b *testing.B) {
 	for _, g0 := range []ConvGeom{
 		{N: 64, C: 10, O: 20, H: 12, W: 12, KH: 5, KW: 5},
+		{N: 64, C: 1, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1},
 		{N: 64, C: 16, O: 16, H: 28, W: 28, KH: 3, KW: 3, P: 1},
 		{N: 64, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1},
 		{N: 64, C: 64, O: 64, H: 7, W: 7, KH: 3, KW: 3, P: 1},
