@@ -322,7 +322,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 
 	case ops.ReLUGrad:
 		n := d.live(st.In[0])
-		return d.launch(kReluGrad, elementwise(n), P(st.In[0]), P(st.In[1]), P(st.Out[0]), intArg(n))
+		return d.launch(kReluGrad, elementwise(n), P(st.In[0]), P(in(2)), P(st.In[1]), P(st.Out[0]), intArg(n))
 
 	case ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Scale, ops.GELU:
 		alpha := 0.0

@@ -103,7 +103,7 @@ const (
 // kernelSigs mirrors kernels.h; a test checks it against the header.
 var kernelSigs = [numKernels]kernelSig{
 	kRelu:               {"gorun_relu", []argKind{aP, aP, aI}},
-	kReluGrad:           {"gorun_relu_grad", []argKind{aP, aP, aP, aI}},
+	kReluGrad:           {"gorun_relu_grad", []argKind{aP, aP, aP, aP, aI}},
 	kUnary:              {"gorun_unary", []argKind{aP, aP, aI, aI, aF}},
 	kBinary:             {"gorun_binary", []argKind{aP, aP, aP, aI, aI, aF}},
 	kCopy:               {"gorun_copy", []argKind{aP, aP, aI}},

@@ -7,10 +7,13 @@ import (
 	"gorun/ops"
 )
 
-// OpName is the step's op as the plan prints it: a fused batch norm
-// (fuse) says what it took in, "batch_norm_norm+add+relu".
+// OpName is the step's op as the plan prints it: a fused step says what
+// it took in, "batch_norm_norm+add+relu", "add+relu_grad".
 func (s *Step) OpName() string {
 	name := s.Op.String()
+	if s.Op == ops.ReLUGrad && len(s.In) > 2 && s.In[2] != nil {
+		return "add+" + name
+	}
 	if s.Op != ops.BatchNormNorm && s.Op != ops.BatchNormEval {
 		return name
 	}
@@ -112,10 +115,49 @@ func (b *builder) fuse() {
 		}
 		y.Producer = n
 	}
-	if len(dead) == 0 {
+	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })
+	g.drop(gone)
+}
+
+// fuseBackward rewrites the backward nodes once they exist: the Add that
+// sums the two gradients of a value read twice (a ResNet block's input:
+// its first convolution and its shortcut) feeds, when a ReLU made that
+// value, only the ReLU's gradient, which then takes both addends (dx =
+// dy + dy2 where y > 0, the sum rounded as Add rounds it).
+func (b *builder) fuseBackward() {
+	g := b.g
+	uses := map[*Value]int{}
+	for _, n := range g.Backward {
+		for _, v := range n.In {
+			uses[v]++
+		}
+	}
+	for _, p := range g.Params {
+		uses[p.Grad]++
+	}
+	dead := map[*Node]bool{}
+	gone := map[*Value]bool{}
+	for _, r := range g.Backward {
+		if r.Op != ops.ReLUGrad || len(r.In) != 2 {
+			continue
+		}
+		s := r.In[0]
+		a := s.Producer
+		if a == nil || a.Op != ops.Add || uses[s] != 1 || s == g.LossSeed {
+			continue
+		}
+		r.In = []*Value{a.In[0], r.In[1], a.In[1]}
+		dead[a], gone[s] = true, true
+	}
+	g.Backward = slices.DeleteFunc(g.Backward, func(n *Node) bool { return dead[n] })
+	g.drop(gone)
+}
+
+// drop removes the values in gone from g.Values and numbers the rest again.
+func (g *Graph) drop(gone map[*Value]bool) {
+	if len(gone) == 0 {
 		return
 	}
-	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })
 	g.Values = slices.DeleteFunc(g.Values, func(v *Value) bool { return gone[v] })
 	for i, v := range g.Values {
 		v.ID = i

@@ -191,6 +191,9 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int) (*Graph, 
 	if err := b.differentiate(); err != nil {
 		return nil, err
 	}
+	if !fusionOff() {
+		b.fuseBackward()
+	}
 	return g, nil
 }
 

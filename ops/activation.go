@@ -22,16 +22,23 @@ func relu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// reluGrad: in dy, y; out dx = dy where y > 0, else 0.
+// reluGrad: in dy, y, optional dy2; out dx = dy (+ dy2) where y > 0, else 0.
 func reluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy := live(in[0])
 	y := in[1].Data[:len(dy)]
 	dx := out[0].Data[:len(dy)]
+	var dy2 []T
+	if b := optIn(in, 2); b != nil {
+		dy2 = b.Data[:len(dy)]
+	}
 	if is32[T]() {
-		vec.ReLUGrad(view[float32](dx), view[float32](dy), view[float32](y))
+		vec.ReLUGradAdd(view[float32](dx), view[float32](dy), view[float32](dy2), view[float32](y))
 		return
 	}
 	for i, g := range dy {
+		if dy2 != nil {
+			g += dy2[i]
+		}
 		if !(y[i] > 0) {
 			g = 0
 		}

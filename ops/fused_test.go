@@ -80,3 +80,38 @@ func expectSame[T Float](t *testing.T, shape []int, what string, res, relu bool,
 		}
 	}
 }
+
+// TestReLUGradOfSumMatchesUnfused checks ReLUGrad with a second gradient
+// (the engine's fused Add) against Add then ReLUGrad, bit for bit, and in
+// place over either gradient.
+func TestReLUGradOfSumMatchesUnfused(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { checkReLUGradSum(t, &Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkReLUGradSum(t, &Kernels64) })
+}
+
+func checkReLUGradSum[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
+	r := rand.New(rand.NewPCG(5, 6))
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	for _, shape := range [][]int{{3, 5, 7}, {1, 33}, {0, 4}} {
+		rnd := func() *Buf[T] {
+			b := zeroBuf[T](shape)
+			for i := range b.Data {
+				b.Data[i] = T(r.NormFloat64())
+				if i%5 == 0 {
+					b.Data[i] = 0 // ReLU's kink: y = 0 passes no gradient
+				}
+			}
+			return b
+		}
+		a, b, y := rnd(), rnd(), rnd()
+		sum, want := zeroBuf[T](shape), zeroBuf[T](shape)
+		call(k, c, Add, &Attrs{}, []*Buf[T]{a, b}, []*Buf[T]{sum})
+		call(k, c, ReLUGrad, &Attrs{}, []*Buf[T]{sum, y}, []*Buf[T]{want})
+		got := zeroBuf[T](shape)
+		call(k, c, ReLUGrad, &Attrs{}, []*Buf[T]{a, y, b}, []*Buf[T]{got})
+		expectSame(t, shape, "relu_grad of a sum", true, true, got.Data, want.Data)
+		over := &Buf[T]{Shape: shape, Data: append([]T(nil), b.Data...)}
+		call(k, c, ReLUGrad, &Attrs{}, []*Buf[T]{a, y, over}, []*Buf[T]{over})
+		expectSame(t, shape, "relu_grad of a sum over dy2", true, true, over.Data, want.Data)
+	}
+}

@@ -208,7 +208,9 @@ const (
 	// LinearGradBias: in dy[N,...,O]; out db[O] = Σ dy over all rows,
 	// summed in float64.
 	LinearGradBias
-	// ReLUGrad: in dy, y; out dx = dy where y > 0, else 0.
+	// ReLUGrad: in dy, y, optional dy2; out dx = dy where y > 0, else 0;
+	// with dy2 (the engine's fusion of the Add that sums a value's two
+	// gradients) dy + dy2, rounded as Add rounds it, where y > 0.
 	ReLUGrad
 	// MaxPool2DGrad: in dy[N,C,OH,OW], index (Idx, from MaxPool2D); out
 	// dx[N,C,H,W].
@@ -391,7 +393,7 @@ var infos = [NumOps]Info{
 	LinearGradInput:     {Name: "linear_grad_input", NumIn: 2, NumOut: 1},
 	LinearGradWeight:    {Name: "linear_grad_weight", NumIn: 2, NumOut: 1},
 	LinearGradBias:      {Name: "linear_grad_bias", NumIn: 1, NumOut: 1},
-	ReLUGrad:            {Name: "relu_grad", NumIn: 2, NumOut: 1},
+	ReLUGrad:            {Name: "relu_grad", NumIn: 3, NumOut: 1, OptionalLast: true, Optional: 1 << 2},
 	MaxPool2DGrad:       {Name: "maxpool2d_grad", NumIn: 2, NumOut: 1},
 	DropoutGrad:         {Name: "dropout_grad", NumIn: 2, NumOut: 1},
 	Dropout2DGrad:       {Name: "dropout2d_grad", NumIn: 2, NumOut: 1},

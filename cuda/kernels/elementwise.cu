@@ -8,8 +8,8 @@ GORUN_KERNEL gorun_relu(const float* x, float* y, int n) {
   }
 }
 
-GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n) {
-  GORUN_FOR(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
+GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, float* dx, int n) {
+  GORUN_FOR(i, n) { dx[i] = y[i] > 0.0f ? (dy2 ? dy[i] + dy2[i] : dy[i]) : 0.0f; }
 }
 
 // GELU's constants, as ops/activation.go's (3·C written out, as Go folds

@@ -85,8 +85,10 @@
 
 // ReLU: y[i] = max(x[i], 0), NaN stays NaN. ELEMENTWISE(n). In place ok.
 GORUN_KERNEL gorun_relu(const float* x, float* y, int n);
-// ReLUGrad: dx[i] = y[i] > 0 ? dy[i] : 0. ELEMENTWISE(n). dx may be dy.
-GORUN_KERNEL gorun_relu_grad(const float* dy, const float* y, float* dx, int n);
+// ReLUGrad: dx[i] = y[i] > 0 ? dy[i] : 0, or with dy2 (not NULL: a value's
+// second gradient, the engine's fused Add) y[i] > 0 ? dy[i] + dy2[i] : 0.
+// ELEMENTWISE(n). dx may be dy or dy2.
+GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, float* dx, int n);
 // Unary ops, y[i] = f(x[i]), f chosen by op (GORUN_UNARY_*):
 //   SIGMOID     1/(1+exp(-x)), in double (ops' Sigmoid)
 //   TANH        tanh(x), in double (Tanh)

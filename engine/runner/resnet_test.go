@@ -354,21 +354,29 @@ train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy"
 }
 
 // TestFusionMatchesUnfused: the plan fuses every batch norm that feeds a
-// ReLU (and each block's bn2 + shortcut + ReLU) into one step, and trains
+// ReLU (and each block's bn2 + shortcut + ReLU) into one step, and the
+// backward Add of a block input's two gradients into the ReLU gradient
+// that reads it, and trains
 // and evaluates bit for bit as the unfused plan (GORUN_FUSION=off) does,
 // on one device and two.
 func TestFusionMatchesUnfused(t *testing.T) {
 	sets := []string{"epochs=2", "optimizer=optim.sgd(lr=0.05, momentum=0.9)", "eval=data.synthetic(size=30, shape=(1, 8, 8), classes=4, seed=3, split='test')"}
-	count := func(p *engine.Plan) (relus, adds, fused int) {
+	// count returns the forward ReLU, Add and fused batch norm steps, and
+	// the backward Add and ReLUGrad-of-a-sum steps.
+	count := func(p *engine.Plan) (n [5]int) {
 		for _, st := range p.Devices[0].Steps {
+			fwd := st.Phase == engine.PhaseForward
 			switch {
-			case st.Phase != engine.PhaseForward:
-			case st.Op == ops.ReLU:
-				relus++
-			case st.Op == ops.Add:
-				adds++
-			case st.Op == ops.BatchNormNorm && st.Attrs.ReLU:
-				fused++
+			case fwd && st.Op == ops.ReLU:
+				n[0]++
+			case fwd && st.Op == ops.Add:
+				n[1]++
+			case fwd && st.Op == ops.BatchNormNorm && st.Attrs.ReLU:
+				n[2]++
+			case !fwd && st.Op == ops.Add:
+				n[3]++
+			case !fwd && st.Op == ops.ReLUGrad && len(st.In) > 2:
+				n[4]++
 			}
 		}
 		return
@@ -386,11 +394,12 @@ func TestFusionMatchesUnfused(t *testing.T) {
 		t.Setenv("GORUN_FUSION", "off")
 		plain, pp := run()
 		os.Unsetenv("GORUN_FUSION")
-		if r, a, f := count(pf); r != 0 || a != 0 || f != 5 {
-			t.Errorf("fused plan: %d ReLU, %d Add, %d fused batch norm steps forward; want 0, 0, 5", r, a, f)
+		const what = "forward ReLU, Add and fused batch norm steps, backward Add and ReLUGrad of a sum"
+		if n := count(pf); n != [5]int{0, 0, 5, 0, 2} {
+			t.Errorf("fused plan: %v %s; want [0 0 5 0 2]", n, what)
 		}
-		if r, a, f := count(pp); r != 5 || a != 2 || f != 0 {
-			t.Errorf("GORUN_FUSION=off: %d ReLU, %d Add, %d fused batch norm steps forward; want 5, 2, 0", r, a, f)
+		if n := count(pp); n != [5]int{5, 2, 0, 2, 0} {
+			t.Errorf("GORUN_FUSION=off: %v %s; want [5 2 0 2 0]", n, what)
 		}
 		for i := range fused.Params {
 			if d := maxRelDiff(fused.Params[i], plain.Params[i]); d != 0 {

@@ -14,8 +14,8 @@ const char* hc_sources_sha256() { return GORUN_KERNEL_SOURCES_SHA256; }
 #define BLK(...) gorun_host::launch_block(g, b, __VA_ARGS__)
 
 void hc_relu(int g, int b, const float* x, float* y, int n) { SEQ(gorun_relu, x, y, n); }
-void hc_relu_grad(int g, int b, const float* dy, const float* y, float* dx, int n) {
-  SEQ(gorun_relu_grad, dy, y, dx, n);
+void hc_relu_grad(int g, int b, const float* dy, const float* dy2, const float* y, float* dx, int n) {
+  SEQ(gorun_relu_grad, dy, dy2, y, dx, n);
 }
 void hc_unary(int g, int b, const float* x, float* y, int n, int op, float alpha) {
   SEQ(gorun_unary, x, y, n, op, alpha);

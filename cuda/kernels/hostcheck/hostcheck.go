@@ -61,8 +61,11 @@ func ReLU(g Geom, x, y []float32, n int) {
 }
 
 // ReLUGrad launches gorun_relu_grad.
-func ReLUGrad(g Geom, dy, y, dx []float32, n int) {
-	C.hc_relu_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(y), fp(dx), ci(n))
+func ReLUGrad(g Geom, dy, y, dx []float32, n int) { ReLUGradAdd(g, dy, nil, y, dx, n) }
+
+// ReLUGradAdd launches gorun_relu_grad with a second gradient (nil: none).
+func ReLUGradAdd(g Geom, dy, dy2, y, dx []float32, n int) {
+	C.hc_relu_grad(ci(g.Grid), ci(g.Block), fp(dy), fp(dy2), fp(y), fp(dx), ci(n))
 }
 
 // The op codes of gorun_unary and gorun_binary and the modes of the batch

@@ -10,7 +10,7 @@ extern "C" {
 typedef unsigned long long u64;
 
 void hc_relu(int g, int b, const float* x, float* y, int n);
-void hc_relu_grad(int g, int b, const float* dy, const float* y, float* dx, int n);
+void hc_relu_grad(int g, int b, const float* dy, const float* dy2, const float* y, float* dx, int n);
 void hc_unary(int g, int b, const float* x, float* y, int n, int op, float alpha);
 void hc_binary(int g, int b, const float* a, const float* bb, float* out, int n, int op,
                float alpha);

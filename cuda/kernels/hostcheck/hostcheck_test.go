@@ -194,6 +194,15 @@ func TestElementwise(t *testing.T) {
 			ReLUGrad(g, dy, y, got, n)
 			checkExact(t, "relu_grad "+name, got, want, n)
 			checkTail(t, "relu_grad "+name, got, n)
+			// with a second gradient (x's values), as the engine fuses Add in
+			want, got = nans(capacity), nans(capacity)
+			run(ops.ReLUGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, n), fbuf(y, n), fbuf(x, n)}, fbuf(want, n))
+			ReLUGradAdd(g, dy, x, y, got, n)
+			checkExact(t, "relu_grad of a sum "+name, got, want, n)
+			checkTail(t, "relu_grad of a sum "+name, got, n)
+			over := slices.Clone(x)
+			ReLUGradAdd(g, dy, over, y, over, n)
+			checkExact(t, "relu_grad of a sum in place "+name, over, want, n)
 
 			got = nans(capacity)
 			Copy(g, x, got, n)

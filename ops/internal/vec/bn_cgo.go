@@ -38,22 +38,11 @@ func bnGradSums(lv int, s0, s1 []float64, dy, x, mean []float32, n, ch, l, j0, n
 }
 
 func bnApply(lv int, y, x, res []float32, relu bool, mean, scale, shift []float32, n, ch, l, j0, nc int) {
-	var r *C.float // nil: no residual
-	if res != nil {
-		r = fp(res)
-	}
-	C.gorun_vec_bn_apply(C.int(lv), fp(y), fp(x), r, C.int(b2i(relu)), fp(mean), fp(scale), fp(shift), C.long(n),
+	C.gorun_vec_bn_apply(C.int(lv), fp(y), fp(x), fp(res), cbool(relu), fp(mean), fp(scale), fp(shift), C.long(n),
 		C.long(ch), C.long(l), C.long(j0), C.long(nc))
 }
 
 func bnGradInput(lv int, dx, dy, x, mean, k, sub, slope []float32, n, ch, l, j0, nc int) {
 	C.gorun_vec_bn_grad_input(C.int(lv), fp(dx), fp(dy), fp(x), fp(mean), fp(k), fp(sub), fp(slope), C.long(n), C.long(ch),
 		C.long(l), C.long(j0), C.long(nc))
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

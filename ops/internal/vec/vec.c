@@ -56,34 +56,42 @@ void gorun_vec_relu(int level, float *y, const float *x, long n) {
 	}
 }
 
-// ---- ReLU gradient: dx = y > 0 ? dy : 0 ----
+// ---- ReLU gradient: dx = y > 0 ? dy : 0, or y > 0 ? dy + dy2 : 0 (the
+// sum of a value's two gradients fused in) ----
 
-#define RELUGRAD_BODY                             \
-	for (long i = 0; i < n; i++)                  \
-		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+#define RELUGRAD_BODY                                                 \
+	for (long i = 0; i < n; i++)                                      \
+		dx[i] = y[i] > 0.0f ? (dy2 ? dy[i] + dy2[i] : dy[i]) : 0.0f;
 
-static void relugrad_c(float *dx, const float *dy, const float *y, long n) { RELUGRAD_BODY }
-__attribute__((target("avx2,fma"))) static void relugrad_avx2(float *dx, const float *dy, const float *y, long n) { RELUGRAD_BODY }
+static void relugrad_c(float *dx, const float *dy, const float *dy2, const float *y, long n) { RELUGRAD_BODY }
+__attribute__((target("avx2,fma"))) static void relugrad_avx2(float *dx, const float *dy, const float *dy2, const float *y,
+                                                               long n) { RELUGRAD_BODY }
 
-__attribute__((target("avx512f"))) static void relugrad_avx512(float *dx, const float *dy, const float *y, long n) {
+__attribute__((target("avx512f"))) static inline __m512 relugrad16(__mmask16 k, const float *dy, const float *dy2) {
+	__m512 d = _mm512_maskz_loadu_ps(k, dy);
+	return dy2 ? _mm512_maskz_add_ps(k, d, _mm512_maskz_loadu_ps(k, dy2)) : d;
+}
+
+__attribute__((target("avx512f"))) static void relugrad_avx512(float *dx, const float *dy, const float *dy2, const float *y,
+                                                                long n) {
 	const __m512 z = _mm512_setzero_ps();
 	long i = 0;
 	for (; i + 16 <= n; i += 16) {
 		__mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), z, _CMP_GT_OQ);
-		_mm512_storeu_ps(dx + i, _mm512_maskz_loadu_ps(k, dy + i));
+		_mm512_storeu_ps(dx + i, relugrad16(k, dy + i, dy2 ? dy2 + i : NULL));
 	}
 	if (i < n) {
 		__mmask16 m = TAIL(n - i);
 		__mmask16 k = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, y + i), z, _CMP_GT_OQ);
-		_mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_loadu_ps(k, dy + i));
+		_mm512_mask_storeu_ps(dx + i, m, relugrad16(k, dy + i, dy2 ? dy2 + i : NULL));
 	}
 }
 
-void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *y, long n) {
+void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *dy2, const float *y, long n) {
 	switch (level) {
-	case 2: relugrad_avx512(dx, dy, y, n); break;
-	case 1: relugrad_avx2(dx, dy, y, n); break;
-	default: relugrad_c(dx, dy, y, n);
+	case 2: relugrad_avx512(dx, dy, dy2, y, n); break;
+	case 1: relugrad_avx2(dx, dy, dy2, y, n); break;
+	default: relugrad_c(dx, dy, dy2, y, n);
 	}
 }
 

@@ -31,12 +31,19 @@ func ReLU(y, x []float32) {
 }
 
 // ReLUGrad sets dx[i] = y[i] > 0 ? dy[i] : 0 for i < len(dy). dx may be dy.
-func ReLUGrad(dx, dy, y []float32) {
+func ReLUGrad(dx, dy, y []float32) { ReLUGradAdd(dx, dy, nil, y) }
+
+// ReLUGradAdd is ReLUGrad of dy + dy2 (a value's two gradients, summed
+// as Add rounds them) when dy2 is not nil. dx may be dy or dy2.
+func ReLUGradAdd(dx, dy, dy2, y []float32) {
 	if len(dy) == 0 {
 		return
 	}
 	_, _ = dx[len(dy)-1], y[len(dy)-1]
-	reluGrad(level, dx, dy, y)
+	if dy2 != nil {
+		_ = dy2[len(dy)-1]
+	}
+	reluGrad(level, dx, dy, dy2, y)
 }
 
 // Add sets z[i] = x[i] + y[i] for i < len(x). z may be x or y.
@@ -121,9 +128,12 @@ func reluGo(y, x []float32) {
 	}
 }
 
-func reluGradGo(dx, dy, y []float32) {
+func reluGradGo(dx, dy, dy2, y []float32) {
 	dx, y = dx[:len(dy)], y[:len(dy)]
 	for i, g := range dy {
+		if dy2 != nil {
+			g += dy2[i]
+		}
 		if !(y[i] > 0) {
 			g = 0
 		}

@@ -7,7 +7,7 @@ package vec
 #include <stdint.h>
 int gorun_vec_level(void);
 void gorun_vec_relu(int level, float *y, const float *x, long n);
-void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *y, long n);
+void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *dy2, const float *y, long n);
 void gorun_vec_add(int level, float *z, const float *x, const float *y, long n);
 float gorun_vec_sum(int level, const float *x, long n);
 void gorun_vec_bias_grad(int level, const float *dy, long n, long o, long plane, float *db, int accumulate);
@@ -34,8 +34,8 @@ func relu(lv int, y, x []float32) {
 	C.gorun_vec_relu(C.int(lv), fp(y), fp(x), C.long(len(x)))
 }
 
-func reluGrad(lv int, dx, dy, y []float32) {
-	C.gorun_vec_relu_grad(C.int(lv), fp(dx), fp(dy), fp(y), C.long(len(dy)))
+func reluGrad(lv int, dx, dy, dy2, y []float32) {
+	C.gorun_vec_relu_grad(C.int(lv), fp(dx), fp(dy), fp(dy2), fp(y), C.long(len(dy)))
 }
 
 func add(lv int, z, x, y []float32) {

@@ -5,9 +5,9 @@ package vec
 // level is -1: this build has no C kernels.
 var level = -1
 
-func relu(_ int, y, x []float32)          { reluGo(y, x) }
-func reluGrad(_ int, dx, dy, y []float32) { reluGradGo(dx, dy, y) }
-func add(_ int, z, x, y []float32)        { addGo(z, x, y) }
+func relu(_ int, y, x []float32)               { reluGo(y, x) }
+func reluGrad(_ int, dx, dy, dy2, y []float32) { reluGradGo(dx, dy, dy2, y) }
+func add(_ int, z, x, y []float32)             { addGo(z, x, y) }
 func maxPool2x2(_ int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	maxPool2x2Go(x, y, idx, planes, h, w, oh, ow)
 }

@@ -69,10 +69,32 @@ func TestElementwiseMatchesGo(t *testing.T) {
 				t.Errorf("level %d n %d: relu in place differs", lv, n)
 			}
 
-			reluGradGo(want, g, y)
-			reluGrad(lv, got, g, y)
+			reluGradGo(want, g, nil, y)
+			reluGrad(lv, got, g, nil, y)
 			if !same(want, got[:n]) || got[n] != 7 {
 				t.Errorf("level %d n %d: relu gradient differs from the Go loop", lv, n)
+			}
+			// with a second gradient: the sum's relu gradient, as Add then
+			// ReLUGrad round it; in place over either
+			sum := make([]float32, n)
+			addGo(sum, g, x)
+			reluGradGo(want, sum, nil, y)
+			for _, f := range []func([]float32){
+				func(out []float32) { reluGradGo(out, g, x, y) },
+				func(out []float32) { reluGrad(lv, out, g, x, y) },
+			} {
+				f(got)
+				if !same(want, got[:n]) || got[n] != 7 {
+					t.Errorf("level %d n %d: relu gradient of a sum differs from add then relu gradient", lv, n)
+				}
+			}
+			for _, over := range []int{0, 1} {
+				a, b := append([]float32(nil), g...), append([]float32(nil), x...)
+				dst := [][]float32{a, b}[over]
+				reluGrad(lv, dst, a, b, y)
+				if !same(want, dst) {
+					t.Errorf("level %d n %d: relu gradient of a sum over input %d differs", lv, n, over)
+				}
 			}
 
 			addGo(want, x, y)
