@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+
 typedef struct {
 	long n, c, o, h, w; // samples, input channels, output channels, input plane
 	long kh, kw, p;     // kernel, padding
@@ -29,7 +30,8 @@ static inline int valid(const gorun_cgeom *g, long ox, long kj) {
 }
 
 // ---- forward: y[n,o] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c, s·oy+ki-p, s·ox+kj-p],
-// added in the order c, ki, kj (rows reading only padding skipped) ----
+// added in the order c, ki, kj (rows reading only padding skipped); the
+// same 3×3 convolutions wino_ok takes by Winograd's F(2×2, 3×3) instead ----
 
 static inline __attribute__((always_inline)) void conv_fwd_c(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
 	long plane = g.oh * g.ow, hw = g.h * g.w;
@@ -556,6 +558,278 @@ static float *tap_major(long o, long taps, const float *w) {
 	return wt;
 }
 
+// ---- Winograd F(2×2, 3×3): "same" 3×3 convolutions with stride 1 ----
+//
+// Each 2×2 tile of y is Aᵀ[Σ_c U_oc ⊙ V_c]A (+ b) over the 4×4 patch d_c of
+// the zero-bordered input under it: U = G g Gᵀ (the kernel), V = Bᵀ d B,
+// 16 products a tile and channel instead of 36 multiply-adds (Lavin and
+// Gray, 2015). At every level the same float32 operations in the same
+// order: G's rows (g0, ((g0 + g1) + g2)·½, ((g0 - g1) + g2)·½, g2) down the
+// kernel's columns, then along its rows; Bᵀ's (d0 - d2, d1 + d2, d2 - d1,
+// d1 - d3) down the patch's columns, then along its rows; M = Σ_c U·V with
+// fused multiply-adds in c's order from zero; Aᵀ's ((m0 + m1) + m2,
+// (m1 - m2) - m3) down M's columns, then along its rows; then + b.
+// Output planes from 12 to 32 columns (a tile row in one vector), output
+// channels by 8s. BenchmarkConv (GFLOP/s of the direct convolution's
+// count, best of eight, two rounds): the ResNet's 28-column layer forward
+// 83–89 → 113–124, input gradient 87–88 → 106–119; its 14-column layer
+// 97–104 → 97–119; its 7-column layer 102–106 → 71–77 (4×4 tiles cover
+// 8×8: a third idle), so narrower planes keep the direct bodies.
+static inline int wino_ok(const gorun_cgeom *g) {
+	return g->s == 1 && g->kh == 3 && g->kw == 3 && g->p == 1 && g->oh == g->h && g->ow == g->w && g->ow >= 12 &&
+	       g->ow <= 32 && g->o % 8 == 0;
+}
+
+// wino_dims is a Winograd pass's layout: th × tw tiles a sample, each
+// sample bordered into ph × pw planes, nb samples a chunk whose tiles (tp,
+// rounded up to 16) the transformed inputs and products hold.
+typedef struct {
+	long th, tw, ph, pw, nb, tp;
+} wino_dims;
+
+// wino_plan sizes a chunk so that its transformed inputs and products,
+// 16·(C+O) floats a tile, stay within 512 KB (L2 is 1 MB a core here).
+static wino_dims wino_plan(const gorun_cgeom *g) {
+	wino_dims d;
+	d.th = (g->oh + 1) / 2, d.tw = (g->ow + 1) / 2;
+	d.ph = 2 * d.th + 2, d.pw = 2 * d.tw + 2;
+	long per = d.th * d.tw, cap = 8192 / (g->c + g->o);
+	d.nb = cap / per < 1 ? 1 : cap / per;
+	if (d.nb > g->n)
+		d.nb = g->n;
+	d.tp = (d.nb * per + 15) / 16 * 16;
+	return d;
+}
+
+// wino_filter sets u to G g Gᵀ of every kernel, u[ξ][o/8][c][o%8] (ξ = 4a + b).
+static void wino_filter(long o, long c, const float *w, float *u) {
+	for (long i = 0; i < o; i++)
+		for (long j = 0; j < c; j++) {
+			const float *k = w + (i * c + j) * 9;
+			float r[4][3];
+			for (int q = 0; q < 3; q++) {
+				float g0 = k[q], g1 = k[3 + q], g2 = k[6 + q];
+				r[0][q] = g0, r[1][q] = ((g0 + g1) + g2) * 0.5f, r[2][q] = ((g0 - g1) + g2) * 0.5f, r[3][q] = g2;
+			}
+			for (int a = 0; a < 4; a++) {
+				float g0 = r[a][0], g1 = r[a][1], g2 = r[a][2];
+				float v[4] = {g0, ((g0 + g1) + g2) * 0.5f, ((g0 - g1) + g2) * 0.5f, g2};
+				for (int b = 0; b < 4; b++)
+					u[(((a * 4 + b) * (o / 8) + i / 8) * c + j) * 8 + i % 8] = v[b];
+			}
+		}
+}
+
+// wino_border copies samples n0 .. n0+nb-1 of x into xp's planes at row and
+// column offset 1 (the border, zeroed once, stays zero).
+static void wino_border(const gorun_cgeom *g, const wino_dims *d, const float *x, long n0, long nb, float *xp) {
+	for (long s = 0; s < nb; s++)
+		for (long c = 0; c < g->c; c++)
+			for (long iy = 0; iy < g->h; iy++)
+				memcpy(xp + ((s * g->c + c) * d->ph + iy + 1) * d->pw + 1, x + (((n0 + s) * g->c + c) * g->h + iy) * g->w,
+				       g->w * sizeof(float));
+}
+
+// wino_c is the Winograd forward in plain C (levels 0 and 1).
+static inline __attribute__((always_inline)) int wino_c(gorun_cgeom g, const float *x, const float *w, const float *b,
+                                                        float *y) {
+	wino_dims d = wino_plan(&g);
+	long per = d.th * d.tw, plane = g.oh * g.ow, ob = g.o / 8;
+	float *u = malloc(16 * g.o * g.c * sizeof(float)), *xp = calloc(d.nb * g.c * d.ph * d.pw + 64, sizeof(float));
+	float *v = calloc(16 * g.c * d.tp, sizeof(float)), *m = malloc(16 * g.o * d.tp * sizeof(float));
+	int r = -1;
+	if (!u || !xp || !v || !m)
+		goto done;
+	wino_filter(g.o, g.c, w, u);
+	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
+		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * per;
+		wino_border(&g, &d, x, n0, nb, xp);
+		for (long s = 0; s < nb; s++)
+			for (long c = 0; c < g.c; c++)
+				for (long th = 0; th < d.th; th++)
+					for (long tw = 0; tw < d.tw; tw++) {
+						const float *p = xp + ((s * g.c + c) * d.ph + 2 * th) * d.pw + 2 * tw;
+						float t[4][4];
+						for (int j = 0; j < 4; j++) {
+							float d0 = p[j], d1 = p[d.pw + j], d2 = p[2 * d.pw + j], d3 = p[3 * d.pw + j];
+							t[0][j] = d0 - d2, t[1][j] = d1 + d2, t[2][j] = d2 - d1, t[3][j] = d1 - d3;
+						}
+						long at = s * per + th * d.tw + tw;
+						for (int a = 0; a < 4; a++) {
+							float e[4] = {t[a][0] - t[a][2], t[a][1] + t[a][2], t[a][2] - t[a][1], t[a][1] - t[a][3]};
+							for (int q = 0; q < 4; q++)
+								v[((a * 4 + q) * g.c + c) * d.tp + at] = e[q];
+						}
+					}
+		for (long xi = 0; xi < 16; xi++)
+			for (long o = 0; o < g.o; o++)
+				for (long t = 0; t < nt; t++) {
+					float acc = 0.0f;
+					for (long c = 0; c < g.c; c++)
+						acc = fmaf(u[((xi * ob + o / 8) * g.c + c) * 8 + o % 8], v[(xi * g.c + c) * d.tp + t], acc);
+					m[(xi * g.o + o) * d.tp + t] = acc;
+				}
+		for (long s = 0; s < nb; s++)
+			for (long o = 0; o < g.o; o++)
+				for (long th = 0; th < d.th; th++)
+					for (long tw = 0; tw < d.tw; tw++) {
+						long at = s * per + th * d.tw + tw;
+						float sm[2][4];
+						for (int j = 0; j < 4; j++) {
+							float m0 = m[((0 + j) * g.o + o) * d.tp + at], m1 = m[((4 + j) * g.o + o) * d.tp + at];
+							float m2 = m[((8 + j) * g.o + o) * d.tp + at], m3 = m[((12 + j) * g.o + o) * d.tp + at];
+							sm[0][j] = (m0 + m1) + m2, sm[1][j] = (m1 - m2) - m3;
+						}
+						float *yo = y + ((n0 + s) * g.o + o) * plane;
+						for (int a = 0; a < 2; a++) {
+							long oy = 2 * th + a;
+							if (oy >= g.oh)
+								break;
+							float q0 = (sm[a][0] + sm[a][1]) + sm[a][2], q1 = (sm[a][1] - sm[a][2]) - sm[a][3];
+							if (b)
+								q0 = q0 + b[o], q1 = q1 + b[o];
+							yo[oy * g.ow + 2 * tw] = q0;
+							if (2 * tw + 1 < g.ow)
+								yo[oy * g.ow + 2 * tw + 1] = q1;
+						}
+					}
+	}
+	r = 0;
+done:
+	free(m);
+	free(v);
+	free(xp);
+	free(u);
+	return r;
+}
+
+// wino_gemm is the AVX-512 M = Σ_c U·V of one ξ over nt tiles: 8 output
+// channels × 32 (then 16) tiles in registers.
+__attribute__((target("avx512f,fma"))) static void wino_gemm(long o, long c, long tp, long nt, const float *u,
+                                                             const float *v, float *m) {
+	for (long o0 = 0; o0 < o; o0 += 8) {
+		const float *uo = u + o0 * c;
+		long t = 0;
+		for (; t + 32 <= nt; t += 32) {
+			__m512 acc[8][2];
+			_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+			for (long cc = 0; cc < c; cc++) {
+				__m512 v0 = _mm512_loadu_ps(v + cc * tp + t), v1 = _mm512_loadu_ps(v + cc * tp + t + 16);
+				_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+					__m512 ub = _mm512_set1_ps(uo[cc * 8 + i]);
+					acc[i][0] = _mm512_fmadd_ps(ub, v0, acc[i][0]);
+					acc[i][1] = _mm512_fmadd_ps(ub, v1, acc[i][1]);
+				}
+			}
+			_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+				_mm512_storeu_ps(m + (o0 + i) * tp + t, acc[i][0]);
+				_mm512_storeu_ps(m + (o0 + i) * tp + t + 16, acc[i][1]);
+			}
+		}
+		for (; t < nt; t += 16) {
+			__m512 acc[8];
+			_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+			for (long cc = 0; cc < c; cc++) {
+				__m512 v0 = _mm512_loadu_ps(v + cc * tp + t);
+				_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+					acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(uo[cc * 8 + i]), v0, acc[i]);
+			}
+			_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) _mm512_storeu_ps(m + (o0 + i) * tp + t, acc[i]);
+		}
+	}
+}
+
+// conv_wino_avx512 is wino_c with vectors: the transforms over the tiles of
+// one tile row (lanes tw, columns split by parity with permutes), the
+// products by wino_gemm.
+__attribute__((target("avx512f,fma"))) static int conv_wino_avx512(gorun_cgeom g, const float *x, const float *w,
+                                                                   const float *b, float *y) {
+	wino_dims d = wino_plan(&g);
+	long per = d.th * d.tw, plane = g.oh * g.ow, ob = g.o / 8;
+	float *u = malloc(16 * g.o * g.c * sizeof(float)), *xp = calloc(d.nb * g.c * d.ph * d.pw + 64, sizeof(float));
+	float *v = calloc(16 * g.c * d.tp, sizeof(float)), *m = malloc(16 * g.o * d.tp * sizeof(float));
+	int r = -1;
+	if (!u || !xp || !v || !m)
+		goto done;
+	wino_filter(g.o, g.c, w, u);
+	int ev[16], od[16], lo[16], hi[16];
+	for (int l = 0; l < 16; l++)
+		ev[l] = 2 * l, od[l] = 2 * l + 1, lo[l] = l / 2 + (l % 2) * 16, hi[l] = 8 + l / 2 + (l % 2) * 16;
+	const __m512i iev = _mm512_loadu_si512(ev), iod = _mm512_loadu_si512(od), ilo = _mm512_loadu_si512(lo),
+	              ihi = _mm512_loadu_si512(hi);
+	const __mmask16 tm = (__mmask16)((1u << d.tw) - 1u);
+	const __mmask16 c0 = (__mmask16)(g.ow >= 16 ? 0xffffu : (1u << g.ow) - 1u);
+	const __mmask16 c1 = (__mmask16)(g.ow > 16 ? (1u << (g.ow - 16)) - 1u : 0u);
+	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
+		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * per;
+		wino_border(&g, &d, x, n0, nb, xp);
+		for (long s = 0; s < nb; s++)
+			for (long c = 0; c < g.c; c++)
+				for (long th = 0; th < d.th; th++) {
+					const float *p = xp + ((s * g.c + c) * d.ph + 2 * th) * d.pw;
+					__m512 dv[4][4]; // dv[i][j]: patch row i, column j, lane tw
+					for (int i = 0; i < 4; i++) {
+						const float *row = p + i * d.pw;
+						__m512 a0 = _mm512_loadu_ps(row), a1 = _mm512_loadu_ps(row + 16);
+						__m512 b0 = _mm512_loadu_ps(row + 2), b1 = _mm512_loadu_ps(row + 18);
+						dv[i][0] = _mm512_permutex2var_ps(a0, iev, a1), dv[i][1] = _mm512_permutex2var_ps(a0, iod, a1);
+						dv[i][2] = _mm512_permutex2var_ps(b0, iev, b1), dv[i][3] = _mm512_permutex2var_ps(b0, iod, b1);
+					}
+					__m512 t[4][4];
+					for (int j = 0; j < 4; j++) {
+						t[0][j] = _mm512_sub_ps(dv[0][j], dv[2][j]), t[1][j] = _mm512_add_ps(dv[1][j], dv[2][j]);
+						t[2][j] = _mm512_sub_ps(dv[2][j], dv[1][j]), t[3][j] = _mm512_sub_ps(dv[1][j], dv[3][j]);
+					}
+					long at = s * per + th * d.tw;
+					for (int a = 0; a < 4; a++) {
+						__m512 e[4] = {_mm512_sub_ps(t[a][0], t[a][2]), _mm512_add_ps(t[a][1], t[a][2]),
+						               _mm512_sub_ps(t[a][2], t[a][1]), _mm512_sub_ps(t[a][1], t[a][3])};
+						for (int q = 0; q < 4; q++)
+							_mm512_mask_storeu_ps(v + ((a * 4 + q) * g.c + c) * d.tp + at, tm, e[q]);
+					}
+				}
+		for (long xi = 0; xi < 16; xi++)
+			wino_gemm(g.o, g.c, d.tp, nt, u + xi * ob * g.c * 8, v + xi * g.c * d.tp, m + xi * g.o * d.tp);
+		for (long s = 0; s < nb; s++)
+			for (long o = 0; o < g.o; o++) {
+				float *yo = y + ((n0 + s) * g.o + o) * plane;
+				__m512 bias = b ? _mm512_set1_ps(b[o]) : _mm512_setzero_ps();
+				for (long th = 0; th < d.th; th++) {
+					long at = s * per + th * d.tw;
+					__m512 sm[2][4];
+					for (int j = 0; j < 4; j++) {
+						__m512 m0 = _mm512_maskz_loadu_ps(tm, m + ((0 + j) * g.o + o) * d.tp + at);
+						__m512 m1 = _mm512_maskz_loadu_ps(tm, m + ((4 + j) * g.o + o) * d.tp + at);
+						__m512 m2 = _mm512_maskz_loadu_ps(tm, m + ((8 + j) * g.o + o) * d.tp + at);
+						__m512 m3 = _mm512_maskz_loadu_ps(tm, m + ((12 + j) * g.o + o) * d.tp + at);
+						sm[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+						sm[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+					}
+					for (int a = 0; a < 2; a++) {
+						long oy = 2 * th + a;
+						if (oy >= g.oh)
+							break;
+						__m512 q0 = _mm512_add_ps(_mm512_add_ps(sm[a][0], sm[a][1]), sm[a][2]);
+						__m512 q1 = _mm512_sub_ps(_mm512_sub_ps(sm[a][1], sm[a][2]), sm[a][3]);
+						if (b)
+							q0 = _mm512_add_ps(q0, bias), q1 = _mm512_add_ps(q1, bias);
+						float *yr = yo + oy * g.ow;
+						_mm512_mask_storeu_ps(yr, c0, _mm512_permutex2var_ps(q0, ilo, q1));
+						if (c1)
+							_mm512_mask_storeu_ps(yr + 16, c1, _mm512_permutex2var_ps(q0, ihi, q1));
+					}
+				}
+			}
+	}
+	r = 0;
+done:
+	free(m);
+	free(v);
+	free(xp);
+	free(u);
+	return r;
+}
+
 // conv_fwd_by_o runs fwdo per sample over a zero-bordered copy (padding
 // and stride both read through it) and transposes its outputs into y.
 __attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const float *x, const float *w,
@@ -585,6 +859,8 @@ done:
 // chooses.
 __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
                                                                const float *b, float *y) {
+	if (wino_ok(&g))
+		return conv_wino_avx512(g, x, w, b, y);
 	if (pointwise(&g))
 		return pw_fwd(g, x, w, b, y);
 	if (fwd_by_o(&g))
@@ -1680,12 +1956,18 @@ done:
 
 // The plain bodies, compiled for AVX2 with FMA (fmaf becomes one
 // instruction) and for any x86-64 (fmaf from libm, exact but slow).
-__attribute__((target("avx2,fma"))) static void conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
-                                                              const float *b, float *y) {
+__attribute__((target("avx2,fma"))) static int conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
+                                                             const float *b, float *y) {
+	if (wino_ok(&g))
+		return wino_c(g, x, w, b, y);
 	conv_fwd_c(g, x, w, b, y);
+	return 0;
 }
-static void conv_fwd_plain(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+static int conv_fwd_plain(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
+	if (wino_ok(&g))
+		return wino_c(g, x, w, b, y);
 	conv_fwd_c(g, x, w, b, y);
+	return 0;
 }
 __attribute__((target("avx2,fma"))) static int conv_wgrad_avx2(gorun_cgeom g, const float *dy, const float *x,
                                                                float *dw, int accumulate) {
@@ -1740,10 +2022,9 @@ int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w,
 		level = 1;
 	switch (level) {
 	case 2: return conv_fwd_avx512(g, x, w, b, y);
-	case 1: conv_fwd_avx2(g, x, w, b, y); break;
-	default: conv_fwd_plain(g, x, w, b, y);
+	case 1: return conv_fwd_avx2(g, x, w, b, y);
+	default: return conv_fwd_plain(g, x, w, b, y);
 	}
-	return 0;
 }
 
 int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
@@ -1757,19 +2038,10 @@ int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float 
 	}
 }
 
-// forward bodies with conv_fwd's signature, for dgrad_as_fwd
-static int conv_fwd_avx2_r(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
-	conv_fwd_avx2(g, x, w, b, y);
-	return 0;
-}
-static int conv_fwd_plain_r(gorun_cgeom g, const float *x, const float *w, const float *b, float *y) {
-	conv_fwd_plain(g, x, w, b, y);
-	return 0;
-}
 
 int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float *w, float *dx) {
 	if (dgrad_same(&g))
-		return dgrad_as_fwd(level == 2 ? conv_fwd_avx512 : level == 1 ? conv_fwd_avx2_r : conv_fwd_plain_r, g, dy, w, dx);
+		return dgrad_as_fwd(level == 2 ? conv_fwd_avx512 : level == 1 ? conv_fwd_avx2 : conv_fwd_plain, g, dy, w, dx);
 	if (level == 2 && pointwise_dgrad(&g))
 		return pw_dgrad(g, dy, w, dx);
 	if (level == 2 && dgrad_s2(&g))
