@@ -570,14 +570,17 @@ static float *tap_major(long o, long taps, const float *w) {
 // fused multiply-adds in c's order from zero; Aᵀ's ((m0 + m1) + m2,
 // (m1 - m2) - m3) down M's columns, then along its rows; then + b.
 // Output planes from 12 to 32 columns (a tile row in one vector), output
-// channels by 8s. BenchmarkConv (GFLOP/s of the direct convolution's
+// channels by 8s, 16 or more input channels. BenchmarkConv (GFLOP/s of the direct convolution's
 // count, best of eight, two rounds): the ResNet's 28-column layer forward
 // 83–89 → 113–124, input gradient 87–88 → 106–119; its 14-column layer
 // 97–104 → 97–119; its 7-column layer 102–106 → 71–77 (4×4 tiles cover
-// 8×8: a third idle), so narrower planes keep the direct bodies.
+// 8×8: a third idle), so narrower planes keep the direct bodies; its stem
+// (one input channel: the transforms are most of the work) 0.62 against
+// 0.33 ms a step (probe over the engine's steps), so fewer than 16 input
+// channels do too.
 static inline int wino_ok(const gorun_cgeom *g) {
 	return g->s == 1 && g->kh == 3 && g->kw == 3 && g->p == 1 && g->oh == g->h && g->ow == g->w && g->ow >= 12 &&
-	       g->ow <= 32 && g->o % 8 == 0;
+	       g->ow <= 32 && g->o % 8 == 0 && g->c >= 16;
 }
 
 // wino_dims is a Winograd pass's layout: th × tw tiles a sample, each

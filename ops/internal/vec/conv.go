@@ -56,8 +56,9 @@ func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 // ConvForward sets y[n,o,oy,ox] = b[o] + Σ_{c,ki,kj} w[o,c,ki,kj]·x[n,c,
 // S·oy+ki-P, S·ox+kj-P] (zero outside the plane; no bias when b is nil),
 // adding the taps with fused multiply-adds in the order c, ki, kj. "Same"
-// 3×3 convolutions with stride 1 on planes of 12 to 32 columns and output
-// channels by 8s go by Winograd's F(2×2, 3×3) in the C levels (2.25 times
+// 3×3 convolutions with stride 1 on planes of 12 to 32 columns, 16 or more
+// input channels and output channels by 8s go by Winograd's F(2×2, 3×3) in
+// the C levels (2.25 times
 // fewer multiplies, a few more roundings; conv.c's wino_ok says the order),
 // which the Go loops match within rounding.
 func ConvForward(g *ConvGeom, x, w, b, y []float32) {
