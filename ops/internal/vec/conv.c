@@ -833,6 +833,249 @@ done:
 	return r;
 }
 
+// ---- weight gradient by Winograd F(2×2, 3×3) ----
+//
+// dw = Gᵀ[Σ_tiles (A dY Aᵀ) ⊙ (Bᵀ d B)]G summed over every 2×2 tile of dy
+// (zero past the plane) and its 4×4 input patch d, 2.25 times fewer
+// multiplies than the direct sums. Channel-last copies of x and dy let the
+// transforms run with vectors over 16 channels: V[ξ][t][c] = Bᵀ d B in
+// wino_c's order, dM[ξ][t][o] = A dY Aᵀ with A dY's rows (a, a + c,
+// a - c, -c) then the same along the rows; dU[ξ][o][c] = Σ_t dM·V with
+// fused multiply-adds from zero over a chunk's tiles in order, the
+// chunks' sums added in order; then winow_out's Gᵀ dU G. Input and output
+// channels by 16s (on wino_ok's geometries). BenchmarkConv, best of eight,
+// three rounds: the ResNet's 28-column layer 105–107 → 116–123 GFLOP/s
+// (direct count), its 14-column layer 99–107 → 169–173.
+
+static inline int winow_ok(const gorun_cgeom *g) { return wino_ok(g) && g->c % 16 == 0 && g->o % 16 == 0; }
+
+// winow_dims: th × tw tiles a sample; x bordered channel-last into ph × pw
+// pixels, dy into qh × qw (zero past the plane); nb samples (nt tiles) a
+// chunk. One sample a chunk: its transforms (16·(C+O) floats a tile, 400
+// KB for the ResNet's 28-column layer) stay in L2, and BenchmarkConv
+// measured chunks of 2, 5 and 10 samples slower (the transforms' stores
+// then leave L2: 28 columns 43–75 GFLOP/s, 14 columns 50–96, against
+// 57–123 and 116–173 with one).
+typedef struct {
+	long th, tw, ph, pw, qh, qw, nb, per;
+} winow_dims;
+
+static winow_dims winow_plan(const gorun_cgeom *g) {
+	winow_dims d;
+	d.th = (g->oh + 1) / 2, d.tw = (g->ow + 1) / 2, d.per = d.th * d.tw;
+	d.ph = 2 * d.th + 2, d.pw = 2 * d.tw + 2, d.qh = 2 * d.th, d.qw = 2 * d.tw;
+	d.nb = 1;
+	return d;
+}
+
+// winow_out sets dw (or adds to it) Gᵀ X G of each tap's sums X =
+// du[ξ][o][c]: G's columns (x0 + (x1 + x2)·½, (x1 - x2)·½, (x1 + x2)·½ + x3)
+// down X's columns, then along its rows. Not inlined, so that no level's
+// compiler fuses its multiply-adds.
+__attribute__((noinline)) static void winow_out(long o, long c, const float *du, float *dw, int accumulate) {
+	for (long i = 0; i < o; i++)
+		for (long j = 0; j < c; j++) {
+			float y[3][4];
+			for (int b = 0; b < 4; b++) {
+				float x0 = du[((0 + b) * o + i) * c + j], x1 = du[((4 + b) * o + i) * c + j];
+				float x2 = du[((8 + b) * o + i) * c + j], x3 = du[((12 + b) * o + i) * c + j];
+				y[0][b] = x0 + (x1 + x2) * 0.5f, y[1][b] = (x1 - x2) * 0.5f, y[2][b] = (x1 + x2) * 0.5f + x3;
+			}
+			float *d = dw + (i * c + j) * 9;
+			for (int k = 0; k < 3; k++) {
+				float r[3] = {y[k][0] + (y[k][1] + y[k][2]) * 0.5f, (y[k][1] - y[k][2]) * 0.5f,
+				              (y[k][1] + y[k][2]) * 0.5f + y[k][3]};
+				for (int l = 0; l < 3; l++)
+					d[k * 3 + l] = accumulate ? d[k * 3 + l] + r[l] : r[l];
+			}
+		}
+}
+
+// winow_alloc allocates a Winograd weight gradient's buffers (NULL on failure
+// leaves them all to free).
+typedef struct {
+	float *xq, *dq, *v, *m, *du;
+} winow_bufs;
+
+static int winow_alloc(const gorun_cgeom *g, const winow_dims *d, winow_bufs *b) {
+	long nt = d->nb * d->per;
+	b->xq = calloc(d->nb * d->ph * d->pw * g->c, sizeof(float));
+	b->dq = calloc(d->nb * d->qh * d->qw * g->o, sizeof(float));
+	b->v = malloc(16 * nt * g->c * sizeof(float)), b->m = malloc(16 * nt * g->o * sizeof(float));
+	b->du = calloc(16 * g->o * g->c, sizeof(float));
+	return b->xq && b->dq && b->v && b->m && b->du ? 0 : -1;
+}
+
+static void winow_free(winow_bufs *b) {
+	free(b->xq), free(b->dq), free(b->v), free(b->m), free(b->du);
+}
+
+// winow_c is the Winograd weight gradient in plain C (levels 0 and 1).
+static inline __attribute__((always_inline)) int winow_c(gorun_cgeom g, const float *dy, const float *x, float *dw,
+                                                         int accumulate) {
+	winow_dims d = winow_plan(&g);
+	winow_bufs bf;
+	int r = -1;
+	long hw = g.h * g.w, plane = g.oh * g.ow, C = g.c, O = g.o;
+	if (winow_alloc(&g, &d, &bf))
+		goto done;
+	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
+		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * d.per;
+		for (long s = 0; s < nb; s++) {
+			for (long c = 0; c < C; c++)
+				for (long iy = 0; iy < g.h; iy++)
+					for (long ix = 0; ix < g.w; ix++)
+						bf.xq[((s * d.ph + iy + 1) * d.pw + ix + 1) * C + c] = x[((n0 + s) * C + c) * hw + iy * g.w + ix];
+			for (long o = 0; o < O; o++)
+				for (long oy = 0; oy < g.oh; oy++)
+					for (long ox = 0; ox < g.ow; ox++)
+						bf.dq[((s * d.qh + oy) * d.qw + ox) * O + o] = dy[((n0 + s) * O + o) * plane + oy * g.ow + ox];
+		}
+		for (long s = 0; s < nb; s++)
+			for (long th = 0; th < d.th; th++)
+				for (long tw = 0; tw < d.tw; tw++) {
+					long t = s * d.per + th * d.tw + tw;
+					for (long c = 0; c < C; c++) {
+						const float *p = bf.xq + ((s * d.ph + 2 * th) * d.pw + 2 * tw) * C + c;
+						float u[4][4];
+						for (int j = 0; j < 4; j++) {
+							float d0 = p[j * C], d1 = p[(d.pw + j) * C], d2 = p[(2 * d.pw + j) * C], d3 = p[(3 * d.pw + j) * C];
+							u[0][j] = d0 - d2, u[1][j] = d1 + d2, u[2][j] = d2 - d1, u[3][j] = d1 - d3;
+						}
+						for (int a = 0; a < 4; a++) {
+							float e[4] = {u[a][0] - u[a][2], u[a][1] + u[a][2], u[a][2] - u[a][1], u[a][1] - u[a][3]};
+							for (int q = 0; q < 4; q++)
+								bf.v[((a * 4 + q) * nt + t) * C + c] = e[q];
+						}
+					}
+					for (long o = 0; o < O; o++) {
+						const float *q = bf.dq + ((s * d.qh + 2 * th) * d.qw + 2 * tw) * O + o;
+						float a = q[0], b = q[O], c = q[d.qw * O], e = q[(d.qw + 1) * O];
+						float rw[4][2] = {{a, b}, {a + c, b + e}, {a - c, b - e}, {-c, -e}};
+						for (int i = 0; i < 4; i++) {
+							float f[4] = {rw[i][0], rw[i][0] + rw[i][1], rw[i][0] - rw[i][1], -rw[i][1]};
+							for (int j = 0; j < 4; j++)
+								bf.m[((i * 4 + j) * nt + t) * O + o] = f[j];
+						}
+					}
+				}
+		for (long xi = 0; xi < 16; xi++)
+			for (long o = 0; o < O; o++)
+				for (long c = 0; c < C; c++) {
+					float acc = 0.0f;
+					for (long t = 0; t < nt; t++)
+						acc = fmaf(bf.m[(xi * nt + t) * O + o], bf.v[(xi * nt + t) * C + c], acc);
+					float *u = bf.du + (xi * O + o) * C + c;
+					*u = *u + acc;
+				}
+	}
+	winow_out(O, C, bf.du, dw, accumulate);
+	r = 0;
+done:
+	winow_free(&bf);
+	return r;
+}
+
+// winow_gemm adds Σ_t dM·V of one ξ over nt tiles to du: OB output channels
+// × CV vectors of 16 input channels in registers.
+#define DEF_WINOW_GEMM(NAME, OB, CV)                                                                                \
+	__attribute__((target("avx512f,fma"))) static void NAME(long o, long c, long nt, const float *m, const float *v,  \
+	                                                        float *du) {                                            \
+		for (long o0 = 0; o0 < o; o0 += OB)                                                                         \
+			for (long c0 = 0; c0 < c; c0 += 16 * CV) {                                                              \
+				__m512 acc[OB][CV];                                                                                 \
+				_Pragma("GCC unroll 16") for (int i = 0; i < OB; i++)                                               \
+					_Pragma("GCC unroll 2") for (int k = 0; k < CV; k++) acc[i][k] = _mm512_setzero_ps();            \
+				for (long t = 0; t < nt; t++) {                                                                     \
+					__m512 vv[CV];                                                                                  \
+					_Pragma("GCC unroll 2") for (int k = 0; k < CV; k++) vv[k] = _mm512_loadu_ps(v + t * c + c0 + 16 * k); \
+					_Pragma("GCC unroll 16") for (int i = 0; i < OB; i++) {                                         \
+						__m512 mb = _mm512_set1_ps(m[t * o + o0 + i]);                                              \
+						_Pragma("GCC unroll 2") for (int k = 0; k < CV; k++) acc[i][k] =                            \
+						    _mm512_fmadd_ps(mb, vv[k], acc[i][k]);                                                  \
+					}                                                                                               \
+				}                                                                                                   \
+				_Pragma("GCC unroll 16") for (int i = 0; i < OB; i++)                                               \
+					_Pragma("GCC unroll 2") for (int k = 0; k < CV; k++) {                                          \
+						float *u = du + (o0 + i) * c + c0 + 16 * k;                                                 \
+						_mm512_storeu_ps(u, _mm512_add_ps(_mm512_loadu_ps(u), acc[i][k]));                          \
+					}                                                                                               \
+			}                                                                                                       \
+	}
+
+DEF_WINOW_GEMM(winow_gemm16, 16, 1)
+DEF_WINOW_GEMM(winow_gemm8x2, 8, 2)
+
+// conv_winow_avx512 is winow_c with vectors over 16 channels.
+__attribute__((target("avx512f,fma"))) static int conv_winow_avx512(gorun_cgeom g, const float *dy, const float *x,
+                                                                    float *dw, int accumulate) {
+	winow_dims d = winow_plan(&g);
+	winow_bufs bf;
+	int r = -1;
+	long hw = g.h * g.w, plane = g.oh * g.ow, C = g.c, O = g.o;
+	if (winow_alloc(&g, &d, &bf))
+		goto done;
+	const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+#define NEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign))
+	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
+		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * d.per;
+		for (long s = 0; s < nb; s++) {
+			for (long iy = 0; iy < g.h; iy++)
+				transpose(x + (n0 + s) * C * hw + iy * g.w, C, g.w, hw, bf.xq + ((s * d.ph + iy + 1) * d.pw + 1) * C, C);
+			for (long oy = 0; oy < g.oh; oy++)
+				transpose(dy + (n0 + s) * O * plane + oy * g.ow, O, g.ow, plane, bf.dq + (s * d.qh + oy) * d.qw * O, O);
+		}
+		for (long s = 0; s < nb; s++)
+			for (long th = 0; th < d.th; th++)
+				for (long tw = 0; tw < d.tw; tw++) {
+					long t = s * d.per + th * d.tw + tw;
+					for (long c = 0; c < C; c += 16) {
+						const float *p = bf.xq + ((s * d.ph + 2 * th) * d.pw + 2 * tw) * C + c;
+						__m512 u[4][4];
+						for (int j = 0; j < 4; j++) {
+							__m512 d0 = _mm512_loadu_ps(p + j * C), d1 = _mm512_loadu_ps(p + (d.pw + j) * C);
+							__m512 d2 = _mm512_loadu_ps(p + (2 * d.pw + j) * C), d3 = _mm512_loadu_ps(p + (3 * d.pw + j) * C);
+							u[0][j] = _mm512_sub_ps(d0, d2), u[1][j] = _mm512_add_ps(d1, d2);
+							u[2][j] = _mm512_sub_ps(d2, d1), u[3][j] = _mm512_sub_ps(d1, d3);
+						}
+						for (int a = 0; a < 4; a++) {
+							__m512 e[4] = {_mm512_sub_ps(u[a][0], u[a][2]), _mm512_add_ps(u[a][1], u[a][2]),
+							               _mm512_sub_ps(u[a][2], u[a][1]), _mm512_sub_ps(u[a][1], u[a][3])};
+							for (int q = 0; q < 4; q++)
+								_mm512_storeu_ps(bf.v + ((a * 4 + q) * nt + t) * C + c, e[q]);
+						}
+					}
+					for (long o = 0; o < O; o += 16) {
+						const float *q = bf.dq + ((s * d.qh + 2 * th) * d.qw + 2 * tw) * O + o;
+						__m512 a = _mm512_loadu_ps(q), b = _mm512_loadu_ps(q + O), c = _mm512_loadu_ps(q + d.qw * O),
+						       e = _mm512_loadu_ps(q + (d.qw + 1) * O);
+						__m512 rw[4][2] = {{a, b}, {_mm512_add_ps(a, c), _mm512_add_ps(b, e)},
+						                   {_mm512_sub_ps(a, c), _mm512_sub_ps(b, e)}, {NEG(c), NEG(e)}};
+						for (int i = 0; i < 4; i++) {
+							__m512 f[4] = {rw[i][0], _mm512_add_ps(rw[i][0], rw[i][1]), _mm512_sub_ps(rw[i][0], rw[i][1]),
+							               NEG(rw[i][1])};
+							for (int j = 0; j < 4; j++)
+								_mm512_storeu_ps(bf.m + ((i * 4 + j) * nt + t) * O + o, f[j]);
+						}
+					}
+				}
+		for (long xi = 0; xi < 16; xi++) {
+			const float *mx = bf.m + xi * nt * O, *vx = bf.v + xi * nt * C;
+			float *ux = bf.du + xi * O * C;
+			if (C % 32 == 0 && O % 8 == 0)
+				winow_gemm8x2(O, C, nt, mx, vx, ux);
+			else
+				winow_gemm16(O, C, nt, mx, vx, ux);
+		}
+	}
+#undef NEG
+	winow_out(O, C, bf.du, dw, accumulate);
+	r = 0;
+done:
+	winow_free(&bf);
+	return r;
+}
+
 // conv_fwd_by_o runs fwdo per sample over a zero-bordered copy (padding
 // and stride both read through it) and transposes its outputs into y.
 __attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const float *x, const float *w,
@@ -1018,7 +1261,8 @@ static inline long wgrad_lanes(const gorun_cgeom *g) { return g->ow % 16 != 0 &&
 // kernels over 16 or more input channels, planes up to 32 columns) the
 // gain is a third, so those take sums over chunks: the ResNet's 28-column layer
 // 99–100 against 77 GFLOP/s with partials; its stem (one input channel)
-// measured 60–66 against 76–83 and keeps them.
+// measured 60–66 against 76–83 and keeps them. (Same convolutions that
+// winow_ok takes, the 28-column layer among them, go by Winograd first.)
 static inline int wgrad_o16(const gorun_cgeom *g) {
 	return g->o == 16 && g->kh == 3 && g->kw == 3 && g->c >= 16 && g->ow <= 32 && g->s <= MAXKW;
 }
@@ -1082,6 +1326,8 @@ static inline __attribute__((always_inline)) void conv_wgrad_seq_c(gorun_cgeom g
 }
 
 static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
+	if (winow_ok(&g))
+		return winow_c(g, dy, x, dw, accumulate);
 	if (wgrad_by_o(&g)) {
 		conv_wgrad_seq_c(g, dy, x, dw, accumulate);
 		return 0;
@@ -1527,6 +1773,8 @@ __attribute__((target("avx512f,fma"))) static int pw_wgrad(gorun_cgeom g, const 
 // plane load zeros, so the taps reading the border or slack add w·0.
 __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, const float *dy, const float *x,
                                                                  float *dw, int accumulate) {
+	if (winow_ok(&g))
+		return conv_winow_avx512(g, dy, x, dw, accumulate);
 	if (wgrad_by_o(&g))
 		return conv_wgrad_by_o(g, dy, x, dw, accumulate);
 	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;

@@ -85,8 +85,12 @@ func ConvForward(g *ConvGeom, x, w, b, y []float32) {
 // and planes of 8 pixels or more. For output planes narrower than 16 columns
 // with output channels by 32s and kernels 3 wide, and for 16 output channels
 // from 16 or more input channels with 3×3 kernels on output planes up to 32
-// columns, one sum per tap in that order (the C bodies run those with vectors over the output channels; the
-// Go loops keep the partials, within rounding).
+// columns, one sum per tap in that order (the C bodies run those with
+// vectors over the output channels; the Go loops keep the partials, within
+// rounding). The C levels take the same 3×3 convolutions that ConvForward
+// runs by Winograd, with input and output channels by 16s, by Winograd too
+// (sums over the transformed tiles of each sample, conv.c's winow_ok), which
+// the Go loops match within rounding.
 func ConvGradWeight(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
 	g.check()
 	nx, nw, ny := g.lens()

@@ -50,10 +50,12 @@ var convGeoms = []ConvGeom{
 	{N: 3, C: 8, O: 16, H: 11, W: 13, KH: 1, KW: 1, P: 0, S: 3}, // stride 3: gathered; the input gradient scattered
 	{N: 2, C: 16, O: 8, H: 6, W: 6, KH: 1, KW: 1, P: 0, S: 2},   // 9-pixel output planes
 	{N: 2, C: 40, O: 24, H: 8, W: 8, KH: 1, KW: 1, P: 0, S: 2},  // two vectors a tile (32 channels or more)
-	// Winograd F(2×2, 3×3): same 3×3 convolutions, 12 to 32 columns, output channels by 8s
+	// Winograd F(2×2, 3×3): same 3×3 convolutions, 12 to 32 columns, 16 or more input channels, output channels by 8s
 	{N: 20, C: 16, O: 8, H: 13, W: 15, KH: 3, KW: 3, P: 1}, // odd planes (tiles past the edge), three chunks
 	{N: 2, C: 17, O: 24, H: 5, W: 32, KH: 3, KW: 3, P: 1},  // a full vector of 16 tiles a row, three blocks of 8 channels
 	{N: 1, C: 40, O: 8, H: 2, W: 12, KH: 3, KW: 3, P: 1},   // one tile row, long channel sums
+	{N: 3, C: 16, O: 16, H: 13, W: 15, KH: 3, KW: 3, P: 1}, // weight gradient by Winograd: dy tiles past odd planes
+	{N: 2, C: 32, O: 48, H: 12, W: 32, KH: 3, KW: 3, P: 1}, // weight gradient by Winograd: 8 output channels × 32 input a block
 	// weight gradients over flattened planes (partial p mod 16)
 	{N: 2, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1}, // resnet_fashion.star's 14-column stage
 	{N: 19, C: 3, O: 8, H: 11, W: 11, KH: 3, KW: 3, P: 0},  // no padding, a 9×9 plane (last vector one lane), two chunks
