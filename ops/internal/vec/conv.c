@@ -633,17 +633,36 @@ static void wino_border(const gorun_cgeom *g, const wino_dims *d, const float *x
 				       g->w * sizeof(float));
 }
 
+// wino_bufs are a Winograd forward's buffers: the transformed kernels u,
+// the bordered inputs xp, the transformed inputs v and the products m.
+typedef struct {
+	float *u, *xp, *v, *m;
+} wino_bufs;
+
+// wino_alloc allocates them and transforms w into u (-1 when out of
+// memory: wino_free frees what was allocated).
+static int wino_alloc(const gorun_cgeom *g, const wino_dims *d, const float *w, wino_bufs *b) {
+	b->u = malloc(16 * g->o * g->c * sizeof(float)), b->xp = calloc(d->nb * g->c * d->ph * d->pw + 64, sizeof(float));
+	b->v = calloc(16 * g->c * d->tp, sizeof(float)), b->m = malloc(16 * g->o * d->tp * sizeof(float));
+	if (!b->u || !b->xp || !b->v || !b->m)
+		return -1;
+	wino_filter(g->o, g->c, w, b->u);
+	return 0;
+}
+
+static void wino_free(wino_bufs *b) { free(b->u), free(b->xp), free(b->v), free(b->m); }
+
 // wino_c is the Winograd forward in plain C (levels 0 and 1).
 static inline __attribute__((always_inline)) int wino_c(gorun_cgeom g, const float *x, const float *w, const float *b,
                                                         float *y) {
 	wino_dims d = wino_plan(&g);
 	long per = d.th * d.tw, plane = g.oh * g.ow, ob = g.o / 8;
-	float *u = malloc(16 * g.o * g.c * sizeof(float)), *xp = calloc(d.nb * g.c * d.ph * d.pw + 64, sizeof(float));
-	float *v = calloc(16 * g.c * d.tp, sizeof(float)), *m = malloc(16 * g.o * d.tp * sizeof(float));
+	wino_bufs bf;
+	float *u, *xp, *v, *m;
 	int r = -1;
-	if (!u || !xp || !v || !m)
+	if (wino_alloc(&g, &d, w, &bf))
 		goto done;
-	wino_filter(g.o, g.c, w, u);
+	u = bf.u, xp = bf.xp, v = bf.v, m = bf.m;
 	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
 		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * per;
 		wino_border(&g, &d, x, n0, nb, xp);
@@ -699,10 +718,7 @@ static inline __attribute__((always_inline)) int wino_c(gorun_cgeom g, const flo
 	}
 	r = 0;
 done:
-	free(m);
-	free(v);
-	free(xp);
-	free(u);
+	wino_free(&bf);
 	return r;
 }
 
@@ -749,12 +765,12 @@ __attribute__((target("avx512f,fma"))) static int conv_wino_avx512(gorun_cgeom g
                                                                    const float *b, float *y) {
 	wino_dims d = wino_plan(&g);
 	long per = d.th * d.tw, plane = g.oh * g.ow, ob = g.o / 8;
-	float *u = malloc(16 * g.o * g.c * sizeof(float)), *xp = calloc(d.nb * g.c * d.ph * d.pw + 64, sizeof(float));
-	float *v = calloc(16 * g.c * d.tp, sizeof(float)), *m = malloc(16 * g.o * d.tp * sizeof(float));
+	wino_bufs bf;
+	float *u, *xp, *v, *m;
 	int r = -1;
-	if (!u || !xp || !v || !m)
+	if (wino_alloc(&g, &d, w, &bf))
 		goto done;
-	wino_filter(g.o, g.c, w, u);
+	u = bf.u, xp = bf.xp, v = bf.v, m = bf.m;
 	int ev[16], od[16], lo[16], hi[16];
 	for (int l = 0; l < 16; l++)
 		ev[l] = 2 * l, od[l] = 2 * l + 1, lo[l] = l / 2 + (l % 2) * 16, hi[l] = 8 + l / 2 + (l % 2) * 16;
@@ -826,10 +842,7 @@ __attribute__((target("avx512f,fma"))) static int conv_wino_avx512(gorun_cgeom g
 	}
 	r = 0;
 done:
-	free(m);
-	free(v);
-	free(xp);
-	free(u);
+	wino_free(&bf);
 	return r;
 }
 
