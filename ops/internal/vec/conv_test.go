@@ -56,6 +56,7 @@ var convGeoms = []ConvGeom{
 	{N: 1, C: 40, O: 8, H: 2, W: 12, KH: 3, KW: 3, P: 1},   // one tile row, long channel sums
 	{N: 3, C: 16, O: 16, H: 13, W: 15, KH: 3, KW: 3, P: 1}, // weight gradient by Winograd: dy tiles past odd planes
 	{N: 2, C: 32, O: 48, H: 12, W: 32, KH: 3, KW: 3, P: 1}, // weight gradient by Winograd: 8 output channels × 32 input a block
+	{N: 0, C: 16, O: 16, H: 14, W: 14, KH: 3, KW: 3, P: 1}, // an empty batch on a Winograd geometry
 	// weight gradients over flattened planes (partial p mod 16)
 	{N: 2, C: 32, O: 32, H: 14, W: 14, KH: 3, KW: 3, P: 1}, // resnet_fashion.star's 14-column stage
 	{N: 19, C: 3, O: 8, H: 11, W: 11, KH: 3, KW: 3, P: 0},  // no padding, a 9×9 plane (last vector one lane), two chunks
