@@ -1706,8 +1706,8 @@ __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, con
 	}
 	int b4 = g.o % 64 == 0;
 	void (*body)(gorun_cgeom, const float *, const float *, long, long, float *) =
-	    g.o == 16 ? wgrado16 : b4 ? wgrado_k3b4 : wgrado_k3b2;
-	long nb = g.o == 16 ? WO16 : NB; // samples a chunk
+	    wgrad_o16(&g) ? wgrado16 : b4 ? wgrado_k3b4 : wgrado_k3b2;
+	long nb = wgrad_o16(&g) ? WO16 : NB; // samples a chunk
 	for (long n0 = 0; n0 < g.n; n0 += nb) {
 		gorun_cgeom gc = g;
 		gc.n = g.n - n0 < nb ? g.n - n0 : nb;
@@ -2083,8 +2083,7 @@ DEF_DGRAD_S2(dgrad_s2_body, S2R)
 
 // conv_dgrad_s2 runs the DEF_DGRAD_S2 body one sample at a time.
 __attribute__((target("avx512f"))) static int conv_dgrad_s2(gorun_cgeom g, const float *dy, const float *w, float *dx) {
-	long r = S2R;
-	long nb = (g.ow + r - 1) / r, rw = nb * r + 1, cs = (g.oh + 1) * rw, tw = 2 * nb * r, hw = g.h * g.w;
+	long nb = (g.ow + S2R - 1) / S2R, rw = nb * S2R + 1, cs = (g.oh + 1) * rw, tw = 2 * nb * S2R, hw = g.h * g.w;
 	long plane = g.oh * g.ow;
 	// w regrouped: (16-channel group, o, tap) then the channel's lane.
 	float *wp = zalloc64(g.c * g.o * 9), *dyp = zalloc64((g.o * cs + 15) / 16 * 16),
