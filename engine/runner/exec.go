@@ -48,6 +48,7 @@ type device struct {
 	async   chan *engine.Step
 	results chan asyncResult
 	pending int
+	tail    int // tailStart of prog.Steps
 
 	progress    *progress // where this rank's run stands
 	interrupted bool      // the ranks agreed to stop (RunOptions.Interrupt)
@@ -103,14 +104,21 @@ func (d *device) runStep(first, last bool) error {
 	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
 		return r.RunTrain(d.prog, &d.rc, d.coll)
 	}
-	for _, st := range d.prog.Steps {
+	for i, st := range d.prog.Steps {
 		if st.Phase == engine.PhaseUpdate || (!last && st.Phase == engine.PhaseSync) {
 			continue
 		}
-		if st.Phase == engine.PhaseSync && d.async != nil {
+		if st.Phase == engine.PhaseSync && i < d.tail && d.async != nil {
 			d.async <- st
 			d.pending++
 			continue
+		}
+		if st.Phase == engine.PhaseSync && d.pending > 0 {
+			// A collective this goroutine runs itself: those in flight go
+			// first (every rank calls collectives in one order).
+			if err := d.wait(); err != nil {
+				return err
+			}
 		}
 		if err := d.exec(st); err != nil {
 			d.wait()
@@ -118,6 +126,22 @@ func (d *device) runStep(first, last bool) error {
 		}
 	}
 	return d.wait()
+}
+
+// tailStart is the index in steps of the first of the collectives that end
+// the training steps (the sync phase after the last backward kernel):
+// overlapping them with nothing gains nothing, so the device runs them
+// itself rather than through its collective goroutine.
+func tailStart(steps []*engine.Step) int {
+	end := len(steps)
+	for end > 0 && steps[end-1].Phase == engine.PhaseUpdate {
+		end--
+	}
+	i := end
+	for i > 0 && steps[i-1].Phase == engine.PhaseSync {
+		i--
+	}
+	return i
 }
 
 // runUpdate runs the update phase: the optimizer and the collectives

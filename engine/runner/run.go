@@ -267,7 +267,7 @@ func (rs *runState) openDevices() error {
 		if err != nil {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
-		d := &device{rank: prog.Rank, prog: prog, dev: dev, eager: bopts.Eager,
+		d := &device{rank: prog.Rank, prog: prog, dev: dev, eager: bopts.Eager, tail: tailStart(prog.Steps),
 			shareState: s.Sync.Kind != spec.SyncParameterServer}
 		rs.devices = append(rs.devices, d)
 		if err := dev.Load(prog); err != nil {

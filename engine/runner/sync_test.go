@@ -419,3 +419,42 @@ func TestUnevenShardsTrain(t *testing.T) {
 		}
 	}
 }
+
+// TestTailStart: the collectives after the last backward step (the last
+// bucket's, here) run on the device's own goroutine; those that overlap
+// backward stay on the collective goroutine.
+func TestTailStart(t *testing.T) {
+	for _, c := range []struct {
+		sets    []string
+		devices int
+	}{
+		{nil, 2},
+		{[]string{"sync=sync.allreduce(bucket_mb=0.01)"}, 2},
+		{[]string{"sync=sync.parameter_server(root=1)"}, 2},
+		{nil, 1},
+	} {
+		prog := compile(t, loadSpec(t, mnistScript, c.sets...), c.devices).Devices[0]
+		tail := tailStart(prog.Steps)
+		lastBackward := -1
+		for i, st := range prog.Steps {
+			if st.Phase == engine.PhaseBackward {
+				lastBackward = i
+			}
+		}
+		if tail != lastBackward+1 {
+			t.Errorf("%v, %d devices: tail starts at step %d, want %d (right after the last backward step)", c.sets, c.devices, tail, lastBackward+1)
+		}
+		syncs := 0
+		for i, st := range prog.Steps {
+			if st.Phase == engine.PhaseSync {
+				syncs++
+				if i < tail && i > lastBackward {
+					t.Errorf("%v: sync step %d after backward is not in the tail", c.sets, i)
+				}
+			}
+		}
+		if c.devices > 1 && syncs == 0 {
+			t.Errorf("%v: no sync step", c.sets)
+		}
+	}
+}
