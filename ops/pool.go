@@ -80,6 +80,12 @@ func maxPool2DGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	ohw := dy.Shape[2] * dy.Shape[3]
 	hw := dx.Shape[2] * dx.Shape[3]
 	planes := dy.Shape[0] * dy.Shape[1]
+	if is32[T]() && a != nil && a.Kernel == 2 && poolStride(a) == 2 {
+		// Windows do not overlap: each element of dx is written once.
+		vec.MaxPool2x2Grad(view[float32](dy.Data), idx.Idx, view[float32](dx.Data), planes,
+			dx.Shape[2], dx.Shape[3], dy.Shape[2], dy.Shape[3])
+		return
+	}
 	clear(dx.Data[:planes*hw])
 	for p := 0; p < planes; p++ {
 		dxp := dx.Data[p*hw:][:hw]

@@ -214,6 +214,88 @@ void gorun_vec_maxpool2x2(int level, const float *x, float *y, int32_t *idx, lon
 		maxpool_c(x, y, idx, planes, h, w, oh, ow);
 }
 
+// ---- its gradient: each window's four elements of dx written once (the
+// chosen one dy + 0, so that -0 becomes +0 as 0 + dy gives, the others 0),
+// the rows and columns no window covers 0: no clearing pass, no scatter. idx
+// is as the pooling wrote it (inside its window). ----
+
+static void maxpool_grad_rest(float *dp, long h, long w, long oh, long ow) {
+	for (long r = 0; r < 2 * oh; r++)
+		for (long c = 2 * ow; c < w; c++)
+			dp[r * w + c] = 0;
+	for (long r = 2 * oh; r < h; r++)
+		for (long c = 0; c < w; c++)
+			dp[r * w + c] = 0;
+}
+
+static void maxpool_grad_c(const float *dy, const int32_t *idx, float *dx, long planes, long h, long w, long oh,
+                           long ow) {
+	for (long p = 0; p < planes; p++) {
+		float *dp = dx + p * h * w;
+		for (long oy = 0; oy < oh; oy++) {
+			float *r0 = dp + 2 * oy * w, *r1 = r0 + w;
+			const float *g = dy + (p * oh + oy) * ow;
+			const int32_t *ir = idx + (p * oh + oy) * ow;
+			int32_t base = (int32_t)(2 * oy * w);
+			for (long ox = 0; ox < ow; ox++) {
+				long j = 2 * ox;
+				int32_t d = ir[ox] - base - (int32_t)j;
+				float v = g[ox] + 0.0f;
+				r0[j] = d == 0 ? v : 0;
+				r0[j + 1] = d == 1 ? v : 0;
+				r1[j] = d == (int32_t)w ? v : 0;
+				r1[j + 1] = d == (int32_t)w + 1 ? v : 0;
+			}
+		}
+		maxpool_grad_rest(dp, h, w, oh, ow);
+	}
+}
+
+__attribute__((target("avx512f"))) static void maxpool_grad_avx512(const float *dy, const int32_t *idx, float *dx,
+                                                                     long planes, long h, long w, long oh, long ow) {
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+	const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+	const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+	const __m512i wv = _mm512_set1_epi32((int32_t)w), w1 = _mm512_set1_epi32((int32_t)w + 1);
+	for (long p = 0; p < planes; p++) {
+		float *dp = dx + p * h * w;
+		for (long oy = 0; oy < oh; oy++) {
+			float *r0 = dp + 2 * oy * w, *r1 = r0 + w;
+			const float *g = dy + (p * oh + oy) * ow;
+			const int32_t *ir = idx + (p * oh + oy) * ow;
+			int32_t base = (int32_t)(2 * oy * w);
+			for (long ox = 0; ox < ow; ox += 16) {
+				long cnt = ow - ox < 16 ? ow - ox : 16;
+				long j = 2 * ox;
+				__mmask16 mo = cnt == 16 ? 0xffff : TAIL(cnt);
+				__mmask16 m0 = cnt >= 8 ? 0xffff : TAIL(2 * cnt);
+				__mmask16 m1 = cnt == 16 ? 0xffff : cnt > 8 ? TAIL(2 * cnt - 16) : 0;
+				__m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(mo, g + ox), _mm512_setzero_ps());
+				__m512i d = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(mo, ir + ox),
+				                             _mm512_add_epi32(_mm512_set1_epi32(base + (int32_t)j), even));
+				__m512 a = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(d, zero), v);
+				__m512 b = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(d, one), v);
+				__m512 c = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(d, wv), v);
+				__m512 e = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(d, w1), v);
+				_mm512_mask_storeu_ps(r0 + j, m0, _mm512_permutex2var_ps(a, lo, b));
+				_mm512_mask_storeu_ps(r0 + j + 16, m1, _mm512_permutex2var_ps(a, hi, b));
+				_mm512_mask_storeu_ps(r1 + j, m0, _mm512_permutex2var_ps(c, lo, e));
+				_mm512_mask_storeu_ps(r1 + j + 16, m1, _mm512_permutex2var_ps(c, hi, e));
+			}
+		}
+		maxpool_grad_rest(dp, h, w, oh, ow);
+	}
+}
+
+void gorun_vec_maxpool2x2_grad(int level, const float *dy, const int32_t *idx, float *dx, long planes, long h, long w,
+                               long oh, long ow) {
+	if (level == 2)
+		maxpool_grad_avx512(dy, idx, dx, planes, h, w, oh, ow);
+	else
+		maxpool_grad_c(dy, idx, dx, planes, h, w, oh, ow);
+}
+
 // ---- sum: 16 partial sums (element i into partial i mod 16; a tail of r
 // elements into partials 0..r-1), combined pairwise: ((p0+p8)+(p4+p12))… ----
 

@@ -101,6 +101,41 @@ func MaxPool2x2(x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	maxPool2x2(level, x, y, idx, planes, h, w, oh, ow)
 }
 
+// MaxPool2x2Grad is MaxPool2x2's gradient: it sets dx (planes planes of
+// h×w) from dy and idx (each oh×ow, idx as MaxPool2x2 wrote it, inside its
+// window): the chosen element of each window gets dy + 0 (a -0 becomes +0,
+// as 0 + dy does), the window's other elements and those no window covers
+// get 0. The C levels write each element of dx once (no clearing pass, no
+// scatter); every level gives what clearing dx and adding each dy at its
+// index gives.
+func MaxPool2x2Grad(dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow int) {
+	if planes*h*w == 0 {
+		return
+	}
+	if 2*oh > h || 2*ow > w {
+		panic("vec: MaxPool2x2Grad output larger than the input allows")
+	}
+	_ = dx[planes*h*w-1]
+	if planes*oh*ow > 0 {
+		_, _ = dy[planes*oh*ow-1], idx[planes*oh*ow-1]
+	}
+	maxPool2x2Grad(level, dy, idx, dx, planes, h, w, oh, ow)
+}
+
+// maxPool2x2GradGo is MaxPool2x2Grad's Go loop: clearing dx and adding
+// each dy at its index, which Go compiles to faster code than a pass that
+// writes each window (a branch or a select per element).
+func maxPool2x2GradGo(dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow int) {
+	clear(dx[:planes*h*w])
+	for p := range planes {
+		dp := dx[p*h*w:][:h*w]
+		ip := idx[p*oh*ow:][:oh*ow]
+		for j, g := range dy[p*oh*ow:][:oh*ow] {
+			dp[ip[j]] += g
+		}
+	}
+}
+
 // Level is the kernel level this process uses: 2 AVX-512, 1 AVX2, 0 plain
 // C, -1 Go (no cgo).
 func Level() int { return level }

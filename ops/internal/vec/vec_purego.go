@@ -12,6 +12,10 @@ func maxPool2x2(_ int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	maxPool2x2Go(x, y, idx, planes, h, w, oh, ow)
 }
 
+func maxPool2x2Grad(_ int, dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow int) {
+	maxPool2x2GradGo(dy, idx, dx, planes, h, w, oh, ow)
+}
+
 func sum(_ int, x []float32) float32 { return sumGo(x) }
 
 func biasGrad(_ int, dy []float32, n, o, plane int, db []float32, accumulate bool) {

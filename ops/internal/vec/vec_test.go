@@ -193,6 +193,51 @@ func TestMaxPool2x2MatchesGo(t *testing.T) {
 	}
 }
 
+// TestMaxPool2x2GradMatchesScatter: every level and the Go loop write
+// exactly what clearing dx and adding each dy at its index gives (-0 and
+// NaN included), over every element of dx (which starts as garbage) and
+// nothing past it, for planes of odd sizes whose last row or column no
+// window covers.
+func TestMaxPool2x2GradMatchesScatter(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, lv := range append(levels(), -1) {
+		for _, tc := range []struct{ planes, h, w int }{
+			{1, 2, 2}, {3, 24, 24}, {2, 8, 8}, {5, 7, 9}, {2, 28, 70}, {1, 3, 33}, {4, 64, 64}, {2, 2, 34},
+			{0, 4, 4}, {2, 1, 5}, {3, 5, 1}, {1, 9, 47},
+		} {
+			oh, ow := tc.h/2, tc.w/2
+			x := sample(r, tc.planes*tc.h*tc.w)
+			n := tc.planes * oh * ow
+			y, idx := make([]float32, n), make([]int32, n)
+			maxPool2x2Go(x, y, idx, tc.planes, tc.h, tc.w, oh, ow)
+			dy := sample(r, n)
+			hw := tc.h * tc.w
+			want := make([]float32, tc.planes*hw)
+			for p := range tc.planes {
+				for j := range oh * ow {
+					want[p*hw+int(idx[p*oh*ow+j])] += dy[p*oh*ow+j]
+				}
+			}
+			got := sample(r, len(want)+1)
+			got[len(want)] = 7
+			if lv < 0 {
+				maxPool2x2GradGo(dy, idx, got, tc.planes, tc.h, tc.w, oh, ow)
+			} else {
+				maxPool2x2Grad(lv, dy, idx, got, tc.planes, tc.h, tc.w, oh, ow)
+			}
+			if got[len(want)] != 7 {
+				t.Errorf("level %d %+v: wrote past dx", lv, tc)
+			}
+			for i := range want {
+				if !same(want[i:i+1], got[i:i+1]) {
+					t.Errorf("level %d %+v: dx[%d] = %v, the scatter gives %v", lv, tc, i, got[i], want[i])
+					break
+				}
+			}
+		}
+	}
+}
+
 // TestMaxPoolNaNWindow pins the NaN rule on a window the vector path would
 // otherwise take: the last NaN wins.
 func TestMaxPoolNaNWindow(t *testing.T) {
@@ -232,13 +277,15 @@ func BenchmarkKernels(b *testing.B) {
 			{"relu", func() { relu(lv, y, x) }},
 			{"add", func() { add(lv, y, x, y) }},
 			{"maxpool2x2", func() { maxPool2x2(lv, x, y, idx, planes, h, w, h/2, w/2) }},
+			{"maxpool2x2_grad", func() { maxPool2x2Grad(lv, x[:n/4], idx, y, planes, h, w, h/2, w/2) }},
 		} {
 			f := k.f
 			if lv < 0 {
 				f = map[string]func(){
-					"relu":       func() { reluGo(y, x) },
-					"add":        func() { addGo(y, x, y) },
-					"maxpool2x2": func() { maxPool2x2Go(x, y, idx, planes, h, w, h/2, w/2) },
+					"relu":            func() { reluGo(y, x) },
+					"add":             func() { addGo(y, x, y) },
+					"maxpool2x2":      func() { maxPool2x2Go(x, y, idx, planes, h, w, h/2, w/2) },
+					"maxpool2x2_grad": func() { maxPool2x2GradGo(x[:n/4], idx, y, planes, h, w, h/2, w/2) },
 				}[k.name]
 			}
 			b.Run(fmt.Sprintf("%s/level=%d", k.name, lv), func(b *testing.B) {
