@@ -137,6 +137,15 @@ func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, y := in[0], out[0]
 	n, k := lastDim(x)
+	if is32[T]() {
+		// float32: vec's kernel (exponentials and sums in float32).
+		causal := 0
+		if a != nil && a.Causal {
+			causal = x.Shape[len(x.Shape)-2]
+		}
+		vec.SoftmaxRows(view[float32](x.Data[:n*k]), view[float32](y.Data[:n*k]), k, causal, nil)
+		return
+	}
 	for r := 0; r < n; r++ {
 		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
 		if a != nil && a.Causal {

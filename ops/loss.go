@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 	"math"
+
+	"gorun/ops/internal/vec"
 )
 
 // Targets must lie in [0, C); a kernel that meets one outside panics with a
@@ -69,14 +71,25 @@ func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	n, k := lastDim(x)
 	eps := labelSmoothing(a)
 	var loss float64 // Σ log-likelihoods, negated at the end
+	var ms []T       // float32: each row's maximum and Σ exp, from vec
+	if is32[T]() && n > 0 {
+		ms = c.Work[:2*n]
+		vec.SoftmaxRows(view[float32](x.Data[:n*k]), view[float32](probs.Data[:n*k]), k, 0, view[float32](ms))
+	}
 	for i, ti := range t.Idx[:n] {
 		skip := ignored(a, ti)
 		if !skip {
 			checkTarget(CrossEntropy, ti, k)
 		}
 		xr, pr := x.Data[i*k:][:k], probs.Data[i*k:][:k]
-		m := rowMax(xr)
-		s := expSum(xr, m)
+		var m T
+		var s float64
+		if ms != nil {
+			m, s = ms[2*i], float64(ms[2*i+1])
+		} else {
+			m = rowMax(xr)
+			s = expSum(xr, m)
+		}
 		ls := math.Log(s)
 		switch {
 		case skip:
@@ -88,6 +101,9 @@ func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 				sx += float64(v - m)
 			}
 			loss += (1-eps)*(float64(xr[ti]-m)-ls) + eps*(sx/float64(k)-ls)
+		}
+		if ms != nil {
+			continue // probs written by vec
 		}
 		inv := 1 / s
 		for j, v := range xr {

@@ -11,39 +11,10 @@
 
 #pragma GCC optimize("fp-contract=off")
 
+#include "exp.h"
+
 #define GELU_K 0.7978845608028654f // sqrt(2/π)
 #define GELU_C 0.044715f
-#define EXP_HI 88.0f // 2^fx stays finite: fx ≤ 127
-#define EXP_LO -87.0f // and normal: fx ≥ -125
-#define LOG2EF 1.44269504088896341f
-#define EXP_C1 0.693359375f
-#define EXP_C2 -2.12194440e-4f
-#define P0 1.9875691500E-4f
-#define P1 1.3981999507E-3f
-#define P2 8.3334519073E-3f
-#define P3 4.1665795894E-2f
-#define P4 1.6666665459E-1f
-#define P5 5.0000001201E-1f
-
-// expf_s is e^x for x in [EXP_LO, EXP_HI] (the caller clamps).
-static inline float expf_s(float x) {
-	float fx = floorf(x * LOG2EF + 0.5f);
-	x = x - fx * EXP_C1;
-	x = x - fx * EXP_C2;
-	float z = x * x;
-	float y = P0;
-	y = y * x + P1;
-	y = y * x + P2;
-	y = y * x + P3;
-	y = y * x + P4;
-	y = y * x + P5;
-	y = y * z + x;
-	y = y + 1.0f;
-	int32_t n = (int32_t)fx + 127;
-	union { int32_t i; float f; } p = {.i = n << 23};
-	return y * p.f;
-}
-
 // sp_s sets s = 1 - tanh(u) and p = 1 + tanh(u) from E = e^{2u}: s = 2/(1+E),
 // p = s·E, and 1 - tanh² = s·p, so GELU needs neither 1 + tanh nor 1 - tanh²
 // through the cancellation of 1 ± tanh near ∓1. Past the exponential's
@@ -92,24 +63,6 @@ __attribute__((target("avx2,fma"))) static void gelu_avx2(float *y, const float 
 __attribute__((target("avx2,fma"))) static void gelugrad_avx2(float *dx, const float *dy, const float *x, long n) { GELUGRAD_BODY }
 
 // The AVX-512 bodies: the scalar code above, sixteen lanes at a time.
-
-__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
-	__m512 fx = _mm512_roundscale_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2EF)), _mm512_set1_ps(0.5f)),
-	                                 _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-	x = _mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(EXP_C1)));
-	x = _mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(EXP_C2)));
-	__m512 z = _mm512_mul_ps(x, x);
-	__m512 y = _mm512_set1_ps(P0);
-	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P1));
-	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P2));
-	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P3));
-	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P4));
-	y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(P5));
-	y = _mm512_add_ps(_mm512_mul_ps(y, z), x);
-	y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-	__m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
-	return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-}
 
 // sp16 is sp_s, sixteen lanes at a time.
 __attribute__((target("avx512f"))) static inline void sp16(__m512 u, __m512 *s, __m512 *p) {
