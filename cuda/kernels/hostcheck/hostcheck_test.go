@@ -1367,7 +1367,9 @@ func TestLosses(t *testing.T) {
 						target[i] = -100
 					}
 				}
-				ctx := &ops.Ctx[float32]{LossScale: f32(scale), Step: 1} // the kernels take it as a float
+				// The kernels take the loss scale as a float; CrossEntropy
+				// keeps two values a row in Work (ops.Workspace).
+				ctx := &ops.Ctx[float32]{LossScale: f32(scale), Step: 1, Work: make([]float32, 2*capN)}
 				dloss := []float32{0.7}
 
 				for _, acc := range []bool{false, true} {
