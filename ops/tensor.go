@@ -97,9 +97,13 @@ func permute[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	off := 0 // x's offset of y's index idx[:r-1], 0
 	for o := 0; o < n; o += last {
 		src := off
-		for j := range yd[o : o+last] {
-			yd[o+j] = x.Data[src]
-			src += ls
+		if ls == 1 { // the last dimension stays last: whole runs
+			copy(yd[o:o+last], x.Data[src:src+last])
+		} else {
+			for j := range yd[o : o+last] {
+				yd[o+j] = x.Data[src]
+				src += ls
+			}
 		}
 		for d := r - 2; d >= 0; d-- {
 			idx[d]++
