@@ -161,6 +161,9 @@ static ALWAYS_INLINE void pack_a(int trans, const float *a, long lda, long mc,
 			for (long p = 0; p < kc; p++)
 				for (long r = mr; r < MR; r++)
 					o[p * MR + r] = 0;
+		} else if (mr == MR) {
+			for (long p = 0; p < kc; p++)
+				__builtin_memcpy(o + p * MR, a + p * lda + ir, MR * sizeof(float));
 		} else {
 			for (long p = 0; p < kc; p++) {
 				const float *src = a + p * lda + ir;
