@@ -133,7 +133,9 @@ func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 
 // softmax: in x[N,...,C]; out y = exp(x - max) / Σ exp(x - max), per row of
 // the last dimension. With Causal, row i of each T×T matrix (T = C) covers
-// columns 0..i only, and y is 0 in the others.
+// columns 0..i only, and y is 0 in the others. float32 runs vec.SoftmaxRows
+// (exponentials and sums in float32); float64 the loop below (exponentials
+// and sums in float64).
 func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, y := in[0], out[0]
 	n, k := lastDim(x)

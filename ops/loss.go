@@ -65,7 +65,10 @@ func nllLossGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 // crossEntropy: in logits[N,...,C], target[N,...] (Idx); out loss[1] =
 // LossScale·Σₚ ((1-ε)·(-logpₚ[targetₚ]) + ε·mean_c(-logpₚ[c])), logp =
 // log_softmax(logits), ε = Attrs.LabelSmoothing, and probs =
-// softmax(logits) (at ignored positions too).
+// softmax(logits) (at ignored positions too). In float32 the probabilities
+// and each row's maximum and sum of exponentials come from
+// vec.SoftmaxRows (the latter two through Ctx.Work), the loss from them in
+// float64; in float64 everything is computed in float64.
 func crossEntropy[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, t, probs := in[0], in[1], out[1]
 	n, k := lastDim(x)

@@ -420,8 +420,8 @@ func inputName(op Op, i int) string {
 //
 // Conv2D, Conv2DGradInput and Conv2DGradWeight lower the whole batch into
 // one matrix multiply (one per group) and need (C/G·KH·KW + O)·N·OH·OW
-// elements, G the groups. CrossEntropy keeps two values a row (a row: the
-// logits' last dimension).
+// elements, G the groups. CrossEntropy in float32 keeps two elements per
+// row of its logits (the row's maximum and its sum of exponentials).
 func Workspace(op Op, a *Attrs, in, out [][]int) int {
 	switch op {
 	case Conv2D: // in x, w; out y
@@ -433,7 +433,7 @@ func Workspace(op Op, a *Attrs, in, out [][]int) int {
 	case Conv2DGradWeight: // in dy, x; out dw
 		dy, dw := in[0], out[0]
 		return convWork(dw[1]*dw[2]*dw[3], dw[0], dy[0]*dy[2]*dy[3])
-	case CrossEntropy: // in logits: each row's maximum and Σ exp
+	case CrossEntropy: // in logits[N,...,C]: two per row
 		x := in[0]
 		if len(x) == 0 || x[len(x)-1] == 0 {
 			return 0
