@@ -18,11 +18,11 @@ import (
 
 // torchReference runs testdata/torch_mnist.py (the same Net, recipe and
 // batch in PyTorch, one thread per process) once per configuration and
-// caches its samples/s, so a benchmark can report gorun's speed next to
-// PyTorch's measured in the same run. ok is false, with the reason, when
+// round and caches its samples/s, so a benchmark can report gorun's speed
+// next to PyTorch's measured in the same run, the two alternating. ok is false, with the reason, when
 // /usr/bin/python3 has no torch or MNIST is missing.
-func torchReference(b *testing.B, steps, batch, world int) (float64, bool) {
-	return torchModelReference(b, "net", steps, batch, world)
+func torchReference(b *testing.B, steps, batch, world, round int) (float64, bool) {
+	return torchModelReference(b, "net", steps, batch, world, round)
 }
 
 // fashionDir and fortunesDir are where Debian's dataset-fashion-mnist and
@@ -33,9 +33,11 @@ const (
 )
 
 // torchModelReference is torchReference for model "net" (the tutorial's,
-// on MNIST) or "resnet" (resnet_fashion.star's, on Fashion-MNIST).
-func torchModelReference(b *testing.B, model string, steps, batch, world int) (float64, bool) {
-	key := fmt.Sprint(model, steps, batch, world)
+// on MNIST), "resnet" (resnet_fashion.star's, on Fashion-MNIST) or "gpt"
+// (gpt_text.star's, on the fortunes); round tells apart the runs of one
+// configuration that a benchmark alternates with its own.
+func torchModelReference(b *testing.B, model string, steps, batch, world, round int) (float64, bool) {
+	key := fmt.Sprint(model, steps, batch, world, round)
 	torchMu.Lock()
 	defer torchMu.Unlock()
 	if r, ok := torchCache[key]; ok {
@@ -99,9 +101,9 @@ func slowBLAS() bool {
 
 // BenchmarkTrainMNIST measures training steps of the tutorial's Net on
 // MNIST, batch 64, one device, and reports samples/s next to PyTorch 1.13
-// on one thread (the same recipe) measured in the same run, and their
-// ratio. One iteration is one optimizer step; run with -benchtime=300x for
-// a figure over 300 steps.
+// on one thread (the same recipe) measured in the same run, the two
+// alternating in rounds (pairedSpeed), and their ratio. One iteration is
+// one optimizer step; run with -benchtime=300x for a figure over 300 steps.
 func BenchmarkTrainMNIST(b *testing.B) {
 	benchTrain(b, 1, 64)
 }
@@ -111,10 +113,10 @@ func BenchmarkTrainMNIST(b *testing.B) {
 // device at batch 64, in the same run, and reports the two-device speed as
 // a ratio to one device (2.0 is perfect scaling) and to PyTorch
 // DistributedDataParallel over gloo with two processes. One iteration is
-// one optimizer step of each configuration; use -benchtime=300x. The two
-// configurations alternate in rounds of b.N/5 steps (each round a fresh run
-// after 10 untimed steps), so that the machine's drift between seconds
-// falls on both rather than on whichever ran second.
+// one optimizer step of each configuration; use -benchtime=300x. The
+// configurations (and DDP) alternate in rounds of b.N/5 steps (each round a
+// fresh run after 10 untimed steps), so that the machine's drift between
+// seconds falls on all rather than on whichever ran last.
 //
 // Each round also trains two independent one-device runs side by side (no
 // collective between them), and independent_runs_ratio is their summed
@@ -127,6 +129,7 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 	r1 := newSpeedRun(b, mnistScript, 1, 64)
 	r2 := newSpeedRun(b, mnistScript, 2, 128)
 	pair := [2]*speedRun{newSpeedRun(b, mnistScript, 1, 64), newSpeedRun(b, mnistScript, 1, 64)}
+	ddpOK, ddpSamples, ddpSecs := true, 0.0, 0.0 // PyTorch DDP's rounds
 	rounds := 1
 	if b.N >= 100 {
 		rounds = 5
@@ -139,6 +142,14 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 		}
 		r1.run(max(n, 1))
 		r2.run(max(n, 1))
+		if b.N >= 100 {
+			b.StopTimer()
+			sps, ok := torchReference(b, n, 128, 2, i)
+			b.StartTimer()
+			ddpOK = ddpOK && ok
+			ddpSamples += float64(n * 128)
+			ddpSecs += float64(n*128) / sps
+		}
 		var wg sync.WaitGroup
 		var errs [2]error
 		for k, r := range pair {
@@ -159,31 +170,67 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 	b.ReportMetric(one, "one_device_samples/s")
 	b.ReportMetric(two/one, "ratio_to_one_device")
 	b.ReportMetric((pair[0].samplesPerS()+pair[1].samplesPerS())/one, "independent_runs_ratio")
-	if b.N >= 100 {
-		if ref, ok := torchReference(b, 300, 128, 2); ok {
-			b.ReportMetric(ref, "ddp_samples/s")
-			b.ReportMetric(two/ref, "ratio_to_ddp")
-		}
+	if b.N >= 100 && ddpOK {
+		ref := ddpSamples / ddpSecs
+		b.ReportMetric(ref, "ddp_samples/s")
+		b.ReportMetric(two/ref, "ratio_to_ddp")
 	}
 }
 
 func benchTrain(b *testing.B, devices, batch int) {
-	sps := trainSpeed(b, devices, batch)
+	r := newSpeedRun(b, mnistScript, devices, batch)
+	b.ResetTimer()
+	sps, ref, ok := pairedSpeed(b, r, "net", 100)
+	b.StopTimer()
 	b.ReportMetric(sps, "samples/s")
-	if b.N < 100 {
-		return // too short to compare; run with -benchtime=300x
-	}
-	if ref, ok := torchReference(b, 300, batch, devices); ok {
+	if ok {
 		b.ReportMetric(ref, "torch_samples/s")
 		b.ReportMetric(sps/ref, "ratio_to_torch")
 	}
+}
+
+// pairRounds is how many rounds pairedSpeed alternates gorun and PyTorch.
+const pairRounds = 3
+
+// pairedSpeed trains b.N steps of r in pairRounds rounds, each followed by
+// as many steps of the same model, batch and devices in PyTorch (model as
+// torchModelReference names it), so that the machine's drift between
+// seconds falls on both; it returns the speed of each over all rounds
+// (samples/s). ok is false, with no PyTorch figure, when b.N is under
+// minSteps or PyTorch is skipped.
+func pairedSpeed(b *testing.B, r *speedRun, model string, minSteps int) (mine, ref float64, ok bool) {
+	ok = b.N >= minSteps
+	var samples, secs float64 // PyTorch's
+	for i := range pairRounds {
+		n := b.N / pairRounds
+		if i == pairRounds-1 {
+			n = b.N - n*(pairRounds-1)
+		}
+		r.run(max(n, 1))
+		if !ok {
+			continue
+		}
+		b.StopTimer()
+		sps, good := torchModelReference(b, model, n, r.batch, r.p.World, i)
+		b.StartTimer()
+		if !good {
+			ok = false
+			continue
+		}
+		samples += float64(n * r.batch)
+		secs += float64(n*r.batch) / sps
+	}
+	if ok {
+		ref = samples / secs
+	}
+	return r.samplesPerS(), ref, ok
 }
 
 // BenchmarkTrainResNet trains scripts/examples/resnet_fashion.star's
 // ResNet on Fashion-MNIST on one device at batch 64 and on two at global
 // batch 128, and reports both next to the same model and recipe in
 // PyTorch 1.13 (one thread per process; DDP over gloo for two) measured in
-// the same run. Use -benchtime=100x.
+// the same run, alternating in rounds (pairedSpeed). Use -benchtime=100x.
 func BenchmarkTrainResNet(b *testing.B) {
 	src, err := os.ReadFile("../../scripts/examples/resnet_fashion.star")
 	if err != nil {
@@ -192,21 +239,21 @@ func BenchmarkTrainResNet(b *testing.B) {
 	if _, err := os.Stat(fashionDir); err != nil {
 		b.Skip("SKIP: Fashion-MNIST not found; install dataset-fashion-mnist")
 	}
-	one := trainScriptSpeed(b, string(src), 1, 64)
-	two := trainScriptSpeed(b, string(src), 2, 128)
+	r1, r2 := newSpeedRun(b, string(src), 1, 64), newSpeedRun(b, string(src), 2, 128)
+	b.ResetTimer()
+	one, ref1, ok1 := pairedSpeed(b, r1, "resnet", 30)
+	two, ref2, ok2 := pairedSpeed(b, r2, "resnet", 30)
+	b.StopTimer()
 	b.ReportMetric(one, "samples/s")
 	b.ReportMetric(two, "two_device_samples/s")
 	b.ReportMetric(two/one, "ratio_two_to_one")
-	if b.N < 30 {
-		return // too short to compare; run with -benchtime=100x
+	if ok1 {
+		b.ReportMetric(ref1, "torch_samples/s")
+		b.ReportMetric(one/ref1, "ratio_to_torch")
 	}
-	if ref, ok := torchModelReference(b, "resnet", 100, 64, 1); ok {
-		b.ReportMetric(ref, "torch_samples/s")
-		b.ReportMetric(one/ref, "ratio_to_torch")
-	}
-	if ref, ok := torchModelReference(b, "resnet", 100, 128, 2); ok {
-		b.ReportMetric(ref, "ddp_samples/s")
-		b.ReportMetric(two/ref, "ratio_to_ddp")
+	if ok2 {
+		b.ReportMetric(ref2, "ddp_samples/s")
+		b.ReportMetric(two/ref2, "ratio_to_ddp")
 	}
 }
 
@@ -214,7 +261,7 @@ func BenchmarkTrainResNet(b *testing.B) {
 // of 64 bytes) on one device at batch 32 and on two at global batch 64,
 // and reports tokens/s next to the same model and recipe in PyTorch 1.13
 // (one thread per process; DDP over gloo for two) measured in the same
-// run. Use -benchtime=50x.
+// run, alternating in rounds (pairedSpeed). Use -benchtime=50x or more.
 func BenchmarkTrainGPT(b *testing.B) {
 	src, err := os.ReadFile("../../scripts/examples/gpt_text.star")
 	if err != nil {
@@ -224,37 +271,22 @@ func BenchmarkTrainGPT(b *testing.B) {
 		b.Skip("SKIP: the fortunes text not found; install fortunes")
 	}
 	const t = 64 // tokens per sample
-	one := trainScriptSpeed(b, string(src), 1, 32) * t
-	two := trainScriptSpeed(b, string(src), 2, 64) * t
-	b.ReportMetric(one, "tokens/s")
-	b.ReportMetric(two, "two_device_tokens/s")
-	b.ReportMetric(two/one, "ratio_two_to_one")
-	if b.N < 20 {
-		return // too short to compare; run with -benchtime=50x
-	}
-	if ref, ok := torchModelReference(b, "gpt", 50, 32, 1); ok {
-		b.ReportMetric(ref*t, "torch_tokens/s")
-		b.ReportMetric(one/(ref*t), "ratio_to_torch")
-	}
-	if ref, ok := torchModelReference(b, "gpt", 50, 64, 2); ok {
-		b.ReportMetric(ref*t, "ddp_tokens/s")
-		b.ReportMetric(two/(ref*t), "ratio_to_ddp")
-	}
-}
-
-// trainSpeed trains b.N optimizer steps (after 10 untimed ones) and
-// returns samples/s over the timed steps.
-func trainSpeed(b *testing.B, devices, batch int) float64 {
-	return trainScriptSpeed(b, mnistScript, devices, batch)
-}
-
-// trainScriptSpeed is trainSpeed for the model and data of script src.
-func trainScriptSpeed(b *testing.B, src string, devices, batch int) float64 {
-	r := newSpeedRun(b, src, devices, batch)
+	r1, r2 := newSpeedRun(b, string(src), 1, 32), newSpeedRun(b, string(src), 2, 64)
 	b.ResetTimer()
-	r.run(max(b.N, 1))
+	one, ref1, ok1 := pairedSpeed(b, r1, "gpt", 20)
+	two, ref2, ok2 := pairedSpeed(b, r2, "gpt", 20)
 	b.StopTimer()
-	return r.samplesPerS()
+	b.ReportMetric(one*t, "tokens/s")
+	b.ReportMetric(two*t, "two_device_tokens/s")
+	b.ReportMetric(two/one, "ratio_two_to_one")
+	if ok1 {
+		b.ReportMetric(ref1*t, "torch_tokens/s")
+		b.ReportMetric(one/ref1, "ratio_to_torch")
+	}
+	if ok2 {
+		b.ReportMetric(ref2*t, "ddp_tokens/s")
+		b.ReportMetric(two/ref2, "ratio_to_ddp")
+	}
 }
 
 // speedRun is one configuration (script, devices, batch) compiled and its
