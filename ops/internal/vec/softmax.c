@@ -37,15 +37,22 @@ static inline long sm_keep(long r, long k, long causal) {
 	return keep < k ? keep : k;
 }
 
+// sm_max is the row's maximum: NaN if it holds one (the last NaN wins, as
+// ops' rowMax), else its largest value.
+static inline float sm_max(const float *xr, long keep) {
+	float m = xr[0];
+	for (long j = 1; j < keep; j++)
+		if (xr[j] > m || xr[j] != xr[j])
+			m = xr[j];
+	return m;
+}
+
 static void softmax_c(const float *x, float *y, long rows, long k, long causal, float *ms) {
 	for (long r = 0; r < rows; r++) {
 		const float *xr = x + r * k;
 		float *yr = y + r * k;
 		long keep = sm_keep(r, k, causal);
-		float m = xr[0];
-		for (long j = 1; j < keep; j++)
-			if (xr[j] > m || xr[j] != xr[j])
-				m = xr[j];
+		float m = sm_max(xr, keep);
 		float p[16] = {0};
 		for (long j = 0; j < keep; j++) {
 			float e = sm_exp(xr[j] - m);
@@ -71,12 +78,7 @@ __attribute__((target("avx512f"))) static void softmax_avx512(const float *x, fl
 		const float *xr = x + r * k;
 		float *yr = y + r * k;
 		long keep = sm_keep(r, k, causal);
-		// The maximum as the scalar loop finds it (the last NaN, else the
-		// first largest; only the value matters).
-		float m = xr[0];
-		for (long j = 1; j < keep; j++)
-			if (xr[j] > m || xr[j] != xr[j])
-				m = xr[j];
+		float m = sm_max(xr, keep);
 		__m512 mv = _mm512_set1_ps(m), acc = zero;
 		for (long j = 0; j < keep; j += 16) {
 			__mmask16 t = keep - j >= 16 ? 0xffff : (__mmask16)((1u << (keep - j)) - 1u);
