@@ -1,5 +1,7 @@
 package ops
 
+import "gorun/ops/internal/vec"
+
 // dropout: in x; out y and mask (same shape as x), mask = Bernoulli(1-P) /
 // (1-P), y = x·mask, as PyTorch's training-mode dropout. One draw from
 // Ctx.RNG per element when 0 < P < 1; P = 0 keeps everything and P = 1
@@ -23,6 +25,10 @@ func dropout2D[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	hw := prod(x.Shape[2:])
 	mask := out[1].Data[:planes]
 	fillMask(c, a.P, mask)
+	if is32[T]() {
+		vec.ScalePlanes(view[float32](y.Data), view[float32](x.Data), view[float32](mask), hw)
+		return
+	}
 	for p, m := range mask {
 		yp := y.Data[p*hw:][:hw]
 		for i, v := range x.Data[p*hw:][:hw] {
@@ -68,6 +74,10 @@ func dropout2DGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, dx := in[0], out[0]
 	planes := dy.Shape[0] * dy.Shape[1]
 	hw := prod(dy.Shape[2:])
+	if is32[T]() {
+		vec.ScalePlanes(view[float32](dx.Data), view[float32](dy.Data), view[float32](in[1].Data[:planes]), hw)
+		return
+	}
 	for p, m := range in[1].Data[:planes] {
 		dp := dx.Data[p*hw:][:hw]
 		for i, g := range dy.Data[p*hw:][:hw] {

@@ -122,6 +122,44 @@ void gorun_vec_add(int level, float *z, const float *x, const float *y, long n) 
 	}
 }
 
+// ---- plane scaling: y[p·hw + i] = x[p·hw + i] · s[p] (Dropout2D and its
+// gradient: one multiply an element) ----
+
+#define SCALE_PLANES_BODY                                 \
+	for (long p = 0; p < planes; p++) {                   \
+		float m = s[p];                                   \
+		for (long i = 0; i < hw; i++)                     \
+			y[p * hw + i] = x[p * hw + i] * m;            \
+	}
+
+static void scale_planes_c(float *y, const float *x, const float *s, long planes, long hw) { SCALE_PLANES_BODY }
+__attribute__((target("avx2,fma"))) static void scale_planes_avx2(float *y, const float *x, const float *s, long planes,
+                                                                  long hw) { SCALE_PLANES_BODY }
+
+__attribute__((target("avx512f"))) static void scale_planes_avx512(float *y, const float *x, const float *s,
+                                                                     long planes, long hw) {
+	for (long p = 0; p < planes; p++) {
+		__m512 m = _mm512_set1_ps(s[p]);
+		const float *xp = x + p * hw;
+		float *yp = y + p * hw;
+		long i = 0;
+		for (; i + 16 <= hw; i += 16)
+			_mm512_storeu_ps(yp + i, _mm512_mul_ps(_mm512_loadu_ps(xp + i), m));
+		if (i < hw) {
+			__mmask16 t = TAIL(hw - i);
+			_mm512_mask_storeu_ps(yp + i, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, xp + i), m));
+		}
+	}
+}
+
+void gorun_vec_scale_planes(int level, float *y, const float *x, const float *s, long planes, long hw) {
+	switch (level) {
+	case 2: scale_planes_avx512(y, x, s, planes, hw); break;
+	case 1: scale_planes_avx2(y, x, s, planes, hw); break;
+	default: scale_planes_c(y, x, s, planes, hw);
+	}
+}
+
 // ---- 2×2 max pooling, stride 2 ----
 //
 // For each output (oy, ox) of each plane: the first maximum of the window

@@ -101,6 +101,27 @@ func MaxPool2x2(x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	maxPool2x2(level, x, y, idx, planes, h, w, oh, ow)
 }
 
+// ScalePlanes sets y[p·hw + i] = x[p·hw + i]·s[p] for each of the len(s)
+// planes of hw elements (Dropout2D's mask and its gradient): one multiply
+// an element at every level. y may be x.
+func ScalePlanes(y, x, s []float32, hw int) {
+	if len(s)*hw == 0 {
+		return
+	}
+	_, _ = y[len(s)*hw-1], x[len(s)*hw-1]
+	scalePlanes(level, y, x, s, hw)
+}
+
+// scalePlanesGo is ScalePlanes' Go loop.
+func scalePlanesGo(y, x, s []float32, hw int) {
+	for p, m := range s {
+		yp := y[p*hw:][:hw]
+		for i, v := range x[p*hw:][:hw] {
+			yp[i] = v * m
+		}
+	}
+}
+
 // MaxPool2x2Grad is MaxPool2x2's gradient: it sets dx (planes planes of
 // h×w) from dy and idx (each oh×ow, idx as MaxPool2x2 wrote it, inside its
 // window): the chosen element of each window gets dy + 0 (a -0 becomes +0,

@@ -12,6 +12,7 @@ void gorun_vec_add(int level, float *z, const float *x, const float *y, long n);
 float gorun_vec_sum(int level, const float *x, long n);
 void gorun_vec_bias_grad(int level, const float *dy, long n, long o, long plane, float *db, int accumulate);
 void gorun_vec_maxpool2x2(int level, const float *x, float *y, int32_t *idx, long planes, long h, long w, long oh, long ow);
+void gorun_vec_scale_planes(int level, float *y, const float *x, const float *s, long planes, long hw);
 void gorun_vec_maxpool2x2_grad(int level, const float *dy, const int32_t *idx, float *dx, long planes, long h, long w, long oh, long ow);
 */
 import "C"
@@ -46,6 +47,10 @@ func add(lv int, z, x, y []float32) {
 func maxPool2x2(lv int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	C.gorun_vec_maxpool2x2(C.int(lv), fp(x), fp(y), (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(idx))),
 		C.long(planes), C.long(h), C.long(w), C.long(oh), C.long(ow))
+}
+
+func scalePlanes(lv int, y, x, s []float32, hw int) {
+	C.gorun_vec_scale_planes(C.int(lv), fp(y), fp(x), fp(s), C.long(len(s)), C.long(hw))
 }
 
 func maxPool2x2Grad(lv int, dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow int) {

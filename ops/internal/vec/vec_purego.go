@@ -12,6 +12,8 @@ func maxPool2x2(_ int, x, y []float32, idx []int32, planes, h, w, oh, ow int) {
 	maxPool2x2Go(x, y, idx, planes, h, w, oh, ow)
 }
 
+func scalePlanes(_ int, y, x, s []float32, hw int) { scalePlanesGo(y, x, s, hw) }
+
 func maxPool2x2Grad(_ int, dy []float32, idx []int32, dx []float32, planes, h, w, oh, ow int) {
 	maxPool2x2GradGo(dy, idx, dx, planes, h, w, oh, ow)
 }

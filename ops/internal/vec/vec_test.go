@@ -193,6 +193,31 @@ func TestMaxPool2x2MatchesGo(t *testing.T) {
 	}
 }
 
+// TestScalePlanesMatchesGo: every level writes the Go loop's bits (NaN,
+// ±Inf and -0 in the planes and the scales, planes of lengths around the
+// vector width), in place too, and nothing past the planes.
+func TestScalePlanesMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, lv := range levels() {
+		for _, tc := range []struct{ planes, hw int }{{1, 1}, {3, 15}, {2, 16}, {5, 17}, {4, 64}, {7, 33}, {0, 9}, {3, 0}} {
+			n := tc.planes * tc.hw
+			x, s := sample(r, n), sample(r, tc.planes)
+			want, got := make([]float32, n), make([]float32, n+1)
+			got[n] = 7
+			scalePlanesGo(want, x, s, tc.hw)
+			scalePlanes(lv, got, x, s, tc.hw)
+			if !same(want, got[:n]) || got[n] != 7 {
+				t.Errorf("level %d %+v: differs from the Go loop", lv, tc)
+			}
+			in := append([]float32(nil), x...)
+			scalePlanes(lv, in, in, s, tc.hw)
+			if !same(want, in) {
+				t.Errorf("level %d %+v in place: differs from the Go loop", lv, tc)
+			}
+		}
+	}
+}
+
 // TestMaxPool2x2GradMatchesScatter: every level and the Go loop write
 // exactly what clearing dx and adding each dy at its index gives (-0 and
 // NaN included), over every element of dx (which starts as garbage) and
