@@ -43,16 +43,7 @@ kernels:
 kernels-check:
 	@if ! command -v nvcc >/dev/null 2>&1; then \
 		echo "SKIP kernels-check: nvcc not found (apt-get install nvidia-cuda-toolkit)"; exit 0; fi; \
-	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	cuda/kernels/build.sh "$$tmp" && \
-	for f in gorun_sm80.ptx gorun_sm90.ptx; do \
-		if ! cmp -s "$$tmp/$$f" "cuda/kernels/$$f"; then \
-			echo "kernels-check: cuda/kernels/$$f is stale: it differs from what nvcc ($$(nvcc --version | grep -o "release [0-9.]*")) builds from cuda/kernels/*.cu; run 'make kernels' and commit the PTX"; \
-			diff "cuda/kernels/$$f" "$$tmp/$$f" | head -20; exit 1; fi; \
-	done && \
-	ptxas -arch=sm_80 -o "$$tmp/sm80.cubin" cuda/kernels/gorun_sm80.ptx && \
-	ptxas -arch=sm_90 -o "$$tmp/sm90.cubin" cuda/kernels/gorun_sm90.ptx && \
-	echo "kernels-check: PTX up to date; ptxas sm_80 and sm_90 OK"
+	cuda/kernels/check.sh
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s), one after the other; crashers land in the package's testdata/fuzz/
 FUZZTIME ?= 30s

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"gorun/ops"
@@ -48,6 +49,18 @@ func TestSourcesStamp(t *testing.T) {
 	}
 	if got, built := hex.EncodeToString(h.Sum(nil)), SourcesSHA256(); got != built {
 		t.Fatalf("cuda/kernels sources changed since hostcheck/sources.h was written (sha256 %s, built from %s): run `make kernels` (or cuda/kernels/stamp.sh without nvcc)", got, built)
+	}
+	// build.sh stamps each PTX file with the same sum: a PTX file not
+	// rebuilt after an edit shows here, without nvcc.
+	want := "// gorun kernel sources sha256 " + hex.EncodeToString(h.Sum(nil))
+	for _, f := range []string{"gorun_sm80.ptx", "gorun_sm90.ptx"} {
+		b, err := os.ReadFile(filepath.Join("..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, _, _ := strings.Cut(string(b), "\n"); first != want {
+			t.Errorf("cuda/kernels/%s starts %q, want %q: the sources changed since it was built; run `make kernels` (needs nvcc 11.8) and commit the PTX", f, first, want)
+		}
 	}
 }
 
