@@ -146,6 +146,23 @@ type FiniteChecker interface {
 	Finite(b *engine.Buffer) (bool, error)
 }
 
+// Helper is a Device that can run a kernel step of another device of the
+// same backend and process on the calling goroutine: CPU devices, whose
+// arenas share one address space. The runner uses it to let a rank that
+// finished its backward pass early take a slower rank's remaining
+// gradient kernels (see package runner), so the step waits less for the
+// slower rank; the result is the same bits whoever runs the step.
+type Helper interface {
+	// ExecFor runs kernel step st of owner with owner's buffers and rc
+	// (owner's run context), and this device's scratch space. The caller
+	// guarantees that nothing else touches the step's buffers meanwhile
+	// and that this device runs no step of its own.
+	ExecFor(owner Device, st *engine.Step, rc *RunCtx) error
+	// CanHelp reports whether ExecFor can run owner's steps: owner is a
+	// device of the same kind whose scratch space is no larger.
+	CanHelp(owner Device) bool
+}
+
 // Data is a dataset resident on a device.
 type Data interface {
 	Len() int

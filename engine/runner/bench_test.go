@@ -327,6 +327,9 @@ type speedRun struct {
 	batch int
 	steps int     // timed steps so far
 	secs  float64 // their wall time
+	// helped is the gradient kernels the run's devices ran for each other
+	// (helping), warm-up steps included.
+	helped int64
 }
 
 func newSpeedRun(b *testing.B, src string, devices, batch int) *speedRun {
@@ -354,7 +357,7 @@ func (r *speedRun) try(steps int) error {
 	r.s.MaxSteps = steps + warmup
 	var t0, t1 float64
 	last := 0
-	_, err := Run(r.p, RunOptions{Train: r.ds, OnStep: func(m StepMetrics) {
+	res, err := Run(r.p, RunOptions{Train: r.ds, OnStep: func(m StepMetrics) {
 		if m.Step == warmup {
 			t0 = m.Time
 		}
@@ -363,6 +366,7 @@ func (r *speedRun) try(steps int) error {
 	if err != nil {
 		return err
 	}
+	r.helped += res.HelpedSteps
 	// The script's epochs may end the run before MaxSteps: count the steps
 	// that ran.
 	if last <= warmup {

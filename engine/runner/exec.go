@@ -50,6 +50,10 @@ type device struct {
 	pending int
 	tail    int // tailStart of prog.Steps
 
+	// lend is the device's side of helping (help.go): nil when its
+	// steps always run on it alone.
+	lend *lender
+
 	progress    *progress // where this rank's run stands
 	interrupted bool      // the ranks agreed to stop (RunOptions.Interrupt)
 	train, eval backend.Data
@@ -104,8 +108,27 @@ func (d *device) runStep(first, last bool) error {
 	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
 		return r.RunTrain(d.prog, &d.rc, d.coll)
 	}
+	l := d.lend
+	if l != nil {
+		l.begin()
+	}
 	for i, st := range d.prog.Steps {
+		if stepHook != nil {
+			stepHook(d, i)
+		}
+		if l != nil {
+			if err := d.settle(i); err != nil {
+				return d.fail(err)
+			}
+			if i == d.tail {
+				d.help() // this micro-step's compute is done
+			}
+		}
 		if st.Phase == engine.PhaseUpdate || (!last && st.Phase == engine.PhaseSync) {
+			continue
+		}
+		if l != nil && l.plan[i].ok {
+			l.put(i) // runs later, here or on a helper
 			continue
 		}
 		if st.Phase == engine.PhaseSync && i < d.tail && d.async != nil {
@@ -117,15 +140,35 @@ func (d *device) runStep(first, last bool) error {
 			// A collective this goroutine runs itself: those in flight go
 			// first (every rank calls collectives in one order).
 			if err := d.wait(); err != nil {
-				return err
+				return d.fail(err)
 			}
 		}
 		if err := d.exec(st); err != nil {
-			d.wait()
-			return err
+			return d.fail(err)
+		}
+		if l != nil {
+			l.finished(i + 1)
+		}
+	}
+	if l != nil {
+		if err := d.settle(len(d.prog.Steps)); err != nil {
+			return d.fail(err)
+		}
+		if d.tail >= len(d.prog.Steps) {
+			d.help()
 		}
 	}
 	return d.wait()
+}
+
+// fail ends a micro-step that failed with err: it waits for the steps
+// helpers run on d and for the collectives in flight, and returns err.
+func (d *device) fail(err error) error {
+	if d.lend != nil {
+		d.settle(len(d.prog.Steps))
+	}
+	d.wait()
+	return err
 }
 
 // tailStart is the index in steps of the first of the collectives that end
@@ -189,11 +232,20 @@ func (d *device) exec(st *engine.Step) error {
 		d.commTime += time.Since(t0)
 		return err
 	}
+	var t0 time.Time
+	if ProbeOps != nil {
+		t0 = time.Now()
+	}
 	if err := d.dev.Exec(st, &d.rc); err != nil {
 		return fmt.Errorf("%s: %w", st.Layer, err)
 	}
+	if ProbeOps != nil {
+		ProbeOps[d.rank][st] += time.Since(t0)
+	}
 	return nil
 }
+
+var ProbeOps []map[*engine.Step]time.Duration
 
 // evalBatch runs the forward pass without dropout on the live batch; first
 // starts the evaluation's loss sum.
@@ -320,3 +372,7 @@ func (d *device) readLoss() (float64, error) {
 	}
 	return float64(d.loss[0]), nil
 }
+
+// stepHook, when set (tests), runs before each step of a micro-step that
+// runStep walks.
+var stepHook func(d *device, i int)

@@ -97,6 +97,9 @@ type Result struct {
 	PeakRSSBytes int64
 	// Interrupted is set when RunOptions.Interrupt stopped the run.
 	Interrupted bool
+	// HelpedSteps counts the gradient kernels a device of this process
+	// ran for a slower one (helping, help.go).
+	HelpedSteps int64
 	// Params holds each local rank's final parameter arena, in the
 	// Program's arena order (Program.Params give each parameter's place).
 	Params [][]float32
@@ -128,6 +131,9 @@ type runState struct {
 	log       io.Writer
 	resume    *progress // nil for a fresh run
 	best      float64   // best eval accuracy so far (minus the loss for regression), -Inf before any
+	// help joins the devices that run each other's gradient steps (nil
+	// when they do not).
+	help *helpGroup
 	// lead is set in the process that holds global rank 0: it alone
 	// writes metrics, checkpoints and the summary.
 	lead bool
@@ -180,6 +186,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		return nil, err
 	}
 	defer rs.closeDevices()
+	rs.help = setupHelping(rs.devices)
 	if err := rs.initParams(); err != nil {
 		return nil, err
 	}
@@ -400,6 +407,9 @@ func (rs *runState) runRanks() error {
 			d := rs.devices[r]
 			if err := rs.safeRankLoop(d); err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", d.rank, err)
+				if rs.help != nil {
+					rs.help.failed.Store(true)
+				}
 				rs.abort(errs[r])
 			}
 		}(r)
@@ -803,6 +813,9 @@ func (rs *runState) finalParams() error {
 			return err
 		}
 		rs.res.Params = append(rs.res.Params, v)
+		if d.lend != nil {
+			rs.res.HelpedSteps += d.lend.helped
+		}
 	}
 	return nil
 }

@@ -230,7 +230,8 @@ func TestRankFailuresDoNotHang(t *testing.T) {
 }
 
 // TestTwoDeviceStepAllocatesNothing: a training step on two devices, with
-// its overlapped gradient all-reduce and the loss all-reduce, allocates
+// its overlapped gradient all-reduce and the loss all-reduce, and with
+// rank 0 running rank 1's gradient steps (helping, forced), allocates
 // nothing (on either rank).
 func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 	p := compile(t, loadSpec(t, mnistScript), 2)
@@ -257,8 +258,13 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if setupHelping(devs) == nil {
+		t.Fatal("two CPU devices do not help each other")
+	}
+	check := forceHelping(t)
 	for r, d := range devs {
 		d.coll = colls[r]
+		d.tail = tailStart(d.prog.Steps)
 		d.startAsync()
 		defer d.stopAsync()
 	}
@@ -311,6 +317,10 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("a two-device training step allocates %.1f times", allocs)
+	}
+	check()
+	if devs[0].lend.helped == 0 {
+		t.Error("rank 0 ran none of rank 1's steps")
 	}
 }
 

@@ -77,6 +77,9 @@ type Device struct {
 	batched []int // IDs of batched buffers
 	ctx     ops.Ctx[float32]
 	pcg     *rand.PCG // the state behind ctx.RNG
+	// help is the kernels' context for another device's steps (ExecFor):
+	// this device's scratch, no RNG.
+	help ops.Ctx[float32]
 }
 
 type bound struct {
@@ -86,7 +89,10 @@ type bound struct {
 	in, out  []*ops.Buf[float32]
 }
 
-var _ backend.Device = (*Device)(nil)
+var (
+	_ backend.Device = (*Device)(nil)
+	_ backend.Helper = (*Device)(nil)
+)
 
 // Name is "cpu:INDEX".
 func (d *Device) Name() string { return fmt.Sprintf("cpu:%d", d.index) }
@@ -209,6 +215,37 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 	default:
 		return fmt.Errorf("%s: step %d (%s) is not a kernel or copy step", d.Name(), st.ID, st.Layer)
 	}
+	return nil
+}
+
+// CanHelp reports whether owner is a CPU device whose scratch space is no
+// larger than d's.
+func (d *Device) CanHelp(owner backend.Device) bool {
+	o, ok := owner.(*Device)
+	return ok && o.prog != nil && d.prog != nil && len(o.ctx.Work) <= len(d.ctx.Work)
+}
+
+// ExecFor runs kernel step st of owner, another CPU device of this
+// process, on the calling goroutine: owner's buffers and bound arguments,
+// rc's loss scale, step and accumulate flag, and d's scratch space. Steps
+// that draw random numbers or update their inputs are refused (their
+// result would depend on which device ran them).
+func (d *Device) ExecFor(owner backend.Device, st *engine.Step, rc *backend.RunCtx) error {
+	o, ok := owner.(*Device)
+	if !ok || !d.CanHelp(owner) {
+		return fmt.Errorf("%s: cannot run a step of %s", d.Name(), owner.Name())
+	}
+	if info := st.Op.Info(); st.Kind != engine.KernelStep || st.Phase == engine.PhaseUpdate || info.Random || info.InPlace {
+		return fmt.Errorf("%s: step %d (%s) of %s must run on its own device", d.Name(), st.ID, st.Layer, o.Name())
+	}
+	bd := &o.bound[st.ID]
+	c := &d.help
+	c.LossScale, c.Step, c.Work = rc.LossScale, rc.Step, d.ctx.Work
+	a := &bd.attrs
+	if st.Acc && !rc.First {
+		a = &bd.accAttrs
+	}
+	bd.kernel(c, a, bd.in, bd.out)
 	return nil
 }
 
