@@ -3,6 +3,8 @@ package runner
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -218,5 +220,54 @@ func TestHelpingUnderJitter(t *testing.T) {
 				t.Errorf("%s: rank %d's parameters differ from helping off by %.2e", c, r, d)
 			}
 		}
+	}
+}
+
+// TestHelpingModelsBitIdentical: forced helping on the test ResNet (batch
+// norm, residual blocks, fused steps; with SyncBatchNorm, whose
+// all-reduces sit inside the backward pass) and the test GPT (layer norm,
+// attention, an embedding tied to the output layer, whose one gradient
+// two steps accumulate) ends with the bits of helping off.
+func TestHelpingModelsBitIdentical(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("abcdefghijkkjihgfedcbaacegikbdfhjhhaakk", 30)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syncBN := strings.NewReplacer(`name = "bn`, `sync = True, name = "bn`, "nn.batchnorm2d(cout)", "nn.batchnorm2d(cout, sync = True)").Replace(resnetScript)
+	for _, c := range []struct {
+		name, src string
+		sets      []string
+	}{
+		{"resnet", resnetScript, []string{"max_steps=4"}},
+		{"resnet, SyncBatchNorm", syncBN, []string{"max_steps=4"}},
+		{"gpt", strings.Replace(gptScript, "TEXT", text, 1), []string{"max_steps=4", "batch_size=6", "accumulate=2"}},
+	} {
+		run := func() *Result {
+			p := compile(t, loadSpec(t, c.src, c.sets...), 2)
+			res, err := Run(p, RunOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		t.Setenv("GORUN_HELP", "off")
+		off := run()
+		t.Setenv("GORUN_HELP", "")
+		check := forceHelping(t)
+		on := run()
+		stepHook = nil
+		check()
+		if on.HelpedSteps == 0 {
+			t.Errorf("%s: no step was helped", c.name)
+		}
+		for r := range on.Params {
+			if d := maxRelDiff(off.Params[r], on.Params[r]); d != 0 {
+				t.Errorf("%s: rank %d's parameters differ from helping off by %.2e", c.name, r, d)
+			}
+		}
+		if on.FinalLoss != off.FinalLoss {
+			t.Errorf("%s: final loss %v, helping off %v", c.name, on.FinalLoss, off.FinalLoss)
+		}
+		t.Logf("%s: %d kernels helped, %d steps, final loss %v (off: %d helped)", c.name, on.HelpedSteps, on.Steps, on.FinalLoss, off.HelpedSteps)
 	}
 }
