@@ -202,7 +202,7 @@ type lender struct {
 	pending []int  // this micro-step's lent steps not yet waited for (owner only)
 	waitAt  int    // the owner waits for a helper before this step
 	gen     uint64 // the owner's micro-step, from 1
-	helped  int64  // steps of other devices this one ran (tests)
+	helped  int64  // steps of other devices this one ran (Result.HelpedSteps)
 }
 
 // setupHelping gives each of devs a lender when there are several devices
@@ -216,8 +216,8 @@ func setupHelping(devs []*device) *helpGroup {
 		if !ok || len(d.prog.Steps) >= 1<<progressBits {
 			return nil
 		}
-		if r, ok := d.dev.(backend.Replayer); ok && r != nil && !d.eager {
-			return nil
+		if _, ok := d.dev.(backend.Replayer); ok && !d.eager {
+			return nil // it runs a whole micro-step as one launch
 		}
 		for _, o := range devs {
 			if !h.CanHelp(o.dev) {
