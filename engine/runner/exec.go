@@ -232,20 +232,11 @@ func (d *device) exec(st *engine.Step) error {
 		d.commTime += time.Since(t0)
 		return err
 	}
-	var t0 time.Time
-	if ProbeOps != nil {
-		t0 = time.Now()
-	}
 	if err := d.dev.Exec(st, &d.rc); err != nil {
 		return fmt.Errorf("%s: %w", st.Layer, err)
 	}
-	if ProbeOps != nil {
-		ProbeOps[d.rank][st] += time.Since(t0)
-	}
 	return nil
 }
-
-var ProbeOps []map[*engine.Step]time.Duration
 
 // evalBatch runs the forward pass without dropout on the live batch; first
 // starts the evaluation's loss sum.

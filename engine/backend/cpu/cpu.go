@@ -89,6 +89,16 @@ type bound struct {
 	in, out  []*ops.Buf[float32]
 }
 
+// attrsFor is the step's attributes for this micro-batch: accumulating
+// into its outputs after the first micro-batch when the step sums over
+// them.
+func (bd *bound) attrsFor(st *engine.Step, rc *backend.RunCtx) *ops.Attrs {
+	if st.Acc && !rc.First {
+		return &bd.accAttrs
+	}
+	return &bd.attrs
+}
+
 var (
 	_ backend.Device = (*Device)(nil)
 	_ backend.Helper = (*Device)(nil)
@@ -193,10 +203,7 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 		bd := &d.bound[st.ID]
 		d.ctx.LossScale = rc.LossScale
 		d.ctx.Step = rc.Step
-		a := &bd.attrs
-		if st.Acc && !rc.First {
-			a = &bd.accAttrs
-		}
+		a := bd.attrsFor(st, rc)
 		if st.Phase == engine.PhaseUpdate {
 			a.LR = st.Attrs.LR // times the schedule's scale
 			if rc.LRScale != 0 {
@@ -241,11 +248,7 @@ func (d *Device) ExecFor(owner backend.Device, st *engine.Step, rc *backend.RunC
 	bd := &o.bound[st.ID]
 	c := &d.help
 	c.LossScale, c.Step, c.Work = rc.LossScale, rc.Step, d.ctx.Work
-	a := &bd.attrs
-	if st.Acc && !rc.First {
-		a = &bd.accAttrs
-	}
-	bd.kernel(c, a, bd.in, bd.out)
+	bd.kernel(c, bd.attrsFor(st, rc), bd.in, bd.out)
 	return nil
 }
 
