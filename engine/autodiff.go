@@ -21,6 +21,7 @@ var gradRules = [ops.NumOps]gradRule{
 	ops.ReLU: func(b *builder, n *Node, d []*Value) []*Value {
 		return []*Value{b.grad(n, ops.ReLUGrad, n.In[0], d[0], n.Out[0])}
 	},
+	ops.Conv2DPool: convPoolRule,
 	ops.MaxPool2D: func(b *builder, n *Node, d []*Value) []*Value {
 		return []*Value{b.grad(n, ops.MaxPool2DGrad, n.In[0], d[0], n.Out[1])}
 	},
@@ -198,6 +199,32 @@ func batchNormRule(b *builder, n *Node, d []*Value) []*Value {
 		out[0] = b.grad(n, ops.BatchNormGradInput, x, dy, x, save, global, gamma)
 	}
 	return out
+}
+
+// convPoolRule differentiates Conv2DPool (in x, w and a bias; out y and
+// the pooling's index) as the ops it fuses: ReLU's gradient first (with
+// Attrs.ReLU), max pooling's into the convolution's output, then the
+// convolution's (affineRule), so that the gradient is the unfused plan's
+// bit for bit.
+func convPoolRule(b *builder, n *Node, d []*Value) []*Value {
+	y, idx := n.Out[0], n.Out[1]
+	dy := d[0]
+	if n.Attrs.ReLU {
+		dz := b.value("grad "+y.Name+" (before relu)", y.Shape, y.Batched)
+		dz.Producer = &Node{Op: ops.ReLUGrad, In: []*Value{dy, y}, Out: []*Value{dz}, Layer: n.Layer, Pos: n.Pos}
+		b.g.Backward = append(b.g.Backward, dz.Producer)
+		dy = dz
+	}
+	conv := *n // the convolution alone
+	conv.Attrs.ReLU = false
+	shapes, err := ops.Infer(ops.Conv2D, &conv.Attrs, [][]int{n.In[0].Shape, n.In[1].Shape})
+	if err != nil {
+		panic(fmt.Sprintf("conv2d+maxpool2d %s: its convolution's shape: %v", n.Layer, err)) // Infer passed for the fused op
+	}
+	dc := b.value("grad "+y.Name+" (before maxpool)", shapes[0], y.Batched)
+	dc.Producer = &Node{Op: ops.MaxPool2DGrad, Attrs: ops.Attrs{Kernel: 2, Stride: 2}, In: []*Value{dy, idx}, Out: []*Value{dc}, Layer: n.Layer, Pos: n.Pos}
+	b.g.Backward = append(b.g.Backward, dc.Producer)
+	return affineRule(ops.Conv2DGradInput, ops.Conv2DGradWeight, ops.Conv2DGradBias)(b, &conv, []*Value{dc})
 }
 
 // affineRule is the gradient of an op y = f(x, w) + b linear in x and in w

@@ -133,7 +133,8 @@ func TestPlanDescribe(t *testing.T) {
 	for _, want := range []string{
 		"parameters: 8 tensors, 21840 values",
 		"conv1.weight  [10 1 5 5]",
-		"conv2d              [64 1 28 28] [10 1 5 5] [10]",
+		"conv2d+maxpool2d+relu  [64 1 28 28] [10 1 5 5] [10]         [64 10 12 12] [64 10 12 12]i",
+		"conv2d                 [64 10 12 12] [20 10 5 5] [20]",
 		"conv2d_grad_weight",
 		"sgd_step",
 		"memory ",

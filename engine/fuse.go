@@ -8,9 +8,13 @@ import (
 )
 
 // OpName is the step's op as the plan prints it: a fused step says what
-// it took in, "batch_norm_norm+add+relu", "add+relu_grad".
+// it took in, "batch_norm_norm+add+relu", "add+relu_grad",
+// "conv2d+maxpool2d+relu".
 func (s *Step) OpName() string {
 	name := s.Op.String()
+	if s.Op == ops.Conv2DPool && s.Attrs.ReLU {
+		return name + "+relu"
+	}
 	if s.Op == ops.ReLUGrad && len(s.In) > 2 && s.In[2] != nil {
 		return "add+" + name
 	}
@@ -115,8 +119,51 @@ func (b *builder) fuse() {
 		}
 		y.Producer = n
 	}
+	if b.opts.CPUFusions {
+		b.fuseConvPool(uses, dead, gone)
+	}
 	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)
+}
+
+// fuseConvPool rewrites a convolution whose output only a 2×2, stride-2
+// max pooling reads, where ops.ConvPoolFusable allows it and the
+// convolution's input needs no gradient (a first layer), into one
+// Conv2DPool; a ReLU that alone reads the pooling's output joins it
+// (Attrs.ReLU). The fused node keeps the convolution's layer, place and
+// parameters, the pooling's index and the last op's output; the
+// convolution's output (and the pooling's, with a ReLU) disappear. Each
+// value is rounded as the separate ops round it and the gradient is theirs
+// (convPoolRule), so the plan trains bit for bit as the unfused one.
+func (b *builder) fuseConvPool(uses map[*Value]int, dead map[*Node]bool, gone map[*Value]bool) {
+	g := b.g
+	reader := map[*Value]*Node{} // a forward value's reader, when it has one
+	for _, n := range g.Forward {
+		for _, v := range n.In {
+			reader[v] = n
+		}
+	}
+	for _, m := range g.Forward {
+		if m.Op != ops.MaxPool2D || dead[m] || m.Attrs.Kernel != 2 || (m.Attrs.Stride != 0 && m.Attrs.Stride != 2) || m.Eval != nil {
+			continue
+		}
+		v := m.In[0]
+		c := v.Producer
+		if c == nil || c.Op != ops.Conv2D || dead[c] || c.Eval != nil || uses[v] != 1 || c.In[0].needsGrad ||
+			!ops.ConvPoolFusable(&c.Attrs, c.In[0].Shape, c.In[1].Shape) {
+			continue
+		}
+		y, idx := m.Out[0], m.Out[1]
+		if r := reader[y]; r != nil && r.Op == ops.ReLU && uses[y] == 1 && r.Eval == nil && !dead[r] {
+			dead[r], gone[y] = true, true
+			y = r.Out[0]
+			c.Attrs.ReLU = true
+		}
+		dead[m], gone[v] = true, true
+		c.Op = ops.Conv2DPool
+		c.Out = []*Value{y, idx}
+		y.Producer, idx.Producer = c, c
+	}
 }
 
 // fuseBackward rewrites the backward nodes once they exist: the Add that

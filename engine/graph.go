@@ -123,6 +123,7 @@ type builder struct {
 	// that owns each parameter name.
 	params map[*spec.Layer][]*Value
 	paths  map[string]*spec.Layer
+	opts   GraphOptions
 }
 
 func (b *builder) value(name string, shape []int, batched bool) *Value {
@@ -147,11 +148,20 @@ type Loss struct {
 	IgnoreIndex *int
 }
 
+// GraphOptions are the rewrites BuildGraph may make beyond those every
+// backend runs.
+type GraphOptions struct {
+	// CPUFusions allows the fusions into ops that only the CPU backend has
+	// kernels for (a convolution, max pooling and ReLU into one
+	// Conv2DPool): set for plans whose devices are all CPUs.
+	CPUFusions bool
+}
+
 // BuildGraph infers every shape of the model for the given per-device
 // maximum batch and sample shape, then differentiates the loss.
-func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int) (*Graph, error) {
+func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts GraphOptions) (*Graph, error) {
 	g := &Graph{}
-	b := &builder{g: g, params: map[*spec.Layer][]*Value{}, paths: map[string]*spec.Layer{}}
+	b := &builder{g: g, params: map[*spec.Layer][]*Value{}, paths: map[string]*spec.Layer{}, opts: opts}
 	g.Input = b.value("input", append([]int{batch}, sample...), true)
 	switch {
 	case loss.Target != nil:

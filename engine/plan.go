@@ -280,7 +280,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		return nil, err
 	}
 	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex},
-		p.MaxBatch, info.sample)
+		p.MaxBatch, info.sample, GraphOptions{CPUFusions: c.Backend == "" || c.Backend == "cpu"})
 	if err != nil {
 		return nil, err
 	}

@@ -542,3 +542,93 @@ func addScalar[T Float](s []T, v T) {
 		s[i] += v
 	}
 }
+
+// ConvPoolFusable reports whether the engine may fuse a Conv2D of input
+// shape x and weight shape w (attributes a) with a 2×2, stride-2 max
+// pooling of its output into one Conv2DPool: an ungrouped convolution of
+// one input channel with stride 1 (a first layer on greyscale images),
+// which the direct kernels run sample by sample on every CPU, so that
+// convolving a few samples at a time gives the whole batch's bits. Its
+// output must have at least one 2×2 window.
+func ConvPoolFusable(a *Attrs, x, w []int) bool {
+	if len(x) != 4 || len(w) != 4 || convGroups(a) != 1 || convStride(a) != 1 || w[1] != 1 || x[1] != 1 || w[3] > vec.ConvMaxKW {
+		return false
+	}
+	oh, ow := x[2]+2*a.Padding-w[2]+1, x[3]+2*a.Padding-w[3]+1
+	return oh >= 2 && ow >= 2
+}
+
+// convPoolChunk is how many samples Conv2DPool convolves at a time, for a
+// convolution output of per elements a sample: as many as keep their
+// output within 48 Ki elements (192 KiB of float32, in the core's L2 cache
+// between the convolution and the pooling), at least one.
+func convPoolChunk(per int) int { return max(1, (48<<10)/max(per, 1)) }
+
+// convPoolWork is Conv2DPool's scratch: one chunk's convolution output,
+// then the scratch of that chunk's convolution (lowered, as Conv2D's, where
+// the direct kernels do not run it).
+func convPoolWork(x, w []int, a *Attrs) int {
+	g := geomFwd(a, x, w)
+	per := g.o * g.oh * g.ow
+	cs := min(convPoolChunk(per), max(g.n, 1))
+	return cs*per + convWork(g.k(), g.o, cs*g.oh*g.ow)
+}
+
+// conv2DPool: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
+// y[N,O,OH/2,OW/2] and idx (Idx): Conv2DPool. Each chunk of samples is
+// convolved into the scratch, pooled from there into y, and with Attrs.ReLU
+// clamped at 0 in place, by the kernels of the three ops.
+func conv2DPool[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x, w, b := in[0], in[1], optIn(in, 2)
+	y, idx := out[0], out[1]
+	g := geomFwd(a, x.Shape, w.Shape)
+	per, xs := g.o*g.oh*g.ow, g.xs()
+	ph, pw := g.oh/2, g.ow/2
+	pper := g.o * ph * pw
+	step := min(convPoolChunk(per), max(g.n, 1)) // as convPoolWork at the planned batch
+	tmp := c.Work[:step*per]
+	if cg, ok, _, _ := g.direct(); ok && is32[T]() {
+		var bias []float32
+		if b != nil {
+			bias = view[float32](b.Data)
+		}
+		for n0 := 0; n0 < g.n; n0 += step {
+			cs := min(step, g.n-n0)
+			cc := cg
+			cc.N = cs
+			t := view[float32](tmp[:cs*per])
+			yc := view[float32](y.Data[n0*pper:][:cs*pper])
+			vec.ConvForward(&cc, view[float32](x.Data[n0*xs:][:cs*xs]), view[float32](w.Data), bias, t)
+			vec.MaxPool2x2(t, yc, idx.Idx[n0*pper:][:cs*pper], cs*g.o, g.oh, g.ow, ph, pw)
+			if a.ReLU {
+				vec.ReLU(yc, yc)
+			}
+		}
+		return
+	}
+	// Any other geometry or float64 (gradient checks): the three kernels on
+	// buffers over each chunk.
+	sub := *c
+	sub.Work = c.Work[step*per:]
+	pool := Attrs{Kernel: 2, Stride: 2}
+	xs4, ts4, ys4 := &c.shapes[0], &c.shapes[1], &c.shapes[2]
+	var xc, tc, yc, ic Buf[T]
+	var cin [3]*Buf[T]
+	var cout [2]*Buf[T]
+	for n0 := 0; n0 < g.n; n0 += step {
+		cs := min(step, g.n-n0)
+		*xs4, *ts4, *ys4 = [4]int{cs, x.Shape[1], g.h, g.w}, [4]int{cs, g.o, g.oh, g.ow}, [4]int{cs, g.o, ph, pw}
+		xc = Buf[T]{Data: x.Data[n0*xs:][:cs*xs], Shape: xs4[:]}
+		tc = Buf[T]{Data: tmp[:cs*per], Shape: ts4[:]}
+		yc = Buf[T]{Data: y.Data[n0*pper:][:cs*pper], Shape: ys4[:]}
+		ic = Buf[T]{Idx: idx.Idx[n0*pper:][:cs*pper], Shape: ys4[:]}
+		cin, cout = [3]*Buf[T]{&xc, w, b}, [2]*Buf[T]{&tc}
+		conv2D(&sub, a, cin[:len(in)], cout[:1])
+		cin[0], cout[0], cout[1] = &tc, &yc, &ic
+		maxPool2D(&sub, &pool, cin[:1], cout[:2])
+		if a.ReLU {
+			cin[0], cout[0] = &yc, &yc
+			relu(&sub, nil, cin[:1], cout[:1])
+		}
+	}
+}

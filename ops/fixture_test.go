@@ -90,6 +90,9 @@ var gradCases = []gradCase{
 	{name: "linear/3d-wide", op: Linear, in: [][]int{{2, 3, 4}, {19, 4}, {19}}, capN: 3, bwd: linearBwd(true)},
 	{name: "relu", op: ReLU, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,
 		bwd: []bwdStep{{op: ReLUGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
+	convPoolCase("conv2d+maxpool2d/relu-partial", Attrs{ReLU: true}, [][]int{{2, 1, 9, 8}, {3, 1, 3, 3}, {3}}, 3),
+	convPoolCase("conv2d+maxpool2d/pad1-nobias", Attrs{Padding: 1}, [][]int{{3, 1, 7, 6}, {2, 1, 3, 3}, nil}, 0),
+	convPoolCase("conv2d+maxpool2d/5x5-relu", Attrs{ReLU: true}, [][]int{{2, 1, 9, 10}, {2, 1, 5, 5}, {2}}, 0),
 	{name: "maxpool2d/k2", op: MaxPool2D, attrs: Attrs{Kernel: 2}, in: [][]int{{2, 3, 6, 5}}, capN: 3, distinct: true,
 		bwd: []bwdStep{{op: MaxPool2DGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "maxpool2d/k3s2-overlap", op: MaxPool2D, attrs: Attrs{Kernel: 3, Stride: 2}, in: [][]int{{2, 2, 7, 8}}, distinct: true,
@@ -327,6 +330,31 @@ func bnCase(name string, in [][]int, capN int) gradCase {
 		derive: []deriveStep{{op: BatchNormStats, args: []ref{inOf(0)}, in: 1}}, bwd: bwd}
 }
 
+// convPoolCase is a Conv2DPool gradient check: the backward steps are
+// those engine's rule emits (ReLUGrad with Attrs.ReLU, MaxPool2DGrad into
+// the convolution's output gradient, then the convolution's three), with
+// the input's gradient too.
+func convPoolCase(name string, a Attrs, in [][]int, capN int) gradCase {
+	x, w := in[0], in[1]
+	conv := []int{x[0], w[0], x[2] + 2*a.Padding - w[2] + 1, x[3] + 2*a.Padding - w[3] + 1}
+	pooled := []int{conv[0], conv[1], conv[2] / 2, conv[3] / 2}
+	dy := dyOf(0)
+	var bwd []bwdStep
+	if a.ReLU {
+		bwd = append(bwd, bwdStep{op: ReLUGrad, args: []ref{dy, outOf(0)}, tmp: pooled, batched: true})
+		dy = tmpOf(0)
+	}
+	bwd = append(bwd, bwdStep{op: MaxPool2DGrad, args: []ref{dy, outOf(1)}, tmp: conv, batched: true, attrs: &Attrs{Kernel: 2, Stride: 2}})
+	dc := tmpOf(len(bwd) - 1)
+	bwd = append(bwd,
+		bwdStep{op: Conv2DGradInput, args: []ref{dc, inOf(1)}, wrt: 0},
+		bwdStep{op: Conv2DGradWeight, args: []ref{dc, inOf(0)}, wrt: 1})
+	if in[2] != nil {
+		bwd = append(bwd, bwdStep{op: Conv2DGradBias, args: []ref{dc}, wrt: 2})
+	}
+	return gradCase{name: name, op: Conv2DPool, attrs: a, in: in, capN: capN, bwd: bwd}
+}
+
 func convBwd(bias bool) []bwdStep {
 	s := []bwdStep{
 		{op: Conv2DGradInput, args: []ref{dyOf(0), inOf(1)}, wrt: 0},
@@ -366,7 +394,9 @@ func idxRange(gc *gradCase) int {
 }
 
 // idxOut reports whether forward output i of op holds indices.
-func idxOut(op Op, i int) bool { return op == MaxPool2D && i == 1 || op == Positions }
+func idxOut(op Op, i int) bool {
+	return (op == MaxPool2D || op == Conv2DPool) && i == 1 || op == Positions
+}
 
 // batchedIn reports whether forward input i of op has the batch as its
 // first dimension (weights, biases and per-channel statistics do not).

@@ -115,3 +115,80 @@ func checkReLUGradSum[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 		expectSame(t, shape, "relu_grad of a sum over dy2", true, true, over.Data, want.Data)
 	}
 }
+
+// TestConvPoolMatchesUnfused checks Conv2DPool against Conv2D, MaxPool2D
+// (2×2, stride 2) and ReLU run one after the other on the whole batch, bit
+// for bit (values and indices) in float32 and float64: kernels 5×5, 3×3
+// and non-square, padding, odd output planes (the pooling's floor), with
+// and without bias and ReLU, batches of 0, 1, a chunk and a half and 64
+// samples (the MNIST Net's first layer).
+func TestConvPoolMatchesUnfused(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { checkConvPool(t, &Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkConvPool(t, &Kernels64) })
+}
+
+func checkConvPool[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
+	r := rand.New(rand.NewPCG(7, 8))
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	rnd := func(s []int) *Buf[T] {
+		b := zeroBuf[T](s)
+		for i := range b.Data {
+			b.Data[i] = T(r.NormFloat64())
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		n, h, w, o, kh, kw, pad int
+	}{
+		{64, 28, 28, 10, 5, 5, 0}, {13, 28, 28, 10, 5, 5, 0}, {1, 28, 28, 10, 5, 5, 0}, {0, 28, 28, 10, 5, 5, 0},
+		{5, 9, 8, 3, 3, 3, 1}, {3, 7, 6, 2, 3, 3, 0}, {4, 6, 11, 4, 4, 2, 2}, {2, 40, 33, 3, 7, 7, 3},
+	} {
+		x := rnd([]int{tc.n, 1, tc.h, tc.w})
+		w := rnd([]int{tc.o, 1, tc.kh, tc.kw})
+		oh, ow := tc.h+2*tc.pad-tc.kh+1, tc.w+2*tc.pad-tc.kw+1
+		if !ConvPoolFusable(&Attrs{Padding: tc.pad}, x.Shape, w.Shape) {
+			t.Fatalf("%+v: not fusable", tc)
+		}
+		ps := []int{tc.n, tc.o, oh / 2, ow / 2}
+		for _, bias := range []bool{false, true} {
+			for _, relu := range []bool{false, true} {
+				in := []*Buf[T]{x, w}
+				if bias {
+					in = append(in, rnd([]int{tc.o}))
+				}
+				a := &Attrs{Padding: tc.pad}
+				conv := zeroBuf[T]([]int{tc.n, tc.o, oh, ow})
+				call(k, c, Conv2D, a, in, []*Buf[T]{conv})
+				y, idx := zeroBuf[T](ps), &Buf[T]{Idx: make([]int32, prod(ps)), Shape: ps}
+				call(k, c, MaxPool2D, &Attrs{Kernel: 2}, []*Buf[T]{conv}, []*Buf[T]{y, idx})
+				if relu {
+					call(k, c, ReLU, nil, []*Buf[T]{y}, []*Buf[T]{y})
+				}
+				fa := *a
+				fa.ReLU = relu
+				f, fidx := zeroBuf[T](ps), &Buf[T]{Idx: make([]int32, prod(ps)), Shape: ps}
+				call(k, c, Conv2DPool, &fa, in, []*Buf[T]{f, fidx})
+				expectSame(t, ps, "conv2d+maxpool2d", bias, relu, f.Data, y.Data)
+				for i := range idx.Idx {
+					if fidx.Idx[i] != idx.Idx[i] {
+						t.Errorf("%v bias %v relu %v: index [%d] = %d fused, %d unfused", ps, bias, relu, i, fidx.Idx[i], idx.Idx[i])
+						break
+					}
+				}
+			}
+		}
+	}
+	// Not fusable: several input channels, a stride, groups, an output
+	// plane without a 2×2 window.
+	for _, tc := range []struct {
+		a    Attrs
+		x, w []int
+	}{
+		{Attrs{}, []int{2, 3, 8, 8}, []int{4, 3, 3, 3}}, {Attrs{Stride: 2}, []int{2, 1, 8, 8}, []int{4, 1, 3, 3}},
+		{Attrs{Groups: 2}, []int{2, 2, 8, 8}, []int{4, 1, 3, 3}}, {Attrs{}, []int{2, 1, 3, 8}, []int{4, 1, 3, 3}},
+	} {
+		if ConvPoolFusable(&tc.a, tc.x, tc.w) {
+			t.Errorf("ConvPoolFusable(%+v, %v, %v) = true", tc.a, tc.x, tc.w)
+		}
+	}
+}

@@ -30,7 +30,7 @@ type opsGoldenCase struct {
 	Eps, Momentum, Alpha            float64
 	LabelSmoothing                  float64 `json:"label_smoothing"`
 	NegativeSlope                   float64 `json:"negative_slope"`
-	Approximate, Causal             bool
+	Approximate, Causal, ReLU       bool
 	TransA                          bool `json:"trans_a"`
 	TransB                          bool `json:"trans_b"`
 	Perm                            []int8
@@ -190,6 +190,41 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T],
 			if pos.Idx[i] != int32(w) {
 				t.Fatalf("positions[%d] = %d, PyTorch %v", i, pos.Idx[i], w)
 			}
+		}
+	case "conv2d_maxpool2d":
+		// Conv2DPool, and the gradient the engine's rule emits for it.
+		a := &Attrs{Padding: g.Padding, ReLU: g.ReLU}
+		x, w, b, dy := fromGolden[T](g.X), fromGolden[T](g.W), fromGolden[T](g.B), fromGolden[T](g.Dy)
+		in := []*Buf[T]{x, w}
+		if b != nil {
+			in = append(in, b)
+		}
+		y := zeroBuf[T](g.Y.Shape)
+		idx := &Buf[T]{Shape: clone(g.Y.Shape), Idx: make([]int32, prod(g.Y.Shape))}
+		call(k, c, Conv2DPool, a, in, []*Buf[T]{y, idx})
+		expectClose(t, "y", y, g.Y, tol)
+		for i, v := range g.Idx.Data {
+			if idx.Idx[i] != int32(v) {
+				t.Fatalf("idx[%d] = %d, PyTorch %v", i, idx.Idx[i], v)
+			}
+		}
+		if g.ReLU {
+			dz := zeroBuf[T](g.Y.Shape)
+			call(k, c, ReLUGrad, nil, []*Buf[T]{dy, y}, []*Buf[T]{dz})
+			dy = dz
+		}
+		s := g.X.Shape
+		conv := zeroBuf[T]([]int{s[0], g.W.Shape[0], s[2] + 2*g.Padding - g.W.Shape[2] + 1, s[3] + 2*g.Padding - g.W.Shape[3] + 1})
+		call(k, c, MaxPool2DGrad, &Attrs{Kernel: 2, Stride: 2}, []*Buf[T]{dy, idx}, []*Buf[T]{conv})
+		dx, dw := zeroBuf[T](g.X.Shape), zeroBuf[T](g.W.Shape)
+		call(k, c, Conv2DGradInput, a, []*Buf[T]{conv, w}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+		call(k, c, Conv2DGradWeight, a, []*Buf[T]{conv, x}, []*Buf[T]{dw})
+		expectClose(t, "dw", dw, g.Dw, tol)
+		if b != nil {
+			db := zeroBuf[T](g.B.Shape)
+			call(k, c, Conv2DGradBias, a, []*Buf[T]{conv}, []*Buf[T]{db})
+			expectClose(t, "db", db, g.Db, tol)
 		}
 	case "maxpool2d":
 		a := &Attrs{Kernel: g.Kernel, Stride: g.Stride}

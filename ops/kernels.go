@@ -55,6 +55,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		Permute:         permute[T],
 		Narrow:          narrow[T],
 		Positions:       positions[T],
+		Conv2DPool:      conv2DPool[T],
 
 		Conv2DGradInput:  conv2DGradInput[T],
 		Conv2DGradWeight: conv2DGradWeight[T],

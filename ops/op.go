@@ -188,6 +188,18 @@ const (
 	// position ids a GPT's position embedding looks up
 	// (torch.arange(T).expand(N, T)). No gradient: the output is integer.
 	Positions
+	// Conv2DPool: Conv2D, then MaxPool2D with a 2×2 window and stride 2,
+	// then with Attrs.ReLU max(·, 0), in one pass that keeps the
+	// convolution's output in the core's cache a few samples at a time
+	// instead of writing it whole: in x[N,C,H,W], w[O,C/G,KH,KW], optional
+	// b[O]; out y[N,O,OH/2,OW/2] and the index (Idx) as MaxPool2D's, within
+	// each OH×OW plane of the convolution's output. Attrs: as Conv2D, and
+	// ReLU. Each value is rounded as the three ops round it. The engine
+	// fuses a convolution whose output only such a pooling reads where
+	// ConvPoolFusable says so (the plan prints it "conv2d+maxpool2d", with
+	// "+relu"); its gradient is the unfused ops' (ReLUGrad, MaxPool2DGrad,
+	// the convolution's).
+	Conv2DPool
 
 	// Backward ops. Weight and bias gradients honour Attrs.Accumulate: when
 	// set they add into their output instead of overwriting it.
@@ -386,6 +398,7 @@ var infos = [NumOps]Info{
 	Permute:         {Name: "permute", NumIn: 1, NumOut: 1, Forward: true},
 	Narrow:          {Name: "narrow", NumIn: 1, NumOut: 1, Forward: true},
 	Positions:       {Name: "positions", NumIn: 1, NumOut: 1, Forward: true},
+	Conv2DPool:      {Name: "conv2d+maxpool2d", NumIn: 3, NumOut: 2, Forward: true, OptionalLast: true, Optional: 1 << 2},
 
 	Conv2DGradInput:     {Name: "conv2d_grad_input", NumIn: 2, NumOut: 1},
 	Conv2DGradWeight:    {Name: "conv2d_grad_weight", NumIn: 2, NumOut: 1},
@@ -554,6 +567,10 @@ type Ctx[T Float] struct {
 	// Work is scratch space, at least as long as the largest Workspace of
 	// the program's steps. Its contents do not survive between kernels.
 	Work []T
+	// shapes holds the shapes of the buffers a fused kernel makes over
+	// parts of its own (Conv2DPool's chunks), so that they need no
+	// allocation.
+	shapes [3][4]int
 }
 
 // Kernel computes one op. in and out follow the op's doc comment; an absent

@@ -49,6 +49,12 @@ func Infer(op Op, a *Attrs, in [][]int) ([][]int, error) {
 	switch op {
 	case Conv2D:
 		return inferConv2D(a, in)
+	case Conv2DPool:
+		conv, err := inferConv2D(a, in)
+		if err != nil {
+			return nil, err
+		}
+		return inferMaxPool2D(&Attrs{Kernel: 2, Stride: 2}, conv[0])
 	case Linear:
 		return inferLinear(in)
 	case ReLU:
@@ -395,7 +401,7 @@ func checkP(op Op, p float64) error {
 // inputName names input i of op in error messages.
 func inputName(op Op, i int) string {
 	switch op {
-	case Conv2D, Linear:
+	case Conv2D, Linear, Conv2DPool:
 		return [...]string{"input", "weight", "bias"}[i]
 	case NLLLoss, CrossEntropy, MSELoss:
 		return [...]string{"input", "target"}[i]
@@ -420,13 +426,16 @@ func inputName(op Op, i int) string {
 //
 // Conv2D, Conv2DGradInput and Conv2DGradWeight lower the whole batch into
 // one matrix multiply (one per group) and need (C/G·KH·KW + O)·N·OH·OW
-// elements, G the groups. CrossEntropy in float32 keeps two elements per
+// elements, G the groups. Conv2DPool needs one chunk's convolution output
+// and that chunk's lowering (convPoolWork). CrossEntropy in float32 keeps two elements per
 // row of its logits (the row's maximum and its sum of exponentials).
 func Workspace(op Op, a *Attrs, in, out [][]int) int {
 	switch op {
 	case Conv2D: // in x, w; out y
 		x, w, y := in[0], in[1], out[0]
 		return convWork(w[1]*w[2]*w[3], w[0], x[0]*y[2]*y[3])
+	case Conv2DPool: // in x, w: a chunk's convolution output, and its scratch
+		return convPoolWork(in[0], in[1], a)
 	case Conv2DGradInput: // in dy, w
 		dy, w := in[0], in[1]
 		return convWork(w[1]*w[2]*w[3], w[0], dy[0]*dy[2]*dy[3])

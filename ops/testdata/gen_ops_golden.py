@@ -383,6 +383,29 @@ ids = torch.randint(0, 50, (3, 7))
 pos = torch.arange(ids.shape[1]).expand(ids.shape[0], -1)
 cases.append(dict(name="positions", op="positions", ids=t(ids.double()), y=t(pos.double())))
 
+
+
+def conv_pool(name, x, w, b, padding, relu):
+    """conv2d, then max_pool2d(2), then (relu) ReLU: gorun's Conv2DPool."""
+    x, w = x.requires_grad_(), w.requires_grad_()
+    if b is not None:
+        b.requires_grad_()
+    y, idx = F.max_pool2d(F.conv2d(x, w, b, padding=padding), 2, return_indices=True)
+    if relu:
+        y = F.relu(y)
+    dy = randn(*y.shape)
+    y.backward(dy)
+    c = dict(name=name, op="conv2d_maxpool2d", padding=padding, relu=relu, x=t(x), w=t(w), y=t(y),
+             idx=t(idx.double()), dy=t(dy), dx=t(x.grad), dw=t(w.grad))
+    if b is not None:
+        c.update(b=t(b), db=t(b.grad))
+    cases.append(c)
+
+
+# Appended last, so that the cases above keep their random values.
+conv_pool("conv2d_maxpool2d_relu_pad1", randn(3, 1, 9, 8), randn(4, 1, 3, 3), randn(4), 1, True)
+conv_pool("conv2d_maxpool2d_5x5_nobias", randn(2, 1, 11, 10), randn(3, 1, 5, 5), None, 0, False)
+
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.
 print(re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text))

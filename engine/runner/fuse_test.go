@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"os"
+	"testing"
+
+	"gorun/engine"
+	"gorun/ops"
+)
+
+// convPoolScript has a first convolution (padding 1) pooled without a ReLU
+// after it, so that the fusion takes the convolution and the pooling only.
+const convPoolScript = `
+model = nn.sequential(
+    nn.conv2d(1, 4, kernel = 3, padding = 1, name = "c1"),
+    nn.maxpool2d(2),
+    nn.conv2d(4, 6, kernel = 3, name = "c2"),
+    nn.relu(),
+    nn.flatten(),
+    nn.linear(24, 4, name = "fc"),
+    nn.log_softmax(),
+)
+train(
+    model = model,
+    loss = "nll",
+    data = data.synthetic(size = 96, shape = (1, 8, 8), classes = 4, seed = 2),
+    eval = data.synthetic(size = 30, shape = (1, 8, 8), classes = 4, seed = 3, split = "test"),
+    optimizer = optim.sgd(lr = 0.1, momentum = 0.9),
+    batch_size = 24,
+    epochs = 2,
+    seed = 5,
+)
+`
+
+// TestConvPoolFusionMatchesUnfused trains the MNIST Net (its first
+// convolution, pooling and ReLU fused into one Conv2DPool) and a net whose
+// first convolution is pooled without a ReLU, on one and two devices, and
+// requires every rank's parameters and the test loss to be bit for bit
+// those of the unfused plan (GORUN_FUSION=off).
+func TestConvPoolFusionMatchesUnfused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		src   string
+		sets  []string
+		relu  bool
+		steps int  // the unfused plan's steps, one more than the fused plan's (two with a ReLU)
+		less  bool // the fused plan's arena is smaller (the convolution's output was its peak)
+	}{
+		{"mnist", mnistScript, []string{"max_steps=25"}, true, 2, true},
+		{"no relu", convPoolScript, nil, false, 1, false},
+	} {
+		for _, devices := range []int{1, 2} {
+			run := func() (*Result, *engine.Plan) {
+				p := compile(t, loadSpec(t, tc.src, tc.sets...), devices)
+				res, err := Run(p, RunOptions{Out: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res, p
+			}
+			fused, pf := run()
+			t.Setenv("GORUN_FUSION", "off")
+			plain, pp := run()
+			os.Unsetenv("GORUN_FUSION")
+			n := 0
+			for _, st := range pf.Devices[0].Steps {
+				if st.Op == ops.Conv2DPool {
+					n++
+					if st.Attrs.ReLU != tc.relu || st.OpName() != map[bool]string{true: "conv2d+maxpool2d+relu", false: "conv2d+maxpool2d"}[tc.relu] {
+						t.Errorf("%s: fused step %s, ReLU %v; want ReLU %v", tc.name, st.OpName(), st.Attrs.ReLU, tc.relu)
+					}
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s: %d conv2d+maxpool2d steps in the plan, want 1", tc.name, n)
+			}
+			if d := len(pp.Devices[0].Steps) - len(pf.Devices[0].Steps); d != tc.steps {
+				t.Errorf("%s: the unfused plan has %d more steps, want %d", tc.name, d, tc.steps)
+			}
+			if tc.less && pf.Devices[0].ArenaElems >= pp.Devices[0].ArenaElems {
+				t.Errorf("%s: fused arena %d elements, unfused %d: the convolution's output should be gone", tc.name, pf.Devices[0].ArenaElems, pp.Devices[0].ArenaElems)
+			}
+			for i := range fused.Params {
+				if d := maxRelDiff(fused.Params[i], plain.Params[i]); d != 0 {
+					t.Errorf("%s, %d devices: rank %d's parameters differ from the unfused plan's by %.2e", tc.name, devices, i, d)
+				}
+			}
+			if fused.TestLoss != plain.TestLoss {
+				t.Errorf("%s, %d devices: test loss %v fused, %v unfused", tc.name, devices, fused.TestLoss, plain.TestLoss)
+			}
+		}
+	}
+}
+
+// TestConvPoolFusionOnCPUOnly compiles the MNIST Net for a CUDA cluster:
+// the CUDA backend has no Conv2DPool kernel, so its plan keeps the three
+// ops.
+func TestConvPoolFusionOnCPUOnly(t *testing.T) {
+	s := loadSpec(t, mnistScript)
+	c := engine.DefaultCluster()
+	c.Backend = "cuda"
+	p, err := engine.Compile(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range append(p.Devices[0].Steps, p.Devices[0].Eval...) {
+		if st.Op == ops.Conv2DPool {
+			t.Fatalf("step %d of a cuda plan is %s", st.ID, st.OpName())
+		}
+	}
+}
