@@ -31,7 +31,7 @@ var hasKernel = func() (h [ops.NumOps]bool) {
 // cpuOnly marks the ops that only CPU plans hold: the engine fuses into
 // them only when every device is a CPU (engine.GraphOptions.CPUFusions),
 // so a CUDA plan never asks for them.
-var cpuOnly = map[ops.Op]bool{ops.Conv2DPool: true}
+var cpuOnly = map[ops.Op]bool{ops.Conv2DPool: true, ops.Conv2DPoolGrad: true}
 
 // supportsOp reports whether the CUDA device has a kernel for op.
 func supportsOp(op ops.Op) bool { return op != ops.Invalid && int(op) < ops.NumOps && hasKernel[op] }

@@ -205,10 +205,33 @@ func batchNormRule(b *builder, n *Node, d []*Value) []*Value {
 // the pooling's index) as the ops it fuses: ReLU's gradient first (with
 // Attrs.ReLU), max pooling's into the convolution's output, then the
 // convolution's (affineRule), so that the gradient is the unfused plan's
-// bit for bit.
+// bit for bit. Where x needs no gradient and ops.ConvPoolGradFusable
+// allows, one Conv2DPoolGrad step does all of it for the weight and the
+// bias, the same bits again.
 func convPoolRule(b *builder, n *Node, d []*Value) []*Value {
 	y, idx := n.Out[0], n.Out[1]
 	dy := d[0]
+	x, w, bias := n.In[0], n.In[1], n.In[2]
+	if !x.needsGrad && ops.ConvPoolGradFusable(&n.Attrs, x.Shape, w.Shape) {
+		// One step for both parameters' gradients, the convolution's
+		// output gradient built a chunk of samples at a time.
+		var yIn *Value
+		if n.Attrs.ReLU {
+			yIn = y
+		}
+		node := &Node{Op: ops.Conv2DPoolGrad, Attrs: n.Attrs, In: []*Value{dy, idx, yIn, x}, Layer: n.Layer, Pos: n.Pos}
+		out := make([]*Value, 3)
+		for i, p := range []*Value{w, bias} {
+			if p == nil {
+				continue
+			}
+			out[i+1] = b.value("grad "+p.Name, p.Shape, p.Batched)
+			out[i+1].Producer = node
+			node.Out = append(node.Out, out[i+1])
+		}
+		b.g.Backward = append(b.g.Backward, node)
+		return out
+	}
 	if n.Attrs.ReLU {
 		dz := b.value("grad "+y.Name+" (before relu)", y.Shape, y.Batched)
 		dz.Producer = &Node{Op: ops.ReLUGrad, In: []*Value{dy, y}, Out: []*Value{dz}, Layer: n.Layer, Pos: n.Pos}

@@ -9,11 +9,14 @@ import (
 
 // OpName is the step's op as the plan prints it: a fused step says what
 // it took in, "batch_norm_norm+add+relu", "add+relu_grad",
-// "conv2d+maxpool2d+relu".
+// "conv2d+maxpool2d+relu", "conv2d+maxpool2d+relu_grad".
 func (s *Step) OpName() string {
 	name := s.Op.String()
 	if s.Op == ops.Conv2DPool && s.Attrs.ReLU {
 		return name + "+relu"
+	}
+	if s.Op == ops.Conv2DPoolGrad && s.Attrs.ReLU {
+		return "conv2d+maxpool2d+relu_grad"
 	}
 	if s.Op == ops.ReLUGrad && len(s.In) > 2 && s.In[2] != nil {
 		return "add+" + name

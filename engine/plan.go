@@ -473,7 +473,7 @@ func planBuckets(g *Graph, s *spec.Spec, c Cluster) []Bucket {
 	off := 0
 	for i, n := range g.Backward {
 		for _, prm := range g.Params {
-			if prm.Grad != n.Out[0] {
+			if !slices.Contains(n.Out, prm.Grad) { // a step may complete two (Conv2DPoolGrad)
 				continue
 			}
 			e := prm.Value.Elems()

@@ -90,7 +90,7 @@ func (g *convGeom) direct() (cg vec.ConvGeom, fwd, wgrad, dgrad bool) {
 	if !directConv || g.ng() != 1 || g.kw > vec.ConvMaxKW || g.oh < 1 || g.ow < 1 {
 		return cg, false, false, false
 	}
-	cg = vec.ConvGeom{N: g.n, C: g.c, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow, S: g.s}
+	cg = vecGeom(*g)
 	if g.c == 1 && g.s == 1 {
 		return cg, true, true, false
 	}
@@ -562,7 +562,7 @@ func ConvPoolFusable(a *Attrs, x, w []int) bool {
 // convolution output of per elements a sample: as many as keep their
 // output within 48 Ki elements (192 KiB of float32, in the core's L2 cache
 // between the convolution and the pooling), at least one.
-func convPoolChunk(per int) int { return max(1, (48<<10)/max(per, 1)) }
+func convPoolChunk(per int) int { return max(1, (96<<10)/max(per, 1)) }
 
 // convPoolWork is Conv2DPool's scratch: one chunk's convolution output,
 // then the scratch of that chunk's convolution (lowered, as Conv2D's, where
@@ -571,8 +571,16 @@ func convPoolWork(x, w []int, a *Attrs) int {
 	g := geomFwd(a, x, w)
 	per := g.o * g.oh * g.ow
 	cs := min(convPoolChunk(per), max(g.n, 1))
-	return cs*per + convWork(g.k(), g.o, cs*g.oh*g.ow)
+	return (cs*g.o+convPoolSlack)*g.oh*g.ow + convWork(g.k(), g.o, cs*g.oh*g.ow)
 }
+
+// convPoolSlack is how many output planes past a chunk Conv2DPool keeps
+// in its scratch and zeroes on each call: the direct kernels' masked
+// stores for the channels past O of their last register tile address them
+// with an empty mask, and such an access to a page never touched costs an
+// assist every time (measured: the fused backward pass 40 % slower before
+// its scratch had the same slack).
+const convPoolSlack = 8
 
 // conv2DPool: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
 // y[N,O,OH/2,OW/2] and idx (Idx): Conv2DPool. Each chunk of samples is
@@ -587,6 +595,7 @@ func conv2DPool[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	pper := g.o * ph * pw
 	step := min(convPoolChunk(per), max(g.n, 1)) // as convPoolWork at the planned batch
 	tmp := c.Work[:step*per]
+	clear(c.Work[step*per:][:convPoolSlack*g.oh*g.ow])
 	if cg, ok, _, _ := g.direct(); ok && is32[T]() {
 		var bias []float32
 		if b != nil {
@@ -609,7 +618,7 @@ func conv2DPool[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	// Any other geometry or float64 (gradient checks): the three kernels on
 	// buffers over each chunk.
 	sub := *c
-	sub.Work = c.Work[step*per:]
+	sub.Work = c.Work[step*per+convPoolSlack*g.oh*g.ow:]
 	pool := Attrs{Kernel: 2, Stride: 2}
 	xs4, ts4, ys4 := &c.shapes[0], &c.shapes[1], &c.shapes[2]
 	var xc, tc, yc, ic Buf[T]
@@ -630,5 +639,107 @@ func conv2DPool[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			cin[0], cout[0] = &yc, &yc
 			relu(&sub, nil, cin[:1], cout[:1])
 		}
+	}
+}
+
+// ConvPoolGradFusable reports whether the engine may give a Conv2DPool of
+// input shape x and weight shape w (attributes a), whose input needs no
+// gradient, one Conv2DPoolGrad for its parameters' gradients: where
+// vec.ConvPoolGrad takes the geometry (weight gradients that add by column
+// into sixteen partial sums, which carry from chunk to chunk). The
+// geometry alone decides, so every machine compiles the same plan.
+func ConvPoolGradFusable(a *Attrs, x, w []int) bool {
+	if !ConvPoolFusable(a, x, w) {
+		return false
+	}
+	cg := vecGeom(geomFwd(a, x, w))
+	return vec.ConvPoolGradOK(&cg)
+}
+
+// vecGeom is g as vec's geometry.
+func vecGeom(g convGeom) vec.ConvGeom {
+	return vec.ConvGeom{N: g.n, C: g.c, O: g.o, H: g.h, W: g.w, KH: g.kh, KW: g.kw, P: g.p, OH: g.oh, OW: g.ow, S: g.s}
+}
+
+// convPoolGradWork is Conv2DPoolGrad's scratch for input x and weight
+// gradient dw: vec.ConvPoolGrad's, or for the other geometries and float64
+// one chunk of the pooled and the convolution's output gradients and the
+// chunk's lowering.
+func convPoolGradWork(x, dw []int, a *Attrs) int {
+	g := geomFwd(a, x, dw)
+	cg := vecGeom(g)
+	cs := vec.ConvPoolChunk
+	pooled, conv := g.o*(g.oh/2)*(g.ow/2), g.o*g.oh*g.ow
+	return max(vec.ConvPoolGradWork(&cg), cs*(pooled+conv)+convWork(g.k(), g.o, cs*g.oh*g.ow))
+}
+
+// conv2DPoolGrad: in dy[N,O,OH/2,OW/2], idx (Idx), optional y, x[N,1,H,W];
+// out dw[O,1,KH,KW], optional db[O]: Conv2DPoolGrad.
+func conv2DPoolGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy, idx, y, x := in[0], in[1], optIn(in, 2), in[3]
+	dw := out[0]
+	var db *Buf[T]
+	if len(out) > 1 {
+		db = out[1]
+	}
+	g := geomFwd(a, x.Shape, dw.Shape)
+	if cg := vecGeom(g); is32[T]() && vec.ConvPoolGradOK(&cg) {
+		var yd, dbd []float32
+		if y != nil {
+			yd = view[float32](y.Data)
+		}
+		if db != nil {
+			dbd = view[float32](db.Data)
+		}
+		vec.ConvPoolGrad(&cg, view[float32](dy.Data), idx.Idx, yd, view[float32](x.Data), view[float32](dw.Data), dbd, a.Accumulate, view[float32](c.Work))
+		return
+	}
+	// Any other geometry or float64 (gradient checks): the four kernels a
+	// chunk at a time, the parameter gradients added up over the chunks.
+	if g.n == 0 {
+		if !a.Accumulate {
+			clear(dw.Data[:dw.Len()])
+			if db != nil {
+				clear(db.Data[:db.Len()])
+			}
+		}
+		return
+	}
+	cs0 := vec.ConvPoolChunk
+	ph, pw := g.oh/2, g.ow/2
+	pooled, conv, xs := g.o*ph*pw, g.o*g.oh*g.ow, g.xs()
+	dz, dc := c.Work[:cs0*pooled], c.Work[cs0*pooled:][:cs0*conv]
+	sub := *c
+	sub.Work = c.Work[cs0*(pooled+conv):]
+	ps, cvs, xs4 := &c.shapes[0], &c.shapes[1], &c.shapes[2]
+	var dyc, ic, yc, dzc, dcc, xc Buf[T]
+	var bin [3]*Buf[T]
+	var bout [1]*Buf[T]
+	pool := Attrs{Kernel: 2, Stride: 2}
+	acc := *a
+	for n0 := 0; n0 < g.n; n0 += cs0 {
+		cs := min(cs0, g.n-n0)
+		*ps, *cvs, *xs4 = [4]int{cs, g.o, ph, pw}, [4]int{cs, g.o, g.oh, g.ow}, [4]int{cs, x.Shape[1], g.h, g.w}
+		dyc = Buf[T]{Data: dy.Data[n0*pooled:][:cs*pooled], Shape: ps[:]}
+		ic = Buf[T]{Idx: idx.Idx[n0*pooled:][:cs*pooled], Shape: ps[:]}
+		dcc = Buf[T]{Data: dc[:cs*conv], Shape: cvs[:]}
+		xc = Buf[T]{Data: x.Data[n0*xs:][:cs*xs], Shape: xs4[:]}
+		d := &dyc
+		if y != nil {
+			yc = Buf[T]{Data: y.Data[n0*pooled:][:cs*pooled], Shape: ps[:]}
+			dzc = Buf[T]{Data: dz[:cs*pooled], Shape: ps[:]}
+			bin[0], bin[1], bout[0] = &dyc, &yc, &dzc
+			reluGrad(&sub, nil, bin[:2], bout[:])
+			d = &dzc
+		}
+		bin[0], bin[1], bout[0] = d, &ic, &dcc
+		maxPool2DGrad(&sub, &pool, bin[:2], bout[:])
+		bin[0], bin[1], bout[0] = &dcc, &xc, dw
+		conv2DGradWeight(&sub, &acc, bin[:2], bout[:])
+		if db != nil {
+			bin[0], bout[0] = &dcc, db
+			conv2DGradBias(&sub, &acc, bin[:1], bout[:])
+		}
+		acc.Accumulate = true // later chunks add to the first's
 	}
 }

@@ -93,6 +93,12 @@ var gradCases = []gradCase{
 	convPoolCase("conv2d+maxpool2d/relu-partial", Attrs{ReLU: true}, [][]int{{2, 1, 9, 8}, {3, 1, 3, 3}, {3}}, 3),
 	convPoolCase("conv2d+maxpool2d/pad1-nobias", Attrs{Padding: 1}, [][]int{{3, 1, 7, 6}, {2, 1, 3, 3}, nil}, 0),
 	convPoolCase("conv2d+maxpool2d/5x5-relu", Attrs{ReLU: true}, [][]int{{2, 1, 9, 10}, {2, 1, 5, 5}, {2}}, 0),
+	// The engine's fused gradient of a first layer's weight (no bias: the
+	// check takes one output a step; TestConvPoolGradMatchesUnfused checks
+	// the bias's bit for bit).
+	{name: "conv2d+maxpool2d/relu-fused-grad-partial", op: Conv2DPool, attrs: Attrs{ReLU: true, Padding: 1},
+		in: [][]int{{3, 1, 9, 8}, {3, 1, 3, 3}, nil}, capN: 4,
+		bwd: []bwdStep{{op: Conv2DPoolGrad, args: []ref{dyOf(0), outOf(1), outOf(0), inOf(0)}, wrt: 1}}},
 	{name: "maxpool2d/k2", op: MaxPool2D, attrs: Attrs{Kernel: 2}, in: [][]int{{2, 3, 6, 5}}, capN: 3, distinct: true,
 		bwd: []bwdStep{{op: MaxPool2DGrad, args: []ref{dyOf(0), outOf(1)}, wrt: 0}}},
 	{name: "maxpool2d/k3s2-overlap", op: MaxPool2D, attrs: Attrs{Kernel: 3, Stride: 2}, in: [][]int{{2, 2, 7, 8}}, distinct: true,
@@ -422,7 +428,7 @@ func batchedOut(op Op, i int) bool {
 // parameter gradient).
 func accumulates(op Op) bool {
 	switch op {
-	case Conv2DGradWeight, Conv2DGradBias, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
+	case Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
 		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta:
 		return true
 	}

@@ -192,3 +192,93 @@ func checkConvPool[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 		}
 	}
 }
+
+// TestConvPoolGradMatchesUnfused checks Conv2DPoolGrad against the
+// gradient the engine emits unfused (ReLUGrad, MaxPool2DGrad into the
+// convolution's output gradient, Conv2DGradWeight, Conv2DGradBias), bit
+// for bit in float32 (within 1e-12 in float64, whose chunks add in
+// another order), with and without the bias and the ReLU, overwriting and
+// accumulating, on batches of 0, 1, 17 and 64 samples.
+func TestConvPoolGradMatchesUnfused(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { checkConvPoolGrad(t, &Kernels32, 0) })
+	t.Run("float64", func(t *testing.T) { checkConvPoolGrad(t, &Kernels64, 1e-12) })
+}
+
+func checkConvPoolGrad[T Float](t *testing.T, k *[NumOps]Kernel[T], tol float64) {
+	r := rand.New(rand.NewPCG(9, 10))
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	rnd := func(s []int) *Buf[T] {
+		b := zeroBuf[T](s)
+		for i := range b.Data {
+			b.Data[i] = T(r.NormFloat64())
+		}
+		return b
+	}
+	for _, tc := range []struct{ n, h, w, o, kh, kw, pad int }{
+		{64, 28, 28, 10, 5, 5, 0}, {17, 28, 28, 10, 5, 5, 0}, {1, 9, 8, 3, 3, 3, 1}, {0, 28, 28, 10, 5, 5, 0}, {5, 11, 21, 4, 5, 5, 2},
+	} {
+		a := Attrs{Padding: tc.pad}
+		x, w := rnd([]int{tc.n, 1, tc.h, tc.w}), rnd([]int{tc.o, 1, tc.kh, tc.kw})
+		if !ConvPoolGradFusable(&a, x.Shape, w.Shape) {
+			t.Fatalf("%+v: not fusable", tc)
+		}
+		oh, ow := tc.h+2*tc.pad-tc.kh+1, tc.w+2*tc.pad-tc.kw+1
+		ps, cs := []int{tc.n, tc.o, oh / 2, ow / 2}, []int{tc.n, tc.o, oh, ow}
+		for _, relu := range []bool{false, true} {
+			fa := a
+			fa.ReLU = relu
+			y, idx := zeroBuf[T](ps), &Buf[T]{Idx: make([]int32, prod(ps)), Shape: ps}
+			call(k, c, Conv2DPool, &fa, []*Buf[T]{x, w}, []*Buf[T]{y, idx})
+			dy := rnd(ps)
+			for _, bias := range []bool{false, true} {
+				for _, acc := range []bool{false, true} {
+					fill := func(s []int) *Buf[T] {
+						b := zeroBuf[T](s)
+						for i := range b.Data {
+							b.Data[i] = T(i%5) - 2
+						}
+						return b
+					}
+					aa := a
+					aa.Accumulate = acc
+					// unfused
+					d := dy
+					if relu {
+						d = zeroBuf[T](ps)
+						call(k, c, ReLUGrad, nil, []*Buf[T]{dy, y}, []*Buf[T]{d})
+					}
+					dc := zeroBuf[T](cs)
+					call(k, c, MaxPool2DGrad, &Attrs{Kernel: 2, Stride: 2}, []*Buf[T]{d, idx}, []*Buf[T]{dc})
+					wantW, wantB := fill(w.Shape), fill([]int{tc.o})
+					call(k, c, Conv2DGradWeight, &aa, []*Buf[T]{dc, x}, []*Buf[T]{wantW})
+					call(k, c, Conv2DGradBias, &aa, []*Buf[T]{dc}, []*Buf[T]{wantB})
+					// fused
+					fa.Accumulate = acc
+					gotW, gotB := fill(w.Shape), fill([]int{tc.o})
+					var yIn *Buf[T]
+					if relu {
+						yIn = y
+					}
+					out := []*Buf[T]{gotW}
+					if bias {
+						out = append(out, gotB)
+					}
+					call(k, c, Conv2DPoolGrad, &fa, []*Buf[T]{dy, idx, yIn, x}, out)
+					check := func(what string, got, want []T) {
+						for i := range want {
+							g, w := float64(got[i]), float64(want[i])
+							if tol == 0 && math.Float64bits(g) != math.Float64bits(w) || math.Abs(g-w) > tol*max(1, math.Abs(w)) {
+								t.Errorf("%v relu %v bias %v accumulate %v: %s[%d] = %v fused, %v unfused", ps, relu, bias, acc, what, i, g, w)
+								return
+							}
+						}
+					}
+					check("dw", gotW.Data, wantW.Data)
+					if bias {
+						check("db", gotB.Data, wantB.Data)
+					}
+				}
+			}
+		}
+	}
+}

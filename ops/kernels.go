@@ -65,6 +65,7 @@ func kernels[T Float]() [NumOps]Kernel[T] {
 		LinearGradBias:   linearGradBias[T],
 		ReLUGrad:         reluGrad[T],
 		MaxPool2DGrad:    maxPool2DGrad[T],
+		Conv2DPoolGrad:   conv2DPoolGrad[T],
 		DropoutGrad:      dropoutGrad[T],
 		Dropout2DGrad:    dropout2DGrad[T],
 		LogSoftmaxGrad:   logSoftmaxGrad[T],

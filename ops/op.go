@@ -227,6 +227,15 @@ const (
 	// MaxPool2DGrad: in dy[N,C,OH,OW], index (Idx, from MaxPool2D); out
 	// dx[N,C,H,W].
 	MaxPool2DGrad
+	// Conv2DPoolGrad: the weight and bias gradients of a Conv2DPool whose
+	// input needs none (a first layer): in dy[N,O,OH/2,OW/2] (of the fused
+	// output), idx (Idx, Conv2DPool's), y (its output, with Attrs.ReLU;
+	// absent without), x[N,1,H,W]; out dw[O,1,KH,KW] and, with a bias,
+	// db[O]. Bit for bit ReLUGrad, MaxPool2DGrad into the convolution's
+	// output gradient, then Conv2DGradWeight and Conv2DGradBias, but that
+	// gradient is built a chunk of samples at a time in the scratch instead
+	// of whole (where ConvPoolGradFusable says so). Attrs: as Conv2D, ReLU.
+	Conv2DPoolGrad
 	// DropoutGrad: in dy, mask; out dx = dy·mask.
 	DropoutGrad
 	// Dropout2DGrad: in dy[N,C,H,W], mask[N,C]; out dx.
@@ -408,6 +417,7 @@ var infos = [NumOps]Info{
 	LinearGradBias:      {Name: "linear_grad_bias", NumIn: 1, NumOut: 1},
 	ReLUGrad:            {Name: "relu_grad", NumIn: 3, NumOut: 1, OptionalLast: true, Optional: 1 << 2},
 	MaxPool2DGrad:       {Name: "maxpool2d_grad", NumIn: 2, NumOut: 1},
+	Conv2DPoolGrad:      {Name: "conv2d+maxpool2d_grad", NumIn: 4, NumOut: 2, Optional: 1 << 2},
 	DropoutGrad:         {Name: "dropout_grad", NumIn: 2, NumOut: 1},
 	Dropout2DGrad:       {Name: "dropout2d_grad", NumIn: 2, NumOut: 1},
 	LogSoftmaxGrad:      {Name: "log_softmax_grad", NumIn: 2, NumOut: 1},

@@ -427,7 +427,8 @@ func inputName(op Op, i int) string {
 // Conv2D, Conv2DGradInput and Conv2DGradWeight lower the whole batch into
 // one matrix multiply (one per group) and need (C/G·KH·KW + O)·N·OH·OW
 // elements, G the groups. Conv2DPool needs one chunk's convolution output
-// and that chunk's lowering (convPoolWork). CrossEntropy in float32 keeps two elements per
+// and that chunk's lowering (convPoolWork); Conv2DPoolGrad a chunk's
+// gradients (convPoolGradWork). CrossEntropy in float32 keeps two elements per
 // row of its logits (the row's maximum and its sum of exponentials).
 func Workspace(op Op, a *Attrs, in, out [][]int) int {
 	switch op {
@@ -436,6 +437,8 @@ func Workspace(op Op, a *Attrs, in, out [][]int) int {
 		return convWork(w[1]*w[2]*w[3], w[0], x[0]*y[2]*y[3])
 	case Conv2DPool: // in x, w: a chunk's convolution output, and its scratch
 		return convPoolWork(in[0], in[1], a)
+	case Conv2DPoolGrad: // in dy, idx, y, x; out dw
+		return convPoolGradWork(in[3], out[0], a)
 	case Conv2DGradInput: // in dy, w
 		dy, w := in[0], in[1]
 		return convWork(w[1]*w[2]*w[3], w[0], dy[0]*dy[2]*dy[3])

@@ -2323,3 +2323,134 @@ int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float 
 	}
 	return 0;
 }
+
+// ---- Conv2DPool's parameter gradients: the weight and bias gradients of a
+// convolution whose output was max-pooled 2×2 (and, with y, clamped by a
+// ReLU), from the gradient of the pooled output; the dense gradient of the
+// convolution's output is built CP_NB samples at a time in the caller's
+// scratch and summed from there, into the weight gradient's sixteen
+// partials per tap and the bias's float64 plane sums, which carry from one
+// chunk to the next: every partial adds the same products in the same
+// order as gorun_vec_conv_wgrad and gorun_vec_bias_grad over the whole
+// dense gradient, so the bits are theirs ----
+
+void gorun_vec_relu_grad(int level, float *dx, const float *dy, const float *dy2, const float *y, long n);
+void gorun_vec_maxpool2x2_grad(int level, const float *dy, const int32_t *idx, float *dx, long planes, long h, long w,
+                               long oh, long ow);
+float gorun_vec_sum(int level, const float *x, long n);
+
+#define CP_NB 16
+
+// gorun_vec_conv_pool_grad_ok reports whether g (one input channel, stride
+// 1) is a geometry whose weight gradient adds by column into sixteen
+// partials at every level (not by output channel, not flattened, not 1×1),
+// so that its sums can carry from chunk to chunk. It reads the geometry
+// only: every machine fuses the same plans.
+int gorun_vec_conv_pool_grad_ok(gorun_cgeom g) {
+	return g.c == 1 && g.s == 1 && g.kw <= MAXKW && !wgrad_by_o(&g) && !wgrad_flat(&g) && !wgrad_pw(&g) && !winow_ok(&g);
+}
+
+// wgrad_part_c is conv_wgrad_c's loop (partials by column) without the
+// final combination: it adds g's samples into part.
+static inline __attribute__((always_inline)) void wgrad_part_c(gorun_cgeom g, const float *dy, const float *x, float *part) {
+	long plane = g.oh * g.ow, hw = g.h * g.w, lm = wgrad_lanes(&g) - 1;
+	for (long n = 0; n < g.n; n++)
+		for (long o = 0; o < g.o; o++) {
+			const float *dyo = dy + (n * g.o + o) * plane;
+			for (long c = 0; c < g.c; c++)
+				for (long ki = 0; ki < g.kh; ki++)
+					for (long kj = 0; kj < g.kw; kj++) {
+						float *pp = part + (((o * g.c + c) * g.kh + ki) * g.kw + kj) * 16;
+						for (long oy = 0; oy < g.oh; oy++) {
+							long iy = oy * g.s + ki - g.p;
+							if (iy < 0 || iy >= g.h)
+								continue;
+							const float *row = x + (n * g.c + c) * hw + iy * g.w;
+							for (long ox = 0; ox < g.ow; ox++)
+								if (valid(&g, ox, kj))
+									pp[ox & lm] = fmaf(dyo[oy * g.ow + ox], row[ox * g.s + kj - g.p], pp[ox & lm]);
+						}
+					}
+		}
+}
+__attribute__((target("avx2,fma"))) static void wgrad_part_avx2(gorun_cgeom g, const float *dy, const float *x, float *part) {
+	wgrad_part_c(g, dy, x, part);
+}
+static void wgrad_part_plain(gorun_cgeom g, const float *dy, const float *x, float *part) { wgrad_part_c(g, dy, x, part); }
+
+// wgrad_part_avx512 adds g's samples (at most NB) into part as
+// conv_wgrad_avx512's stride-1 bodies do, copying them into the
+// zero-bordered planes xp first when g has padding.
+__attribute__((target("avx512f"))) static void wgrad_part_avx512(gorun_cgeom g, const float *dy, const float *x, float *part,
+                                                                 float *xp) {
+	int y = wgrad_lanes(&g) == 8;
+	void (*body)(gorun_cgeom, const float *, const float *, float *, int) =
+	    g.kw == 3 ? (y ? wgrad_y3 : wgrad_z3) : (y ? wgrad_y5 : wgrad_z5);
+	if (!xp) {
+		body(g, dy, x, part, 0);
+		return;
+	}
+	long ph = g.h + 2 * g.p, pw = g.w + 2 * g.p;
+	for (long s = 0; s < g.n; s++)
+		border_copy(&g, x + s * g.c * g.h * g.w, xp + s * g.c * ph * pw, ph, pw);
+	g.h = ph, g.w = pw, g.p = 0;
+	body(g, dy, xp, part, 1);
+}
+
+// gorun_vec_conv_pool_grad sets dw (and db, unless NULL) to the weight and
+// bias gradients of convolution g (gorun_vec_conv_pool_grad_ok) whose
+// output [n,o,oh,ow] was max-pooled 2×2 with stride 2 into
+// [n,o,oh/2,ow/2] (idx as gorun_vec_maxpool2x2's) and, when y is not
+// NULL, clamped by a ReLU whose output is y: dy is the gradient of that
+// last output. work holds CP_NB samples of the convolution's gradient, 8
+// planes, and CP_NB samples of the pooled gradient. Accumulate adds to dw
+// and db. Returns -1 when out of memory.
+int gorun_vec_conv_pool_grad(int level, gorun_cgeom g, const float *dy, const int32_t *idx, const float *y,
+                             const float *x, float *dw, float *db, int accumulate, float *work) {
+	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
+	long ph = g.oh / 2, pw = g.ow / 2, pooled = g.o * ph * pw;
+	int wl = level; // the weight gradient's level, as gorun_vec_conv_wgrad picks it
+	if (wl == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 && (wgrad_lanes(&g) == 16 || __builtin_cpu_supports("avx512vl"))))
+		wl = 1;
+	float *part = zalloc64(taps * 16);
+	double *bsum = calloc(g.o + 1, sizeof(double));
+	float *xp = NULL;
+	if (wl == 2 && g.p > 0)
+		xp = calloc(CP_NB * g.c * (g.h + 2 * g.p) * (g.w + 2 * g.p) + 16, sizeof(float));
+	if (!part || !bsum || (wl == 2 && g.p > 0 && !xp)) {
+		free(part), free(bsum), free(xp);
+		return -1;
+	}
+	// dc, then 8 planes that the bodies' masked loads for channels past o
+	// read (with a zero mask) after the chunk's last sample, zeroed so that
+	// their pages are present (a masked load from a page never touched
+	// takes a slow assist on every call), then dz.
+	float *dc = work, *dz = work + (CP_NB * g.o + 8) * plane;
+	memset(dc + CP_NB * g.o * plane, 0, 8 * plane * sizeof(float));
+	for (long n0 = 0; n0 < g.n; n0 += CP_NB) {
+		gorun_cgeom gc = g;
+		gc.n = g.n - n0 < CP_NB ? g.n - n0 : CP_NB;
+		const float *dp = dy + n0 * pooled;
+		if (y) {
+			gorun_vec_relu_grad(level, dz, dp, NULL, y + n0 * pooled, gc.n * pooled);
+			dp = dz;
+		}
+		gorun_vec_maxpool2x2_grad(level, dp, idx + n0 * pooled, dc, gc.n * g.o, g.oh, g.ow, ph, pw);
+		const float *xc = x + n0 * g.c * hw;
+		switch (wl) {
+		case 2: wgrad_part_avx512(gc, dc, xc, part, xp); break;
+		case 1: wgrad_part_avx2(gc, dc, xc, part); break;
+		default: wgrad_part_plain(gc, dc, xc, part);
+		}
+		if (db)
+			for (long j = 0; j < g.o; j++)
+				for (long i = 0; i < gc.n; i++)
+					bsum[j] += (double)gorun_vec_sum(level, dc + (i * g.o + j) * plane, plane);
+	}
+	finish(part, taps, dw, accumulate);
+	if (db)
+		for (long j = 0; j < g.o; j++)
+			db[j] = accumulate ? db[j] + (float)bsum[j] : (float)bsum[j];
+	free(part), free(bsum), free(xp);
+	return 0;
+}

@@ -1,6 +1,9 @@
 package vec
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // ConvGeom is the geometry of a convolution with no groups: x[N,C,H,W],
 // w[O,C,KH,KW], y[N,O,OH,OW], stride S (0 means 1), OH = (H+2P-KH)/S+1,
@@ -304,6 +307,154 @@ func convGradInputStridedGo(g *ConvGeom, dy, w, dx []float32) {
 					}
 					dx[(n*g.C+c)*hw+iy*g.W+ix] = acc
 				}
+			}
+		}
+	}
+}
+
+// ConvPoolChunk is how many samples ConvPoolGrad builds the convolution's
+// output gradient for at a time (the C functions' CP_NB).
+const ConvPoolChunk = 16
+
+// ConvPoolGradOK reports whether ConvPoolGrad takes g: one input channel,
+// stride 1, and a weight gradient that ConvGradWeight adds by column into
+// sixteen partials at every level (not by output channel: 3-wide kernels
+// on planes under 16 columns with output channels by 32s; not over
+// flattened planes: 3-wide kernels on planes of 9 to 128 columns not a
+// multiple of 16 with output channels by 8s). It reads the geometry only,
+// so that every machine fuses the same plans.
+func ConvPoolGradOK(g *ConvGeom) bool {
+	if g.C != 1 || g.stride() != 1 || g.KW > ConvMaxKW || g.OH < 2 || g.OW < 2 {
+		return false
+	}
+	byO := g.OW < 16 && g.O%32 == 0 && g.KW == 3
+	return !byO && !g.flatWeightGrad()
+}
+
+// ConvPoolGradWork is the scratch ConvPoolGrad needs, in float32 elements:
+// ConvPoolChunk samples of the convolution's output gradient, 8 planes
+// after them (which the AVX-512 bodies' masked loads touch), ConvPoolChunk
+// samples of the pooled output's gradient, then (for the Go loops) the
+// weight gradient's partial sums and the bias's float64 sums.
+func ConvPoolGradWork(g *ConvGeom) int {
+	taps := g.O * g.C * g.KH * g.KW
+	return (ConvPoolChunk*g.O+8)*g.OH*g.OW + ConvPoolChunk*g.O*(g.OH/2)*(g.OW/2) + 16*taps + 2*g.O + 2
+}
+
+// ConvPoolGrad sets dw (and db, unless nil) to the weight and bias
+// gradients of convolution g (ConvPoolGradOK) whose output [N,O,OH,OW] was
+// max-pooled 2×2 with stride 2 into [N,O,OH/2,OW/2] (idx as MaxPool2x2's)
+// and, when y is not nil, clamped by a ReLU whose output is y: dy is the
+// gradient of that last output. The results are bit for bit ConvGradWeight's
+// and BiasGrad's of the dense gradient MaxPool2x2Grad(ReLUGrad(dy, y)), which
+// it builds ConvPoolChunk samples at a time in work (ConvPoolGradWork)
+// instead of whole: the weight gradient's partial sums and the bias's
+// float64 sums carry from one chunk to the next. accumulate adds to dw and
+// db.
+func ConvPoolGrad(g *ConvGeom, dy []float32, idx []int32, y, x, dw, db []float32, accumulate bool, work []float32) {
+	g.check()
+	if !ConvPoolGradOK(g) {
+		panic("vec: ConvPoolGrad of a geometry ConvPoolGradOK refuses")
+	}
+	nx, nw, _ := g.lens()
+	np := g.N * g.O * (g.OH / 2) * (g.OW / 2)
+	_ = dw[nw-1]
+	if db != nil {
+		_ = db[g.O-1]
+	}
+	_ = work[ConvPoolGradWork(g)-1]
+	if g.N == 0 {
+		if !accumulate {
+			clear(dw[:nw])
+			if db != nil {
+				clear(db[:g.O])
+			}
+		}
+		return
+	}
+	_, _, _ = dy[np-1], idx[np-1], x[nx-1]
+	if y != nil {
+		_ = y[np-1]
+	}
+	convPoolGrad(level, g, dy, idx, y, x, dw, db, accumulate, work)
+}
+
+// convPoolGradGo is ConvPoolGrad's Go loops: convGradWeightGo's partials
+// and biasGradGo's float64 sums kept in work across the chunks.
+func convPoolGradGo(g *ConvGeom, dy []float32, idx []int32, y, x, dw, db []float32, accumulate bool, work []float32) {
+	ph, pw := g.OH/2, g.OW/2
+	pooled, plane, hw := g.O*ph*pw, g.OH*g.OW, g.H*g.W
+	taps := g.O * g.C * g.KH * g.KW
+	dc := work[:ConvPoolChunk*g.O*plane]
+	dz := work[(ConvPoolChunk*g.O+8)*plane:][:ConvPoolChunk*pooled]
+	rest := work[(ConvPoolChunk*g.O+8)*plane+len(dz):]
+	part := rest[:16*taps]
+	clear(part)
+	bw := rest[len(part):][:2*g.O+2]
+	off := 0
+	if uintptr(unsafe.Pointer(&bw[0]))%8 != 0 {
+		off = 1
+	}
+	bsum := unsafe.Slice((*float64)(unsafe.Pointer(&bw[off])), g.O)
+	clear(bsum)
+	lm := 15
+	if g.OW%16 != 0 && g.OW%16 <= 8 {
+		lm = 7
+	}
+	for n0 := 0; n0 < g.N; n0 += ConvPoolChunk {
+		cs := min(ConvPoolChunk, g.N-n0)
+		dp := dy[n0*pooled:][:cs*pooled]
+		if y != nil {
+			reluGradGo(dz, dp, nil, y[n0*pooled:][:cs*pooled])
+			dp = dz[:cs*pooled]
+		}
+		maxPool2x2GradGo(dp, idx[n0*pooled:][:cs*pooled], dc, cs*g.O, g.OH, g.OW, ph, pw)
+		for t := range taps {
+			o, ki, kj := t/(g.KH*g.KW), t/g.KW%g.KH, t%g.KW
+			p := part[t*16:][:16]
+			for n := range cs {
+				dyo := dc[(n*g.O+o)*plane:][:plane]
+				xc := x[(n0+n)*hw:][:hw]
+				for oy := range g.OH {
+					iy := oy + ki - g.P
+					if iy < 0 || iy >= g.H {
+						continue
+					}
+					for ox := range g.OW {
+						if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
+							p[ox&lm] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&lm])
+						}
+					}
+				}
+			}
+		}
+		if db != nil {
+			for j := range g.O {
+				for n := range cs {
+					bsum[j] += float64(sumGo(dc[(n*g.O+j)*plane:][:plane]))
+				}
+			}
+		}
+	}
+	for t := range taps {
+		p := part[t*16:][:16]
+		for w := 8; w >= 1; w /= 2 {
+			for i := range w {
+				p[i] = p[i] + p[i+w]
+			}
+		}
+		if accumulate {
+			dw[t] += p[0]
+		} else {
+			dw[t] = p[0]
+		}
+	}
+	if db != nil {
+		for j := range g.O {
+			if accumulate {
+				db[j] += float32(bsum[j])
+			} else {
+				db[j] = float32(bsum[j])
 			}
 		}
 	}

@@ -15,8 +15,13 @@ int gorun_vec_conv_fast(int level, gorun_cgeom g);
 int gorun_vec_conv_fwd(int level, gorun_cgeom g, const float *x, const float *w, const float *b, float *y);
 int gorun_vec_conv_wgrad(int level, gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate);
 int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float *w, float *dx);
+int gorun_vec_conv_pool_grad_ok(gorun_cgeom g);
+int gorun_vec_conv_pool_grad(int level, gorun_cgeom g, const float *dy, const int *idx, const float *y,
+                             const float *x, float *dw, float *db, int accumulate, float *work);
 */
 import "C"
+
+import "unsafe"
 
 // cgeom is g as the C struct, passed by value (a pointer would make every
 // call allocate).
@@ -48,3 +53,19 @@ func convGradInput(lv int, g *ConvGeom, dy, w, dx []float32) {
 		panic("vec: out of memory for the regrouped weights")
 	}
 }
+
+func convPoolGrad(lv int, g *ConvGeom, dy []float32, idx []int32, y, x, dw, db []float32, accumulate bool, work []float32) {
+	var yp, dbp *C.float
+	if y != nil {
+		yp = fp(y)
+	}
+	if db != nil {
+		dbp = fp(db)
+	}
+	ip := (*C.int)(unsafe.Pointer(unsafe.SliceData(idx)))
+	if C.gorun_vec_conv_pool_grad(C.int(lv), cgeom(g), fp(dy), ip, yp, fp(x), fp(dw), dbp, cbool(accumulate), fp(work)) != 0 {
+		panic("vec: out of memory for the weight gradient's partial sums")
+	}
+}
+
+func convPoolGradOKC(g *ConvGeom) bool { return C.gorun_vec_conv_pool_grad_ok(cgeom(g)) != 0 }
