@@ -560,8 +560,9 @@ func ConvPoolFusable(a *Attrs, x, w []int) bool {
 
 // convPoolChunk is how many samples Conv2DPool convolves at a time, for a
 // convolution output of per elements a sample: as many as keep their
-// output within 48 Ki elements (192 KiB of float32, in the core's L2 cache
-// between the convolution and the pooling), at least one.
+// output within 96 Ki elements (384 KiB of float32, in the core's 1 MiB L2
+// cache between the convolution and the pooling), at least one: 16 for the
+// MNIST Net's conv1, as many as Conv2DPoolGrad's chunks.
 func convPoolChunk(per int) int { return max(1, (96<<10)/max(per, 1)) }
 
 // convPoolWork is Conv2DPool's scratch: one chunk's convolution output,
@@ -571,16 +572,8 @@ func convPoolWork(x, w []int, a *Attrs) int {
 	g := geomFwd(a, x, w)
 	per := g.o * g.oh * g.ow
 	cs := min(convPoolChunk(per), max(g.n, 1))
-	return (cs*g.o+convPoolSlack)*g.oh*g.ow + convWork(g.k(), g.o, cs*g.oh*g.ow)
+	return cs*per + convWork(g.k(), g.o, cs*g.oh*g.ow)
 }
-
-// convPoolSlack is how many output planes past a chunk Conv2DPool keeps
-// in its scratch and zeroes on each call: the direct kernels' masked
-// stores for the channels past O of their last register tile address them
-// with an empty mask, and such an access to a page never touched costs an
-// assist every time (measured: the fused backward pass 40 % slower before
-// its scratch had the same slack).
-const convPoolSlack = 8
 
 // conv2DPool: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
 // y[N,O,OH/2,OW/2] and idx (Idx): Conv2DPool. Each chunk of samples is
@@ -595,7 +588,6 @@ func conv2DPool[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	pper := g.o * ph * pw
 	step := min(convPoolChunk(per), max(g.n, 1)) // as convPoolWork at the planned batch
 	tmp := c.Work[:step*per]
-	clear(c.Work[step*per:][:convPoolSlack*g.oh*g.ow])
 	if cg, ok, _, _ := g.direct(); ok && is32[T]() {
 		var bias []float32
 		if b != nil {
@@ -618,7 +610,7 @@ func conv2DPool[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	// Any other geometry or float64 (gradient checks): the three kernels on
 	// buffers over each chunk.
 	sub := *c
-	sub.Work = c.Work[step*per+convPoolSlack*g.oh*g.ow:]
+	sub.Work = c.Work[step*per:]
 	pool := Attrs{Kernel: 2, Stride: 2}
 	xs4, ts4, ys4 := &c.shapes[0], &c.shapes[1], &c.shapes[2]
 	var xc, tc, yc, ic Buf[T]
