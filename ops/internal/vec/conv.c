@@ -1338,18 +1338,13 @@ static inline __attribute__((always_inline)) void conv_wgrad_seq_c(gorun_cgeom g
 				}
 }
 
-static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
-	if (winow_ok(&g))
-		return winow_c(g, dy, x, dw, accumulate);
-	if (wgrad_by_o(&g)) {
-		conv_wgrad_seq_c(g, dy, x, dw, accumulate);
-		return 0;
-	}
-	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w, lm = wgrad_lanes(&g) - 1;
+// wgrad_part_c adds g's samples into the sixteen partial sums of each tap
+// of part (output column ox into partial ox mod wgrad_lanes, or pixel
+// oy·ow + ox mod 16 for wgrad_flat's and wgrad_pw's geometries), samples,
+// rows and columns in order.
+static inline __attribute__((always_inline)) void wgrad_part_c(gorun_cgeom g, const float *dy, const float *x, float *part) {
+	long plane = g.oh * g.ow, hw = g.h * g.w, lm = wgrad_lanes(&g) - 1;
 	int flat = wgrad_flat(&g) || wgrad_pw(&g); // partial (oy·ow + ox) mod 16
-	float *part = calloc(taps * 16, sizeof(float));
-	if (!part)
-		return -1;
 	for (long n = 0; n < g.n; n++)
 		for (long o = 0; o < g.o; o++) {
 			const float *dyo = dy + (n * g.o + o) * plane;
@@ -1371,6 +1366,20 @@ static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, con
 						}
 					}
 		}
+}
+
+static inline __attribute__((always_inline)) int conv_wgrad_c(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
+	if (winow_ok(&g))
+		return winow_c(g, dy, x, dw, accumulate);
+	if (wgrad_by_o(&g)) {
+		conv_wgrad_seq_c(g, dy, x, dw, accumulate);
+		return 0;
+	}
+	long taps = g.o * g.c * g.kh * g.kw;
+	float *part = calloc(taps * 16, sizeof(float));
+	if (!part)
+		return -1;
+	wgrad_part_c(g, dy, x, part);
 	finish(part, taps, dw, accumulate);
 	free(part);
 	return 0;
@@ -2350,29 +2359,6 @@ int gorun_vec_conv_pool_grad_ok(gorun_cgeom g) {
 	return g.c == 1 && g.s == 1 && g.kw <= MAXKW && !wgrad_by_o(&g) && !wgrad_flat(&g) && !wgrad_pw(&g) && !winow_ok(&g);
 }
 
-// wgrad_part_c is conv_wgrad_c's loop (partials by column) without the
-// final combination: it adds g's samples into part.
-static inline __attribute__((always_inline)) void wgrad_part_c(gorun_cgeom g, const float *dy, const float *x, float *part) {
-	long plane = g.oh * g.ow, hw = g.h * g.w, lm = wgrad_lanes(&g) - 1;
-	for (long n = 0; n < g.n; n++)
-		for (long o = 0; o < g.o; o++) {
-			const float *dyo = dy + (n * g.o + o) * plane;
-			for (long c = 0; c < g.c; c++)
-				for (long ki = 0; ki < g.kh; ki++)
-					for (long kj = 0; kj < g.kw; kj++) {
-						float *pp = part + (((o * g.c + c) * g.kh + ki) * g.kw + kj) * 16;
-						for (long oy = 0; oy < g.oh; oy++) {
-							long iy = oy * g.s + ki - g.p;
-							if (iy < 0 || iy >= g.h)
-								continue;
-							const float *row = x + (n * g.c + c) * hw + iy * g.w;
-							for (long ox = 0; ox < g.ow; ox++)
-								if (valid(&g, ox, kj))
-									pp[ox & lm] = fmaf(dyo[oy * g.ow + ox], row[ox * g.s + kj - g.p], pp[ox & lm]);
-						}
-					}
-		}
-}
 __attribute__((target("avx2,fma"))) static void wgrad_part_avx2(gorun_cgeom g, const float *dy, const float *x, float *part) {
 	wgrad_part_c(g, dy, x, part);
 }

@@ -168,46 +168,59 @@ func convForwardGo(g *ConvGeom, x, w, b, y []float32) {
 }
 
 func convGradWeightGo(g *ConvGeom, dy, x, dw []float32, accumulate bool) {
-	plane, hw, s := g.OH*g.OW, g.H*g.W, g.stride()
-	taps := g.O * g.C * g.KH * g.KW
-	for t := range taps {
-		o, c, ki, kj := t/(g.C*g.KH*g.KW), t/(g.KH*g.KW)%g.C, t/g.KW%g.KH, t%g.KW
-		lm := 15 // partial ox mod 16, or mod 8 when the last 16-column block is at most half full
-		if g.OW%16 != 0 && g.OW%16 <= 8 {
-			lm = 7
-		}
-		flat := g.flatWeightGrad()
+	for t := range g.O * g.C * g.KH * g.KW {
 		var p [16]float32
-		for n := range g.N {
-			dyo := dy[(n*g.O+o)*plane:][:plane]
-			xc := x[(n*g.C+c)*hw:][:hw]
-			for oy := range g.OH {
-				iy := oy*s + ki - g.P
-				if iy < 0 || iy >= g.H {
-					continue
-				}
-				for ox := range g.OW {
-					if ix := ox*s + kj - g.P; ix >= 0 && ix < g.W {
-						l := ox & lm
-						if flat {
-							l = (oy*g.OW + ox) & 15
-						}
-						p[l] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[l])
-					}
-				}
-			}
-		}
-		for w := 8; w >= 1; w /= 2 {
-			for i := range w {
-				p[i] = p[i] + p[i+w]
-			}
-		}
-		if accumulate {
-			dw[t] += p[0]
+		addTapGo(g, dy, x, t, &p)
+		if s := combine16Go(&p); accumulate {
+			dw[t] += s
 		} else {
-			dw[t] = p[0]
+			dw[t] = s
 		}
 	}
+}
+
+// addTapGo adds tap t's products over g's samples into its sixteen partial
+// sums p: output column ox into partial ox mod 16, or mod 8 when the last
+// 16-column block is at most half full, or pixel oy·OW + ox mod 16 where
+// flatWeightGrad says; samples, rows and columns in order.
+func addTapGo(g *ConvGeom, dy, x []float32, t int, p *[16]float32) {
+	plane, hw, s := g.OH*g.OW, g.H*g.W, g.stride()
+	o, c, ki, kj := t/(g.C*g.KH*g.KW), t/(g.KH*g.KW)%g.C, t/g.KW%g.KH, t%g.KW
+	lm := 15
+	if g.OW%16 != 0 && g.OW%16 <= 8 {
+		lm = 7
+	}
+	flat := g.flatWeightGrad()
+	for n := range g.N {
+		dyo := dy[(n*g.O+o)*plane:][:plane]
+		xc := x[(n*g.C+c)*hw:][:hw]
+		for oy := range g.OH {
+			iy := oy*s + ki - g.P
+			if iy < 0 || iy >= g.H {
+				continue
+			}
+			for ox := range g.OW {
+				if ix := ox*s + kj - g.P; ix >= 0 && ix < g.W {
+					l := ox & lm
+					if flat {
+						l = (oy*g.OW + ox) & 15
+					}
+					p[l] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[l])
+				}
+			}
+		}
+	}
+}
+
+// combine16Go adds the sixteen partial sums pairwise: p_i += p_{i+8}, then
+// p_i += p_{i+4}, …; it returns p_0.
+func combine16Go(p *[16]float32) float32 {
+	for w := 8; w >= 1; w /= 2 {
+		for i := range w {
+			p[i] = p[i] + p[i+w]
+		}
+	}
+	return p[0]
 }
 
 // flatWeightGrad reports whether ConvGradWeight adds output pixel p =
@@ -397,10 +410,6 @@ func convPoolGradGo(g *ConvGeom, dy []float32, idx []int32, y, x, dw, db []float
 	}
 	bsum := unsafe.Slice((*float64)(unsafe.Pointer(&bw[off])), g.O)
 	clear(bsum)
-	lm := 15
-	if g.OW%16 != 0 && g.OW%16 <= 8 {
-		lm = 7
-	}
 	for n0 := 0; n0 < g.N; n0 += ConvPoolChunk {
 		cs := min(ConvPoolChunk, g.N-n0)
 		dp := dy[n0*pooled:][:cs*pooled]
@@ -409,24 +418,10 @@ func convPoolGradGo(g *ConvGeom, dy []float32, idx []int32, y, x, dw, db []float
 			dp = dz[:cs*pooled]
 		}
 		maxPool2x2GradGo(dp, idx[n0*pooled:][:cs*pooled], dc, cs*g.O, g.OH, g.OW, ph, pw)
+		gc := *g
+		gc.N = cs
 		for t := range taps {
-			o, ki, kj := t/(g.KH*g.KW), t/g.KW%g.KH, t%g.KW
-			p := part[t*16:][:16]
-			for n := range cs {
-				dyo := dc[(n*g.O+o)*plane:][:plane]
-				xc := x[(n0+n)*hw:][:hw]
-				for oy := range g.OH {
-					iy := oy + ki - g.P
-					if iy < 0 || iy >= g.H {
-						continue
-					}
-					for ox := range g.OW {
-						if ix := ox + kj - g.P; ix >= 0 && ix < g.W {
-							p[ox&lm] = fma32(dyo[oy*g.OW+ox], xc[iy*g.W+ix], p[ox&lm])
-						}
-					}
-				}
-			}
+			addTapGo(&gc, dc, x[n0*hw:], t, (*[16]float32)(part[t*16:]))
 		}
 		if db != nil {
 			for j := range g.O {
@@ -437,16 +432,10 @@ func convPoolGradGo(g *ConvGeom, dy []float32, idx []int32, y, x, dw, db []float
 		}
 	}
 	for t := range taps {
-		p := part[t*16:][:16]
-		for w := 8; w >= 1; w /= 2 {
-			for i := range w {
-				p[i] = p[i] + p[i+w]
-			}
-		}
-		if accumulate {
-			dw[t] += p[0]
+		if s := combine16Go((*[16]float32)(part[t*16:])); accumulate {
+			dw[t] += s
 		} else {
-			dw[t] = p[0]
+			dw[t] = s
 		}
 	}
 	if db != nil {
