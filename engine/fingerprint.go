@@ -76,10 +76,25 @@ func (p *Plan) Fingerprint() []PlanStep {
 
 // ResumeKey is the part of the fingerprint a resumed run must share with
 // the run that wrote its checkpoint: all but the world (checked on its
-// own) and the run's length (a resumed run may go on for more epochs).
+// own) and the run's length (a resumed run may go on for more epochs). Its
+// steps and buckets are those of the graph without the backend's own
+// fusions (GraphOptions: how a CPU plan groups conv1, its pooling and
+// ReLU), which change how the steps are grouped, not what the model
+// computes: a checkpoint resumes on another backend, and those written
+// before such a fusion existed still resume.
 func (p *Plan) ResumeKey() []PlanStep {
+	q := p
+	if p.graphOpts != (GraphOptions{}) {
+		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{})
+		if err != nil {
+			panic(fmt.Sprintf("the plan's graph without the backend's fusions: %v", err)) // it compiled with them
+		}
+		c := *p
+		c.Graph, c.Buckets = g, planBuckets(g, p.Spec, p.Cluster)
+		q = &c
+	}
 	var out []PlanStep
-	for _, e := range p.Fingerprint() {
+	for _, e := range q.Fingerprint() {
 		if e.Label != "world" && e.Label != "run length" {
 			out = append(out, e)
 		}

@@ -45,6 +45,9 @@ type Plan struct {
 	Process  int
 	NumParam int // scalar parameters
 
+	// loss and graphOpts are what BuildGraph was given, for ResumeKey.
+	loss      Loss
+	graphOpts GraphOptions
 }
 
 // Bucket is a group of parameter gradients synchronised by one collective.
@@ -279,8 +282,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	g, err := BuildGraph(&s.Model, Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex},
-		p.MaxBatch, info.sample, GraphOptions{CPUFusions: c.Backend == "" || c.Backend == "cpu"})
+	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex}
+	p.graphOpts = GraphOptions{CPUFusions: c.Backend == "" || c.Backend == "cpu"}
+	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.sample, p.graphOpts)
 	if err != nil {
 		return nil, err
 	}

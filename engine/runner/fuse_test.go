@@ -113,3 +113,50 @@ func TestConvPoolFusionOnCPUOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeAcrossConvPoolFusion: a checkpoint written by a plan without
+// the conv+pool fusion (a CUDA plan's steps, or an earlier gorun's; here
+// GORUN_FUSION=off) resumes on the fused CPU plan, and ends with the
+// parameters of an uninterrupted fused run, bit for bit: the resume key
+// leaves the backend's fusions out.
+func TestResumeAcrossConvPoolFusion(t *testing.T) {
+	run := func(dir, resume string, sets ...string) *Result {
+		p := compile(t, loadSpec(t, convPoolScript, sets...), 2)
+		res, err := Run(p, RunOptions{Out: dir, Resume: resume})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	whole := run(t.TempDir(), "", "epochs=3")
+	dir := t.TempDir()
+	t.Setenv("GORUN_FUSION", "off")
+	run(dir, "", "epochs=3", "max_steps=5")
+	os.Unsetenv("GORUN_FUSION")
+	resumed := run("", dir, "epochs=3")
+	for r := range whole.Params {
+		if d := maxRelDiff(whole.Params[r], resumed.Params[r]); d != 0 {
+			t.Errorf("rank %d's parameters differ from an uninterrupted fused run by %.2e", r, d)
+		}
+	}
+	s := loadSpec(t, mnistScript)
+	cpu, err := engine.Compile(s, engine.DefaultCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := engine.DefaultCluster()
+	c.Backend = "cuda"
+	cuda, err := engine.Compile(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cpu.ResumeKey(), cuda.ResumeKey()
+	if len(a) != len(b) {
+		t.Fatalf("resume keys of %d and %d entries", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("resume key entry %s: cpu %q, cuda %q", a[i].Label, a[i].Text, b[i].Text)
+		}
+	}
+}
