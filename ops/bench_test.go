@@ -27,13 +27,7 @@ func newConvBench(name string, x, w []int, gradIn bool) *convBench {
 
 func newConvBenchAttrs(name string, x, w []int, a *Attrs, gradIn bool) *convBench {
 	r := rand.New(rand.NewPCG(1, 2))
-	rnd := func(shape []int) *Buf[float32] {
-		b := &Buf[float32]{Shape: shape, Data: make([]float32, prod(shape))}
-		for i := range b.Data {
-			b.Data[i] = float32(r.NormFloat64())
-		}
-		return b
-	}
+	rnd := func(shape []int) *Buf[float32] { return normalBuf[float32](r, shape) }
 	g := geomFwd(a, x, w)
 	y := []int{x[0], w[0], g.oh, g.ow}
 	cb := &convBench{name: name, x: x, w: w, a: a, gradIn: gradIn,
@@ -148,13 +142,7 @@ func BenchmarkLowering(b *testing.B) {
 // ns/row, a row being one sample (or one token).
 func BenchmarkLinear(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 4))
-	rnd := func(shape ...int) *Buf[float32] {
-		b := &Buf[float32]{Shape: shape, Data: make([]float32, prod(shape))}
-		for i := range b.Data {
-			b.Data[i] = float32(r.NormFloat64())
-		}
-		return b
-	}
+	rnd := func(shape ...int) *Buf[float32] { return normalBuf[float32](r, shape) }
 	for _, tc := range []struct {
 		name string
 		x, w []int
@@ -198,13 +186,7 @@ func BenchmarkLinear(b *testing.B) {
 // 1.5 MB output and its gradient whole.
 func BenchmarkConvPool(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	rnd := func(shape ...int) *Buf[float32] {
-		b := &Buf[float32]{Shape: shape, Data: make([]float32, prod(shape))}
-		for i := range b.Data {
-			b.Data[i] = float32(r.NormFloat64())
-		}
-		return b
-	}
+	rnd := func(shape ...int) *Buf[float32] { return normalBuf[float32](r, shape) }
 	const n = 64
 	x, w, bias := rnd(n, 1, 28, 28), rnd(10, 1, 5, 5), rnd(10)
 	conv, pool, y, dy := rnd(n, 10, 24, 24), rnd(n, 10, 12, 12), rnd(n, 10, 12, 12), rnd(n, 10, 12, 12)

@@ -20,18 +20,11 @@ func checkBNFused[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	for _, shape := range [][]int{{4, 3, 5, 7}, {2, 17, 3, 3}, {3, 5}, {1, 2, 33}, {0, 3, 2, 2}} {
 		ch := shape[1]
-		rnd := func(s []int) *Buf[T] {
-			b := zeroBuf[T](s)
-			for i := range b.Data {
-				b.Data[i] = T(r.NormFloat64())
-			}
-			return b
-		}
-		x, res := rnd(shape), rnd(shape)
-		gamma, beta := rnd([]int{ch}), rnd([]int{ch})
+		x, res := normalBuf[T](r, shape), normalBuf[T](r, shape)
+		gamma, beta := normalBuf[T](r, []int{ch}), normalBuf[T](r, []int{ch})
 		stats := zeroBuf[T]([]int{3, ch})
 		call(k, c, BatchNormStats, &Attrs{}, []*Buf[T]{x}, []*Buf[T]{stats})
-		rm, rv := rnd([]int{ch}), zeroBuf[T]([]int{ch})
+		rm, rv := normalBuf[T](r, []int{ch}), zeroBuf[T]([]int{ch})
 		for i := range rv.Data {
 			rv.Data[i] = T(r.Float64() + 0.5)
 		}
@@ -130,21 +123,14 @@ func TestConvPoolMatchesUnfused(t *testing.T) {
 func checkConvPool[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 	r := rand.New(rand.NewPCG(7, 8))
 	c := &Ctx[T]{LossScale: 1, Step: 1}
-	rnd := func(s []int) *Buf[T] {
-		b := zeroBuf[T](s)
-		for i := range b.Data {
-			b.Data[i] = T(r.NormFloat64())
-		}
-		return b
-	}
 	for _, tc := range []struct {
 		n, h, w, o, kh, kw, pad int
 	}{
 		{64, 28, 28, 10, 5, 5, 0}, {13, 28, 28, 10, 5, 5, 0}, {1, 28, 28, 10, 5, 5, 0}, {0, 28, 28, 10, 5, 5, 0},
 		{5, 9, 8, 3, 3, 3, 1}, {3, 7, 6, 2, 3, 3, 0}, {4, 6, 11, 4, 4, 2, 2}, {2, 40, 33, 3, 7, 7, 3},
 	} {
-		x := rnd([]int{tc.n, 1, tc.h, tc.w})
-		w := rnd([]int{tc.o, 1, tc.kh, tc.kw})
+		x := normalBuf[T](r, []int{tc.n, 1, tc.h, tc.w})
+		w := normalBuf[T](r, []int{tc.o, 1, tc.kh, tc.kw})
 		oh, ow := tc.h+2*tc.pad-tc.kh+1, tc.w+2*tc.pad-tc.kw+1
 		if !ConvPoolFusable(&Attrs{Padding: tc.pad}, x.Shape, w.Shape) {
 			t.Fatalf("%+v: not fusable", tc)
@@ -154,7 +140,7 @@ func checkConvPool[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 			for _, relu := range []bool{false, true} {
 				in := []*Buf[T]{x, w}
 				if bias {
-					in = append(in, rnd([]int{tc.o}))
+					in = append(in, normalBuf[T](r, []int{tc.o}))
 				}
 				a := &Attrs{Padding: tc.pad}
 				conv := zeroBuf[T]([]int{tc.n, tc.o, oh, ow})
@@ -207,18 +193,11 @@ func TestConvPoolGradMatchesUnfused(t *testing.T) {
 func checkConvPoolGrad[T Float](t *testing.T, k *[NumOps]Kernel[T], tol float64) {
 	r := rand.New(rand.NewPCG(9, 10))
 	c := &Ctx[T]{LossScale: 1, Step: 1}
-	rnd := func(s []int) *Buf[T] {
-		b := zeroBuf[T](s)
-		for i := range b.Data {
-			b.Data[i] = T(r.NormFloat64())
-		}
-		return b
-	}
 	for _, tc := range []struct{ n, h, w, o, kh, kw, pad int }{
 		{64, 28, 28, 10, 5, 5, 0}, {17, 28, 28, 10, 5, 5, 0}, {1, 9, 8, 3, 3, 3, 1}, {0, 28, 28, 10, 5, 5, 0}, {5, 11, 21, 4, 5, 5, 2},
 	} {
 		a := Attrs{Padding: tc.pad}
-		x, w := rnd([]int{tc.n, 1, tc.h, tc.w}), rnd([]int{tc.o, 1, tc.kh, tc.kw})
+		x, w := normalBuf[T](r, []int{tc.n, 1, tc.h, tc.w}), normalBuf[T](r, []int{tc.o, 1, tc.kh, tc.kw})
 		if !ConvPoolGradFusable(&a, x.Shape, w.Shape) {
 			t.Fatalf("%+v: not fusable", tc)
 		}
@@ -229,7 +208,7 @@ func checkConvPoolGrad[T Float](t *testing.T, k *[NumOps]Kernel[T], tol float64)
 			fa.ReLU = relu
 			y, idx := zeroBuf[T](ps), &Buf[T]{Idx: make([]int32, prod(ps)), Shape: ps}
 			call(k, c, Conv2DPool, &fa, []*Buf[T]{x, w}, []*Buf[T]{y, idx})
-			dy := rnd(ps)
+			dy := normalBuf[T](r, ps)
 			for _, bias := range []bool{false, true} {
 				for _, acc := range []bool{false, true} {
 					fill := func(s []int) *Buf[T] {
@@ -281,4 +260,14 @@ func checkConvPoolGrad[T Float](t *testing.T, k *[NumOps]Kernel[T], tol float64)
 			}
 		}
 	}
+}
+
+// normalBuf is a buffer of the given shape filled with draws from r's
+// standard normal distribution, in order.
+func normalBuf[T Float](r *rand.Rand, shape []int) *Buf[T] {
+	b := zeroBuf[T](shape)
+	for i := range b.Data {
+		b.Data[i] = T(r.NormFloat64())
+	}
+	return b
 }

@@ -51,18 +51,7 @@ func TestConvPoolFusionMatchesUnfused(t *testing.T) {
 		{"no relu", convPoolScript, nil, false, 3, false},
 	} {
 		for _, devices := range []int{1, 2} {
-			run := func() (*Result, *engine.Plan) {
-				p := compile(t, loadSpec(t, tc.src, tc.sets...), devices)
-				res, err := Run(p, RunOptions{Out: t.TempDir()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return res, p
-			}
-			fused, pf := run()
-			t.Setenv("GORUN_FUSION", "off")
-			plain, pp := run()
-			os.Unsetenv("GORUN_FUSION")
+			fused, plain, pf, pp := trainFusedAndPlain(t, tc.src, tc.sets, devices)
 			n, ng := 0, 0
 			for _, st := range pf.Devices[0].Steps {
 				if st.Op == ops.Conv2DPoolGrad {
@@ -112,6 +101,26 @@ func TestConvPoolFusionOnCPUOnly(t *testing.T) {
 			t.Fatalf("step %d of a cuda plan is %s", st.ID, st.OpName())
 		}
 	}
+}
+
+// trainFusedAndPlain trains src (with sets) on devices in-process devices
+// twice, as compiled and with GORUN_FUSION=off, and returns both results
+// and plans.
+func trainFusedAndPlain(t *testing.T, src string, sets []string, devices int) (fused, plain *Result, pf, pp *engine.Plan) {
+	t.Helper()
+	run := func() (*Result, *engine.Plan) {
+		p := compile(t, loadSpec(t, src, sets...), devices)
+		res, err := Run(p, RunOptions{Out: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, p
+	}
+	fused, pf = run()
+	t.Setenv("GORUN_FUSION", "off")
+	plain, pp = run()
+	os.Unsetenv("GORUN_FUSION")
+	return fused, plain, pf, pp
 }
 
 // TestResumeAcrossConvPoolFusion: a checkpoint written by a plan without

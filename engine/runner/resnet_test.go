@@ -382,18 +382,7 @@ func TestFusionMatchesUnfused(t *testing.T) {
 		return
 	}
 	for _, devices := range []int{1, 2} {
-		run := func() (*Result, *engine.Plan) {
-			p := compile(t, loadSpec(t, resnetScript, sets...), devices)
-			res, err := Run(p, RunOptions{Out: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res, p
-		}
-		fused, pf := run()
-		t.Setenv("GORUN_FUSION", "off")
-		plain, pp := run()
-		os.Unsetenv("GORUN_FUSION")
+		fused, plain, pf, pp := trainFusedAndPlain(t, resnetScript, sets, devices)
 		const what = "forward ReLU, Add and fused batch norm steps, backward Add and ReLUGrad of a sum"
 		if n := count(pf); n != [5]int{0, 0, 5, 0, 2} {
 			t.Errorf("fused plan: %v %s; want [0 0 5 0 2]", n, what)
