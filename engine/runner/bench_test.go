@@ -134,7 +134,12 @@ func BenchmarkTrainMNIST(b *testing.B) {
 // ratio_to_one_device is the two configurations' speeds over all rounds;
 // ratio_to_one_device_median the median of the rounds' own ratios, which a
 // round that the host slowed (one of its cores taken for a while: see
-// steal_%) moves less. steal_% is the share of the machine's CPU time its
+// steal_%) moves less. ratio_to_independent_runs is the two devices'
+// speed over the pair's (1.0: all the machine gave two runs at the time),
+// pooled over the rounds, and ratio_to_independent_runs_median the median
+// of the rounds' own; collective_% is the share of the two-device run's
+// time that rank 0 spent in gradient collectives, waiting for the other
+// rank included. steal_% is the share of the machine's CPU time its
 // hypervisor gave to other guests during the benchmark (/proc/stat), 0 on
 // a quiet machine; the other training benchmarks report it too.
 func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
@@ -146,7 +151,7 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 	if b.N >= 100 {
 		rounds = 5
 	}
-	var perRound []float64 // two devices over one, each round's
+	var perRound, perPair []float64 // each round's two devices over one, and over the pair
 	var steal stealMeter
 	steal.start()
 	b.ResetTimer()
@@ -166,6 +171,11 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 			ddpSecs += float64(n*128) / sps
 		}
 		// The pair runs with a spare P: see spareP.
+		var ps0 [2]int
+		var pt0 [2]float64
+		for k, r := range pair {
+			ps0[k], pt0[k] = r.steps, r.secs
+		}
 		restore := spareP(2)
 		var wg sync.WaitGroup
 		var errs [2]error
@@ -181,6 +191,11 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 		if err := errors.Join(errs[:]...); err != nil {
 			b.Fatal(err)
 		}
+		ps := 0.0
+		for k, r := range pair {
+			ps += float64((r.steps-ps0[k])*r.batch) / (r.secs - pt0[k])
+		}
+		perPair = append(perPair, two/ps)
 	}
 	b.StopTimer()
 	one, two := r1.samplesPerS(), r2.samplesPerS()
@@ -190,6 +205,9 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 	b.ReportMetric(median(perRound), "ratio_to_one_device_median")
 	reportSteal(b, &steal)
 	b.ReportMetric((pair[0].samplesPerS()+pair[1].samplesPerS())/one, "independent_runs_ratio")
+	b.ReportMetric(two/(pair[0].samplesPerS()+pair[1].samplesPerS()), "ratio_to_independent_runs")
+	b.ReportMetric(median(perPair), "ratio_to_independent_runs_median")
+	b.ReportMetric(100*r2.comm/r2.secs, "collective_%")
 	b.ReportMetric(float64(r2.helped)/float64(max(r2.ranSteps, 1)), "helped_kernels/step")
 	if b.N >= 100 && ddpOK {
 		ref := ddpSamples / ddpSecs
@@ -351,6 +369,7 @@ type speedRun struct {
 	batch int
 	steps int     // timed steps so far
 	secs  float64 // their wall time
+	comm  float64 // rank 0's time in collectives during them
 	// helped is the gradient kernels the run's devices ran for each other
 	// (helping) over ran optimizer steps, warm-up steps included.
 	helped   int64
@@ -380,11 +399,14 @@ func (r *speedRun) run(steps int) {
 func (r *speedRun) try(steps int) error {
 	const warmup = 10 // steps not timed
 	r.s.MaxSteps = steps + warmup
-	var t0, t1 float64
+	var t0, t1, comm float64
 	last := 0
 	res, err := Run(r.p, RunOptions{Train: r.ds, OnStep: func(m StepMetrics) {
 		if m.Step == warmup {
 			t0 = m.Time
+		}
+		if m.Step > warmup {
+			comm += m.CommSeconds
 		}
 		t1, last = m.Time, m.Step
 	}})
@@ -400,6 +422,7 @@ func (r *speedRun) try(steps int) error {
 	}
 	r.steps += last - warmup
 	r.secs += t1 - t0
+	r.comm += comm
 	return nil
 }
 
