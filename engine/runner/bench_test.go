@@ -193,7 +193,7 @@ func BenchmarkTrainMNISTTwoDevices(b *testing.B) {
 		}
 		ps := 0.0
 		for k, r := range pair {
-			ps += float64((r.steps-ps0[k])*r.batch) / (r.secs - pt0[k])
+			ps += r.speedSince(ps0[k], pt0[k])
 		}
 		perPair = append(perPair, two/ps)
 	}
@@ -431,6 +431,12 @@ func (r *speedRun) try(steps int) error {
 func (r *speedRun) round(steps int) float64 {
 	s0, t0 := r.steps, r.secs
 	r.run(steps)
+	return r.speedSince(s0, t0)
+}
+
+// speedSince is the speed (samples/s) of the timed steps r ran since it
+// had s0 of them over t0 seconds.
+func (r *speedRun) speedSince(s0 int, t0 float64) float64 {
 	return float64((r.steps-s0)*r.batch) / (r.secs - t0)
 }
 
