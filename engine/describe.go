@@ -71,18 +71,11 @@ func (p *Plan) Describe(w io.Writer) error {
 			switch st.Kind {
 			case CollectiveStep:
 				c := st.Collective
-				what := c.Name
-				if c.Op != "" {
-					what += "(" + c.Op + ")"
-				}
-				if c.Name == "reduce" || c.Name == "broadcast" {
-					what += fmt.Sprintf(" root %d", c.Root)
-				}
 				extra := ""
 				if st.Every > 0 {
 					extra = fmt.Sprintf(", every %d steps", st.Every)
 				}
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, what, c.Buffer.Name,
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, c, c.Buffer.Name,
 					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st))
 				if st.Every == 0 {
 					moved += c.Bytes

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"gorun/comm"
 	"gorun/engine/spec"
 	"gorun/ops"
 )
@@ -160,20 +161,6 @@ type Step struct {
 	// ID is the step's index in its Program's Steps, or len(Steps) plus its
 	// index in Eval: backends keep what they prepare per step by it.
 	ID int
-}
-
-// Collective is a comm step: which collective, on which part of which
-// buffer, and how many bytes it moves per step.
-type Collective struct {
-	Name   string // "allreduce", "reduce", "broadcast"
-	Tag    string // "bucket 0", "params"
-	Op     string // "sum", "mean" (reductions)
-	Root   int
-	Buffer *Buffer
-	Offset int
-	Elems  int
-	// Bytes is the payload of the collective (elements × 4).
-	Bytes int64
 }
 
 // Program is everything one device runs: its buffers and its steps.
@@ -619,7 +606,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 	// Forward (after rank 0's running statistics, with broadcast_buffers),
 	// loss, backward.
 	if prog.StatArena != nil && p.World > 1 && p.Spec.Sync.BroadcastBuffers {
-		c := &Collective{Name: "broadcast", Tag: "running statistics", Buffer: prog.StatArena,
+		c := &Collective{Kind: CollectiveBroadcast, Tag: "running statistics", Buffer: prog.StatArena,
 			Elems: statElems, Bytes: int64(statElems) * 4}
 		prog.Steps = append(prog.Steps, &Step{Kind: CollectiveStep, Phase: PhaseForward, Collective: c,
 			Layer: "broadcast_buffers", Pos: p.Spec.Sync.Pos})
@@ -687,7 +674,7 @@ func (p *Plan) allReduceAfter(prog *Program, n *Node, phase Phase) []*Step {
 		return nil
 	}
 	b := prog.byValue[n.Out[0]]
-	c := &Collective{Name: "allreduce", Tag: "sync " + b.Name, Op: "sum", Buffer: b, Elems: b.Elems(), Bytes: int64(b.Elems()) * 4}
+	c := &Collective{Kind: CollectiveAllReduce, Tag: "sync " + b.Name, Op: comm.Sum, Buffer: b, Elems: b.Elems(), Bytes: int64(b.Elems()) * 4}
 	return []*Step{{Kind: CollectiveStep, Phase: phase, Collective: c, Layer: n.Layer + " (all devices)", Pos: n.Pos}}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"gorun/comm"
 	"gorun/engine/spec"
 )
 
@@ -23,12 +24,12 @@ func (p *Plan) syncAfter(prog *Program, i int) []*Step {
 	if p.World == 1 {
 		return nil
 	}
-	var name string
+	var kind CollectiveKind
 	switch s.Sync.Kind {
 	case spec.SyncAllReduce:
-		name = "allreduce"
+		kind = CollectiveAllReduce
 	case spec.SyncParameterServer:
-		name = "reduce"
+		kind = CollectiveReduce
 	default:
 		return nil
 	}
@@ -42,7 +43,7 @@ func (p *Plan) syncAfter(prog *Program, i int) []*Step {
 		if at != i {
 			continue
 		}
-		c := &Collective{Name: name, Tag: fmt.Sprintf("bucket %d", bi), Op: "sum", Root: s.Sync.Root,
+		c := &Collective{Kind: kind, Tag: fmt.Sprintf("bucket %d", bi), Op: comm.Sum, Root: s.Sync.Root,
 			Buffer: prog.GradArena, Offset: b.Offset, Elems: b.Elems, Bytes: int64(b.Elems) * 4}
 		steps = append(steps, &Step{Kind: CollectiveStep, Phase: PhaseSync, Collective: c,
 			Layer: fmt.Sprintf("%s of %d gradients (%s … %s)", c.Tag, len(b.Params), b.Params[0].Name, b.Params[len(b.Params)-1].Name),
@@ -64,14 +65,14 @@ func (p *Plan) postUpdate(prog *Program) []*Step {
 	every := 0
 	switch s.Sync.Kind {
 	case spec.SyncParameterServer:
-		c = &Collective{Name: "broadcast", Tag: "parameters", Root: s.Sync.Root}
+		c = &Collective{Kind: CollectiveBroadcast, Tag: "parameters", Root: s.Sync.Root}
 	case spec.SyncLocalSGD:
-		c = &Collective{Name: "allreduce", Tag: "parameters", Op: "mean"}
+		c = &Collective{Kind: CollectiveAllReduce, Tag: "parameters", Op: comm.Mean}
 		every = s.Sync.Every
 	default:
 		return nil
 	}
 	c.Buffer, c.Elems, c.Bytes = prog.ParamArena, elems, int64(elems)*4
 	return []*Step{{Kind: CollectiveStep, Phase: PhaseUpdate, Collective: c, Every: every,
-		Layer: c.Name + " " + c.Tag, Pos: s.Sync.Pos}}
+		Layer: string(c.Kind) + " " + c.Tag, Pos: s.Sync.Pos}}
 }

@@ -252,27 +252,13 @@ func (d *device) evalBatch(first bool) error {
 
 // collective runs a collective step.
 func (d *device) collective(st *engine.Step) error {
-	c := st.Collective
 	if st.Every > 0 && d.rc.Step%st.Every != 0 {
 		return nil
 	}
 	if d.coll == nil {
 		return nil
 	}
-	tag := comm.Tag{Name: c.Tag, Step: d.rc.Step}
-	switch c.Name {
-	case "allreduce":
-		op := comm.Sum
-		if c.Op == "mean" {
-			op = comm.Mean
-		}
-		return d.coll.AllReduce(c.Buffer, c.Offset, c.Elems, op, tag)
-	case "reduce":
-		return d.coll.Reduce(c.Buffer, c.Offset, c.Elems, c.Root, comm.Sum, tag)
-	case "broadcast":
-		return d.coll.Broadcast(c.Buffer, c.Offset, c.Elems, c.Root, tag)
-	}
-	return fmt.Errorf("unknown collective %q", c.Name)
+	return st.Collective.Run(d.coll, d.rc.Step)
 }
 
 // broadcastParams sends rank 0's parameters (and optimizer state) to
