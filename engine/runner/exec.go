@@ -31,8 +31,9 @@ type device struct {
 	// eager is set when the device must run step by step even if it can
 	// replay a whole micro-batch.
 	eager bool
-	// shareState is set when every rank holds optimizer state (all but a
-	// parameter server), so resuming broadcasts it too.
+	// shareState is set when rank 0's optimizer state is every rank's
+	// (the sync strategy's ShareState), so the initial broadcast sends it
+	// too.
 	shareState bool
 	commTime   time.Duration // time in collectives during the current step
 	world      int           // ranks of the whole run
