@@ -193,6 +193,7 @@ func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
 		"rank_loss":     fmtFs(pr.RankLoss),
 		"rank_count":    fmtFs(pr.RankCount),
 		"plan":          planKey(p.ResumeKey()),
+		"plan_format":   engine.ResumeKeyFormat,
 		"epochs":        strconv.Itoa(p.Spec.Epochs),
 	}
 	params := checkpointPath(dir, pr.Step)
@@ -366,7 +367,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if err := p.Sync.Resumes(spec.SyncKind(m["sync"])); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
-	if err := comparePlanKey(m["plan"], p.ResumeKey()); err != nil {
+	if err := comparePlanKey(m["plan"], m["plan_format"], p); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
 	ep, err1 := strconv.Atoi(m["epoch"])
@@ -661,27 +662,17 @@ func planKey(key []engine.PlanStep) string {
 	return b.String()
 }
 
-// comparePlanKey names the first entry of the run's resume key that
-// differs from the checkpoint's (checkpoints without one pass).
-func comparePlanKey(saved string, key []engine.PlanStep) error {
+// comparePlanKey reads a checkpoint's resume key (planKey's lines, written
+// in format: its "plan_format" metadata) and has the plan name the first
+// entry that differs from its own (checkpoints without a key pass).
+func comparePlanKey(saved, format string, p *engine.Plan) error {
 	if saved == "" {
 		return nil
 	}
-	old := map[string]string{}
+	var key []engine.PlanStep
 	for _, line := range strings.Split(strings.TrimSuffix(saved, "\n"), "\n") {
 		label, text, _ := strings.Cut(line, ": ")
-		old[label] = text
+		key = append(key, engine.PlanStep{Label: label, Text: text})
 	}
-	for _, e := range key {
-		if was, ok := old[e.Label]; !ok || was != e.Text {
-			if !ok {
-				was = "nothing"
-			}
-			return fmt.Errorf("the checkpoint was made with %s %q, this run has %q: resume with the script and --set that made it", e.Label, was, e.Text)
-		}
-	}
-	if len(old) != len(key) {
-		return fmt.Errorf("the checkpoint's model has %d plan entries, this run's %d: resume with the script and --set that made it", len(old), len(key))
-	}
-	return nil
+	return p.CheckResumeKey(format, key)
 }
