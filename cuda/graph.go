@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"gorun/comm"
 	"gorun/engine"
 	"gorun/engine/backend"
 )
@@ -270,18 +269,5 @@ func (d *Device) collective(coll backend.Collectives, st *engine.Step, rc *backe
 	if coll == nil || c == nil {
 		return nil
 	}
-	tag := comm.Tag{Name: c.Tag, Step: rc.Step}
-	switch c.Name {
-	case "allreduce":
-		op := comm.Sum
-		if c.Op == "mean" {
-			op = comm.Mean
-		}
-		return coll.AllReduce(c.Buffer, c.Offset, c.Elems, op, tag)
-	case "reduce":
-		return coll.Reduce(c.Buffer, c.Offset, c.Elems, c.Root, comm.Sum, tag)
-	case "broadcast":
-		return coll.Broadcast(c.Buffer, c.Offset, c.Elems, c.Root, tag)
-	}
-	return fmt.Errorf("%s: unknown collective %q", d.Name(), c.Name)
+	return c.Run(coll, rc.Step)
 }

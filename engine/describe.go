@@ -27,7 +27,7 @@ func (p *Plan) Describe(w io.Writer) error {
 			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
 	}
 	ew.printf("  loss %s, optimizer %s (lr %g, weight_decay %g%s), schedule %s, sync %s\n", s.Loss, s.Optimizer.Kind, s.Optimizer.LR,
-		s.Optimizer.WeightDecay, groupsString(s.Optimizer.Groups), describeSchedule(s.Schedule), describeSync(p))
+		s.Optimizer.WeightDecay, groupsString(s.Optimizer.Groups), describeSchedule(s.Schedule), p.Sync.Describe(p))
 	if s.Partition != nil {
 		ew.printf("  partition %s, unequal shards: %s\n", s.Partition.Name, s.Uneven)
 	} else {
@@ -47,7 +47,7 @@ func (p *Plan) Describe(w io.Writer) error {
 		tw.Flush()
 	}
 	if p.World > 1 {
-		ew.printf("\ngradient buckets (%s, %g MB):\n", s.Sync.Kind, bucketMB(p))
+		ew.printf("\ngradient buckets (%s, %g MB):\n", p.Sync.Kind(), bucketMB(p))
 		at := map[string]int{}
 		for i, st := range p.Devices[0].Steps {
 			if st.Kind == CollectiveStep {
@@ -71,18 +71,11 @@ func (p *Plan) Describe(w io.Writer) error {
 			switch st.Kind {
 			case CollectiveStep:
 				c := st.Collective
-				what := c.Name
-				if c.Op != "" {
-					what += "(" + c.Op + ")"
-				}
-				if c.Name == "reduce" || c.Name == "broadcast" {
-					what += fmt.Sprintf(" root %d", c.Root)
-				}
 				extra := ""
 				if st.Every > 0 {
 					extra = fmt.Sprintf(", every %d steps", st.Every)
 				}
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, what, c.Buffer.Name,
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, c, c.Buffer.Name,
 					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st))
 				if st.Every == 0 {
 					moved += c.Bytes
@@ -104,10 +97,11 @@ func (p *Plan) Describe(w io.Writer) error {
 
 // Stream says where a step runs on its device: "compute" for kernels and
 // copies; "comm" for collectives that overlap the backward pass (a stream
-// of their own on a GPU, a goroutine of their own on the CPU); "compute"
-// too for collectives that run in order with the kernels.
+// of their own on a GPU, a goroutine of their own on the CPU: the sync
+// strategy's Overlap); "compute" too for collectives that run in order
+// with the kernels.
 func Stream(p *Plan, st *Step) string {
-	if st.Kind == CollectiveStep && st.Phase == PhaseSync && p.Spec.Sync.Kind == spec.SyncAllReduce && p.Spec.Sync.Overlap {
+	if st.Kind == CollectiveStep && st.Phase == PhaseSync && p.Sync.Overlap() {
 		return "comm"
 	}
 	return "compute"
@@ -120,19 +114,8 @@ func layerAt(st *Step) string {
 	return st.Layer + " (" + string(st.Pos) + ")"
 }
 
-func describeSync(p *Plan) string {
-	s := p.Spec.Sync
-	switch s.Kind {
-	case "allreduce":
-		return fmt.Sprintf("allreduce(op=%s, bucket_mb=%g, overlap=%v)", s.Op, bucketMB(p), s.Overlap)
-	case "parameter_server":
-		return fmt.Sprintf("parameter_server(root=%d)", s.Root)
-	case "local_sgd":
-		return fmt.Sprintf("local_sgd(every=%d)", s.Every)
-	}
-	return string(s.Kind)
-}
-
+// bucketMB is the gradient buckets' size limit: the cluster's, else the
+// script's.
 func bucketMB(p *Plan) float64 {
 	if p.Cluster.BucketMB > 0 {
 		return p.Cluster.BucketMB
@@ -194,13 +177,18 @@ func (e *errWriter) Write(b []byte) (int, error) {
 
 func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
 
-// statsSharing says how devices share their running statistics.
+// statsSharing says how devices share their running statistics: as the
+// plan does it (a broadcast of the statistics before the forward pass,
+// placed by the sync strategy: allreduce's broadcast_buffers), or not.
 func statsSharing(p *Plan) string {
-	switch {
-	case p.World == 1:
+	if p.World == 1 {
 		return "one device"
-	case p.Spec.Sync.Kind == spec.SyncAllReduce && p.Spec.Sync.BroadcastBuffers:
-		return "rank 0's broadcast before each forward pass"
+	}
+	prog := p.Devices[0]
+	for _, st := range prog.Steps {
+		if st.Kind == CollectiveStep && st.Phase == PhaseForward && st.Collective.Kind == CollectiveBroadcast && st.Collective.Buffer == prog.StatArena {
+			return "rank 0's broadcast before each forward pass"
+		}
 	}
 	return "each device keeps its own; checkpoints hold rank 0's"
 }

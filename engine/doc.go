@@ -10,8 +10,12 @@
 //   - plan.go compiles one Program per device: its buffers (ids with a
 //     dtype, a planned maximum shape and an offset in one arena), its
 //     steps in order — forward, backward with the gradient collectives
-//     placed after the step that completes each bucket (sync.go), the
-//     optimizer update — and the evaluation pass;
+//     placed after the step that completes each bucket, the optimizer
+//     update — and the evaluation pass;
+//   - sync.go is the sync strategy's interface (SyncStrategy): where its
+//     collectives go (collective.go), how the loss is scaled, what a
+//     checkpoint holds; each strategy is one file (sync_allreduce.go,
+//     sync_parameter_server.go, sync_local_sgd.go, sync_none.go);
 //   - data.go gives each epoch's shards and schedule (partition strategies,
 //     uneven shards) and reads the datasets a Spec names;
 //   - describe.go and dot.go print a Plan (`gorun plan`, `--dot`).

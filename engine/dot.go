@@ -23,7 +23,7 @@ func (p *Plan) Dot(w io.Writer) error {
 			switch st.Kind {
 			case CollectiveStep:
 				c := st.Collective
-				label := fmt.Sprintf("%s %s\n%s\n%s/step", c.Name, c.Op, c.Tag, humanBytes(c.Bytes))
+				label := fmt.Sprintf("%s %s\n%s\n%s/step", c.Kind, c.OpName(), c.Tag, humanBytes(c.Bytes))
 				if st.Every > 0 {
 					label += fmt.Sprintf("\nevery %d steps", st.Every)
 				}

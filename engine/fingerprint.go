@@ -2,8 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"gorun/engine/spec"
 	"hash/fnv"
+	"path/filepath"
+	"reflect"
+	"strings"
+
+	"gorun/engine/spec"
 )
 
 // PlanStep is one entry of a Plan's fingerprint: what must be the same on
@@ -24,10 +28,17 @@ func (e PlanStep) Hash() uint64 {
 
 // Fingerprint lists what every process of a run must agree on before the
 // first collective: the run's settings, the model's forward and backward
-// steps with their shapes and attributes, and the gradient buckets. Two
-// processes that compiled another script, or the same one with another
-// --set, differ in some entry; the runner names the first.
+// steps by meaning (StepKey: op, dtypes and shapes, the attributes set)
+// with the layer each computes, and the gradient buckets. Two processes
+// that compiled another script, or the same one with another --set,
+// differ in some entry; the runner names the first.
 func (p *Plan) Fingerprint() []PlanStep {
+	out, _ := p.fingerprint(func(n *Node) (string, error) { return StepKey(n) + " in " + n.Layer, nil })
+	return out
+}
+
+// fingerprint is Fingerprint with the graph's nodes written by step.
+func (p *Plan) fingerprint(step func(n *Node) (string, error)) ([]PlanStep, error) {
 	s := p.Spec
 	o, sy := s.Optimizer, s.Sync
 	d := s.Data
@@ -43,46 +54,131 @@ func (p *Plan) Fingerprint() []PlanStep {
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps, groupsString(o.Groups))},
 		{"schedule", scheduleString(s.Schedule)},
 		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d broadcast_buffers %v", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every, sy.BroadcastBuffers)},
+		// Data files by name: where the script and its data lie (their
+		// folder) may change between a run and its resume.
 		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v seq_len %d vocab %s test_fraction %g",
-			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, d.File, d.X, d.Y, d.Transforms, d.SeqLen, d.Vocab, d.TestFraction)},
+			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, baseName(d.File), baseName(d.X), baseName(d.Y), d.Transforms, d.SeqLen, d.Vocab, d.TestFraction)},
 	}
 	if s.Partition != nil {
 		out = append(out, PlanStep{"partition", s.Partition.Name})
 	}
-	shapes := func(vs []*Value) []string {
-		var out []string
-		for _, v := range vs {
-			if v == nil {
-				out = append(out, "-")
-			} else {
-				out = append(out, fmt.Sprint(v.Shape))
-			}
-		}
-		return out
-	}
 	for i, n := range p.Graph.Forward {
-		out = append(out, PlanStep{fmt.Sprintf("forward step %d", i+1),
-			fmt.Sprintf("%s %s %v → %v %+v", n.Op, n.Layer, shapes(n.In), shapes(n.Out), n.Attrs)})
+		text, err := step(n)
+		if err != nil {
+			return nil, fmt.Errorf("forward step %d: %w", i+1, err)
+		}
+		out = append(out, PlanStep{fmt.Sprintf("forward step %d", i+1), text})
 	}
 	for i, n := range p.Graph.Backward {
-		out = append(out, PlanStep{fmt.Sprintf("backward step %d", i+1),
-			fmt.Sprintf("%s %s %v → %v %+v", n.Op, n.Layer, shapes(n.In), shapes(n.Out), n.Attrs)})
+		text, err := step(n)
+		if err != nil {
+			return nil, fmt.Errorf("backward step %d: %w", i+1, err)
+		}
+		out = append(out, PlanStep{fmt.Sprintf("backward step %d", i+1), text})
 	}
 	for i, b := range p.Buckets {
 		out = append(out, PlanStep{fmt.Sprintf("bucket %d", i), fmt.Sprintf("%d values at %d, after backward step %d", b.Elems, b.Offset, b.AfterOps+1)})
 	}
-	return out
+	return out, nil
 }
 
-// ResumeKey is the part of the fingerprint a resumed run must share with
-// the run that wrote its checkpoint: all but the world (checked on its
-// own) and the run's length (a resumed run may go on for more epochs). Its
-// steps and buckets are those of the graph without the backend's own
+// StepKey writes what a graph node computes, by meaning: its op, the
+// dtype and shape of each input and output ("-" for an absent optional
+// input), and the attributes (ops.Attrs) set to other than their field's
+// zero value, by field name in the field order:
+//
+//	conv2d f32[32 1 28 28] f32[8 1 5 5] f32[8] → f32[32 8 24 24] {Stride:1 Groups:1}
+//
+// An attribute field added to ops.Attrs leaves every key of the nodes
+// that do not set it as it was, so checkpoints keep resuming. Array
+// attributes are written without their trailing zero elements (Perm's
+// unused places), floats in their shortest exact form.
+func StepKey(n *Node) string {
+	return fmt.Sprintf("%s %s → %s %s", n.Op, valuesKey(n.In), valuesKey(n.Out), attrsKey(reflect.ValueOf(n.Attrs)))
+}
+
+// valuesKey writes values as StepKey does.
+func valuesKey(vs []*Value) string {
+	if len(vs) == 0 {
+		return "()"
+	}
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		switch {
+		case v == nil:
+			parts[i] = "-"
+		case v.Int:
+			parts[i] = fmt.Sprintf("i32%v", v.Shape)
+		default:
+			parts[i] = fmt.Sprintf("f32%v", v.Shape)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// attrsKey writes the fields of struct a that are not zero, as
+// {Name:value ...}.
+func attrsKey(a reflect.Value) string {
+	var parts []string
+	t := a.Type()
+	for i := range t.NumField() {
+		f := a.Field(i)
+		if f.IsZero() {
+			continue
+		}
+		parts = append(parts, t.Field(i).Name+":"+attrValue(f))
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// attrValue writes one attribute: arrays and slices without their
+// trailing zero elements, anything else as %v does.
+func attrValue(f reflect.Value) string {
+	if k := f.Kind(); k != reflect.Array && k != reflect.Slice {
+		return fmt.Sprint(f)
+	}
+	n := f.Len()
+	for n > 0 && f.Index(n-1).IsZero() {
+		n--
+	}
+	elems := make([]string, n)
+	for i := range n {
+		elems[i] = fmt.Sprint(f.Index(i))
+	}
+	return "[" + strings.Join(elems, " ") + "]"
+}
+
+// baseName is a data file's name without its folder ("" when none).
+func baseName(path string) string {
+	if path == "" {
+		return ""
+	}
+	return filepath.Base(path)
+}
+
+// ResumeKeyFormat names how ResumeKey writes the graph's steps (StepKey,
+// by meaning); checkpoints record it beside the key (metadata
+// "plan_format"). Checkpoints without it were written before keys by
+// meaning, with every attribute of ops.Attrs printed (CheckResumeKey
+// reads those too).
+const ResumeKeyFormat = "meaning-1"
+
+// ResumeKey is what a resumed run must share with the run that wrote its
+// checkpoint: the fingerprint's entries but the world (checked on its
+// own) and the run's length (a resumed run may go on for more epochs),
+// its steps by StepKey alone (what they compute, not the layers' labels).
+// Its steps and buckets are those of the graph without the backend's own
 // fusions (GraphOptions: how a CPU plan groups conv1, its pooling and
 // ReLU), which change how the steps are grouped, not what the model
 // computes: a checkpoint resumes on another backend, and those written
 // before such a fusion existed still resume.
 func (p *Plan) ResumeKey() []PlanStep {
+	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil })
+	return out
+}
+
+// resumeKey is ResumeKey with the graph's nodes written by step.
+func (p *Plan) resumeKey(step func(n *Node) (string, error)) ([]PlanStep, error) {
 	q := p
 	if p.graphOpts != (GraphOptions{}) {
 		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{})
@@ -93,13 +189,60 @@ func (p *Plan) ResumeKey() []PlanStep {
 		c.Graph, c.Buckets = g, planBuckets(g, p.Spec, p.Cluster)
 		q = &c
 	}
+	all, err := q.fingerprint(step)
+	if err != nil {
+		return nil, err
+	}
 	var out []PlanStep
-	for _, e := range q.Fingerprint() {
+	for _, e := range all {
 		if e.Label != "world" && e.Label != "run length" {
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// CheckResumeKey compares the resume key a checkpoint holds (saved,
+// written in format: ResumeKeyFormat, or "" for checkpoints written
+// before keys by meaning) with this plan's, and names the first entry
+// that differs. A checkpoint of the earlier format is compared with this
+// plan's key written as that format wrote it (LegacyStepKey), its data
+// files by name only.
+func (p *Plan) CheckResumeKey(format string, saved []PlanStep) error {
+	var key []PlanStep
+	switch format {
+	case ResumeKeyFormat:
+		key = p.ResumeKey()
+	case "":
+		var err error
+		if key, err = p.resumeKey(LegacyStepKey); err != nil {
+			return fmt.Errorf("the checkpoint's plan key was written before keys by meaning, with every attribute ops had then, and this run's %w: the checkpoint was made by another plan", err)
+		}
+		saved = append([]PlanStep(nil), saved...)
+		for i, e := range saved {
+			if e.Label == "data" {
+				saved[i].Text = legacyDataNames(e.Text)
+			}
+		}
+	default:
+		return fmt.Errorf("the checkpoint's plan key is of format %q, which this gorun does not read (it writes %q): resume with the gorun that made it", format, ResumeKeyFormat)
+	}
+	old := map[string]string{}
+	for _, e := range saved {
+		old[e.Label] = e.Text
+	}
+	for _, e := range key {
+		if was, ok := old[e.Label]; !ok || was != e.Text {
+			if !ok {
+				was = "nothing"
+			}
+			return fmt.Errorf("the checkpoint was made with %s %q, this run has %q: resume with the script and --set that made it", e.Label, was, e.Text)
+		}
+	}
+	if len(old) != len(key) {
+		return fmt.Errorf("the checkpoint's model has %d plan entries, this run's %d: resume with the script and --set that made it", len(old), len(key))
+	}
+	return nil
 }
 
 // scheduleString describes a learning-rate schedule (and what follows it).

@@ -125,7 +125,7 @@ func TestBroadcastBuffers(t *testing.T) {
 		return p.Devices[0].Steps[0]
 	}
 	st := first(2)
-	if st.Kind != CollectiveStep || st.Collective.Name != "broadcast" || st.Collective.Buffer != nil && st.Collective.Buffer.Name != "running statistics" {
+	if st.Kind != CollectiveStep || st.Collective.Kind != CollectiveBroadcast || st.Collective.Buffer != nil && st.Collective.Buffer.Name != "running statistics" {
 		t.Errorf("first step on 2 devices is %s %s, want the broadcast of the running statistics", st.Op, st.Layer)
 	}
 	if st := first(2, "sync=sync.allreduce(broadcast_buffers=False)"); st.Kind == CollectiveStep {

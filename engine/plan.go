@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"gorun/comm"
 	"gorun/engine/spec"
 	"gorun/ops"
 )
@@ -36,6 +37,9 @@ type Plan struct {
 	MaxBatch   int
 	// Buckets are the gradient buckets, in the order their all-reduce runs.
 	Buckets []Bucket
+	// Sync is the script's sync strategy (Spec.Sync) for this world: where
+	// the collectives go, how the loss is scaled, what checkpoints hold.
+	Sync SyncStrategy
 	// Devices are this process's Programs, one per local device, in rank
 	// order; World is the number of devices (ranks) of the whole run, and
 	// Process this process's index (its devices are ranks
@@ -162,20 +166,6 @@ type Step struct {
 	ID int
 }
 
-// Collective is a comm step: which collective, on which part of which
-// buffer, and how many bytes it moves per step.
-type Collective struct {
-	Name   string // "allreduce", "reduce", "broadcast"
-	Tag    string // "bucket 0", "params"
-	Op     string // "sum", "mean" (reductions)
-	Root   int
-	Buffer *Buffer
-	Offset int
-	Elems  int
-	// Bytes is the payload of the collective (elements × 4).
-	Bytes int64
-}
-
 // Program is everything one device runs: its buffers and its steps.
 type Program struct {
 	Rank int
@@ -279,7 +269,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		}
 		p.MaxBatch = max(p.MaxBatch, b)
 	}
-	if err := checkSync(s, world); err != nil {
+	if p.Sync, err = NewSyncStrategy(s.Sync, world); err != nil {
 		return nil, err
 	}
 	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex}
@@ -448,19 +438,6 @@ func SplitBatch(total int, weights []float64, n int) []int {
 	return out
 }
 
-func checkSync(s *spec.Spec, world int) error {
-	switch s.Sync.Kind {
-	case spec.SyncAllReduce, spec.SyncNone, spec.SyncLocalSGD:
-	case spec.SyncParameterServer:
-		if s.Sync.Root >= world {
-			return fmt.Errorf("%s: sync.parameter_server: root %d is not a rank (the world has %d devices)", s.Sync.Pos, s.Sync.Root, world)
-		}
-	default:
-		return fmt.Errorf("%s: unknown sync strategy %q", s.Sync.Pos, s.Sync.Kind)
-	}
-	return nil
-}
-
 // planBuckets groups parameter gradients, in the order backward completes
 // them, into buckets of at most the configured size; a bucket is placed
 // right after the backward step that completes its last gradient.
@@ -616,14 +593,10 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Work = prog.newBuffer("scratch", nil, []int{work}, false, false)
 	}
 
-	// Forward (after rank 0's running statistics, with broadcast_buffers),
-	// loss, backward.
-	if prog.StatArena != nil && p.World > 1 && p.Spec.Sync.BroadcastBuffers {
-		c := &Collective{Name: "broadcast", Tag: "running statistics", Buffer: prog.StatArena,
-			Elems: statElems, Bytes: int64(statElems) * 4}
-		prog.Steps = append(prog.Steps, &Step{Kind: CollectiveStep, Phase: PhaseForward, Collective: c,
-			Layer: "broadcast_buffers", Pos: p.Spec.Sync.Pos})
-	}
+	// Forward (after what the sync strategy places before it: allreduce's
+	// broadcast_buffers), loss, backward with the strategy's gradient
+	// collectives, and the update as the strategy places it.
+	prog.Steps = append(prog.Steps, p.Sync.BeforeForward(p, prog)...)
 	for _, n := range g.Forward {
 		st := prog.kernelStep(n, PhaseForward)
 		if len(n.Out) > 0 {
@@ -639,16 +612,11 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 		prog.Steps = append(prog.Steps, st)
 		prog.Steps = append(prog.Steps, p.allReduceAfter(prog, n, PhaseBackward)...)
-		prog.Steps = append(prog.Steps, p.syncAfter(prog, i)...)
+		prog.Steps = append(prog.Steps, p.Sync.AfterBackward(p, prog, i)...)
 	}
-	// Every rank plans optimizer state; a parameter server's other ranks
-	// run no update, and their state buffers only carry the root's to
-	// rank 0 when a checkpoint is written.
-	update := p.Spec.Sync.Kind != spec.SyncParameterServer || r == p.Spec.Sync.Root || p.World == 1
-	if err := p.optimizerSteps(prog, update); err != nil {
+	if err := p.Sync.Update(p, prog); err != nil {
 		return nil, err
 	}
-	prog.Steps = append(prog.Steps, p.postUpdate(prog)...)
 
 	// Evaluation: the forward pass and the loss, dropout off, batch norm
 	// with its running statistics.
@@ -687,7 +655,7 @@ func (p *Plan) allReduceAfter(prog *Program, n *Node, phase Phase) []*Step {
 		return nil
 	}
 	b := prog.byValue[n.Out[0]]
-	c := &Collective{Name: "allreduce", Tag: "sync " + b.Name, Op: "sum", Buffer: b, Elems: b.Elems(), Bytes: int64(b.Elems()) * 4}
+	c := &Collective{Kind: CollectiveAllReduce, Tag: "sync " + b.Name, Op: comm.Sum, Buffer: b, Elems: b.Elems(), Bytes: int64(b.Elems()) * 4}
 	return []*Step{{Kind: CollectiveStep, Phase: phase, Collective: c, Layer: n.Layer + " (all devices)", Pos: n.Pos}}
 }
 

@@ -2,76 +2,168 @@ package engine
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
+	"gorun/comm"
 	"gorun/engine/spec"
 )
 
-// LocalLoss reports whether each rank averages its loss over its own
-// samples (independent steps: local SGD, no sync) rather than over the
-// global batch (gradients combined across ranks).
-func (p *Plan) LocalLoss() bool {
-	k := p.Spec.Sync.Kind
-	return p.World > 1 && (k == spec.SyncLocalSGD || k == spec.SyncNone)
+// SyncStrategy is how the replicas of a run are kept in step: one value per
+// sync.* kind of the script (spec.Sync), made for the run's world by
+// NewSyncStrategy and held by the Plan (Plan.Sync). Each strategy lives in
+// one file (sync_allreduce.go, sync_parameter_server.go, sync_local_sgd.go,
+// sync_none.go) that registers it; the compiler asks it where collectives
+// go, the runner how to scale the loss and what a checkpoint holds, and
+// neither looks at the kind.
+//
+// A sharded strategy (ZeRO stages 1–3, issue 27) plugs in as another file
+// through the same hooks: AfterBackward places a reduce-scatter of each
+// bucket (a CollectiveKind of its own, with the backends' Collectives
+// gaining it); Update plans each rank's optimizer over its shard of the
+// parameters, with optimizer state buffers for that shard only, followed
+// by an all-gather of the parameters; StateRanks answers every rank, each
+// holding a shard, so a checkpoint gathers whole tensors and stays
+// independent of the world; Resumes accepts allreduce's checkpoints and
+// the other stages'. Stage 3, which gathers each layer's parameters before
+// its forward and its backward node, would add a per-node hook beside
+// AfterBackward (BeforeNode), called from compileProgram's forward and
+// backward loops; the strategies that need none return nothing.
+type SyncStrategy interface {
+	// Kind is the script's sync.* kind: the checkpoint's "sync" metadata
+	// and the name `gorun plan` gives the gradient buckets.
+	Kind() spec.SyncKind
+	// Describe is the strategy as `gorun plan` prints it, the sync.* call
+	// with its settings: "allreduce(op=mean, bucket_mb=25, overlap=true)".
+	Describe(p *Plan) string
+
+	// BeforeForward returns the collectives that open every training
+	// step, before the first forward kernel (allreduce's
+	// broadcast_buffers: rank 0's running statistics to every device).
+	BeforeForward(p *Plan, prog *Program) []*Step
+	// AfterBackward returns the collectives placed right after backward
+	// node i (Graph.Backward[i]) of prog: the gradient buckets it
+	// completes, or, without overlap, every bucket after the last node.
+	AfterBackward(p *Plan, prog *Program, i int) []*Step
+	// Update appends prog's update phase: gradient clipping and the
+	// optimizer on the ranks that step (Plan.optimizerSteps plans every
+	// rank's optimizer state either way), then the collectives that
+	// follow (a parameter server's broadcast, local SGD's averaging).
+	Update(p *Plan, prog *Program) error
+
+	// LossScale multiplies the loss (and so the gradients) on top of the
+	// mean over the step's targets: the world size for allreduce's
+	// op="sum" (each rank's gradient a local mean, summed), else 1.
+	LossScale() float64
+	// LocalLoss reports whether each rank averages its loss over its own
+	// samples, stepping alone (local SGD, no sync), rather than over the
+	// global batch.
+	LocalLoss() bool
+	// Overlap reports whether the gradient collectives run beside the
+	// backward pass (a goroutine of their own on the CPU, a stream on a
+	// GPU) instead of in order with the kernels.
+	Overlap() bool
+	// SharedGradients reports whether the gradients hold every rank's
+	// values once the sync phase is done, so that a non-finite gradient
+	// may come from another rank.
+	SharedGradients() bool
+
+	// OwnParams reports whether ranks keep parameters of their own: a
+	// checkpoint then saves every rank's, and a resumed run restores each
+	// instead of broadcasting rank 0's.
+	OwnParams() bool
+	// ShareState reports whether rank 0's optimizer state is every rank's:
+	// it is broadcast with the initial parameters (and after a resume,
+	// which restores rank 0's).
+	ShareState() bool
+	// StateRanks are the ranks whose optimizer state a checkpoint holds
+	// (each under its rank); the runner brings it to rank 0 (a broadcast
+	// from one rank, an all-gather from all) and restores each rank's.
+	StateRanks() []int
+	// Resumes returns nil when a checkpoint written under sync kind saved
+	// may resume under this strategy, else an error saying why not.
+	Resumes(saved spec.SyncKind) error
 }
 
-// syncAfter returns the collectives to place right after backward node i:
-// the all-reduce (or reduce, for a parameter server) of every gradient
-// bucket that node i completes. Without overlap they all follow the last
-// backward node.
-func (p *Plan) syncAfter(prog *Program, i int) []*Step {
-	s := p.Spec
-	if p.World == 1 {
-		return nil
+// syncMakers are the registered strategies, by kind: each strategy's file
+// adds itself at package init.
+var syncMakers = map[spec.SyncKind]func(sy spec.Sync, world int) (SyncStrategy, error){}
+
+// registerSync makes a strategy available under its kind.
+func registerSync(kind spec.SyncKind, maker func(sy spec.Sync, world int) (SyncStrategy, error)) {
+	if _, dup := syncMakers[kind]; dup {
+		panic(fmt.Sprintf("sync strategy %q registered twice", kind))
 	}
-	var name string
-	switch s.Sync.Kind {
-	case spec.SyncAllReduce:
-		name = "allreduce"
-	case spec.SyncParameterServer:
-		name = "reduce"
-	default:
-		return nil
+	syncMakers[kind] = maker
+}
+
+// NewSyncStrategy returns the strategy sy declares for a world of ranks,
+// checking its settings against the world.
+func NewSyncStrategy(sy spec.Sync, world int) (SyncStrategy, error) {
+	maker, ok := syncMakers[sy.Kind]
+	if !ok {
+		return nil, fmt.Errorf("%s: unknown sync strategy %q (gorun has %s)", sy.Pos, sy.Kind, strings.Join(SyncKinds(), ", "))
 	}
+	return maker(sy, world)
+}
+
+// SyncKinds lists the registered strategies' kinds, sorted.
+func SyncKinds() []string {
+	var out []string
+	for k := range syncMakers {
+		out = append(out, string(k))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sameSync is the Resumes of a strategy whose checkpoints resume only
+// under the same kind.
+func sameSync(kind, saved spec.SyncKind) error {
+	if saved != kind {
+		return fmt.Errorf("the checkpoint was made with sync %s, the script now says %s", saved, kind)
+	}
+	return nil
+}
+
+// allRanks is 0 … world-1.
+func allRanks(world int) []int {
+	out := make([]int, world)
+	for r := range out {
+		out[r] = r
+	}
+	return out
+}
+
+// bucketSteps returns a collective of kind (a reduction by sum, to root
+// where it has one) for every gradient bucket placed after backward node
+// i: a bucket sits after the node that completes it when overlap is set,
+// else every bucket follows the last backward node.
+func bucketSteps(p *Plan, prog *Program, i int, kind CollectiveKind, root int, overlap bool) []*Step {
 	last := len(p.Graph.Backward) - 1
 	var steps []*Step
 	for bi, b := range p.Buckets {
 		at := b.AfterOps
-		if !s.Sync.Overlap || s.Sync.Kind == spec.SyncParameterServer {
+		if !overlap {
 			at = last
 		}
 		if at != i {
 			continue
 		}
-		c := &Collective{Name: name, Tag: fmt.Sprintf("bucket %d", bi), Op: "sum", Root: s.Sync.Root,
+		c := &Collective{Kind: kind, Tag: fmt.Sprintf("bucket %d", bi), Op: comm.Sum, Root: root,
 			Buffer: prog.GradArena, Offset: b.Offset, Elems: b.Elems, Bytes: int64(b.Elems) * 4}
 		steps = append(steps, &Step{Kind: CollectiveStep, Phase: PhaseSync, Collective: c,
 			Layer: fmt.Sprintf("%s of %d gradients (%s … %s)", c.Tag, len(b.Params), b.Params[0].Name, b.Params[len(b.Params)-1].Name),
-			Pos:   s.Sync.Pos})
+			Pos:   p.Spec.Sync.Pos})
 	}
 	return steps
 }
 
-// postUpdate returns the collectives that follow the optimizer: a
-// parameter server broadcasts the new parameters from its root; local SGD
-// averages parameters every K steps.
-func (p *Plan) postUpdate(prog *Program) []*Step {
-	s := p.Spec
-	if p.World == 1 {
-		return nil
-	}
+// paramStep returns the update-phase collective c over prog's whole
+// parameter arena, run every every optimizer steps (0: each).
+func paramStep(p *Plan, prog *Program, c *Collective, every int) *Step {
 	elems := prog.ParamArena.Elems()
-	var c *Collective
-	every := 0
-	switch s.Sync.Kind {
-	case spec.SyncParameterServer:
-		c = &Collective{Name: "broadcast", Tag: "parameters", Root: s.Sync.Root}
-	case spec.SyncLocalSGD:
-		c = &Collective{Name: "allreduce", Tag: "parameters", Op: "mean"}
-		every = s.Sync.Every
-	default:
-		return nil
-	}
 	c.Buffer, c.Elems, c.Bytes = prog.ParamArena, elems, int64(elems)*4
-	return []*Step{{Kind: CollectiveStep, Phase: PhaseUpdate, Collective: c, Every: every,
-		Layer: c.Name + " " + c.Tag, Pos: s.Sync.Pos}}
+	return &Step{Kind: CollectiveStep, Phase: PhaseUpdate, Collective: c, Every: every,
+		Layer: string(c.Kind) + " " + c.Tag, Pos: p.Spec.Sync.Pos}
 }

@@ -159,7 +159,7 @@ func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
 	var state []safetensors.Tensor
 	for r := 0; r < p.World; r++ {
 		state = append(state, safetensors.U8(fmt.Sprintf("rank%d/rng", r), []int{len(g.rng[r])}, g.rng[r]))
-		if r > 0 && p.LocalLoss() {
+		if r > 0 && p.Sync.OwnParams() {
 			for i, prm := range p.Graph.Params {
 				b := d.prog.Params[i]
 				v := g.params[r][b.Offset-d.prog.ParamArena.Offset:][:b.Elems()]
@@ -183,7 +183,7 @@ func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
 		"epoch":         strconv.Itoa(pr.Epoch),
 		"micro":         strconv.Itoa(pr.Micro),
 		"devices":       strconv.Itoa(p.World),
-		"sync":          string(p.Spec.Sync.Kind),
+		"sync":          string(p.Sync.Kind()),
 		"seed":          strconv.FormatInt(p.Spec.Seed, 10),
 		"global_loss":   fmtF(pr.GlobalLoss),
 		"global_count":  fmtF(pr.GlobalCount),
@@ -193,6 +193,7 @@ func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
 		"rank_loss":     fmtFs(pr.RankLoss),
 		"rank_count":    fmtFs(pr.RankCount),
 		"plan":          planKey(p.ResumeKey()),
+		"plan_format":   engine.ResumeKeyFormat,
 		"epochs":        strconv.Itoa(p.Spec.Epochs),
 	}
 	params := checkpointPath(dir, pr.Step)
@@ -363,10 +364,10 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if got := strconv.Itoa(p.World); m["devices"] != got {
 		return nil, fmt.Errorf("--resume %s: the checkpoint was made with %s devices, this run has %s", dir, m["devices"], got)
 	}
-	if m["sync"] != string(p.Spec.Sync.Kind) {
-		return nil, fmt.Errorf("--resume %s: the checkpoint was made with sync %s, the script now says %s", dir, m["sync"], p.Spec.Sync.Kind)
+	if err := p.Sync.Resumes(spec.SyncKind(m["sync"])); err != nil {
+		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
-	if err := comparePlanKey(m["plan"], p.ResumeKey()); err != nil {
+	if err := comparePlanKey(m["plan"], m["plan_format"], p); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
 	ep, err1 := strconv.Atoi(m["epoch"])
@@ -405,7 +406,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 		} else {
 			return nil, fmt.Errorf("%s: no RNG state for rank %d", statePath(params), r)
 		}
-		if r > 0 && p.LocalLoss() {
+		if r > 0 && p.Sync.OwnParams() {
 			if err := rs.setParams(d, statePath(params), sf, fmt.Sprintf("rank%d/", r)); err != nil {
 				return nil, fmt.Errorf("%s: parameters of rank %d: %v", statePath(params), r, err)
 			}
@@ -493,10 +494,12 @@ type gathered struct {
 const rngWords = 32
 
 // gatherState brings every rank's checkpoint state to every rank (rank 0
-// uses it): one all-gather of the RNG states and loss counts, all-gathers
-// of parameters and optimizer state when ranks hold their own (local SGD,
-// no sync), and a broadcast of a parameter server's optimizer state from
-// its root.
+// uses it): one all-gather of the RNG states and loss counts, an
+// all-gather of the parameters when ranks hold their own (the sync
+// strategy's OwnParams: local SGD, no sync), and the optimizer state of
+// the ranks the strategy's StateRanks names: rank 0's as it is, every
+// rank's by all-gathers, another single rank's (a parameter server's
+// root) by broadcasts from it.
 func (rs *runState) gatherState(d *device, pr *progress) (*gathered, error) {
 	p := rs.plan
 	world := p.World
@@ -542,10 +545,7 @@ func (rs *runState) gatherState(d *device, pr *progress) (*gathered, error) {
 			local = append(local, v)
 		}
 	}
-	g.state[0] = local
-	switch {
-	case p.LocalLoss():
-		// Every rank keeps parameters and optimizer state of its own.
+	if p.Sync.OwnParams() {
 		arena, err := download(d, d.prog.ParamArena)
 		if err != nil {
 			return nil, err
@@ -558,28 +558,34 @@ func (rs *runState) gatherState(d *device, pr *progress) (*gathered, error) {
 		for r := 0; r < world; r++ {
 			g.params = append(g.params, allp[r*n:][:n])
 		}
+	}
+	switch holders := p.Sync.StateRanks(); {
+	case len(holders) == 1 && holders[0] == 0:
+		g.state[0] = local
+	case len(holders) == world:
+		for r := 0; r < world; r++ {
+			g.state[r] = make([][]float32, 0, len(local))
+		}
 		for k, v := range local {
 			allv, err := d.gather(v, fmt.Sprintf("checkpoint optimizer state %d", k))
 			if err != nil {
 				return nil, err
 			}
 			for r := 0; r < world; r++ {
-				if k == 0 {
-					g.state[r] = nil
-				}
 				g.state[r] = append(g.state[r], allv[r*len(v):][:len(v)])
 			}
 		}
-	case p.Spec.Sync.Kind == spec.SyncParameterServer && p.Spec.Sync.Root != 0 && world > 1:
-		// Only the root steps: its state travels to rank 0.
-		root := p.Spec.Sync.Root
+	case len(holders) == 1:
+		// One rank's state travels to rank 0.
+		root := holders[0]
 		for k, v := range local {
 			if err := d.host.Broadcast(v, root, comm.Tag{Name: fmt.Sprintf("checkpoint optimizer state %d", k), Step: d.step}); err != nil {
 				return nil, err
 			}
 		}
 		g.state[root] = local // now the root's, on every rank
-		delete(g.state, 0)
+	default:
+		return nil, fmt.Errorf("sync %s keeps the optimizer state of ranks %v: a checkpoint saves one rank's or every rank's", p.Sync.Kind(), holders)
 	}
 	return g, nil
 }
@@ -656,27 +662,17 @@ func planKey(key []engine.PlanStep) string {
 	return b.String()
 }
 
-// comparePlanKey names the first entry of the run's resume key that
-// differs from the checkpoint's (checkpoints without one pass).
-func comparePlanKey(saved string, key []engine.PlanStep) error {
+// comparePlanKey reads a checkpoint's resume key (planKey's lines, written
+// in format: its "plan_format" metadata) and has the plan name the first
+// entry that differs from its own (checkpoints without a key pass).
+func comparePlanKey(saved, format string, p *engine.Plan) error {
 	if saved == "" {
 		return nil
 	}
-	old := map[string]string{}
+	var key []engine.PlanStep
 	for _, line := range strings.Split(strings.TrimSuffix(saved, "\n"), "\n") {
 		label, text, _ := strings.Cut(line, ": ")
-		old[label] = text
+		key = append(key, engine.PlanStep{Label: label, Text: text})
 	}
-	for _, e := range key {
-		if was, ok := old[e.Label]; !ok || was != e.Text {
-			if !ok {
-				was = "nothing"
-			}
-			return fmt.Errorf("the checkpoint was made with %s %q, this run has %q: resume with the script and --set that made it", e.Label, was, e.Text)
-		}
-	}
-	if len(old) != len(key) {
-		return fmt.Errorf("the checkpoint's model has %d plan entries, this run's %d: resume with the script and --set that made it", len(old), len(key))
-	}
-	return nil
+	return p.CheckResumeKey(format, key)
 }

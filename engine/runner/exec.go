@@ -31,8 +31,9 @@ type device struct {
 	// eager is set when the device must run step by step even if it can
 	// replay a whole micro-batch.
 	eager bool
-	// shareState is set when every rank holds optimizer state (all but a
-	// parameter server), so resuming broadcasts it too.
+	// shareState is set when rank 0's optimizer state is every rank's
+	// (the sync strategy's ShareState), so the initial broadcast sends it
+	// too.
 	shareState bool
 	commTime   time.Duration // time in collectives during the current step
 	world      int           // ranks of the whole run
@@ -252,27 +253,13 @@ func (d *device) evalBatch(first bool) error {
 
 // collective runs a collective step.
 func (d *device) collective(st *engine.Step) error {
-	c := st.Collective
 	if st.Every > 0 && d.rc.Step%st.Every != 0 {
 		return nil
 	}
 	if d.coll == nil {
 		return nil
 	}
-	tag := comm.Tag{Name: c.Tag, Step: d.rc.Step}
-	switch c.Name {
-	case "allreduce":
-		op := comm.Sum
-		if c.Op == "mean" {
-			op = comm.Mean
-		}
-		return d.coll.AllReduce(c.Buffer, c.Offset, c.Elems, op, tag)
-	case "reduce":
-		return d.coll.Reduce(c.Buffer, c.Offset, c.Elems, c.Root, comm.Sum, tag)
-	case "broadcast":
-		return d.coll.Broadcast(c.Buffer, c.Offset, c.Elems, c.Root, tag)
-	}
-	return fmt.Errorf("unknown collective %q", c.Name)
+	return st.Collective.Run(d.coll, d.rc.Step)
 }
 
 // broadcastParams sends rank 0's parameters (and optimizer state) to

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"gorun/engine"
-	"gorun/engine/spec"
 )
 
 // nonFinite ends the run at a step whose loss or gradients are not finite
@@ -61,7 +60,7 @@ func (rs *runState) firstNonFinite(d *device) (string, error) {
 	// values: a non-finite one may come from another rank, so they are
 	// looked at last.
 	p := rs.plan
-	shared := p.World > 1 && (p.Spec.Sync.Kind == spec.SyncAllReduce || p.Spec.Sync.Kind == spec.SyncParameterServer)
+	shared := p.Sync.SharedGradients()
 	for pass := 0; pass < 2; pass++ {
 		for _, st := range prog.Steps {
 			if st.Kind == engine.CollectiveStep {
@@ -80,7 +79,7 @@ func (rs *runState) firstNonFinite(d *device) (string, error) {
 				}
 				if pass == 1 {
 					return fmt.Sprintf("in the gradient %s after the %s: this rank's activations are finite, so another rank's %s or its own %s produced it",
-						b.Name, p.Spec.Sync.Kind, "backward pass (its error names the op)", layerAt(st)), nil
+						b.Name, p.Sync.Kind(), "backward pass (its error names the op)", layerAt(st)), nil
 				}
 				return fmt.Sprintf("produced by %s (%s step %s, output %s)", layerAt(st), st.Phase, st.Op, b.Name), nil
 			}

@@ -275,7 +275,7 @@ func (rs *runState) openDevices() error {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
 		d := &device{rank: prog.Rank, prog: prog, dev: dev, eager: bopts.Eager, tail: tailStart(prog.Steps),
-			shareState: s.Sync.Kind != spec.SyncParameterServer}
+			shareState: p.Sync.ShareState()}
 		rs.devices = append(rs.devices, d)
 		if err := dev.Load(prog); err != nil {
 			return fmt.Errorf("%s: %w", dev.Name(), err)
@@ -347,7 +347,7 @@ func (rs *runState) initParams() error {
 // connect joins the devices into a group for collectives, and starts the
 // collective goroutines that overlap backward.
 func (rs *runState) connect() error {
-	p, s := rs.plan, rs.plan.Spec
+	p := rs.plan
 	n := len(rs.devices)
 	if p.World == 1 {
 		return nil
@@ -377,7 +377,7 @@ func (rs *runState) connect() error {
 	}
 	for r, d := range rs.devices {
 		d.coll = colls[r]
-		if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Overlap {
+		if p.Sync.Overlap() {
 			d.startAsync()
 		}
 	}
@@ -473,7 +473,7 @@ func (rs *runState) rankLoop(d *device) error {
 	p, s := rs.plan, rs.plan.Spec
 	// Every run starts from rank 0's parameters, except a resumed run
 	// whose ranks kept parameters of their own.
-	if rs.resume == nil || !p.LocalLoss() {
+	if rs.resume == nil || !p.Sync.OwnParams() {
 		if err := d.broadcastParams(); err != nil {
 			return err
 		}
@@ -602,23 +602,20 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 		total += sc.Count(m)
 	}
 	denom := total
-	if p.LocalLoss() {
+	if p.Sync.LocalLoss() {
 		denom = 0
 		for m := g0; m < g1; m++ {
 			denom += len(sc.Slice(d.rank, m))
 		}
 	}
-	scale := 1.0
-	if s.Sync.Kind == spec.SyncAllReduce && s.Sync.Op == "sum" {
-		scale = float64(p.World) // each rank's gradient is a local mean
-	}
+	scale := p.Sync.LossScale()
 	positions := denom * p.Positions()
 	if kept, ok := rs.train.(keptCounter); ok && s.IgnoreIndex != nil {
 		// ignore_index: the mean is over the targets kept in the whole
 		// step (every rank's, unless ranks step alone), as PyTorch's.
 		positions = 0
 		for m := g0; m < g1; m++ {
-			if p.LocalLoss() || rs.plan.World == 1 {
+			if p.Sync.LocalLoss() || rs.plan.World == 1 {
 				positions += kept.Kept(sc.Slice(d.rank, m), int32(*s.IgnoreIndex))
 				continue
 			}

@@ -154,7 +154,7 @@ func TestParameterServerPlan(t *testing.T) {
 		updates := 0
 		for _, st := range prog.Steps {
 			if st.Kind == engine.CollectiveStep {
-				kinds = append(kinds, fmt.Sprintf("%s root %d", st.Collective.Name, st.Collective.Root))
+				kinds = append(kinds, fmt.Sprintf("%s root %d", st.Collective.Kind, st.Collective.Root))
 			}
 			if st.Op == ops.SGDStep {
 				updates++

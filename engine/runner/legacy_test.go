@@ -1,0 +1,83 @@
+package runner
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"gorun/engine"
+	"gorun/engine/safetensors"
+	"gorun/script"
+)
+
+// TestLegacyCheckpointsResume: checkpoints written by gorun before resume
+// keys by meaning (testdata/legacy, see its README) resume — their key,
+// which prints every attribute of ops.Attrs, compared through the legacy
+// rendering — and the run ends with the parameters and running statistics
+// of that gorun's uninterrupted run, bit for bit.
+func TestLegacyCheckpointsResume(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		devices int
+		step    int // the checkpoint's step
+		steps   int // the whole run's
+	}{
+		{"cnn", 2, 12, 24},
+		{"gpt", 1, 47, 94},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := filepath.Join("testdata", "legacy", c.name)
+			dir := t.TempDir()
+			if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+				t.Fatal(err)
+			}
+			state, err := safetensors.ReadFile(statePath(checkpointPath(dir, c.step)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := state.Metadata["plan_format"]; f != "" || state.Metadata["plan"] == "" {
+				t.Fatalf("the fixture's key is of format %q (%d bytes), want a key of the format before keys by meaning", f, len(state.Metadata["plan"]))
+			}
+			s, err := script.Load(filepath.Join("testdata", "legacy", c.name+".star"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := compile(t, s, c.devices)
+			res, err := Run(p, RunOptions{Resume: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Steps != c.steps {
+				t.Errorf("resumed at step %d and ran to %d, want %d", c.step, res.Steps, c.steps)
+			}
+			got, err := safetensors.ReadFile(filepath.Join(dir, ModelFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := safetensors.ReadFile(filepath.Join("testdata", "legacy", c.name+"_model.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Names(), want.Names()) {
+				t.Fatalf("model.safetensors holds %v, the reference %v", got.Names(), want.Names())
+			}
+			for _, name := range want.Names() {
+				g, _ := got.Get(name)
+				w, _ := want.Get(name)
+				if g.DType != w.DType || !slices.Equal(g.Shape, w.Shape) || !bytes.Equal(g.Data, w.Data) {
+					t.Errorf("%s: %s %v differs from the reference %s %v", name, g.DType, g.Shape, w.DType, w.Shape)
+				}
+			}
+			// The checkpoints the resumed run wrote carry keys by meaning.
+			last, err := safetensors.ReadFile(statePath(checkpointPath(dir, c.steps)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := last.Metadata["plan_format"]; f != engine.ResumeKeyFormat {
+				t.Errorf("the resumed run's checkpoint has a key of format %q, want %q", f, engine.ResumeKeyFormat)
+			}
+		})
+	}
+}
