@@ -318,11 +318,11 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 
 	case ops.ReLU:
 		n := d.live(st.In[0])
-		return d.launch(kRelu, elementwise(n), P(st.In[0]), P(st.Out[0]), intArg(n))
+		return d.launch(kReLU, elementwise(n), P(st.In[0]), P(st.Out[0]), intArg(n))
 
 	case ops.ReLUGrad:
 		n := d.live(st.In[0])
-		return d.launch(kReluGrad, elementwise(n), P(st.In[0]), P(in(2)), P(st.In[1]), P(st.Out[0]), intArg(n))
+		return d.launch(kReLUGrad, elementwise(n), P(st.In[0]), P(in(2)), P(st.In[1]), P(st.Out[0]), intArg(n))
 
 	case ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Scale, ops.GELU:
 		alpha := 0.0
@@ -416,7 +416,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		planes, h, w := d.dim(x, 0)*x.Max[1], x.Max[2], x.Max[3]
 		k, s := poolGeom(a)
 		oh, ow := y.Max[2], y.Max[3]
-		return d.launch(kMaxPool, elementwise(planes*oh*ow), P(x), P(y), P(idx), intArg(planes), intArg(h), intArg(w),
+		return d.launch(kMaxPool2D, elementwise(planes*oh*ow), P(x), P(y), P(idx), intArg(planes), intArg(h), intArg(w),
 			intArg(oh), intArg(ow), intArg(k), intArg(s))
 
 	case ops.MaxPool2DGrad:
@@ -424,7 +424,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		planes, h, w := d.dim(dy, 0)*dy.Max[1], dx.Max[2], dx.Max[3]
 		k, s := poolGeom(a)
 		oh, ow := dy.Max[2], dy.Max[3]
-		return d.launch(kMaxPoolGrad, elementwise(planes*h*w), P(dy), P(idx), P(dx), intArg(planes), intArg(h), intArg(w),
+		return d.launch(kMaxPool2DGrad, elementwise(planes*h*w), P(dy), P(idx), P(dx), intArg(planes), intArg(h), intArg(w),
 			intArg(oh), intArg(ow), intArg(k), intArg(s))
 
 	case ops.AvgPool2D:
@@ -432,7 +432,7 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		planes, h, w := d.dim(x, 0)*x.Max[1], x.Max[2], x.Max[3]
 		k, s := poolGeom(a)
 		oh, ow := y.Max[2], y.Max[3]
-		return d.launch(kAvgPool, elementwise(planes*oh*ow), P(x), P(y), intArg(planes), intArg(h), intArg(w),
+		return d.launch(kAvgPool2D, elementwise(planes*oh*ow), P(x), P(y), intArg(planes), intArg(h), intArg(w),
 			intArg(oh), intArg(ow), intArg(k), intArg(s), intArg(a.Padding))
 
 	case ops.AvgPool2DGrad:
@@ -440,18 +440,18 @@ func (d *Device) kernelStep(st *engine.Step, acc bool) error {
 		planes, h, w := d.dim(dy, 0)*dy.Max[1], dx.Max[2], dx.Max[3]
 		k, s := poolGeom(a)
 		oh, ow := dy.Max[2], dy.Max[3]
-		return d.launch(kAvgPoolGrad, elementwise(planes*h*w), P(dy), P(dx), intArg(planes), intArg(h), intArg(w),
+		return d.launch(kAvgPool2DGrad, elementwise(planes*h*w), P(dy), P(dx), intArg(planes), intArg(h), intArg(w),
 			intArg(oh), intArg(ow), intArg(k), intArg(s), intArg(a.Padding))
 
 	case ops.GlobalAvgPool2D:
 		x := st.In[0]
 		planes, hw := d.dim(x, 0)*x.Max[1], x.Max[2]*x.Max[3]
-		return d.launch(kGlobalAvgPool, elementwise(planes), P(x), P(st.Out[0]), intArg(planes), intArg(hw))
+		return d.launch(kGlobalAvgPool2D, elementwise(planes), P(x), P(st.Out[0]), intArg(planes), intArg(hw))
 
 	case ops.GlobalAvgPool2DGrad:
 		dx := st.Out[0]
 		planes, hw := d.dim(dx, 0)*dx.Max[1], dx.Max[2]*dx.Max[3]
-		return d.launch(kGlobalAvgPoolGrad, elementwise(planes*hw), P(st.In[0]), P(dx), intArg(planes), intArg(hw))
+		return d.launch(kGlobalAvgPool2DGrad, elementwise(planes*hw), P(st.In[0]), P(dx), intArg(planes), intArg(hw))
 
 	case ops.Dropout:
 		x, y, mask := st.In[0], st.Out[0], st.Out[1]
