@@ -430,25 +430,6 @@ func TestKernelArgs(t *testing.T) {
 	}
 }
 
-// TestEveryOpHasAKernel fails when an op is added without a CUDA kernel
-// (but for the CPU-only fused ops, which a CUDA plan never holds).
-func TestEveryOpHasAKernel(t *testing.T) {
-	for op := ops.Op(1); int(op) < ops.NumOps; op++ {
-		if cpuOnly[op] {
-			if supportsOp(op) {
-				t.Errorf("op %s is CPU-only and has a CUDA kernel", op)
-			}
-			continue
-		}
-		if !supportsOp(op) {
-			t.Errorf("op %s has no CUDA kernel", op)
-		}
-	}
-	if supportsOp(ops.Invalid) {
-		t.Error("Invalid is supported")
-	}
-}
-
 // TestCheckWork: a convolution whose program has too little scratch is
 // refused at Load instead of faulting on the GPU.
 func TestCheckWork(t *testing.T) {
