@@ -34,10 +34,11 @@ bench: build
 	$(GO) test -run '^$$' -bench . ./ops/... ./comm/ ./datasets/
 	$(GO) test -run '^$$' -bench TrainMPI -benchtime 300x ./cmd/gorun/
 
-## kernels: regenerate the committed PTX of the CUDA kernels (needs nvcc, CUDA 11.8)
+## kernels: regenerate the Go and C mirrors of kernels.h (go generate ./cuda/kernels) and the committed PTX of the CUDA kernels (needs nvcc, CUDA 11.8)
 ## kernels-check: with nvcc, fail if the committed PTX is stale and assemble it with ptxas; without, skip
 .PHONY: kernels kernels-check
 kernels:
+	$(GO) generate ./cuda/kernels
 	cuda/kernels/stamp.sh
 	cuda/kernels/build.sh cuda/kernels
 
@@ -79,7 +80,7 @@ bench-mpi:
 	set -x; $(GO) test -tags mpi -count=1 -run '^$$' -bench 'MPIAllReduce' ./comm/
 
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
-## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run package cuda's tests (the GPU ones skip without a GPU); without, skip
+## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...
 ## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda), MNIST, gpucheck/run.sh; run gpucheck/run.sh there
 .PHONY: build-cuda cuda-check gpu-check
 CUDA_H ?= /usr/include/cuda.h
@@ -92,7 +93,7 @@ cuda-check:
 	@$(CUDA_CHECK); \
 	set -x; $(GO) vet -tags cuda ./... && \
 	$(GO) build -tags cuda -o /tmp/gorun-cuda ./cmd/gorun && \
-	$(GO) test -count=1 -tags cuda ./cuda/... ./engine/backend/...
+	$(GO) test -count=1 -tags cuda ./cuda ./engine/backend/...
 
 gpu-check:
 	@[ -f $(CUDA_H) ] || { echo "gpu-check: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }

@@ -19,6 +19,27 @@
 // in the instantiated graph's kernel nodes before a launch
 // (cuGraphExecKernelNodeSetParams), so the graph is captured only once.
 //
+// Kernel steps run by table: opSteps maps each op the device runs to a
+// small function (runConv2D, runReLU, …) that queues its kernels and
+// GEMMs, and each op family keeps its functions and its part of the
+// table in one file: op_conv.go, op_linear.go (linear, batch_matmul),
+// op_elementwise.go (activations, arithmetic), op_pool.go, op_dropout.go,
+// op_softmax.go (softmax and losses), op_batchnorm.go, op_layernorm.go,
+// op_data.go (embedding and data movement) and op_optim.go. Whether the
+// backend supports an op (Backend.Supports) is a lookup there; the ops it
+// declines, the CPU-only fusions, are listed with the reason
+// (Backend.Declines), and a test fails an op that has neither.
+//
+// cuda/kernels/kernels.h is the one list of the kernels: the kernel ids
+// (kReLU, …), their signatures, which checkArgs holds every launch to, and
+// the op codes of the shared kernels are generated from it into
+// gen_kernels.go. To add a kernel: write it in a .cu file of cuda/kernels,
+// declare it in kernels.h, run `go generate ./cuda/kernels` (its id,
+// signature, name and CPU launcher for cuda/kernels/hostcheck), `make
+// kernels` for the PTX (nvcc 11.8), and launch it from the op's function
+// in its family's file; a new op is one more entry in that file's table.
+// cuda/kernels/README.md has the ABI and the checks.
+//
 // cuBLAS and NCCL are not linked: they are opened with dlopen when a device
 // is opened (libcublas.so.13, .12, .11 or the cluster file's path; and
 // libnccl.so.2), so a gorun built against Debian's CUDA 11.8 runs on a
@@ -37,6 +58,6 @@
 // and opening a cuda device then fails with one line that says why.
 //
 // The files without the cuda tag hold the pure logic (cuBLAS argument
-// mapping, launch geometry, library search, graph cache keys) so that it is
-// tested on every machine.
+// mapping, launch geometry, library search, graph cache keys, kernel
+// signatures, scratch sizing) so that it is tested on every machine.
 package cuda

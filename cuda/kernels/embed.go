@@ -3,7 +3,13 @@
 // the ABI) and embedded in the binary, so that the CUDA backend needs only
 // the driver (cuModuleLoadData) at run time. It has no build tag and no cgo:
 // any build may import it.
+//
+// kernels.h is the one list of the kernels. `go generate ./cuda/kernels`
+// (internal/genkernels) writes what mirrors it: Names here, the kernel ids
+// and signatures of package cuda, and the CPU launchers of hostcheck.
 package kernels
+
+//go:generate go run ./internal/genkernels
 
 import _ "embed"
 
@@ -37,26 +43,4 @@ func PTX(computeMajor int) []byte {
 	default:
 		return nil
 	}
-}
-
-// Names lists the kernels the PTX modules define, in kernels.h's order
-// (the names for cuModuleGetFunction).
-var Names = []string{
-	"gorun_relu", "gorun_relu_grad", "gorun_unary", "gorun_binary", "gorun_copy", "gorun_fill",
-	"gorun_scale", "gorun_accumulate", "gorun_axpy",
-	"gorun_dropout", "gorun_dropout2d", "gorun_dropout_grad", "gorun_dropout2d_grad",
-	"gorun_im2col", "gorun_col2im", "gorun_onl_to_nol", "gorun_nol_to_onl",
-	"gorun_bias_add", "gorun_bias_grad", "gorun_bias_partial", "gorun_bias_finish",
-	"gorun_bn_partial", "gorun_bn_finish", "gorun_bn_params", "gorun_bn_apply",
-	"gorun_bn_grad_input", "gorun_bn_grad_gamma", "gorun_bn_running",
-	"gorun_layer_norm", "gorun_layer_norm_grad_input",
-	"gorun_maxpool2d", "gorun_maxpool2d_grad", "gorun_avgpool2d", "gorun_avgpool2d_grad",
-	"gorun_global_avgpool2d", "gorun_global_avgpool2d_grad",
-	"gorun_log_softmax", "gorun_softmax", "gorun_log_softmax_grad", "gorun_softmax_grad",
-	"gorun_nll_loss", "gorun_nll_loss_grad", "gorun_cross_entropy", "gorun_cross_entropy_grad",
-	"gorun_mse_loss", "gorun_mse_loss_grad",
-	"gorun_sgd_step", "gorun_adam_step", "gorun_clip_grad_norm",
-	"gorun_gather_rows", "gorun_gather_rows_int", "gorun_copy_slice", "gorun_permute", "gorun_positions",
-	"gorun_embedding",
-	"gorun_embedding_grad", "gorun_count_correct", "gorun_sum",
 }

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"bytes"
-	"os"
 	"regexp"
 	"slices"
 	"testing"
@@ -28,7 +27,9 @@ func TestPTX(t *testing.T) {
 	}
 }
 
-// TestNames checks that Names, the PTX entries and kernels.h agree.
+// TestNames checks that the PTX modules define exactly the kernels of
+// Names (kernels.h's, through go generate): a kernel declared but not
+// built into the committed PTX, or built but not declared, fails here.
 func TestNames(t *testing.T) {
 	entry := regexp.MustCompile(`\.visible \.entry (gorun_\w+)\(`)
 	for _, major := range []int{8, 9} {
@@ -39,17 +40,6 @@ func TestNames(t *testing.T) {
 		if !slices.Equal(sorted(got), sorted(Names)) {
 			t.Errorf("PTX(%d) entries %v, Names %v", major, got, Names)
 		}
-	}
-	h, err := os.ReadFile("kernels.h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var decl []string
-	for _, m := range regexp.MustCompile(`GORUN_KERNEL (gorun_\w+)\(`).FindAllSubmatch(h, -1) {
-		decl = append(decl, string(m[1]))
-	}
-	if !slices.Equal(decl, Names) {
-		t.Errorf("kernels.h declares %v, Names %v", decl, Names)
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 
 // TestEveryBackendHasEveryOp enumerates the op set against every backend
 // this build has (cpu; cuda too in a -tags cuda build), so that an op added
-// to ops without a kernel in some backend fails here.
+// to ops without a kernel in some backend fails here. A backend may
+// decline an op by saying why (Declines, which cuda has for the CPU-only
+// fusions).
 func TestEveryBackendHasEveryOp(t *testing.T) {
 	names := backend.Names()
 	if len(names) == 0 || names[0] != "cpu" {
@@ -23,8 +25,12 @@ func TestEveryBackendHasEveryOp(t *testing.T) {
 			t.Fatal(err)
 		}
 		for op := ops.Op(1); int(op) < ops.NumOps; op++ {
-			if !b.Supports(op) {
-				t.Errorf("backend %s has no kernel for op %s", name, op)
+			reason := ""
+			if d, ok := b.(interface{ Declines(ops.Op) string }); ok {
+				reason = d.Declines(op)
+			}
+			if b.Supports(op) == (reason != "") {
+				t.Errorf("backend %s: op %s supported %v, declined %q: want a kernel or a reason, not both", name, op, b.Supports(op), reason)
 			}
 		}
 		if b.Supports(ops.Invalid) {

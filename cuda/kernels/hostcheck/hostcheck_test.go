@@ -10,9 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -105,6 +103,14 @@ func run(op ops.Op, a *ops.Attrs, c *ops.Ctx[float32], in []*ops.Buf[float32], o
 }
 
 func isNaN(v float32) bool { return v != v }
+
+// b2i is a flag as the kernels take it: 1 or 0.
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
 
 // checkClose compares the first n elements: |got-want| <= 1e-5·max(|want|,
 // 1), NaN matching NaN.
@@ -205,17 +211,17 @@ func TestElementwise(t *testing.T) {
 			y := want
 			want, got = nans(capacity), nans(capacity)
 			run(ops.ReLUGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, n), fbuf(y, n)}, fbuf(want, n))
-			ReLUGrad(g, dy, y, got, n)
+			ReLUGrad(g, dy, nil, y, got, n)
 			checkExact(t, "relu_grad "+name, got, want, n)
 			checkTail(t, "relu_grad "+name, got, n)
 			// with a second gradient (x's values), as the engine fuses Add in
 			want, got = nans(capacity), nans(capacity)
 			run(ops.ReLUGrad, nil, nil, []*ops.Buf[float32]{fbuf(dy, n), fbuf(y, n), fbuf(x, n)}, fbuf(want, n))
-			ReLUGradAdd(g, dy, x, y, got, n)
+			ReLUGrad(g, dy, x, y, got, n)
 			checkExact(t, "relu_grad of a sum "+name, got, want, n)
 			checkTail(t, "relu_grad of a sum "+name, got, n)
 			over := slices.Clone(x)
-			ReLUGradAdd(g, dy, over, y, over, n)
+			ReLUGrad(g, dy, over, y, over, n)
 			checkExact(t, "relu_grad of a sum in place "+name, over, want, n)
 
 			got = nans(capacity)
@@ -349,28 +355,6 @@ func TestUnaryBinary(t *testing.T) {
 				Binary(g, a, inB, inB, n, bo.code, float32(slope))
 				check(exact, bo.name+" in place of b "+name, inB, want, n)
 			}
-		}
-	}
-}
-
-// TestCodes checks the op codes and modes (Codes) against kernels.h's
-// macros, both ways.
-func TestCodes(t *testing.T) {
-	h, err := os.ReadFile(filepath.Join("..", "kernels.h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define (GORUN_(?:UNARY|BINARY|BN|LN)_\w+) (\d+)`).FindAllStringSubmatch(string(h), -1) {
-		v, _ := strconv.Atoi(m[2])
-		found[m[1]] = v
-	}
-	if len(found) != len(Codes) {
-		t.Errorf("kernels.h defines %d codes, Codes has %d", len(found), len(Codes))
-	}
-	for name, v := range found {
-		if w, ok := Codes[name]; !ok || w != v {
-			t.Errorf("kernels.h: %s = %d; Codes: %d (present %v)", name, v, w, ok)
 		}
 	}
 }
@@ -559,10 +543,10 @@ func TestConv2D(t *testing.T) {
 		tmp := nans(cc.o * l)
 		for gi := range cc.g {
 			col := nans(k*l + 3)
-			Im2col(Elementwise(k*l), x[gi*xg:], col, g)
+			g.Im2col(Elementwise(k*l), x[gi*xg:], col)
 			checkTail(t, "im2col "+name, col, k*l)
 			col2 := nans(k * l)
-			Im2col(Geom{2, 32}, x[gi*xg:], col2, g)
+			g.Im2col(Geom{2, 32}, x[gi*xg:], col2)
 			checkExact(t, "im2col geometry "+name, col2, col, k*l)
 			gemm(false, false, og, l, k, w[gi*og*k:], k, col, l, tmp[gi*og*l:], l)
 			cols[gi] = col
@@ -594,8 +578,8 @@ func TestConv2D(t *testing.T) {
 			dcol := nans(k * l)
 			gemm(true, false, k, l, og, w[gi*og*k:], k, dyT[gi*og*l:], l, dcol, l)
 			// Each group writes its own channels of dx and no others.
-			Col2im(Elementwise(cc.n*cg*cc.h*cc.w), dcol, got[gi*xg:], g)
-			Col2im(Geom{3, 64}, dcol, got2[gi*xg:], g)
+			g.Col2im(Elementwise(cc.n*cg*cc.h*cc.w), dcol, got[gi*xg:])
+			g.Col2im(Geom{3, 64}, dcol, got2[gi*xg:])
 			if gi == 0 && cc.g > 1 {
 				for i := range xLen {
 					if ch := i / (cc.h * cc.w) % cc.c; ch >= cg && !isNaN(got[i]) {
@@ -624,7 +608,7 @@ func TestConv2D(t *testing.T) {
 			run(ops.Conv2DGradBias, &ops.Attrs{Accumulate: acc}, ctx, []*ops.Buf[float32]{fbuf(dy, ys...)}, fbuf(want, cc.o))
 			for _, geo := range []Geom{BlockPer(cc.o), {2, 256}, {1, 64}} {
 				got = slices.Clone(init)
-				BiasGrad(geo, dy, got, cc.n, cc.o, plane, acc)
+				BiasGrad(geo, dy, got, cc.n, cc.o, plane, b2i(acc))
 				checkClose(t, fmt.Sprintf("conv2d_grad_bias accumulate=%v geom=%v %s", acc, geo, name), got, want, cc.o)
 			}
 		}
@@ -651,7 +635,7 @@ func TestLinearBias(t *testing.T) {
 			want = slices.Clone(init)
 			run(ops.LinearGradBias, &ops.Attrs{Accumulate: acc}, nil, []*ops.Buf[float32]{fbuf(dy, n, out)}, fbuf(want, out))
 			got = slices.Clone(init)
-			BiasGrad(BlockPer(out), dy, got, n, out, 1, acc)
+			BiasGrad(BlockPer(out), dy, got, n, out, 1, b2i(acc))
 			checkClose(t, fmt.Sprintf("linear_grad_bias n=%d accumulate=%v", n, acc), got, want, out)
 		}
 	}
@@ -664,7 +648,7 @@ func TestLinearBias(t *testing.T) {
 func runSplitSum(t *testing.T, what string, g1, g2 Geom, dy, db []float32, n, c, plane, s int, acc bool) {
 	t.Helper()
 	if s == 1 {
-		BiasGrad(g2, dy, db, n, c, plane, acc)
+		BiasGrad(g2, dy, db, n, c, plane, b2i(acc))
 		return
 	}
 	chunk := (n*plane + s - 1) / s
@@ -679,7 +663,7 @@ func runSplitSum(t *testing.T, what string, g1, g2 Geom, dy, db []float32, n, c,
 			break
 		}
 	}
-	BiasFinish(g2, part, db, c, s, acc)
+	BiasFinish(g2, part, db, c, s, b2i(acc))
 }
 
 // ulp32 is the gap between |v| and the next float32 up.
@@ -886,12 +870,12 @@ func TestBatchNorm(t *testing.T) {
 				checkExact(t, "batch_norm_norm save "+what, gotSave, wantSave, 3*c)
 				checkTail(t, "batch_norm_norm save "+what, gotSave, 3*c)
 				checkTail(t, "batch_norm_norm params "+what, par, 3*c)
-				BNApply(geo, x, par, gotY, n, c, plane)
+				BNApply(geo, x, par, nil, gotY, n, c, plane, 0)
 				checkExact(t, fmt.Sprintf("batch_norm_norm %s geom=%v", what, geo), gotY, wantY, total)
 				checkTail(t, "batch_norm_norm "+what, gotY, total)
 				if geo == geoms(total)[0] {
 					inplace := slices.Clone(x)
-					BNApply(geo, inplace, par, inplace, n, c, plane)
+					BNApply(geo, inplace, par, nil, inplace, n, c, plane, 0)
 					checkExact(t, "batch_norm_norm in place "+what, inplace, wantY, total)
 				}
 			}
@@ -907,12 +891,12 @@ func TestBatchNorm(t *testing.T) {
 				BNParams(Elementwise(c), wantS, nil, af.gamma, af.beta, nans(3*c), par, c, eps, BNNorm)
 				for _, geo := range geoms(total) {
 					gotF := nans(capacity)
-					BNApplyAdd(geo, x, par, dy, gotF, n, c, plane, relu)
+					BNApply(geo, x, par, dy, gotF, n, c, plane, b2i(relu))
 					checkExact(t, fmt.Sprintf("batch_norm_norm + residual, relu %v %s geom=%v", relu, what, geo), gotF, wantF, total)
 					checkTail(t, "batch_norm_norm + residual "+what, gotF, total)
 				}
 				over := slices.Clone(dy)
-				BNApplyAdd(Geom{3, 64}, x, par, over, over, n, c, plane, relu)
+				BNApply(Geom{3, 64}, x, par, over, over, n, c, plane, b2i(relu))
 				checkExact(t, fmt.Sprintf("batch_norm_norm over the residual, relu %v %s", relu, what), over, wantF, total)
 			}
 
@@ -927,7 +911,7 @@ func TestBatchNorm(t *testing.T) {
 			gotY, par := nans(capacity), nans(4*c+1)
 			BNParams(Geom{1, 2}, rm, rv, af.gamma, af.beta, nil, par, c, eps, BNEval)
 			checkTail(t, "batch_norm_eval params "+what, par, 3*c)
-			BNApply(Geom{3, 64}, x, par, gotY, n, c, plane)
+			BNApply(Geom{3, 64}, x, par, nil, gotY, n, c, plane, 0)
 			checkExact(t, "batch_norm_eval "+what, gotY, wantY, total)
 			checkTail(t, "batch_norm_eval "+what, gotY, total)
 		}
@@ -958,7 +942,7 @@ func TestBatchNorm(t *testing.T) {
 			init := randf(r, c, c)
 			want, got := slices.Clone(init), slices.Clone(init)
 			run(ops.BatchNormGradGamma, a, nil, []*ops.Buf[float32]{fbuf(wantG, 2, c), fbuf(save, 3, c)}, fbuf(want, c))
-			BNGradGamma(Geom{1, 2}, wantG, save, got, c, eps, acc)
+			BNGradGamma(Geom{1, 2}, wantG, save, got, c, eps, b2i(acc))
 			checkExact(t, fmt.Sprintf("batch_norm_grad_gamma %s accumulate=%v", name, acc), got, want, c)
 			want, got = slices.Clone(init), slices.Clone(init)
 			run(ops.BatchNormGradBeta, a, nil, []*ops.Buf[float32]{fbuf(wantG, 2, c)}, fbuf(want, c))
@@ -1126,7 +1110,7 @@ func TestLayerNorm(t *testing.T) {
 					t.Errorf("layer_norm_grad_gamma %s: a partial past the end written", what)
 				}
 				got := append(slices.Clone(init), float32(math.NaN()))
-				BiasFinish(Geom{2, 64}, part[d*s:], got, d, s, acc)
+				BiasFinish(Geom{2, 64}, part[d*s:], got, d, s, b2i(acc))
 				checkClose(t, "layer_norm_grad_gamma "+what, got, wantG, d)
 				checkTail(t, "layer_norm_grad_gamma "+what, got, d)
 
@@ -1391,10 +1375,10 @@ func TestLosses(t *testing.T) {
 					attrs := &ops.Attrs{Accumulate: acc, HasIgnore: ig.has, IgnoreIndex: ig.index}
 					want, got := []float32{0.25}, []float32{0.25}
 					run(ops.NLLLoss, attrs, ctx, []*ops.Buf[float32]{fbuf(logp, n, c), ibuf(target, n)}, fbuf(want, 1))
-					NLLLoss(OneBlock, logp, target, got, n, c, scale, acc, ig.has, ig.index)
+					NLLLoss(OneBlock, logp, target, got, n, c, scale, b2i(acc), b2i(ig.has), ig.index)
 					checkClose(t, "nll_loss "+aname, got, want, 1)
 					again := []float32{0.25}
-					NLLLoss(OneBlock, logp, target, again, n, c, scale, acc, ig.has, ig.index)
+					NLLLoss(OneBlock, logp, target, again, n, c, scale, b2i(acc), b2i(ig.has), ig.index)
 					checkExact(t, "nll_loss deterministic "+aname, again, got, 1)
 
 					for _, eps := range []float64{0, f32(0.1), 1} {
@@ -1403,7 +1387,7 @@ func TestLosses(t *testing.T) {
 						want, got = []float32{0.25}, []float32{0.25}
 						wantP, gotP := nans(capN*c), nans(capN*c)
 						run(ops.CrossEntropy, attrs, ctx, []*ops.Buf[float32]{fbuf(logits, n, c), ibuf(target, n)}, fbuf(want, 1), fbuf(wantP, n, c))
-						CrossEntropy(OneBlock, logits, target, got, gotP, n, c, float32(eps), scale, acc, ig.has, ig.index)
+						CrossEntropy(OneBlock, logits, target, got, gotP, n, c, float32(eps), scale, b2i(acc), b2i(ig.has), ig.index)
 						checkClose(t, "cross_entropy loss "+ename, got, want, 1)
 						checkClose(t, "cross_entropy probs "+ename, gotP, wantP, n*c)
 						checkTail(t, "cross_entropy probs "+ename, gotP, n*c)
@@ -1413,7 +1397,7 @@ func TestLosses(t *testing.T) {
 				attrs := &ops.Attrs{HasIgnore: ig.has, IgnoreIndex: ig.index}
 				want, got := nans(capN*c), nans(capN*c)
 				run(ops.NLLLossGrad, attrs, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), ibuf(target, n)}, fbuf(want, n, c))
-				NLLLossGrad(Elementwise(n*c), dloss, target, got, n, c, scale, ig.has, ig.index)
+				NLLLossGrad(Elementwise(n*c), dloss, target, got, n, c, scale, b2i(ig.has), ig.index)
 				checkExact(t, "nll_loss_grad "+name, got, want, n*c)
 				checkTail(t, "nll_loss_grad "+name, got, n*c)
 
@@ -1424,7 +1408,7 @@ func TestLosses(t *testing.T) {
 					attrs := &ops.Attrs{LabelSmoothing: eps, HasIgnore: ig.has, IgnoreIndex: ig.index}
 					want, got = nans(capN*c), nans(capN*c)
 					run(ops.CrossEntropyGrad, attrs, ctx, []*ops.Buf[float32]{fbuf(dloss, 1), fbuf(probs, n, c), ibuf(target, n)}, fbuf(want, n, c))
-					CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, float32(eps), scale, ig.has, ig.index)
+					CrossEntropyGrad(Geom{2, 32}, dloss, probs, target, got, n, c, float32(eps), scale, b2i(ig.has), ig.index)
 					checkExact(t, "cross_entropy_grad "+ename, got, want, n*c)
 					checkTail(t, "cross_entropy_grad "+ename, got, n*c)
 				}
@@ -1435,23 +1419,23 @@ func TestLosses(t *testing.T) {
 	// A target out of range makes the loss NaN; an empty batch gives 0.
 	logp := []float32{-1, -2, -3}
 	loss := []float32{5}
-	NLLLoss(OneBlock, logp, []int32{3}, loss, 1, 3, 1, false, false, 0)
+	NLLLoss(OneBlock, logp, []int32{3}, loss, 1, 3, 1, 0, 0, 0)
 	if !isNaN(loss[0]) {
 		t.Errorf("nll_loss with target 3 of 3 classes = %v, want NaN", loss[0])
 	}
 	probs := nans(3)
 	for _, eps := range []float32{0, 0.1} {
-		CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, eps, 1, false, true, -100)
+		CrossEntropy(OneBlock, logp, []int32{-1}, loss, probs, 1, 3, eps, 1, 0, 1, -100)
 		if !isNaN(loss[0]) {
 			t.Errorf("cross_entropy (smoothing %v) with target -1 = %v, want NaN", eps, loss[0])
 		}
 	}
-	NLLLoss(OneBlock, logp, []int32{0}, loss, 0, 3, 1, false, false, 0)
+	NLLLoss(OneBlock, logp, []int32{0}, loss, 0, 3, 1, 0, 0, 0)
 	if loss[0] != 0 {
 		t.Errorf("nll_loss of an empty batch = %v, want 0", loss[0])
 	}
 	loss[0] = 2
-	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 0.1, 1, true, false, 0)
+	CrossEntropy(OneBlock, logp, []int32{0}, loss, probs, 0, 3, 0.1, 1, 1, 0, 0)
 	if loss[0] != 2 {
 		t.Errorf("cross_entropy of an empty batch accumulated into 2 = %v, want 2", loss[0])
 	}
@@ -1478,10 +1462,10 @@ func TestMSELoss(t *testing.T) {
 				aname := fmt.Sprintf("%s accumulate=%v", name, acc)
 				want, got := []float32{0.25}, []float32{0.25}
 				run(ops.MSELoss, &ops.Attrs{Accumulate: acc}, ctx, []*ops.Buf[float32]{fbuf(pred, full...), fbuf(target, full...)}, fbuf(want, 1))
-				MSELoss(OneBlock, pred, target, got, n, d, scale, acc)
+				MSELoss(OneBlock, pred, target, got, n, d, scale, b2i(acc))
 				checkClose(t, "mse_loss "+aname, got, want, 1)
 				again := []float32{0.25}
-				MSELoss(OneBlock, pred, target, again, n, d, scale, acc)
+				MSELoss(OneBlock, pred, target, again, n, d, scale, b2i(acc))
 				checkExact(t, "mse_loss deterministic "+aname, again, got, 1)
 			}
 			dloss := []float32{0.7}
@@ -1530,7 +1514,7 @@ func TestSGDStep(t *testing.T) {
 			g := randf(r, n, n)
 			ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
 			run(ops.SGDStep, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantB, n)})
-			SGDStep(Elementwise(n), gotP, g, buf, n, float32(a.LR), float32(a.Momentum), float32(a.Dampening), float32(a.WeightDecay), a.Nesterov, step)
+			SGDStep(Elementwise(n), gotP, g, buf, n, float32(a.LR), float32(a.Momentum), float32(a.Dampening), float32(a.WeightDecay), b2i(a.Nesterov), step)
 			checkClose(t, fmt.Sprintf("sgd param step %d %s", step, name), gotP, wantP, n)
 			if a.Momentum != 0 {
 				checkClose(t, fmt.Sprintf("sgd momentum buffer step %d %s", step, name), gotB, wantB, n)
@@ -1562,7 +1546,7 @@ func TestAdamStep(t *testing.T) {
 				g := randf(r, n, n)
 				ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
 				run(op, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantM, n), fbuf(wantV, n)})
-				AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step, w)
+				AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step, b2i(w))
 				checkClose(t, fmt.Sprintf("param step %d %s", step, name), gotP, wantP, n)
 				checkClose(t, fmt.Sprintf("m step %d %s", step, name), gotM, wantM, n)
 				checkClose(t, fmt.Sprintf("v step %d %s", step, name), gotV, wantV, n)
@@ -1723,7 +1707,8 @@ func TestPermute(t *testing.T) {
 			}
 			for _, geo := range geoms(total) {
 				got := nans(total + 4)
-				Permute(geo, x, got, total, dims, strides)
+				Permute(geo, x, got, total, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
+					strides[0], strides[1], strides[2], strides[3], strides[4], strides[5])
 				checkExact(t, "permute "+name, got, want, total)
 				checkTail(t, "permute "+name, got, total)
 			}
@@ -1761,7 +1746,7 @@ func TestEmbedding(t *testing.T) {
 					buckets := (v + per - 1) / per
 					for _, geo := range []Geom{Elementwise(buckets * d), {1, 7}} {
 						got := append(slices.Clone(init), float32(math.NaN()))
-						EmbeddingGrad(geo, ids, dy, got, n, v, d, per, acc)
+						EmbeddingGrad(geo, ids, dy, got, n, v, d, per, b2i(acc))
 						checkExact(t, fmt.Sprintf("embedding_grad_weight %s accumulate=%v rows_per=%d geom=%v", name, acc, per, geo), got, want, v*d)
 						checkTail(t, "embedding_grad_weight "+name, got, v*d)
 					}
@@ -1828,12 +1813,12 @@ func TestCountCorrect(t *testing.T) {
 				}
 			}
 			count := []int32{-1}
-			CountCorrect(OneBlock, x, target, count, n, c, false)
+			CountCorrect(OneBlock, x, target, count, n, c, 0)
 			if int(count[0]) != want {
 				t.Errorf("count_correct n=%d c=%d = %d, want %d", n, c, count[0], want)
 			}
 			count[0] = 5
-			CountCorrect(OneBlock, x, target, count, n, c, true)
+			CountCorrect(OneBlock, x, target, count, n, c, 1)
 			if int(count[0]) != want+5 {
 				t.Errorf("count_correct accumulate n=%d c=%d = %d, want %d", n, c, count[0], want+5)
 			}
@@ -1850,10 +1835,10 @@ func TestSum(t *testing.T) {
 			want += float64(v)
 		}
 		got := []float32{-1}
-		Sum(OneBlock, x, got, n, false)
+		Sum(OneBlock, x, got, n, 0)
 		checkClose(t, fmt.Sprintf("sum n=%d", n), got, []float32{float32(want)}, 1)
 		got[0] = 1.5
-		Sum(OneBlock, x, got, n, true)
+		Sum(OneBlock, x, got, n, 1)
 		checkClose(t, fmt.Sprintf("sum accumulate n=%d", n), got, []float32{float32(want + 1.5)}, 1)
 	}
 }

@@ -7,35 +7,6 @@ import (
 	"gorun/ops"
 )
 
-// hasKernel marks the ops the CUDA device runs (Flatten as a view, with no
-// work): every op of the set but Invalid. A test checks it against
-// ops.NumOps so that a new op without a CUDA kernel fails.
-var hasKernel = func() (h [ops.NumOps]bool) {
-	for _, op := range []ops.Op{ops.Conv2D, ops.Linear, ops.ReLU, ops.MaxPool2D, ops.Dropout, ops.Dropout2D,
-		ops.Flatten, ops.LogSoftmax, ops.Softmax, ops.NLLLoss, ops.CrossEntropy, ops.MSELoss,
-		ops.BatchNormStats, ops.BatchNormNorm, ops.BatchNormEval, ops.AvgPool2D, ops.GlobalAvgPool2D,
-		ops.Sigmoid, ops.Tanh, ops.LeakyReLU, ops.Add, ops.Sub, ops.Mul, ops.Scale, ops.Concat, ops.Embedding,
-		ops.LayerNorm, ops.GELU, ops.BatchMatMul, ops.Permute, ops.Positions,
-		ops.Conv2DGradInput, ops.Conv2DGradWeight, ops.Conv2DGradBias, ops.LinearGradInput,
-		ops.LinearGradWeight, ops.LinearGradBias, ops.ReLUGrad, ops.MaxPool2DGrad, ops.DropoutGrad,
-		ops.Dropout2DGrad, ops.LogSoftmaxGrad, ops.SoftmaxGrad, ops.NLLLossGrad, ops.CrossEntropyGrad,
-		ops.MSELossGrad, ops.BatchNormGradStats, ops.BatchNormGradGamma, ops.BatchNormGradBeta,
-		ops.BatchNormGradInput, ops.AvgPool2DGrad, ops.GlobalAvgPool2DGrad, ops.SigmoidGrad, ops.TanhGrad,
-		ops.LeakyReLUGrad, ops.Narrow, ops.NarrowGrad, ops.EmbeddingGradWeight, ops.LayerNormGradInput, ops.LayerNormGradGamma,
-		ops.LayerNormGradBeta, ops.GELUGrad, ops.BatchNormRunning, ops.SGDStep, ops.AdamStep, ops.AdamWStep, ops.ClipGradNorm} {
-		h[op] = true
-	}
-	return h
-}()
-
-// cpuOnly marks the ops that only CPU plans hold: the engine fuses into
-// them only when every device is a CPU (engine.GraphOptions.CPUFusions),
-// so a CUDA plan never asks for them.
-var cpuOnly = map[ops.Op]bool{ops.Conv2DPool: true, ops.Conv2DPoolGrad: true}
-
-// supportsOp reports whether the CUDA device has a kernel for op.
-func supportsOp(op ops.Op) bool { return op != ops.Invalid && int(op) < ops.NumOps && hasKernel[op] }
-
 // checkWork reports a step whose kernels need more scratch than the
 // program's Work buffer holds: the GEMMs would write past the arena, and a
 // fault poisons the GPU's context for the rest of the process.
