@@ -1,7 +1,17 @@
 package ops
 
-// Data movement: Concat, Narrow and its gradient NarrowGrad (Narrow is
-// also Concat's gradient), Permute; Positions.
+// Tensor movement: Flatten (a view), Concat, Narrow and its gradient
+// NarrowGrad (Narrow is also Concat's gradient), Permute; Positions.
+
+// flatten: in x[N,...]; out y[N,prod(...)]. The engine makes y alias x, and
+// then there is nothing to do; otherwise x is copied.
+func flatten[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	if !same(x, y) {
+		copy(y, x)
+	}
+}
 
 // concat: in a[N,A,...], b[N,B,...]; out [N,A+B,...], per sample a's
 // elements then b's.
