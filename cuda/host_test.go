@@ -508,7 +508,7 @@ func TestKernelConsts(t *testing.T) {
 // TestEveryOpHasAKernel fails when an op is added without a CUDA kernel
 // (but for the CPU-only fused ops, which a CUDA plan never holds).
 func TestEveryOpHasAKernel(t *testing.T) {
-	for op := ops.Op(1); int(op) < ops.NumOps; op++ {
+	for _, op := range ops.All() {
 		if cpuOnly[op] {
 			if supportsOp(op) {
 				t.Errorf("op %s is CPU-only and has a CUDA kernel", op)

@@ -696,7 +696,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 	for op := range cpuOnly {
 		seen[op] = true // no CUDA kernel: CPU plans only
 	}
-	for op := ops.Op(1); int(op) < ops.NumOps; op++ {
+	for _, op := range ops.All() {
 		if !seen[op] {
 			t.Errorf("no GPU check for op %s", op)
 		}

@@ -8,9 +8,10 @@ import (
 )
 
 // hasKernel marks the ops the CUDA device runs (Flatten as a view, with no
-// work): every op of the set but Invalid. A test checks it against
-// ops.NumOps so that a new op without a CUDA kernel fails.
-var hasKernel = func() (h [ops.NumOps]bool) {
+// work). A test checks it against ops.All so that a new op without a CUDA
+// kernel fails.
+var hasKernel = func() map[ops.Op]bool {
+	h := map[ops.Op]bool{}
 	for _, op := range []ops.Op{ops.Conv2D, ops.Linear, ops.ReLU, ops.MaxPool2D, ops.Dropout, ops.Dropout2D,
 		ops.Flatten, ops.LogSoftmax, ops.Softmax, ops.NLLLoss, ops.CrossEntropy, ops.MSELoss,
 		ops.BatchNormStats, ops.BatchNormNorm, ops.BatchNormEval, ops.AvgPool2D, ops.GlobalAvgPool2D,
@@ -34,7 +35,7 @@ var hasKernel = func() (h [ops.NumOps]bool) {
 var cpuOnly = map[ops.Op]bool{ops.Conv2DPool: true, ops.Conv2DPoolGrad: true}
 
 // supportsOp reports whether the CUDA device has a kernel for op.
-func supportsOp(op ops.Op) bool { return op != ops.Invalid && int(op) < ops.NumOps && hasKernel[op] }
+func supportsOp(op ops.Op) bool { return hasKernel[op] }
 
 // checkWork reports a step whose kernels need more scratch than the
 // program's Work buffer holds: the GEMMs would write past the arena, and a

@@ -24,7 +24,7 @@ func (s *Step) OpName() string {
 	if s.Op != ops.BatchNormNorm && s.Op != ops.BatchNormEval {
 		return name
 	}
-	if len(s.In) > s.Op.Info().NumIn-1 && s.In[s.Op.Info().NumIn-1] != nil {
+	if res := len(ops.Lookup(s.Op).In) - 1; len(s.In) > res && s.In[res] != nil { // the residual
 		name += "+add"
 	}
 	if s.Attrs.ReLU {
@@ -54,7 +54,7 @@ func fusionOff() bool { return os.Getenv("GORUN_FUSION") == "off" }
 // values in between disappear. Each element is rounded as the separate ops
 // round it, so a fused plan trains bit for bit as the unfused one
 // (TestFusionMatchesUnfused). The gradient is the ReLU's, then the batch
-// norm's (batchNormRule); the residual's is the ReLU's.
+// norm's (ops.BatchNormNorm's rule); the residual's is the ReLU's.
 func (b *builder) fuse() {
 	g := b.g
 	uses := map[*Value]int{g.Output: 1, g.Loss: 1}
@@ -137,7 +137,7 @@ func (b *builder) fuse() {
 // parameters, the pooling's index and the last op's output; the
 // convolution's output (and the pooling's, with a ReLU) disappear. Each
 // value is rounded as the separate ops round it and the gradient is theirs
-// (convPoolRule), so the plan trains bit for bit as the unfused one.
+// (ops.Conv2DPool's rule), so the plan trains bit for bit as the unfused one.
 func (b *builder) fuseConvPool(uses map[*Value]int, dead map[*Node]bool, gone map[*Value]bool) {
 	g := b.g
 	reader := map[*Value]*Node{} // a forward value's reader, when it has one

@@ -6,6 +6,97 @@ import (
 	"gorun/ops/internal/vec"
 )
 
+// Activations: elementwise functions of one tensor (ReLU, Sigmoid, Tanh,
+// LeakyReLU, GELU) and their gradients. Every kernel may write its output
+// over its input (ReuseInput).
+
+const (
+	// ReLU: in x; out y = max(x, 0).
+	ReLU Op = "relu"
+
+	// ReLUGrad: in dy, y, optional dy2; out dx = dy where y > 0, else 0;
+	// with dy2 (the engine's fusion of the Add that sums a value's two
+	// gradients) dy + dy2, rounded as Add rounds it, where y > 0.
+	ReLUGrad Op = "relu_grad"
+
+	// Sigmoid: in x; out y = 1/(1+exp(-x)).
+	Sigmoid Op = "sigmoid"
+
+	// SigmoidGrad: in dy, y (the Sigmoid output); out dx = dy·y·(1-y).
+	SigmoidGrad Op = "sigmoid_grad"
+
+	// Tanh: in x; out y = tanh(x).
+	Tanh Op = "tanh"
+
+	// TanhGrad: in dy, y (the Tanh output); out dx = dy·(1-y²).
+	TanhGrad Op = "tanh_grad"
+
+	// LeakyReLU: in x; out y = x where x > 0, else NegativeSlope·x. Attrs:
+	// NegativeSlope (used as given; PyTorch's default is 0.01).
+	LeakyReLU Op = "leaky_relu"
+
+	// LeakyReLUGrad: in dy, x (the LeakyReLU input); out dx = dy where
+	// x > 0, else NegativeSlope·dy. Attrs: NegativeSlope.
+	LeakyReLUGrad Op = "leaky_relu_grad"
+
+	// GELU: in x; out y = x·Φ(x), Φ the standard normal CDF (erf, exact),
+	// or with Approximate PyTorch's approximate="tanh" form
+	// 0.5·x·(1+tanh(sqrt(2/π)·(x+0.044715·x³))). Attrs: Approximate.
+	GELU Op = "gelu"
+
+	// GELUGrad: in dy, x (the GELU input); out dx = dy·GELU'(x). Attrs:
+	// Approximate.
+	GELUGrad Op = "gelu_grad"
+)
+
+var activationOps = []*Def{
+	{
+		Op: ReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithOut(ReLUGrad, 0),
+		Kernel32: relu[float32], Kernel64: relu[float64],
+	},
+	{
+		Op: ReLUGrad, In: []Input{{Name: "dy"}, {Name: "y"}, {Name: "dy2", Optional: true}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: reluGrad[float32], Kernel64: reluGrad[float64],
+	},
+	{
+		Op: Sigmoid, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithOut(SigmoidGrad, 0),
+		Kernel32: sigmoid[float32], Kernel64: sigmoid[float64],
+	},
+	{
+		Op: SigmoidGrad, In: []Input{{Name: "dy"}, {Name: "y"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: sigmoidGrad[float32], Kernel64: sigmoidGrad[float64],
+	},
+	{
+		Op: Tanh, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithOut(TanhGrad, 0),
+		Kernel32: tanh[float32], Kernel64: tanh[float64],
+	},
+	{
+		Op: TanhGrad, In: []Input{{Name: "dy"}, {Name: "y"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: tanhGrad[float32], Kernel64: tanhGrad[float64],
+	},
+	{
+		Op: LeakyReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithIn(LeakyReLUGrad),
+		Kernel32: leakyReLU[float32], Kernel64: leakyReLU[float64],
+	},
+	{
+		Op: LeakyReLUGrad, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: leakyReLUGrad[float32], Kernel64: leakyReLUGrad[float64],
+	},
+	{
+		Op: GELU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithIn(GELUGrad),
+		Kernel32: gelu[float32], Kernel64: gelu[float64],
+	},
+	{
+		Op: GELUGrad, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: geluGrad[float32], Kernel64: geluGrad[float64],
+	},
+}
+
 // relu: in x; out y = max(x, 0). A NaN stays NaN, as in PyTorch.
 func relu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x := live(in[0])

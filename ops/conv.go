@@ -1,6 +1,202 @@
 package ops
 
-import "gorun/ops/internal/vec"
+import (
+	"fmt"
+
+	"gorun/ops/internal/vec"
+)
+
+// Convolution: Conv2D and its gradients, and the CPU's fusion of a first
+// convolution with the 2×2 max pooling (and ReLU) after it, Conv2DPool,
+// with its gradient Conv2DPoolGrad. The lowering to matrix products
+// (im2col, col2im) is in im2col.go.
+
+const (
+	// Conv2D: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
+	// y[N,O,OH,OW]. Attrs: Stride, Padding, Groups (G; 0 or 1 is an
+	// ungrouped convolution; C and O must be multiples of G).
+	Conv2D Op = "conv2d"
+
+	// Conv2DGradInput: in dy[N,O,OH,OW], w[O,C/G,KH,KW]; out dx[N,C,H,W].
+	// Attrs: as Conv2D.
+	Conv2DGradInput Op = "conv2d_grad_input"
+
+	// Conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C/G,KH,KW].
+	// Attrs: as Conv2D.
+	Conv2DGradWeight Op = "conv2d_grad_weight"
+
+	// Conv2DGradBias: in dy[N,O,OH,OW]; out db[O].
+	Conv2DGradBias Op = "conv2d_grad_bias"
+
+	// Conv2DPool: Conv2D, then MaxPool2D with a 2×2 window and stride 2,
+	// then with Attrs.ReLU max(·, 0), in one pass that keeps the
+	// convolution's output in the core's cache a few samples at a time
+	// instead of writing it whole: in x[N,C,H,W], w[O,C/G,KH,KW], optional
+	// b[O]; out y[N,O,OH/2,OW/2] and the index (Idx) as MaxPool2D's, within
+	// each OH×OW plane of the convolution's output. Attrs: as Conv2D, and
+	// ReLU. Each value is rounded as the three ops round it. The engine
+	// fuses a convolution whose output only such a pooling reads where
+	// ConvPoolFusable says so (the plan prints it "conv2d+maxpool2d", with
+	// "+relu"); its gradient is the unfused ops' (ReLUGrad, MaxPool2DGrad,
+	// the convolution's).
+	Conv2DPool Op = "conv2d+maxpool2d"
+
+	// Conv2DPoolGrad: the weight and bias gradients of a Conv2DPool whose
+	// input needs none (a first layer): in dy[N,O,OH/2,OW/2] (of the fused
+	// output), idx (Idx, Conv2DPool's), y (its output, with Attrs.ReLU;
+	// absent without), x[N,1,H,W]; out dw[O,1,KH,KW] and, with a bias,
+	// db[O]. Bit for bit ReLUGrad, MaxPool2DGrad into the convolution's
+	// output gradient, then Conv2DGradWeight and Conv2DGradBias, but that
+	// gradient is built a chunk of samples at a time in the scratch instead
+	// of whole (where ConvPoolGradFusable says so). Attrs: as Conv2D, ReLU.
+	Conv2DPoolGrad Op = "conv2d+maxpool2d_grad"
+)
+
+var convOps = []*Def{
+	{
+		Op: Conv2D, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}}, Out: []Output{{Name: "y"}},
+		Shape: inferConv2D,
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			x, w, y := in[0], in[1], out[0]
+			return convWork(w[1]*w[2]*w[3], w[0], x[0]*y[2]*y[3])
+		},
+		Grad:     affineGrad(Conv2DGradInput, Conv2DGradWeight, Conv2DGradBias),
+		Kernel32: conv2D[float32], Kernel64: conv2D[float64],
+	},
+	{
+		Op: Conv2DGradInput, In: []Input{{Name: "dy"}, {Name: "w"}}, Out: []Output{{Name: "dx"}},
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			dy, w := in[0], in[1]
+			return convWork(w[1]*w[2]*w[3], w[0], dy[0]*dy[2]*dy[3])
+		},
+		Kernel32: conv2DGradInput[float32], Kernel64: conv2DGradInput[float64],
+	},
+	{
+		Op: Conv2DGradWeight, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dw"}}, Accumulates: true,
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			dy, dw := in[0], out[0]
+			return convWork(dw[1]*dw[2]*dw[3], dw[0], dy[0]*dy[2]*dy[3])
+		},
+		Kernel32: conv2DGradWeight[float32], Kernel64: conv2DGradWeight[float64],
+	},
+	{
+		Op: Conv2DGradBias, In: []Input{{Name: "dy"}}, Out: []Output{{Name: "db"}}, Accumulates: true,
+		Kernel32: conv2DGradBias[float32], Kernel64: conv2DGradBias[float64],
+	},
+	{
+		Op: Conv2DPool, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}},
+		Out: []Output{{Name: "y"}, {Name: "index", Int: true}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			conv, err := inferConv2D(a, in)
+			if err != nil {
+				return nil, err
+			}
+			return inferMaxPool2D(&Attrs{Kernel: 2, Stride: 2}, conv[0])
+		},
+		Workspace: func(a *Attrs, in, out [][]int) int { return convPoolWork(in[0], in[1], a) },
+		Grad:      convPoolGrad,
+		Kernel32:  conv2DPool[float32], Kernel64: conv2DPool[float64],
+	},
+	{
+		Op: Conv2DPoolGrad, In: []Input{{Name: "dy"}, {Name: "index", Int: true}, {Name: "y", Optional: true}, {Name: "x"}},
+		Out: []Output{{Name: "dw"}, {Name: "db", Optional: true}}, Accumulates: true,
+		Workspace: func(a *Attrs, in, out [][]int) int { return convPoolGradWork(in[3], out[0], a) },
+		Kernel32:  conv2DPoolGrad[float32], Kernel64: conv2DPoolGrad[float64],
+	},
+}
+
+// convPoolGrad differentiates Conv2DPool (in x, w and a bias; out y and
+// the pooling's index) as the ops it fuses: ReLU's gradient first (with
+// Attrs.ReLU), max pooling's into the convolution's output, then the
+// convolution's (affineGrads), so that the gradient is the unfused plan's
+// bit for bit. Where x needs no gradient and ConvPoolGradFusable allows,
+// one Conv2DPoolGrad node does all of it for the weight and the bias, the
+// same bits again.
+func convPoolGrad(b GradBuilder) []Value {
+	a := b.Attrs()
+	y, idx, dy := b.Out(0), b.Out(1), b.OutGrad(0)
+	x, w, bias := b.In(0), b.In(1), b.In(2)
+	if !b.NeedsGrad(x) && ConvPoolGradFusable(&a, b.Shape(x), b.Shape(w)) {
+		// One node for both parameters' gradients, the convolution's
+		// output gradient built a chunk of samples at a time.
+		var yIn Value
+		if a.ReLU {
+			yIn = y
+		}
+		g := b.Grads(Conv2DPoolGrad, a, []Value{w, bias}, dy, idx, yIn, x)
+		return []Value{nil, g[0], g[1]}
+	}
+	if a.ReLU {
+		dy = b.Temp(ReLUGrad, Attrs{}, "grad "+b.Name(y)+" (before relu)", b.Shape(y), b.Batched(y), dy, y)
+	}
+	conv := a // the convolution alone
+	conv.ReLU = false
+	shapes, err := inferConv2D(&conv, [][]int{b.Shape(x), b.Shape(w)})
+	if err != nil {
+		panic(fmt.Sprintf("conv2d+maxpool2d: its convolution's shape: %v", err)) // the fused op's shape rule passed
+	}
+	dc := b.Temp(MaxPool2DGrad, Attrs{Kernel: 2, Stride: 2}, "grad "+b.Name(y)+" (before maxpool)", shapes[0], b.Batched(y), dy, idx)
+	return affineGrads(b, conv, dc, Conv2DGradInput, Conv2DGradWeight, Conv2DGradBias)
+}
+
+func inferConv2D(a *Attrs, in [][]int) ([][]int, error) {
+	x, w := in[0], in[1]
+	if len(x) != 4 {
+		return nil, fmt.Errorf("conv2d: input must be [N C H W], got %v", x)
+	}
+	if len(w) != 4 {
+		return nil, fmt.Errorf("conv2d: weight must be [O C KH KW], got %v", w)
+	}
+	if g := a.Groups; g < 0 {
+		return nil, fmt.Errorf("conv2d: groups must be at least 1, got %d", g)
+	}
+	if g := convGroups(a); g == 1 {
+		if x[1] != w[1] {
+			return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+		}
+	} else {
+		if x[1]%g != 0 {
+			return nil, fmt.Errorf("conv2d: input channels %d are not divisible by groups %d (input shape %v)", x[1], g, x)
+		}
+		if w[0]%g != 0 {
+			return nil, fmt.Errorf("conv2d: output channels %d are not divisible by groups %d (weight shape %v)", w[0], g, w)
+		}
+		if x[1] != w[1]*g {
+			return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d per group × %d groups = %d (input shape %v, weight shape %v)", x[1], w[1], g, w[1]*g, x, w)
+		}
+	}
+	if b := optShape(in, 2); b != nil && (len(b) != 1 || b[0] != w[0]) {
+		return nil, fmt.Errorf("conv2d: bias must be [%d], one per output channel of weight %v, got %v", w[0], w, b)
+	}
+	s, p := convStride(a), a.Padding
+	if s < 1 {
+		return nil, fmt.Errorf("conv2d: stride must be at least 1, got %d", s)
+	}
+	if p < 0 {
+		return nil, fmt.Errorf("conv2d: padding must not be negative, got %d", p)
+	}
+	if x[2]+2*p < w[2] || x[3]+2*p < w[3] {
+		msg := fmt.Sprintf("conv2d: kernel %d×%d does not fit input %d×%d", w[2], w[3], x[2], x[3])
+		if p > 0 {
+			msg += fmt.Sprintf(" with padding %d", p)
+		}
+		return nil, fmt.Errorf("%s", msg)
+	}
+	oh := (x[2]+2*p-w[2])/s + 1
+	ow := (x[3]+2*p-w[3])/s + 1
+	return [][]int{{x[0], w[0], oh, ow}}, nil
+}
+
+// convStride is Conv2D's stride; 0 means PyTorch's default, 1.
+func convStride(a *Attrs) int {
+	if a.Stride == 0 {
+		return 1
+	}
+	return a.Stride
+}
+
+// convGroups is Conv2D's number of groups; 0 means 1.
+func convGroups(a *Attrs) int { return max(a.Groups, 1) }
 
 // Convolution is lowered to one matrix multiply over the whole batch
 // (im2col): the input is unrolled into col[K×L], K = C·KH·KW rows (ordered

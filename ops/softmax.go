@@ -1,12 +1,74 @@
 package ops
 
 import (
+	"fmt"
 	"math"
 
 	"gorun/ops/internal/vec"
 )
 
 // Softmax and log-softmax over the last dimension, and their gradients.
+// Every kernel may write its output over input 0 (ReuseInput).
+
+const (
+	// LogSoftmax: in x[N,...,C]; out y (x's shape), over the last
+	// dimension.
+	LogSoftmax Op = "log_softmax"
+
+	// LogSoftmaxGrad: in dy, y (the LogSoftmax output); out dx.
+	LogSoftmaxGrad Op = "log_softmax_grad"
+
+	// Softmax: in x[N,...,C]; out y (x's shape), over the last dimension.
+	// With Attrs.Causal, x is scores[N,...,T,T] and row i of each T×T
+	// matrix keeps columns j ≤ i: the others are 0 in y, as softmax of
+	// scores masked with -inf would give (SoftmaxGrad needs no mask: the
+	// masked probabilities are 0). Attrs: Causal.
+	Softmax Op = "softmax"
+
+	// SoftmaxGrad: in dy, y (the Softmax output); out dx.
+	SoftmaxGrad Op = "softmax_grad"
+)
+
+var softmaxOps = []*Def{
+	{
+		Op: LogSoftmax, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: softmaxShape(LogSoftmax), Grad: gradWithOut(LogSoftmaxGrad, 0),
+		Kernel32: logSoftmax[float32], Kernel64: logSoftmax[float64],
+	},
+	{
+		Op: LogSoftmaxGrad, In: []Input{{Name: "dy"}, {Name: "y"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: logSoftmaxGrad[float32], Kernel64: logSoftmaxGrad[float64],
+	},
+	{
+		Op: Softmax, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: softmaxShape(Softmax), Grad: gradWithOut(SoftmaxGrad, 0),
+		Kernel32: softmax[float32], Kernel64: softmax[float64],
+	},
+	{
+		Op: SoftmaxGrad, In: []Input{{Name: "dy"}, {Name: "y"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: softmaxGrad[float32], Kernel64: softmaxGrad[float64],
+	},
+}
+
+// softmaxShape is the shape rule of LogSoftmax and Softmax (op): x[N,...,C]
+// keeps its shape; causal masking (Softmax only) needs square scores.
+func softmaxShape(op Op) func(a *Attrs, in [][]int) ([][]int, error) {
+	return func(a *Attrs, in [][]int) ([][]int, error) {
+		x := in[0]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("%v: input must be [N ... C] with at least 2 dimensions, got %v", op, x)
+		}
+		if a.Causal {
+			if op != Softmax {
+				return nil, fmt.Errorf("%v: causal masking is for softmax only", op)
+			}
+			if r := len(x); r < 3 || x[r-1] != x[r-2] {
+				return nil, fmt.Errorf("softmax: causal masking needs scores [N ... T T], got %v", x)
+			}
+		}
+		return [][]int{clone(x)}, nil
+	}
+}
 
 // rowMax returns the largest element of row (NaN when row holds one).
 func rowMax[T Float](row []T) T {

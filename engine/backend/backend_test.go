@@ -22,7 +22,7 @@ func TestEveryBackendHasEveryOp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for op := ops.Op(1); int(op) < ops.NumOps; op++ {
+		for _, op := range ops.All() {
 			if !b.Supports(op) {
 				t.Errorf("backend %s has no kernel for op %s", name, op)
 			}
