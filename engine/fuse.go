@@ -7,30 +7,14 @@ import (
 	"gorun/ops"
 )
 
-// OpName is the step's op as the plan prints it: a fused step says what
-// it took in, "batch_norm_norm+add+relu", "add+relu_grad",
-// "conv2d+maxpool2d+relu", "conv2d+maxpool2d+relu_grad".
+// OpName is the step's op as the plan prints it (ops.Def.StepName): a
+// fused step says what it took in, "batch_norm_norm+add+relu",
+// "add+relu_grad", "conv2d+maxpool2d+relu", "conv2d+maxpool2d+relu_grad".
 func (s *Step) OpName() string {
-	name := s.Op.String()
-	if s.Op == ops.Conv2DPool && s.Attrs.ReLU {
-		return name + "+relu"
+	if d := ops.Lookup(s.Op); d != nil && d.StepName != nil {
+		return d.StepName(&s.Attrs, func(i int) bool { return i < len(s.In) && s.In[i] != nil })
 	}
-	if s.Op == ops.Conv2DPoolGrad && s.Attrs.ReLU {
-		return "conv2d+maxpool2d+relu_grad"
-	}
-	if s.Op == ops.ReLUGrad && len(s.In) > 2 && s.In[2] != nil {
-		return "add+" + name
-	}
-	if s.Op != ops.BatchNormNorm && s.Op != ops.BatchNormEval {
-		return name
-	}
-	if res := len(ops.Lookup(s.Op).In) - 1; len(s.In) > res && s.In[res] != nil { // the residual
-		name += "+add"
-	}
-	if s.Attrs.ReLU {
-		name += "+relu"
-	}
-	return name
+	return s.Op.String()
 }
 
 // fusionOff reports whether GORUN_FUSION=off asks for the plan as the

@@ -57,6 +57,12 @@ var activationOps = []*Def{
 	},
 	{
 		Op: ReLUGrad, In: []Input{{Name: "dy"}, {Name: "y"}, {Name: "dy2", Optional: true}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		StepName: func(a *Attrs, given func(int) bool) string {
+			if given(2) { // the Add of two gradients, fused
+				return "add+" + string(ReLUGrad)
+			}
+			return string(ReLUGrad)
+		},
 		Kernel32: reluGrad[float32], Kernel64: reluGrad[float64],
 	},
 	{

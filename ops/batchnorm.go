@@ -93,10 +93,11 @@ var batchNormOps = []*Def{
 			return inferBatchNorm(BatchNormNorm, bnNormIn, a, in)
 		},
 		Grad:     batchNormGrad,
+		StepName: bnStepName(BatchNormNorm, 4),
 		Kernel32: batchNormNorm[float32], Kernel64: batchNormNorm[float64],
 	},
 	{
-		Op: BatchNormEval, In: bnEvalIn, Out: []Output{{Name: "y"}}, EvalOnly: true,
+		Op: BatchNormEval, In: bnEvalIn, Out: []Output{{Name: "y"}}, EvalOnly: true, StepName: bnStepName(BatchNormEval, 5),
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			return inferBatchNorm(BatchNormEval, bnEvalIn, a, in)
 		},
@@ -124,6 +125,21 @@ var batchNormOps = []*Def{
 		Out:      []Output{{Name: "dx"}},
 		Kernel32: batchNormGradInput[float32], Kernel64: batchNormGradInput[float64],
 	},
+}
+
+// bnStepName names a step of op as plans print it: "+add" when it was
+// given a residual (input res), "+relu" with Attrs.ReLU.
+func bnStepName(op Op, res int) func(a *Attrs, given func(int) bool) string {
+	return func(a *Attrs, given func(int) bool) string {
+		name := string(op)
+		if given(res) {
+			name += "+add"
+		}
+		if a.ReLU {
+			name += "+relu"
+		}
+		return name
+	}
 }
 
 // batchNormGrad differentiates BatchNormNorm (in x, stats, gamma, beta

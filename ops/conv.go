@@ -95,13 +95,25 @@ var convOps = []*Def{
 		},
 		Workspace: func(a *Attrs, in, out [][]int) int { return convPoolWork(in[0], in[1], a) },
 		Grad:      convPoolGrad,
-		Kernel32:  conv2DPool[float32], Kernel64: conv2DPool[float64],
+		StepName: func(a *Attrs, given func(int) bool) string {
+			if a.ReLU {
+				return string(Conv2DPool) + "+relu"
+			}
+			return string(Conv2DPool)
+		},
+		Kernel32: conv2DPool[float32], Kernel64: conv2DPool[float64],
 	},
 	{
 		Op: Conv2DPoolGrad, In: []Input{{Name: "dy"}, {Name: "index", Int: true}, {Name: "y", Optional: true}, {Name: "x"}},
 		Out: []Output{{Name: "dw"}, {Name: "db", Optional: true}}, Accumulates: true,
 		Workspace: func(a *Attrs, in, out [][]int) int { return convPoolGradWork(in[3], out[0], a) },
-		Kernel32:  conv2DPoolGrad[float32], Kernel64: conv2DPoolGrad[float64],
+		StepName: func(a *Attrs, given func(int) bool) string {
+			if a.ReLU {
+				return "conv2d+maxpool2d+relu_grad"
+			}
+			return string(Conv2DPoolGrad)
+		},
+		Kernel32: conv2DPoolGrad[float32], Kernel64: conv2DPoolGrad[float64],
 	},
 }
 

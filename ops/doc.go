@@ -65,6 +65,8 @@
 //   - Grad, for a forward op with a differentiable output: the backward
 //     nodes, through a GradBuilder; a new backward op gets a Def of its
 //     own (no Shape, no Grad).
+//   - StepName, for an op the engine fuses others into: how its steps
+//     print ("batch_norm_norm+add+relu").
 //   - Kernel32 and Kernel64: the kernel, generic over Float, instantiated
 //     twice.
 //

@@ -69,6 +69,12 @@ type Def struct {
 	// Grad is a forward op's gradient rule; nil when nothing
 	// differentiates through the op.
 	Grad GradRule
+	// StepName, when set, names a step of the op as plans print it, from
+	// its attributes and which of its inputs it was given (given(i)): the
+	// ops the engine fuses others into say what they took in
+	// ("batch_norm_norm+add+relu", "add+relu_grad"). Without it a step
+	// prints the op's name.
+	StepName func(a *Attrs, given func(in int) bool) string
 
 	// Kernel32 and Kernel64 are the CPU kernels: float32 for training,
 	// float64 for finite-difference gradient checks.
