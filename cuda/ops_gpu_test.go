@@ -696,7 +696,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 	for op := range declined {
 		seen[op] = true // no CUDA kernel: CPU plans only
 	}
-	for _, op := range allOps() {
+	for _, op := range ops.All() {
 		if !seen[op] {
 			t.Errorf("no GPU check for op %s", op)
 		}

@@ -8,21 +8,12 @@ import (
 	"gorun/ops"
 )
 
-// allOps lists every op of the op set but Invalid.
-func allOps() []ops.Op {
-	var all []ops.Op
-	for op := ops.Op(1); int(op) < ops.NumOps; op++ {
-		all = append(all, op)
-	}
-	return all
-}
-
 // TestEveryOpHasAKernel fails when an op has neither a function in the
 // CUDA backend's table nor a reason to decline it, when an op has both,
 // and when either lists something that is not an op.
 func TestEveryOpHasAKernel(t *testing.T) {
 	known := map[ops.Op]bool{}
-	for _, op := range allOps() {
+	for _, op := range ops.All() {
 		known[op] = true
 		_, has := opSteps[op]
 		reason := Backend{}.Declines(op)

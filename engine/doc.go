@@ -6,7 +6,10 @@
 //   - graph.go builds the model's training graph from the Spec's layers:
 //     values with shapes checked by each op's shape rule (package ops),
 //     errors naming the layer and its script line;
-//   - autodiff.go appends the backward pass;
+//   - autodiff.go appends the backward pass: it walks the forward nodes in
+//     reverse, applies each op's gradient rule (ops.Def.Grad, through the
+//     ops.GradBuilder it implements) and sums the gradients of values used
+//     twice;
 //   - plan.go compiles one Program per device: its buffers (ids with a
 //     dtype, a planned maximum shape and an offset in one arena), its
 //     steps in order — forward, backward with the gradient collectives

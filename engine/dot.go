@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"io"
+
+	"gorun/ops"
 )
 
 // Dot writes the Plan as a Graphviz digraph: one cluster per device with
@@ -89,7 +91,7 @@ func (p *Plan) Dot(w io.Writer) error {
 // views of their arenas, but a step writes only its own slice, so a view
 // of an arena is its own node in the data flow.
 func root(b *Buffer) *Buffer {
-	if b.View != nil && b.Value != nil && b.Value.Producer != nil && b.Value.Producer.Op.Info().Alias {
+	if b.View != nil && b.Value != nil && b.Value.Producer != nil && ops.Lookup(b.Value.Producer.Op).Alias {
 		return root(b.View)
 	}
 	return b

@@ -7,30 +7,14 @@ import (
 	"gorun/ops"
 )
 
-// OpName is the step's op as the plan prints it: a fused step says what
-// it took in, "batch_norm_norm+add+relu", "add+relu_grad",
-// "conv2d+maxpool2d+relu", "conv2d+maxpool2d+relu_grad".
+// OpName is the step's op as the plan prints it (ops.Def.StepName): a
+// fused step says what it took in, "batch_norm_norm+add+relu",
+// "add+relu_grad", "conv2d+maxpool2d+relu", "conv2d+maxpool2d+relu_grad".
 func (s *Step) OpName() string {
-	name := s.Op.String()
-	if s.Op == ops.Conv2DPool && s.Attrs.ReLU {
-		return name + "+relu"
+	if d := ops.Lookup(s.Op); d != nil && d.StepName != nil {
+		return d.StepName(&s.Attrs, func(i int) bool { return i < len(s.In) && s.In[i] != nil })
 	}
-	if s.Op == ops.Conv2DPoolGrad && s.Attrs.ReLU {
-		return "conv2d+maxpool2d+relu_grad"
-	}
-	if s.Op == ops.ReLUGrad && len(s.In) > 2 && s.In[2] != nil {
-		return "add+" + name
-	}
-	if s.Op != ops.BatchNormNorm && s.Op != ops.BatchNormEval {
-		return name
-	}
-	if len(s.In) > s.Op.Info().NumIn-1 && s.In[s.Op.Info().NumIn-1] != nil {
-		name += "+add"
-	}
-	if s.Attrs.ReLU {
-		name += "+relu"
-	}
-	return name
+	return s.Op.String()
 }
 
 // fusionOff reports whether GORUN_FUSION=off asks for the plan as the
@@ -54,7 +38,7 @@ func fusionOff() bool { return os.Getenv("GORUN_FUSION") == "off" }
 // values in between disappear. Each element is rounded as the separate ops
 // round it, so a fused plan trains bit for bit as the unfused one
 // (TestFusionMatchesUnfused). The gradient is the ReLU's, then the batch
-// norm's (batchNormRule); the residual's is the ReLU's.
+// norm's (ops.BatchNormNorm's rule); the residual's is the ReLU's.
 func (b *builder) fuse() {
 	g := b.g
 	uses := map[*Value]int{g.Output: 1, g.Loss: 1}
@@ -137,7 +121,7 @@ func (b *builder) fuse() {
 // parameters, the pooling's index and the last op's output; the
 // convolution's output (and the pooling's, with a ReLU) disappear. Each
 // value is rounded as the separate ops round it and the gradient is theirs
-// (convPoolRule), so the plan trains bit for bit as the unfused one.
+// (ops.Conv2DPool's rule), so the plan trains bit for bit as the unfused one.
 func (b *builder) fuseConvPool(uses map[*Value]int, dead map[*Node]bool, gone map[*Value]bool) {
 	g := b.g
 	reader := map[*Value]*Node{} // a forward value's reader, when it has one

@@ -689,7 +689,8 @@ func (b *builder) reshape(x *Value, dims []int, pos spec.Pos, name string) (*Val
 }
 
 // apply infers the output shapes of node with inputs in and adds it to the
-// forward pass.
+// forward pass. Its outputs are batched when in[0] is, and need a gradient
+// when an input does, as far as the op's definition allows (ops.Output).
 func (b *builder) apply(node *Node, in []*Value, name string) error {
 	shapes := make([][]int, len(in))
 	for i, v := range in {
@@ -697,50 +698,29 @@ func (b *builder) apply(node *Node, in []*Value, name string) error {
 			shapes[i] = v.Shape
 		}
 	}
-	out := [][]int{in[0].Shape} // an elementwise op without a shape rule (add)
-	if node.Op.Info().Forward {
-		var err error
-		if out, err = ops.Infer(node.Op, &node.Attrs, shapes); err != nil {
-			return &CompileError{Pos: node.Pos, Layer: node.Layer, Err: err}
-		}
+	out, err := ops.Infer(node.Op, &node.Attrs, shapes)
+	if err != nil {
+		return &CompileError{Pos: node.Pos, Layer: node.Layer, Err: err}
 	}
 	node.In = in
-	batched := in[0].Batched
+	needsGrad := false
+	for _, x := range in {
+		if x != nil && x.needsGrad {
+			needsGrad = true
+		}
+	}
+	def := ops.Lookup(node.Op)
 	for i, s := range out {
 		vn := name
 		if i > 0 {
 			vn = fmt.Sprintf("%s:%d", name, i)
 		}
-		v := b.value(vn, s, batched)
+		o := def.Out[i]
+		v := b.value(vn, s, in[0].Batched && !o.Unbatched)
 		v.Producer = node
-		for _, x := range in {
-			if x != nil && x.needsGrad {
-				v.needsGrad = true
-			}
-		}
+		v.Int = o.Int
+		v.needsGrad = needsGrad && !o.Int && !o.NoGrad
 		node.Out = append(node.Out, v)
-	}
-	if node.Op == ops.MaxPool2D {
-		node.Out[1].Int = true
-		node.Out[1].needsGrad = false
-	}
-	if node.Op == ops.Positions {
-		node.Out[0].Int = true
-		node.Out[0].needsGrad = false
-	}
-	if node.Op == ops.LayerNorm {
-		node.Out[1].needsGrad = false
-	}
-	switch node.Op {
-	case ops.BatchNormStats:
-		node.Out[0].needsGrad = false // the gradient flows through BatchNormNorm's rule
-		node.Out[0].Batched = false
-	case ops.BatchNormNorm:
-		node.Out[1].needsGrad = false
-		node.Out[1].Batched = false
-	}
-	if node.Op.Info().Random || node.Op == ops.CrossEntropy {
-		node.Out[1].needsGrad = false
 	}
 	b.g.Forward = append(b.g.Forward, node)
 	return nil
@@ -785,7 +765,6 @@ func (b *builder) loss(l Loss) error {
 	if err := b.apply(node, []*Value{out, g.Target}, "loss"); err != nil {
 		return err
 	}
-	g.Loss = node.Out[0]
-	g.Loss.Batched = false
+	g.Loss = node.Out[0] // unbatched, [1]
 	return nil
 }

@@ -540,7 +540,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 		var b *Buffer
 		switch {
-		case v.Producer != nil && v.Producer.Op == ops.Flatten:
+		case v.Producer != nil && v == v.Producer.Out[0] && ops.Lookup(v.Producer.Op).Alias: // a view (flatten)
 			b = prog.view(v.Name, v, prog.byValue[v.Producer.In[0]], 0, v.Shape, v.Batched)
 		default:
 			if off, ok := arenaAt[v]; ok {
@@ -628,7 +628,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 			prog.Eval = append(prog.Eval, prog.kernelStep(n.Eval, PhaseForward))
 			continue
 		}
-		if n.Op == ops.Dropout || n.Op == ops.Dropout2D {
+		if ops.Lookup(n.Op).EvalCopy { // dropout: the identity
 			st := &Step{Kind: CopyStep, Phase: PhaseForward, Op: n.Op, Layer: n.Layer, Pos: n.Pos,
 				In: []*Buffer{prog.byValue[n.In[0]]}, Out: []*Buffer{prog.byValue[n.Out[0]]}}
 			prog.Eval = append(prog.Eval, st)

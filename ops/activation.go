@@ -6,6 +6,103 @@ import (
 	"gorun/ops/internal/vec"
 )
 
+// Activations: elementwise functions of one tensor (ReLU, Sigmoid, Tanh,
+// LeakyReLU, GELU) and their gradients. Every kernel may write its output
+// over its input (ReuseInput).
+
+const (
+	// ReLU: in x; out y = max(x, 0).
+	ReLU Op = "relu"
+
+	// ReLUGrad: in dy, y, optional dy2; out dx = dy where y > 0, else 0;
+	// with dy2 (the engine's fusion of the Add that sums a value's two
+	// gradients) dy + dy2, rounded as Add rounds it, where y > 0.
+	ReLUGrad Op = "relu_grad"
+
+	// Sigmoid: in x; out y = 1/(1+exp(-x)).
+	Sigmoid Op = "sigmoid"
+
+	// SigmoidGrad: in dy, y (the Sigmoid output); out dx = dy·y·(1-y).
+	SigmoidGrad Op = "sigmoid_grad"
+
+	// Tanh: in x; out y = tanh(x).
+	Tanh Op = "tanh"
+
+	// TanhGrad: in dy, y (the Tanh output); out dx = dy·(1-y²).
+	TanhGrad Op = "tanh_grad"
+
+	// LeakyReLU: in x; out y = x where x > 0, else NegativeSlope·x. Attrs:
+	// NegativeSlope (used as given; PyTorch's default is 0.01).
+	LeakyReLU Op = "leaky_relu"
+
+	// LeakyReLUGrad: in dy, x (the LeakyReLU input); out dx = dy where
+	// x > 0, else NegativeSlope·dy. Attrs: NegativeSlope.
+	LeakyReLUGrad Op = "leaky_relu_grad"
+
+	// GELU: in x; out y = x·Φ(x), Φ the standard normal CDF (erf, exact),
+	// or with Approximate PyTorch's approximate="tanh" form
+	// 0.5·x·(1+tanh(sqrt(2/π)·(x+0.044715·x³))). Attrs: Approximate.
+	GELU Op = "gelu"
+
+	// GELUGrad: in dy, x (the GELU input); out dx = dy·GELU'(x). Attrs:
+	// Approximate.
+	GELUGrad Op = "gelu_grad"
+)
+
+var activationOps = []*Def{
+	{
+		Op: ReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithOut(ReLUGrad, 0),
+		Kernel32: relu[float32], Kernel64: relu[float64],
+	},
+	{
+		Op: ReLUGrad, In: []Input{{Name: "dy"}, {Name: "y"}, {Name: "dy2", Optional: true}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		StepName: func(a *Attrs, given func(int) bool) string {
+			if given(2) { // the Add of two gradients, fused
+				return "add+" + string(ReLUGrad)
+			}
+			return string(ReLUGrad)
+		},
+		Kernel32: reluGrad[float32], Kernel64: reluGrad[float64],
+	},
+	{
+		Op: Sigmoid, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithOut(SigmoidGrad, 0),
+		Kernel32: sigmoid[float32], Kernel64: sigmoid[float64],
+	},
+	{
+		Op: SigmoidGrad, In: []Input{{Name: "dy"}, {Name: "y"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: sigmoidGrad[float32], Kernel64: sigmoidGrad[float64],
+	},
+	{
+		Op: Tanh, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithOut(TanhGrad, 0),
+		Kernel32: tanh[float32], Kernel64: tanh[float64],
+	},
+	{
+		Op: TanhGrad, In: []Input{{Name: "dy"}, {Name: "y"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: tanhGrad[float32], Kernel64: tanhGrad[float64],
+	},
+	{
+		Op: LeakyReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithIn(LeakyReLUGrad),
+		Kernel32: leakyReLU[float32], Kernel64: leakyReLU[float64],
+	},
+	{
+		Op: LeakyReLUGrad, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: leakyReLUGrad[float32], Kernel64: leakyReLUGrad[float64],
+	},
+	{
+		Op: GELU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithIn(GELUGrad),
+		Kernel32: gelu[float32], Kernel64: gelu[float64],
+	},
+	{
+		Op: GELUGrad, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: geluGrad[float32], Kernel64: geluGrad[float64],
+	},
+}
+
 // relu: in x; out y = max(x, 0). A NaN stays NaN, as in PyTorch.
 func relu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x := live(in[0])
@@ -43,147 +140,6 @@ func reluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			g = 0
 		}
 		dx[i] = g
-	}
-}
-
-// flatten: in x[N,...]; out y[N,prod(...)]. The engine makes y alias x, and
-// then there is nothing to do; otherwise x is copied.
-func flatten[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x := live(in[0])
-	y := out[0].Data[:len(x)]
-	if !same(x, y) {
-		copy(y, x)
-	}
-}
-
-// add: in a, b (same shape); out a + b. The output may alias an input.
-func add[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x := live(in[0])
-	y := in[1].Data[:len(x)]
-	z := out[0].Data[:len(x)]
-	if is32[T]() {
-		vec.Add(view[float32](z), view[float32](x), view[float32](y))
-		return
-	}
-	for i, v := range x {
-		z[i] = v + y[i]
-	}
-}
-
-// rowMax returns the largest element of row (NaN when row holds one).
-func rowMax[T Float](row []T) T {
-	m := row[0]
-	for _, v := range row[1:] {
-		if v > m || v != v {
-			m = v
-		}
-	}
-	return m
-}
-
-// expSum returns Σ exp(v - m) over row, in float64.
-func expSum[T Float](row []T, m T) float64 {
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v - m))
-	}
-	return s
-}
-
-// lastDim returns the rows of b's last dimension (live) and their length.
-func lastDim[T Float](b *Buf[T]) (rows, k int) {
-	k = b.Shape[len(b.Shape)-1]
-	if k == 0 {
-		return 0, 0
-	}
-	return b.Len() / k, k
-}
-
-// logSoftmax: in x[N,...,C]; out y = x - max - log Σ exp(x - max), per row
-// of the last dimension.
-func logSoftmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x, y := in[0], out[0]
-	n, k := lastDim(x)
-	for r := 0; r < n; r++ {
-		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
-		m := rowMax(xr)
-		ls := T(math.Log(expSum(xr, m)))
-		for j, v := range xr {
-			yr[j] = v - m - ls
-		}
-	}
-}
-
-// logSoftmaxGrad: in dy, y (the LogSoftmax output); out dx = dy - exp(y)·Σdy,
-// per row of the last dimension.
-func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	dy, y, dx := in[0], in[1], out[0]
-	n, k := lastDim(dy)
-	for r := 0; r < n; r++ {
-		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
-		var s float64
-		for _, g := range gr {
-			s += float64(g)
-		}
-		for j, g := range gr {
-			dr[j] = g - T(math.Exp(float64(yr[j]))*s)
-		}
-	}
-}
-
-// softmax: in x[N,...,C]; out y = exp(x - max) / Σ exp(x - max), per row of
-// the last dimension. With Causal, row i of each T×T matrix (T = C) covers
-// columns 0..i only, and y is 0 in the others. float32 runs vec.SoftmaxRows
-// (exponentials and sums in float32); float64 the loop below (exponentials
-// and sums in float64).
-func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x, y := in[0], out[0]
-	n, k := lastDim(x)
-	if is32[T]() {
-		// float32: vec's kernel (exponentials and sums in float32).
-		causal := 0
-		if a != nil && a.Causal {
-			causal = x.Shape[len(x.Shape)-2]
-		}
-		vec.SoftmaxRows(view[float32](x.Data[:n*k]), view[float32](y.Data[:n*k]), k, causal, nil)
-		return
-	}
-	for r := 0; r < n; r++ {
-		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
-		if a != nil && a.Causal {
-			keep := min(r%x.Shape[len(x.Shape)-2]+1, k)
-			clear(yr[keep:])
-			xr, yr = xr[:keep], yr[:keep]
-		}
-		m := rowMax(xr)
-		var s float64
-		for j, v := range xr {
-			e := math.Exp(float64(v - m))
-			s += e
-			yr[j] = T(e)
-		}
-		inv := 1 / s
-		for j, v := range yr {
-			yr[j] = T(float64(v) * inv)
-		}
-	}
-}
-
-// softmaxGrad: in dy, y (the Softmax output); out dx = y·(dy - Σ dy·y), per
-// row of the last dimension.
-func softmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	dy, y, dx := in[0], in[1], out[0]
-	n, k := lastDim(dy)
-	for r := 0; r < n; r++ {
-		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
-		var s float64
-		for j, g := range gr {
-			s += float64(g) * float64(yr[j])
-		}
-		st := T(s)
-		for j, g := range gr {
-			dr[j] = yr[j] * (g - st)
-		}
 	}
 }
 
@@ -250,36 +206,6 @@ func leakyReLUGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			g *= slope
 		}
 		dx[i] = g
-	}
-}
-
-// sub: in a, b (same shape); out a - b. The output may alias an input.
-func sub[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x := live(in[0])
-	y := in[1].Data[:len(x)]
-	z := out[0].Data[:len(x)]
-	for i, v := range x {
-		z[i] = v - y[i]
-	}
-}
-
-// mul: in a, b (same shape); out a·b. The output may alias an input.
-func mul[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x := live(in[0])
-	y := in[1].Data[:len(x)]
-	z := out[0].Data[:len(x)]
-	for i, v := range x {
-		z[i] = v * y[i]
-	}
-}
-
-// scale: in x; out Alpha·x. The output may alias the input.
-func scale[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	x := live(in[0])
-	y := out[0].Data[:len(x)]
-	al := T(a.Alpha)
-	for i, v := range x {
-		y[i] = al * v
 	}
 }
 

@@ -6,10 +6,13 @@ import (
 )
 
 func TestKernelTablesComplete(t *testing.T) {
-	for op := Op(1); int(op) < NumOps; op++ {
+	for _, op := range All() {
 		if Kernels32[op] == nil || Kernels64[op] == nil {
 			t.Errorf("%v has no kernel", op)
 		}
+	}
+	if len(Kernels32) != len(All()) || len(Kernels64) != len(All()) {
+		t.Errorf("%d float32 and %d float64 kernels for %d ops", len(Kernels32), len(Kernels64), len(All()))
 	}
 	if Kernels32[Invalid] != nil || Kernels64[Invalid] != nil {
 		t.Error("Invalid has a kernel")
@@ -20,9 +23,9 @@ func TestKernelTablesComplete(t *testing.T) {
 // in float32 and float64, and requires no allocation.
 func TestKernelsDoNotAllocate(t *testing.T) {
 	seen := map[Op]bool{}
-	allocs32 := checkAllocs(t, &Kernels32, seen)
-	allocs64 := checkAllocs(t, &Kernels64, seen)
-	for op := Op(1); int(op) < NumOps; op++ {
+	allocs32 := checkAllocs(t, Kernels32, seen)
+	allocs64 := checkAllocs(t, Kernels64, seen)
+	for _, op := range All() {
 		if !seen[op] {
 			t.Errorf("%v: no allocation check", op)
 		}
@@ -32,7 +35,7 @@ func TestKernelsDoNotAllocate(t *testing.T) {
 	}
 }
 
-func checkAllocs[T Float](t *testing.T, k *[NumOps]Kernel[T], seen map[Op]bool) []string {
+func checkAllocs[T Float](t *testing.T, k map[Op]Kernel[T], seen map[Op]bool) []string {
 	var bad []string
 	measure := func(name string, op Op, c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 		seen[op] = true

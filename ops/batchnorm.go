@@ -1,10 +1,221 @@
 package ops
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	"gorun/ops/internal/vec"
 )
+
+const (
+	// BatchNormStats: in x[N,C,...]; out stats[3,C]: per channel, row 0 is
+	// Σx, row 1 Σx², row 2 the count N·L (L = prod(...), 1 for [N,C]),
+	// summed in float64. The engine may all-reduce (sum) stats across
+	// devices before BatchNormNorm uses them (SyncBatchNorm).
+	BatchNormStats Op = "batch_norm_stats"
+
+	// BatchNormNorm: in x[N,C,...], stats[3,C] (from BatchNormStats),
+	// optional gamma[C], optional beta[C]; out y (x's shape) and save[3,C]
+	// = (mean, biased variance, count) per channel, derived from stats in
+	// float64 (variance Σx²/count - mean², clamped at 0; mean and variance
+	// 0 when count is 0). y = (x-mean)/sqrt(var+Eps)·gamma + beta; an
+	// absent gamma is 1, an absent beta 0 (affine=False). Attrs: Eps.
+	//
+	// Fused (the engine's rewrite of batch norm, then an add, then ReLU):
+	// an optional fifth input res (x's shape) is added to y, and with
+	// Attrs.ReLU the sum goes through ReLU's rule, each element rounded as
+	// the separate ops round it. Attrs: ReLU.
+	BatchNormNorm Op = "batch_norm_norm"
+
+	// BatchNormEval: in x[N,C,...], running_mean[C], running_var[C],
+	// optional gamma[C], optional beta[C], optional res (x's shape); out
+	// y = (x-running_mean) / sqrt(running_var+Eps)·gamma + beta, then + res
+	// and ReLU as BatchNormNorm's. Attrs: Eps, ReLU.
+	BatchNormEval Op = "batch_norm_eval"
+
+	// BatchNormRunning: in save[3,C] (from BatchNormNorm), running_mean[C],
+	// running_var[C], num_batches_tracked[1]; updates the last three in
+	// place, as PyTorch's training-mode batch_norm with momentum m:
+	//
+	//	running_mean = (1-m)·running_mean + m·mean
+	//	running_var  = (1-m)·running_var  + m·var·count/(count-1)
+	//	num_batches_tracked += 1
+	//
+	// m is Attrs.BNMomentum, or 1/num_batches_tracked (after the
+	// increment) when BNMomentum is negative (PyTorch's momentum=None, a
+	// cumulative average). A count of 0 changes nothing; a count of 1
+	// updates the mean and the counter but not the variance (PyTorch
+	// refuses to train with one value per channel).
+	BatchNormRunning Op = "batch_norm_running"
+
+	// BatchNormGradStats: in dy[N,C,...], x[N,C,...], save[3,C] (from
+	// BatchNormNorm); out gstats[2,C]: row 0 Σdy, row 1 Σdy·(x-mean), per
+	// channel, summed in float64. Under SyncBatchNorm the engine may
+	// all-reduce (sum) gstats before the ops below use it.
+	BatchNormGradStats Op = "batch_norm_grad_stats"
+
+	// BatchNormGradGamma: in gstats[2,C], save[3,C]; out dgamma[C] =
+	// gstats[1]/sqrt(var+Eps). Attrs: Eps.
+	BatchNormGradGamma Op = "batch_norm_grad_gamma"
+
+	// BatchNormGradBeta: in gstats[2,C]; out dbeta[C] = gstats[0].
+	BatchNormGradBeta Op = "batch_norm_grad_beta"
+
+	// BatchNormGradInput: in dy, x, save[3,C], gstats[2,C], optional
+	// gamma[C]; out dx = gamma·invstd·(dy - gstats[0]/M -
+	// (x-mean)·invstd²·gstats[1]/M), invstd = 1/sqrt(var+Eps), M = save's
+	// count (an absent gamma is 1). Attrs: Eps.
+	BatchNormGradInput Op = "batch_norm_grad_input"
+)
+
+var (
+	bnStatsIn = []Input{{Name: "input"}}
+	bnNormIn  = []Input{{Name: "input"}, {Name: "stats"}, {Name: "weight", Optional: true}, {Name: "bias", Optional: true},
+		{Name: "residual", Optional: true}}
+	bnEvalIn = []Input{{Name: "input"}, {Name: "running_mean"}, {Name: "running_var"}, {Name: "weight", Optional: true},
+		{Name: "bias", Optional: true}, {Name: "residual", Optional: true}}
+)
+
+var batchNormOps = []*Def{
+	{
+		Op: BatchNormStats, In: bnStatsIn,
+		// The gradient flows through BatchNormNorm's rule.
+		Out: []Output{{Name: "stats", NoGrad: true, Unbatched: true}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			return inferBatchNorm(BatchNormStats, bnStatsIn, a, in)
+		},
+		Kernel32: batchNormStats[float32], Kernel64: batchNormStats[float64],
+	},
+	{
+		Op: BatchNormNorm, In: bnNormIn, Out: []Output{{Name: "y"}, {Name: "save", NoGrad: true, Unbatched: true}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			return inferBatchNorm(BatchNormNorm, bnNormIn, a, in)
+		},
+		Grad:     batchNormGrad,
+		StepName: bnStepName(BatchNormNorm, 4),
+		Kernel32: batchNormNorm[float32], Kernel64: batchNormNorm[float64],
+	},
+	{
+		Op: BatchNormEval, In: bnEvalIn, Out: []Output{{Name: "y"}}, EvalOnly: true, StepName: bnStepName(BatchNormEval, 5),
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			return inferBatchNorm(BatchNormEval, bnEvalIn, a, in)
+		},
+		Kernel32: batchNormEval[float32], Kernel64: batchNormEval[float64],
+	},
+	{
+		Op: BatchNormRunning, InPlace: true,
+		In:       []Input{{Name: "save"}, {Name: "running_mean"}, {Name: "running_var"}, {Name: "num_batches_tracked"}},
+		Kernel32: batchNormRunning[float32], Kernel64: batchNormRunning[float64],
+	},
+	{
+		Op: BatchNormGradStats, In: []Input{{Name: "dy"}, {Name: "x"}, {Name: "save"}}, Out: []Output{{Name: "gstats"}},
+		Kernel32: batchNormGradStats[float32], Kernel64: batchNormGradStats[float64],
+	},
+	{
+		Op: BatchNormGradGamma, In: []Input{{Name: "gstats"}, {Name: "save"}}, Out: []Output{{Name: "dgamma"}}, Accumulates: true,
+		Kernel32: batchNormGradGamma[float32], Kernel64: batchNormGradGamma[float64],
+	},
+	{
+		Op: BatchNormGradBeta, In: []Input{{Name: "gstats"}}, Out: []Output{{Name: "dbeta"}}, Accumulates: true,
+		Kernel32: batchNormGradBeta[float32], Kernel64: batchNormGradBeta[float64],
+	},
+	{
+		Op: BatchNormGradInput, In: []Input{{Name: "dy"}, {Name: "x"}, {Name: "save"}, {Name: "gstats"}, {Name: "gamma", Optional: true}},
+		Out:      []Output{{Name: "dx"}},
+		Kernel32: batchNormGradInput[float32], Kernel64: batchNormGradInput[float64],
+	},
+}
+
+// bnStepName names a step of op as plans print it: "+add" when it was
+// given a residual (input res), "+relu" with Attrs.ReLU.
+func bnStepName(op Op, res int) func(a *Attrs, given func(int) bool) string {
+	return func(a *Attrs, given func(int) bool) string {
+		name := string(op)
+		if given(res) {
+			name += "+add"
+		}
+		if a.ReLU {
+			name += "+relu"
+		}
+		return name
+	}
+}
+
+// batchNormGrad differentiates BatchNormNorm (in x, stats, gamma, beta
+// and, fused, a residual; out y, save): fused with a ReLU, dy first goes
+// through ReLU's gradient, which is also the residual's; the per-channel
+// sums of dy and dy·(x−mean) give the weight and bias gradients; under
+// SyncBatchNorm (the statistics all-reduced) a copy of those sums is summed
+// over every device first for the input gradient, as torch.nn.SyncBatchNorm
+// does.
+func batchNormGrad(b GradBuilder) []Value {
+	a := b.Attrs()
+	x, stats, gamma, beta := b.In(0), b.In(1), b.In(2), b.In(3)
+	y, save := b.Out(0), b.Out(1)
+	dy := b.OutGrad(0)
+	c := b.Shape(x)[1]
+	out := make([]Value, 5)
+	if a.ReLU { // fused: ReLU's gradient first, the residual's too
+		dy = b.Temp(ReLUGrad, Attrs{}, "grad "+b.Name(y)+" (before relu)", b.Shape(y), b.Batched(y), dy, y)
+		if b.In(4) != nil {
+			out[4] = dy
+		}
+	}
+	gstats := b.Temp(BatchNormGradStats, a, "grad stats "+b.Name(y), []int{2, c}, false, dy, x, save)
+	if b.NeedsGrad(gamma) {
+		out[2] = b.Grad(BatchNormGradGamma, a, gamma, gstats, save)
+	}
+	if b.NeedsGrad(beta) {
+		out[3] = b.Grad(BatchNormGradBeta, a, beta, gstats)
+	}
+	if b.NeedsGrad(x) {
+		global := gstats
+		if b.AllReduced(stats) {
+			global = b.Temp(Scale, Attrs{Alpha: 1}, "grad stats (all devices) "+b.Name(y), []int{2, c}, false, gstats)
+			b.AllReduce(global)
+		}
+		out[0] = b.Grad(BatchNormGradInput, a, x, dy, x, save, global, gamma)
+	}
+	return out
+}
+
+// inferBatchNorm is the shape rule of BatchNormStats, BatchNormNorm and
+// BatchNormEval (op, with inputs): x is [N C ...]; the per-channel inputs
+// are [C] and the statistics [3 C].
+func inferBatchNorm(op Op, inputs []Input, a *Attrs, in [][]int) ([][]int, error) {
+	x := in[0]
+	if len(x) < 2 {
+		return nil, fmt.Errorf("%v: input must be [N C ...], got %v", op, x)
+	}
+	ch := x[1]
+	if op == BatchNormStats {
+		return [][]int{{3, ch}}, nil
+	}
+	if !(a.Eps >= 0) {
+		return nil, fmt.Errorf("%v: eps must not be negative, got %v", op, a.Eps)
+	}
+	for i, s := range in[1:] {
+		i++
+		want := []int{ch}
+		switch {
+		case op == BatchNormNorm && i == 1:
+			want = []int{3, ch}
+		case op == BatchNormNorm && i == 4, op == BatchNormEval && i == 5:
+			if s != nil && !slices.Equal(s, x) {
+				return nil, fmt.Errorf("%v: residual must have the input's shape %v, got %v", op, x, s)
+			}
+			continue
+		}
+		if s != nil && !slices.Equal(s, want) {
+			return nil, fmt.Errorf("%v: %s must be %v, one per channel of input %v, got %v", op, inputs[i].Name, want, x, s)
+		}
+	}
+	if op == BatchNormNorm {
+		return [][]int{clone(x), {3, ch}}, nil
+	}
+	return [][]int{clone(x)}, nil
+}
 
 // Batch normalisation is split at the points where SyncBatchNorm
 // all-reduces: BatchNormStats sums per channel, the engine may sum those

@@ -199,7 +199,7 @@ func BenchmarkConvPool(b *testing.B) {
 		Workspace(Conv2DPool, relu, [][]int{x.Shape, w.Shape}, [][]int{y.Shape}),
 		Workspace(Conv2DPoolGrad, relu, [][]int{dy.Shape, y.Shape, y.Shape, x.Shape}, [][]int{w.Shape, bias.Shape}))
 	c := &Ctx[float32]{Work: make([]float32, ws)}
-	k := &Kernels32
+	k := Kernels32
 	for _, tc := range []struct {
 		name string
 		f    func()

@@ -1,6 +1,214 @@
 package ops
 
-import "gorun/ops/internal/vec"
+import (
+	"fmt"
+
+	"gorun/ops/internal/vec"
+)
+
+// Convolution: Conv2D and its gradients, and the CPU's fusion of a first
+// convolution with the 2×2 max pooling (and ReLU) after it, Conv2DPool,
+// with its gradient Conv2DPoolGrad. The lowering to matrix products
+// (im2col, col2im) is in im2col.go.
+
+const (
+	// Conv2D: in x[N,C,H,W], w[O,C/G,KH,KW], optional b[O]; out
+	// y[N,O,OH,OW]. Attrs: Stride, Padding, Groups (G; 0 or 1 is an
+	// ungrouped convolution; C and O must be multiples of G).
+	Conv2D Op = "conv2d"
+
+	// Conv2DGradInput: in dy[N,O,OH,OW], w[O,C/G,KH,KW]; out dx[N,C,H,W].
+	// Attrs: as Conv2D.
+	Conv2DGradInput Op = "conv2d_grad_input"
+
+	// Conv2DGradWeight: in dy[N,O,OH,OW], x[N,C,H,W]; out dw[O,C/G,KH,KW].
+	// Attrs: as Conv2D.
+	Conv2DGradWeight Op = "conv2d_grad_weight"
+
+	// Conv2DGradBias: in dy[N,O,OH,OW]; out db[O].
+	Conv2DGradBias Op = "conv2d_grad_bias"
+
+	// Conv2DPool: Conv2D, then MaxPool2D with a 2×2 window and stride 2,
+	// then with Attrs.ReLU max(·, 0), in one pass that keeps the
+	// convolution's output in the core's cache a few samples at a time
+	// instead of writing it whole: in x[N,C,H,W], w[O,C/G,KH,KW], optional
+	// b[O]; out y[N,O,OH/2,OW/2] and the index (Idx) as MaxPool2D's, within
+	// each OH×OW plane of the convolution's output. Attrs: as Conv2D, and
+	// ReLU. Each value is rounded as the three ops round it. The engine
+	// fuses a convolution whose output only such a pooling reads where
+	// ConvPoolFusable says so (the plan prints it "conv2d+maxpool2d", with
+	// "+relu"); its gradient is the unfused ops' (ReLUGrad, MaxPool2DGrad,
+	// the convolution's).
+	Conv2DPool Op = "conv2d+maxpool2d"
+
+	// Conv2DPoolGrad: the weight and bias gradients of a Conv2DPool whose
+	// input needs none (a first layer): in dy[N,O,OH/2,OW/2] (of the fused
+	// output), idx (Idx, Conv2DPool's), y (its output, with Attrs.ReLU;
+	// absent without), x[N,1,H,W]; out dw[O,1,KH,KW] and, with a bias,
+	// db[O]. Bit for bit ReLUGrad, MaxPool2DGrad into the convolution's
+	// output gradient, then Conv2DGradWeight and Conv2DGradBias, but that
+	// gradient is built a chunk of samples at a time in the scratch instead
+	// of whole (where ConvPoolGradFusable says so). Attrs: as Conv2D, ReLU.
+	Conv2DPoolGrad Op = "conv2d+maxpool2d_grad"
+)
+
+var convOps = []*Def{
+	{
+		Op: Conv2D, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}}, Out: []Output{{Name: "y"}},
+		Shape: inferConv2D,
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			x, w, y := in[0], in[1], out[0]
+			return convWork(w[1]*w[2]*w[3], w[0], x[0]*y[2]*y[3])
+		},
+		Grad:     affineGrad(Conv2DGradInput, Conv2DGradWeight, Conv2DGradBias),
+		Kernel32: conv2D[float32], Kernel64: conv2D[float64],
+	},
+	{
+		Op: Conv2DGradInput, In: []Input{{Name: "dy"}, {Name: "w"}}, Out: []Output{{Name: "dx"}},
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			dy, w := in[0], in[1]
+			return convWork(w[1]*w[2]*w[3], w[0], dy[0]*dy[2]*dy[3])
+		},
+		Kernel32: conv2DGradInput[float32], Kernel64: conv2DGradInput[float64],
+	},
+	{
+		Op: Conv2DGradWeight, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dw"}}, Accumulates: true,
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			dy, dw := in[0], out[0]
+			return convWork(dw[1]*dw[2]*dw[3], dw[0], dy[0]*dy[2]*dy[3])
+		},
+		Kernel32: conv2DGradWeight[float32], Kernel64: conv2DGradWeight[float64],
+	},
+	{
+		Op: Conv2DGradBias, In: []Input{{Name: "dy"}}, Out: []Output{{Name: "db"}}, Accumulates: true,
+		Kernel32: conv2DGradBias[float32], Kernel64: conv2DGradBias[float64],
+	},
+	{
+		Op: Conv2DPool, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}},
+		Out: []Output{{Name: "y"}, {Name: "index", Int: true}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			conv, err := inferConv2D(a, in)
+			if err != nil {
+				return nil, err
+			}
+			return inferMaxPool2D(&Attrs{Kernel: 2, Stride: 2}, conv[0])
+		},
+		Workspace: func(a *Attrs, in, out [][]int) int { return convPoolWork(in[0], in[1], a) },
+		Grad:      convPoolGrad,
+		StepName: func(a *Attrs, given func(int) bool) string {
+			if a.ReLU {
+				return string(Conv2DPool) + "+relu"
+			}
+			return string(Conv2DPool)
+		},
+		Kernel32: conv2DPool[float32], Kernel64: conv2DPool[float64],
+	},
+	{
+		Op: Conv2DPoolGrad, In: []Input{{Name: "dy"}, {Name: "index", Int: true}, {Name: "y", Optional: true}, {Name: "x"}},
+		Out: []Output{{Name: "dw"}, {Name: "db", Optional: true}}, Accumulates: true,
+		Workspace: func(a *Attrs, in, out [][]int) int { return convPoolGradWork(in[3], out[0], a) },
+		StepName: func(a *Attrs, given func(int) bool) string {
+			if a.ReLU {
+				return "conv2d+maxpool2d+relu_grad"
+			}
+			return string(Conv2DPoolGrad)
+		},
+		Kernel32: conv2DPoolGrad[float32], Kernel64: conv2DPoolGrad[float64],
+	},
+}
+
+// convPoolGrad differentiates Conv2DPool (in x, w and a bias; out y and
+// the pooling's index) as the ops it fuses: ReLU's gradient first (with
+// Attrs.ReLU), max pooling's into the convolution's output, then the
+// convolution's (affineGrads), so that the gradient is the unfused plan's
+// bit for bit. Where x needs no gradient and ConvPoolGradFusable allows,
+// one Conv2DPoolGrad node does all of it for the weight and the bias, the
+// same bits again.
+func convPoolGrad(b GradBuilder) []Value {
+	a := b.Attrs()
+	y, idx, dy := b.Out(0), b.Out(1), b.OutGrad(0)
+	x, w, bias := b.In(0), b.In(1), b.In(2)
+	if !b.NeedsGrad(x) && ConvPoolGradFusable(&a, b.Shape(x), b.Shape(w)) {
+		// One node for both parameters' gradients, the convolution's
+		// output gradient built a chunk of samples at a time.
+		var yIn Value
+		if a.ReLU {
+			yIn = y
+		}
+		g := b.Grads(Conv2DPoolGrad, a, []Value{w, bias}, dy, idx, yIn, x)
+		return []Value{nil, g[0], g[1]}
+	}
+	if a.ReLU {
+		dy = b.Temp(ReLUGrad, Attrs{}, "grad "+b.Name(y)+" (before relu)", b.Shape(y), b.Batched(y), dy, y)
+	}
+	conv := a // the convolution alone
+	conv.ReLU = false
+	shapes, err := inferConv2D(&conv, [][]int{b.Shape(x), b.Shape(w)})
+	if err != nil {
+		panic(fmt.Sprintf("conv2d+maxpool2d: its convolution's shape: %v", err)) // the fused op's shape rule passed
+	}
+	dc := b.Temp(MaxPool2DGrad, Attrs{Kernel: 2, Stride: 2}, "grad "+b.Name(y)+" (before maxpool)", shapes[0], b.Batched(y), dy, idx)
+	return affineGrads(b, conv, dc, Conv2DGradInput, Conv2DGradWeight, Conv2DGradBias)
+}
+
+func inferConv2D(a *Attrs, in [][]int) ([][]int, error) {
+	x, w := in[0], in[1]
+	if len(x) != 4 {
+		return nil, fmt.Errorf("conv2d: input must be [N C H W], got %v", x)
+	}
+	if len(w) != 4 {
+		return nil, fmt.Errorf("conv2d: weight must be [O C KH KW], got %v", w)
+	}
+	if g := a.Groups; g < 0 {
+		return nil, fmt.Errorf("conv2d: groups must be at least 1, got %d", g)
+	}
+	if g := convGroups(a); g == 1 {
+		if x[1] != w[1] {
+			return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d (input shape %v, weight shape %v)", x[1], w[1], x, w)
+		}
+	} else {
+		if x[1]%g != 0 {
+			return nil, fmt.Errorf("conv2d: input channels %d are not divisible by groups %d (input shape %v)", x[1], g, x)
+		}
+		if w[0]%g != 0 {
+			return nil, fmt.Errorf("conv2d: output channels %d are not divisible by groups %d (weight shape %v)", w[0], g, w)
+		}
+		if x[1] != w[1]*g {
+			return nil, fmt.Errorf("conv2d: input has %d channels, weight expects %d per group × %d groups = %d (input shape %v, weight shape %v)", x[1], w[1], g, w[1]*g, x, w)
+		}
+	}
+	if b := optShape(in, 2); b != nil && (len(b) != 1 || b[0] != w[0]) {
+		return nil, fmt.Errorf("conv2d: bias must be [%d], one per output channel of weight %v, got %v", w[0], w, b)
+	}
+	s, p := convStride(a), a.Padding
+	if s < 1 {
+		return nil, fmt.Errorf("conv2d: stride must be at least 1, got %d", s)
+	}
+	if p < 0 {
+		return nil, fmt.Errorf("conv2d: padding must not be negative, got %d", p)
+	}
+	if x[2]+2*p < w[2] || x[3]+2*p < w[3] {
+		msg := fmt.Sprintf("conv2d: kernel %d×%d does not fit input %d×%d", w[2], w[3], x[2], x[3])
+		if p > 0 {
+			msg += fmt.Sprintf(" with padding %d", p)
+		}
+		return nil, fmt.Errorf("%s", msg)
+	}
+	oh := (x[2]+2*p-w[2])/s + 1
+	ow := (x[3]+2*p-w[3])/s + 1
+	return [][]int{{x[0], w[0], oh, ow}}, nil
+}
+
+// convStride is Conv2D's stride; 0 means PyTorch's default, 1.
+func convStride(a *Attrs) int {
+	if a.Stride == 0 {
+		return 1
+	}
+	return a.Stride
+}
+
+// convGroups is Conv2D's number of groups; 0 means 1.
+func convGroups(a *Attrs) int { return max(a.Groups, 1) }
 
 // Convolution is lowered to one matrix multiply over the whole batch
 // (im2col): the input is unrolled into col[K×L], K = C·KH·KW rows (ordered
@@ -256,291 +464,6 @@ func permuteDy[T Float](g *convGeom, dy, buf []T) []T {
 		}
 	}
 	return buf
-}
-
-// span returns the range [lo, hi) of output positions i in [0, n) whose
-// input position i·s+off lies in [0, size).
-func span(off, s, size, n int) (lo, hi int) {
-	if off < 0 {
-		lo = (-off + s - 1) / s
-	}
-	if last := size - 1 - off; last >= 0 {
-		hi = last/s + 1
-	}
-	hi = min(hi, n)
-	lo = min(lo, hi)
-	return lo, hi
-}
-
-// im2col unrolls x[N,C,H,W] into col[K×L], zero where
-// the window reaches into the padding. With groups, x starts at the
-// group's first channel and its samples are g.xs() apart.
-//
-// Most rows of col are shifted copies of rows already written, still in
-// cache: output row oy of kernel row ki reads what output row oy+1 of kernel
-// row ki-s read, and output column ox of kernel column kj reads what output
-// column ox+1 of kernel column kj-s read. So such a row is one long copy of
-// an earlier row, shifted by one output row (or one element), after which
-// the positions the shift got wrong (each sample's last output row, or each
-// output row's last column) are written from x. Only the first s×s kernel
-// positions of each channel are built output row by output row.
-func im2col[T Float](g *convGeom, x, col []T) {
-	l, plane, hw, ow, oh, s := g.l(), g.oh*g.ow, g.h*g.w, g.ow, g.oh, g.s
-	chw := g.xs()
-	for ci := 0; ci < g.c; ci++ {
-		for ki := 0; ki < g.kh; ki++ {
-			r0 := (ci*g.kh + ki) * g.kw // the row of (ci, ki, 0)
-			if shiftsRows(g, ki) {
-				for r := r0; r < r0+g.kw; r++ {
-					copy(col[r*l:][:l-ow], col[(r-s*g.kw)*l+ow:][:l-ow])
-				}
-				// Each sample's last output row reads input row iy, for
-				// every kernel column: one pass over x.
-				iy := (oh-1)*s - g.p + ki
-				for n := 0; n < g.n; n++ {
-					src := x[n*chw+ci*hw:][:hw]
-					for kj := 0; kj < g.kw; kj++ {
-						off := kj - g.p
-						lo, hi := span(off, s, g.w, ow)
-						im2colRow(g, src, col[(r0+kj)*l+n*plane+plane-ow:][:ow], iy, off, lo, hi)
-					}
-				}
-				continue
-			}
-			for kj := 0; kj < g.kw; kj++ {
-				r := r0 + kj
-				row := col[r*l:][:l]
-				off := kj - g.p // output column ox reads input column ox·s + off
-				if !shiftsColumns(g, kj) {
-					lo, hi := span(off, s, g.w, ow)
-					for n := 0; n < g.n; n++ {
-						src := x[n*chw+ci*hw:][:hw]
-						dst := row[n*plane:][:plane]
-						for oy := 0; oy < oh; oy++ {
-							im2colRow(g, src, dst[oy*ow:][:ow], oy*s-g.p+ki, off, lo, hi)
-						}
-					}
-					continue
-				}
-				copy(row[:l-1], col[(r-s)*l+1:][:l-1])
-				// Output rows [ylo, yhi) of the last column read input
-				// column ix; the others read padding.
-				ix := (ow-1)*s + off
-				ylo, yhi := span(ki-g.p, s, g.h, oh)
-				if ix < 0 || ix >= g.w {
-					ylo, yhi = 0, 0
-				}
-				for n := 0; n < g.n; n++ {
-					d := row[n*plane+ow-1:][:plane-ow+1]
-					for oy := 0; oy < ylo; oy++ {
-						d[oy*ow] = 0
-					}
-					if ylo < yhi {
-						src := x[n*chw+ci*hw:][:hw]
-						iy := ylo*s - g.p + ki
-						for oy := ylo; oy < yhi; oy++ {
-							d[oy*ow] = src[iy*g.w+ix]
-							iy += s
-						}
-					}
-					for oy := max(yhi, ylo); oy < oh; oy++ {
-						d[oy*ow] = 0
-					}
-				}
-			}
-		}
-	}
-}
-
-// shiftsRows reports whether im2col builds the rows of kernel row ki by
-// shifting those of kernel row ki-s.
-func shiftsRows(g *convGeom, ki int) bool { return ki >= g.s && g.oh > 1 }
-
-// shiftsColumns reports whether im2col builds the row of kernel column kj
-// (in a kernel row that shiftsRows does not cover) by shifting that of
-// kernel column kj-s.
-func shiftsColumns(g *convGeom, kj int) bool { return kj >= g.s && g.ow > 1 }
-
-// im2colRow fills d, one output row of a sample's part of a col row, from
-// input row iy of the plane src; lo, hi is span(off, s, W, OW).
-func im2colRow[T Float](g *convGeom, src, d []T, iy, off, lo, hi int) {
-	if iy < 0 || iy >= g.h || lo == hi {
-		clear(d)
-		return
-	}
-	if lo > 0 {
-		clear(d[:lo])
-	}
-	if hi < len(d) {
-		clear(d[hi:])
-	}
-	srow := src[iy*g.w:][:g.w]
-	if g.s == 1 {
-		copyRun(d[lo:hi], srow[lo+off:])
-	} else {
-		gather(d[lo:hi], srow[lo*g.s+off:], g.s)
-	}
-}
-
-// col2im adds col[K×L] into dx[N,C,H,W] (laid out as im2col's x): the
-// adjoint of im2col, which it mirrors in reverse order. A shifted row first sends the
-// positions im2col wrote from x to dx, then adds the rest into the row it
-// was copied from. col is used as scratch and left changed. dx must be
-// cleared first.
-func col2im[T Float](g *convGeom, col, dx []T) {
-	l, plane, hw, ow, oh, s := g.l(), g.oh*g.ow, g.h*g.w, g.ow, g.oh, g.s
-	chw := g.xs()
-	for ci := g.c - 1; ci >= 0; ci-- {
-		for ki := g.kh - 1; ki >= 0; ki-- {
-			r0 := (ci*g.kh + ki) * g.kw
-			if shiftsRows(g, ki) {
-				iy := (oh-1)*s - g.p + ki
-				for n := 0; n < g.n; n++ {
-					dst := dx[n*chw+ci*hw:][:hw]
-					for kj := 0; kj < g.kw; kj++ {
-						off := kj - g.p
-						lo, hi := span(off, s, g.w, ow)
-						last := col[(r0+kj)*l+n*plane+plane-ow:][:ow]
-						col2imRow(g, last, dst, iy, off, lo, hi)
-						clear(last)
-					}
-				}
-				for r := r0; r < r0+g.kw; r++ {
-					addLong(col[(r-s*g.kw)*l+ow:][:l-ow], col[r*l:][:l-ow])
-				}
-				continue
-			}
-			for kj := g.kw - 1; kj >= 0; kj-- {
-				r := r0 + kj
-				row := col[r*l:][:l]
-				off := kj - g.p
-				if !shiftsColumns(g, kj) {
-					lo, hi := span(off, s, g.w, ow)
-					for n := 0; n < g.n; n++ {
-						dst := dx[n*chw+ci*hw:][:hw]
-						src := row[n*plane:][:plane]
-						for oy := 0; oy < oh; oy++ {
-							col2imRow(g, src[oy*ow:][:ow], dst, oy*s-g.p+ki, off, lo, hi)
-						}
-					}
-					continue
-				}
-				ix := (ow-1)*s + off
-				ylo, yhi := span(ki-g.p, s, g.h, oh)
-				if ix < 0 || ix >= g.w {
-					ylo, yhi = 0, 0
-				}
-				for n := 0; n < g.n; n++ {
-					d := row[n*plane+ow-1:][:plane-ow+1]
-					if ylo < yhi {
-						dst := dx[n*chw+ci*hw:][:hw]
-						iy := ylo*s - g.p + ki
-						for oy := ylo; oy < yhi; oy++ {
-							dst[iy*g.w+ix] += d[oy*ow]
-							iy += s
-						}
-					}
-					for oy := 0; oy < oh; oy++ {
-						d[oy*ow] = 0
-					}
-				}
-				addLong(col[(r-s)*l+1:][:l-1], row[:l-1])
-			}
-		}
-	}
-}
-
-// col2imRow adds d, one output row of a sample's part of a col row, into
-// input row iy of the plane dst.
-func col2imRow[T Float](g *convGeom, d, dst []T, iy, off, lo, hi int) {
-	if iy < 0 || iy >= g.h || lo == hi {
-		return
-	}
-	drow := dst[iy*g.w:][:g.w]
-	if g.s == 1 {
-		addRun(drow[lo+off:], d[lo:hi])
-	} else {
-		scatterAdd(drow[lo*g.s+off:], d[lo:hi], g.s)
-	}
-}
-
-// copyRun copies s into d, which is short (one output row): a plain loop
-// beats copy's call for such runs.
-func copyRun[T Float](d, s []T) {
-	s = s[:len(d)]
-	i := 0
-	for ; i+4 <= len(d); i += 4 {
-		dd, ss := d[i:i+4:i+4], s[i:i+4:i+4]
-		dd[0], dd[1], dd[2], dd[3] = ss[0], ss[1], ss[2], ss[3]
-	}
-	for ; i < len(d); i++ {
-		d[i] = s[i]
-	}
-}
-
-// gather sets d[i] = s[i·stride].
-func gather[T Float](d, s []T, stride int) {
-	_ = s[(len(d)-1)*stride]
-	for i := range d {
-		d[i] = s[i*stride]
-	}
-}
-
-// addRun adds s into d.
-func addRun[T Float](d, s []T) {
-	d = d[:len(s)]
-	i := 0
-	for ; i+4 <= len(s); i += 4 {
-		dd, ss := d[i:i+4:i+4], s[i:i+4:i+4]
-		dd[0] += ss[0]
-		dd[1] += ss[1]
-		dd[2] += ss[2]
-		dd[3] += ss[3]
-	}
-	for ; i < len(s); i++ {
-		d[i] += s[i]
-	}
-}
-
-// addLong adds s into d, a long run: vectorised for float32.
-func addLong[T Float](d, s []T) {
-	if is32[T]() {
-		vec.Add(view[float32](d), view[float32](d), view[float32](s))
-		return
-	}
-	addRun(d, s)
-}
-
-// scatterAdd adds s[i] into d[i·stride].
-func scatterAdd[T Float](d, s []T, stride int) {
-	_ = d[(len(s)-1)*stride]
-	for i, v := range s {
-		d[i*stride] += v
-	}
-}
-
-// sum adds up s in T with four accumulators (float64's bias gradient;
-// float32's is vec.BiasGrad).
-func sum[T Float](s []T) T {
-	var a0, a1, a2, a3 T
-	i := 0
-	for ; i+4 <= len(s); i += 4 {
-		a0 += s[i]
-		a1 += s[i+1]
-		a2 += s[i+2]
-		a3 += s[i+3]
-	}
-	for ; i < len(s); i++ {
-		a0 += s[i]
-	}
-	return (a0 + a1) + (a2 + a3)
-}
-
-// addScalar adds v to every element of s.
-func addScalar[T Float](s []T, v T) {
-	for i := range s {
-		s[i] += v
-	}
 }
 
 // ConvPoolFusable reports whether the engine may fuse a Conv2D of input

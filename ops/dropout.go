@@ -1,6 +1,77 @@
 package ops
 
-import "gorun/ops/internal/vec"
+import (
+	"fmt"
+
+	"gorun/ops/internal/vec"
+)
+
+// Dropout: elements (Dropout) or whole channels (Dropout2D) zeroed at
+// random in training, the rest scaled by 1/(1-P); the identity in
+// evaluation (EvalCopy). Every kernel may write its output over input 0
+// (ReuseInput).
+
+const (
+	// Dropout: in x; out y and mask (same shape as x, each 0 or 1/(1-P)).
+	// Attrs: P. Draws from Ctx.RNG.
+	Dropout Op = "dropout"
+
+	// DropoutGrad: in dy, mask; out dx = dy·mask.
+	DropoutGrad Op = "dropout_grad"
+
+	// Dropout2D: in x[N,C,H,W]; out y and mask[N,C] (whole channels
+	// dropped). Attrs: P. Draws from Ctx.RNG.
+	Dropout2D Op = "dropout2d"
+
+	// Dropout2DGrad: in dy[N,C,H,W], mask[N,C]; out dx.
+	Dropout2DGrad Op = "dropout2d_grad"
+)
+
+var dropoutOps = []*Def{
+	{
+		Op: Dropout, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}, {Name: "mask", NoGrad: true}},
+		Random: true, EvalCopy: true, ReuseInput: true,
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			if err := checkP(Dropout, a.P); err != nil {
+				return nil, err
+			}
+			return [][]int{clone(in[0]), clone(in[0])}, nil
+		},
+		Grad:     gradWithOut(DropoutGrad, 1),
+		Kernel32: dropout[float32], Kernel64: dropout[float64],
+	},
+	{
+		Op: DropoutGrad, In: []Input{{Name: "dy"}, {Name: "mask"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: dropoutGrad[float32], Kernel64: dropoutGrad[float64],
+	},
+	{
+		Op: Dropout2D, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}, {Name: "mask", NoGrad: true}},
+		Random: true, EvalCopy: true, ReuseInput: true,
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			if err := checkP(Dropout2D, a.P); err != nil {
+				return nil, err
+			}
+			x := in[0]
+			if len(x) != 4 {
+				return nil, fmt.Errorf("dropout2d: input must be [N C H W], got %v", x)
+			}
+			return [][]int{clone(x), {x[0], x[1]}}, nil
+		},
+		Grad:     gradWithOut(Dropout2DGrad, 1),
+		Kernel32: dropout2D[float32], Kernel64: dropout2D[float64],
+	},
+	{
+		Op: Dropout2DGrad, In: []Input{{Name: "dy"}, {Name: "mask"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: dropout2DGrad[float32], Kernel64: dropout2DGrad[float64],
+	},
+}
+
+func checkP(op Op, p float64) error {
+	if !(p >= 0 && p <= 1) {
+		return fmt.Errorf("%v: p must be in [0, 1], got %v", op, p)
+	}
+	return nil
+}
 
 // dropout: in x; out y and mask (same shape as x), mask = Bernoulli(1-P) /
 // (1-P), y = x·mask, as PyTorch's training-mode dropout. One draw from

@@ -9,7 +9,7 @@ func TestEmptyBatch(t *testing.T) {
 	for i := range gradCases {
 		gc := &gradCases[i]
 		t.Run(gc.name, func(t *testing.T) {
-			f := newFixture(t, gc, &Kernels32)
+			f := newFixture(t, gc, Kernels32)
 			// The buffers keep their capacity; the live batch becomes 0.
 			empty := func(b *Buf[float32], batched bool) {
 				if b != nil && batched {

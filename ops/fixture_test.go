@@ -298,7 +298,7 @@ func lnCase(name string, in [][]int, capN int) gradCase {
 
 // bnFusedCase is bnCase for BatchNormNorm with Attrs.ReLU and, when in
 // has a fifth shape, a residual input: the backward steps are those
-// engine.batchNormRule emits.
+// batchNormGrad emits.
 func bnFusedCase(name string, in [][]int, capN int) gradCase {
 	ch := in[0][1]
 	bwd := []bwdStep{
@@ -438,7 +438,7 @@ func accumulates(op Op) bool {
 // A fixture holds the buffers of one gradCase in T.
 type fixture[T Float] struct {
 	gc      *gradCase
-	k       *[NumOps]Kernel[T]
+	k       map[Op]Kernel[T]
 	c       *Ctx[T]
 	in, out []*Buf[T]
 	dy      *Buf[T]     // cotangent of output 0
@@ -484,7 +484,7 @@ func capShape(shape []int, batched bool, capN int) []int {
 	return s
 }
 
-func newFixture[T Float](t testing.TB, gc *gradCase, k *[NumOps]Kernel[T]) *fixture[T] {
+func newFixture[T Float](t testing.TB, gc *gradCase, k map[Op]Kernel[T]) *fixture[T] {
 	t.Helper()
 	outShapes, err := Infer(gc.op, &gc.attrs, gc.in)
 	if err != nil {
@@ -593,7 +593,7 @@ func fillInput[T Float](r *rand.Rand, s []T, distinct, awayFromZero bool) {
 // forward runs the derive steps and the forward kernel, reseeding the RNG
 // so that dropout draws the same mask every time.
 func (f *fixture[T]) forward() {
-	if f.gc.op.Info().Random {
+	if Lookup(f.gc.op).Random {
 		f.c.RNG = rand.New(rand.NewPCG(11, 13))
 	}
 	for i, d := range f.gc.derive {

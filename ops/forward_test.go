@@ -27,7 +27,7 @@ func run64(op Op, a *Attrs, c *Ctx[float64], in, out []*Buf[float64]) {
 	if c == nil {
 		c = &Ctx[float64]{LossScale: 1, Step: 1}
 	}
-	call(&Kernels64, c, op, a, in, out)
+	call(Kernels64, c, op, a, in, out)
 }
 
 func expectData(t *testing.T, what string, got []float64, want ...float64) {

@@ -11,11 +11,11 @@ import (
 // fuses (batch norm, Add, ReLU), bit for bit in float32 and float64, on odd
 // sizes, an empty batch and values that straddle 0.
 func TestBatchNormFusedMatchesUnfused(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { checkBNFused(t, &Kernels32) })
-	t.Run("float64", func(t *testing.T) { checkBNFused(t, &Kernels64) })
+	t.Run("float32", func(t *testing.T) { checkBNFused(t, Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkBNFused(t, Kernels64) })
 }
 
-func checkBNFused[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
+func checkBNFused[T Float](t *testing.T, k map[Op]Kernel[T]) {
 	r := rand.New(rand.NewPCG(3, 4))
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	for _, shape := range [][]int{{4, 3, 5, 7}, {2, 17, 3, 3}, {3, 5}, {1, 2, 33}, {0, 3, 2, 2}} {
@@ -78,11 +78,11 @@ func expectSame[T Float](t *testing.T, shape []int, what string, res, relu bool,
 // (the engine's fused Add) against Add then ReLUGrad, bit for bit, and in
 // place over either gradient.
 func TestReLUGradOfSumMatchesUnfused(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { checkReLUGradSum(t, &Kernels32) })
-	t.Run("float64", func(t *testing.T) { checkReLUGradSum(t, &Kernels64) })
+	t.Run("float32", func(t *testing.T) { checkReLUGradSum(t, Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkReLUGradSum(t, Kernels64) })
 }
 
-func checkReLUGradSum[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
+func checkReLUGradSum[T Float](t *testing.T, k map[Op]Kernel[T]) {
 	r := rand.New(rand.NewPCG(5, 6))
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	for _, shape := range [][]int{{3, 5, 7}, {1, 33}, {0, 4}} {
@@ -116,11 +116,11 @@ func checkReLUGradSum[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 // and without bias and ReLU, batches of 0, 1, a chunk and a half and 64
 // samples (the MNIST Net's first layer).
 func TestConvPoolMatchesUnfused(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { checkConvPool(t, &Kernels32) })
-	t.Run("float64", func(t *testing.T) { checkConvPool(t, &Kernels64) })
+	t.Run("float32", func(t *testing.T) { checkConvPool(t, Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkConvPool(t, Kernels64) })
 }
 
-func checkConvPool[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
+func checkConvPool[T Float](t *testing.T, k map[Op]Kernel[T]) {
 	r := rand.New(rand.NewPCG(7, 8))
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	for _, tc := range []struct {
@@ -186,11 +186,11 @@ func checkConvPool[T Float](t *testing.T, k *[NumOps]Kernel[T]) {
 // another order), with and without the bias and the ReLU, overwriting and
 // accumulating, on batches of 0, 1, 17 and 64 samples.
 func TestConvPoolGradMatchesUnfused(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { checkConvPoolGrad(t, &Kernels32, 0) })
-	t.Run("float64", func(t *testing.T) { checkConvPoolGrad(t, &Kernels64, 1e-12) })
+	t.Run("float32", func(t *testing.T) { checkConvPoolGrad(t, Kernels32, 0) })
+	t.Run("float64", func(t *testing.T) { checkConvPoolGrad(t, Kernels64, 1e-12) })
 }
 
-func checkConvPoolGrad[T Float](t *testing.T, k *[NumOps]Kernel[T], tol float64) {
+func checkConvPoolGrad[T Float](t *testing.T, k map[Op]Kernel[T], tol float64) {
 	r := rand.New(rand.NewPCG(9, 10))
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	for _, tc := range []struct{ n, h, w, o, kh, kw, pad int }{

@@ -73,8 +73,8 @@ func TestOpsGolden(t *testing.T) {
 		t.Fatal("ops_golden.json has no cases")
 	}
 	for _, gc := range g.Cases {
-		t.Run(gc.Name+"/float64", func(t *testing.T) { runOpsGolden(t, &gc, &Kernels64, 1e-12) })
-		t.Run(gc.Name+"/float32", func(t *testing.T) { runOpsGolden(t, &gc, &Kernels32, 2e-5) })
+		t.Run(gc.Name+"/float64", func(t *testing.T) { runOpsGolden(t, &gc, Kernels64, 1e-12) })
+		t.Run(gc.Name+"/float32", func(t *testing.T) { runOpsGolden(t, &gc, Kernels32, 2e-5) })
 	}
 }
 
@@ -102,7 +102,7 @@ func zeroBuf[T Float](shape []int) *Buf[T] {
 }
 
 // call runs kernel op with scratch sized by Workspace.
-func call[T Float](k *[NumOps]Kernel[T], c *Ctx[T], op Op, a *Attrs, in, out []*Buf[T]) {
+func call[T Float](k map[Op]Kernel[T], c *Ctx[T], op Op, a *Attrs, in, out []*Buf[T]) {
 	var inS, outS [][]int
 	for _, b := range in {
 		if b == nil {
@@ -133,7 +133,7 @@ func expectClose[T Float](t *testing.T, what string, got *Buf[T], want *goldenTe
 	}
 }
 
-func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T], tol float64) {
+func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k map[Op]Kernel[T], tol float64) {
 	c := &Ctx[T]{LossScale: 1, Step: 1}
 	switch g.Op {
 	case "conv2d":
@@ -423,7 +423,7 @@ func meanScale(g *opsGoldenCase) float64 {
 // runUnaryGolden checks a one-input op and its gradient, which reads dy
 // and either the forward output (fromY) or nothing else (the pools) or the
 // forward input.
-func runUnaryGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T], c *Ctx[T], a *Attrs, fwd, bwd Op, fromY bool, tol float64) {
+func runUnaryGolden[T Float](t *testing.T, g *opsGoldenCase, k map[Op]Kernel[T], c *Ctx[T], a *Attrs, fwd, bwd Op, fromY bool, tol float64) {
 	x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)
 	y, dx := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.X.Shape)
 	call(k, c, fwd, a, []*Buf[T]{x}, []*Buf[T]{y})
@@ -432,7 +432,7 @@ func runUnaryGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T
 	switch {
 	case fromY:
 		in = append(in, y)
-	case bwd.Info().NumIn == 2:
+	case len(Lookup(bwd).In) == 2:
 		in = append(in, x)
 	}
 	call(k, c, bwd, a, in, []*Buf[T]{dx})
@@ -442,7 +442,7 @@ func runUnaryGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T
 // runBatchNormGolden checks a training-mode batch norm step (forward,
 // backward, running statistics) and evaluation mode with the updated
 // running statistics, as the engine composes the ops.
-func runBatchNormGolden[T Float](t *testing.T, g *opsGoldenCase, k *[NumOps]Kernel[T], c *Ctx[T], tol float64) {
+func runBatchNormGolden[T Float](t *testing.T, g *opsGoldenCase, k map[Op]Kernel[T], c *Ctx[T], tol float64) {
 	a := &Attrs{Eps: g.Eps, BNMomentum: g.Momentum}
 	ch := g.X.Shape[1]
 	x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)

@@ -19,14 +19,14 @@ func TestGradCheckCoversOps(t *testing.T) {
 			bwd[st.op] = true
 		}
 	}
-	for op := Op(1); int(op) < NumOps; op++ {
-		info := op.Info()
-		if info.Forward && !fwd[op] {
+	for _, op := range All() {
+		d := Lookup(op)
+		if d.Forward() && !fwd[op] {
 			t.Errorf("forward op %v has no gradient check", op)
 		}
 		// Every op that is neither a forward op nor an in-place update is
 		// a backward op.
-		if !info.Forward && !info.InPlace && !bwd[op] {
+		if !d.Forward() && !d.InPlace && !bwd[op] {
 			t.Errorf("backward op %v is not exercised by any gradient check", op)
 		}
 	}
@@ -41,7 +41,7 @@ func TestGradCheck(t *testing.T) {
 	for i := range gradCases {
 		gc := &gradCases[i]
 		t.Run(gc.name, func(t *testing.T) {
-			f := newFixture(t, gc, &Kernels64)
+			f := newFixture(t, gc, Kernels64)
 			f.forward()
 			for i, o := range f.out {
 				checkWritten(t, gc.op.String()+" output "+string(rune('0'+i)), o)

@@ -1,13 +1,95 @@
 package ops
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	"gorun/ops/internal/vec"
 )
 
 // Layer normalisation over the last dimension: x[N,...,D] is seen as rows
 // of D elements; save holds each row's mean and invstd.
+
+const (
+	// LayerNorm: in x[N,...,D], optional gamma[D], optional beta[D]; out
+	// y = (x-mean)·invstd·gamma + beta over the last dimension, invstd =
+	// 1/sqrt(var+Eps) with the biased variance (F.layer_norm(x, (D,))),
+	// and save[N,...,2] (x's shape with the last dimension 2; [N,2] for
+	// x[N,D]): each row's mean and invstd, computed in float64. An absent
+	// gamma is 1, an absent beta 0 (elementwise_affine=False). Attrs: Eps
+	// (used as given; PyTorch's default is 1e-5).
+	LayerNorm Op = "layer_norm"
+
+	// LayerNormGradInput: in dy, x, save (from LayerNorm), optional
+	// gamma[D]; out dx = invstd·(g - mean(g) - x̂·mean(g·x̂)) per row, g =
+	// dy·gamma, x̂ = (x-mean)·invstd (an absent gamma is 1).
+	LayerNormGradInput Op = "layer_norm_grad_input"
+
+	// LayerNormGradGamma: in dy, x, save; out dgamma[D] = Σ over rows of
+	// dy·x̂, summed in float64.
+	LayerNormGradGamma Op = "layer_norm_grad_gamma"
+
+	// LayerNormGradBeta: in dy; out dbeta[D] = Σ over rows of dy, summed in
+	// float64.
+	LayerNormGradBeta Op = "layer_norm_grad_beta"
+)
+
+var layerNormIn = []Input{{Name: "input"}, {Name: "weight", Optional: true}, {Name: "bias", Optional: true}}
+
+var layerNormOps = []*Def{
+	{
+		Op: LayerNorm, In: layerNormIn, Out: []Output{{Name: "y"}, {Name: "save", NoGrad: true}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x := in[0]
+			if len(x) < 2 {
+				return nil, fmt.Errorf("layer_norm: input must be [N ... D] with at least 2 dimensions, got %v", x)
+			}
+			if !(a.Eps >= 0) {
+				return nil, fmt.Errorf("layer_norm: eps must not be negative, got %v", a.Eps)
+			}
+			d := x[len(x)-1]
+			for i := 1; i < len(in); i++ {
+				if s := in[i]; s != nil && !slices.Equal(s, []int{d}) {
+					return nil, fmt.Errorf("layer_norm: %s must be [%d], the last dimension of input %v, got %v", layerNormIn[i].Name, d, x, s)
+				}
+			}
+			save := clone(x)
+			save[len(save)-1] = 2
+			return [][]int{clone(x), save}, nil
+		},
+		Grad: func(b GradBuilder) []Value {
+			a, dy := b.Attrs(), b.OutGrad(0)
+			x, gamma, beta, save := b.In(0), b.In(1), b.In(2), b.Out(1)
+			out := make([]Value, 3)
+			if b.NeedsGrad(x) {
+				out[0] = b.Grad(LayerNormGradInput, a, x, dy, x, save, gamma)
+			}
+			if b.NeedsGrad(gamma) {
+				out[1] = b.Grad(LayerNormGradGamma, a, gamma, dy, x, save)
+			}
+			if b.NeedsGrad(beta) {
+				out[2] = b.Grad(LayerNormGradBeta, a, beta, dy)
+			}
+			return out
+		},
+		Kernel32: layerNorm[float32], Kernel64: layerNorm[float64],
+	},
+	{
+		Op: LayerNormGradInput, In: []Input{{Name: "dy"}, {Name: "x"}, {Name: "save"}, {Name: "gamma", Optional: true}},
+		Out:      []Output{{Name: "dx"}},
+		Kernel32: layerNormGradInput[float32], Kernel64: layerNormGradInput[float64],
+	},
+	{
+		Op: LayerNormGradGamma, In: []Input{{Name: "dy"}, {Name: "x"}, {Name: "save"}}, Out: []Output{{Name: "dgamma"}},
+		Accumulates: true,
+		Kernel32:    layerNormGradGamma[float32], Kernel64: layerNormGradGamma[float64],
+	},
+	{
+		Op: LayerNormGradBeta, In: []Input{{Name: "dy"}}, Out: []Output{{Name: "dbeta"}}, Accumulates: true,
+		Kernel32: layerNormGradBeta[float32], Kernel64: layerNormGradBeta[float64],
+	},
+}
 
 // layerNorm: in x[N,...,D], optional gamma[D], optional beta[D]; out y and
 // save[N,...,2] = (mean, invstd) per row. Float32 goes to package vec in

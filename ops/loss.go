@@ -3,9 +3,132 @@ package ops
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gorun/ops/internal/vec"
 )
+
+// Losses: negative log-likelihood, cross-entropy and mean squared error,
+// each a [1] sum over the batch scaled by Ctx.LossScale, and their
+// gradients. Losses accumulate over micro-batches (Accumulates).
+
+const (
+	// NLLLoss: in logp[N,...,C], target[N,...] (Idx; logp's shape without
+	// its last dimension); out loss[1] = -Ctx.LossScale · Σₚ logp[p,
+	// targetₚ], summed over every position p, classes along the last
+	// dimension. Attrs: IgnoreIndex, HasIgnore (below).
+	NLLLoss Op = "nll_loss"
+
+	// NLLLossGrad: in dloss[1], target[N,...] (Idx); out dx[N,...,C].
+	// Attrs: IgnoreIndex, HasIgnore (as NLLLoss).
+	NLLLossGrad Op = "nll_loss_grad"
+
+	// CrossEntropy: in logits[N,...,C], target[N,...] (Idx); out loss[1] =
+	// Ctx.LossScale · Σₚ ((1-ε)·(-logpₚ[targetₚ]) + ε·mean_c(-logpₚ[c])),
+	// logp = log_softmax(logits) over the last dimension, and probs (the
+	// logits' shape) = softmax(logits), kept for the backward pass. Attrs:
+	// LabelSmoothing (ε, 0 = none), IgnoreIndex, HasIgnore.
+	//
+	// With HasIgnore, positions whose target equals IgnoreIndex add 0 to
+	// NLLLoss's and CrossEntropy's loss (both terms, with label smoothing)
+	// and get 0 gradient; their target need not be a class. PyTorch's
+	// reduction="mean" divides by the number of targets not ignored: the
+	// engine is responsible for setting LossScale to 1/that count.
+	CrossEntropy Op = "cross_entropy"
+
+	// CrossEntropyGrad: in dloss[1], probs[N,...,C], target[N,...] (Idx);
+	// out dx = LossScale·dloss·(probs - ((1-ε)·onehot(target) + ε/C)),
+	// 0 at ignored positions. Attrs: LabelSmoothing (ε), IgnoreIndex,
+	// HasIgnore.
+	CrossEntropyGrad Op = "cross_entropy_grad"
+
+	// MSELoss: in pred[N,...], target[N,...] (same shape, floats); out
+	// loss[1] = Ctx.LossScale · Σₙ mean over sample n's elements of
+	// (pred - target)². With LossScale 1/N it is PyTorch's mse_loss with
+	// reduction="mean".
+	MSELoss Op = "mse_loss"
+
+	// MSELossGrad: in dloss[1], pred[N,...], target[N,...]; out dpred =
+	// LossScale·dloss·2·(pred - target)/D, D the elements per sample.
+	MSELossGrad Op = "mse_loss_grad"
+)
+
+var lossOps = []*Def{
+	{
+		Op: NLLLoss, In: []Input{{Name: "input"}, {Name: "target", Int: true}}, Out: []Output{{Name: "loss", Unbatched: true}},
+		Accumulates: true, Shape: classLossShape(NLLLoss),
+		Grad: func(b GradBuilder) []Value {
+			return []Value{b.Grad(NLLLossGrad, b.Attrs(), b.In(0), b.OutGrad(0), b.In(1)), nil}
+		},
+		Kernel32: nllLoss[float32], Kernel64: nllLoss[float64],
+	},
+	{
+		Op: NLLLossGrad, In: []Input{{Name: "dloss"}, {Name: "target", Int: true}}, Out: []Output{{Name: "dx"}},
+		Kernel32: nllLossGrad[float32], Kernel64: nllLossGrad[float64],
+	},
+	{
+		Op: CrossEntropy, In: []Input{{Name: "input"}, {Name: "target", Int: true}},
+		Out:         []Output{{Name: "loss", Unbatched: true}, {Name: "probs", NoGrad: true}},
+		Accumulates: true, Shape: classLossShape(CrossEntropy),
+		Workspace: func(a *Attrs, in, out [][]int) int { // two per row of the logits
+			x := in[0]
+			if len(x) == 0 || x[len(x)-1] == 0 {
+				return 0
+			}
+			return 2 * prod(x) / x[len(x)-1]
+		},
+		Grad: func(b GradBuilder) []Value {
+			return []Value{b.Grad(CrossEntropyGrad, b.Attrs(), b.In(0), b.OutGrad(0), b.Out(1), b.In(1)), nil}
+		},
+		Kernel32: crossEntropy[float32], Kernel64: crossEntropy[float64],
+	},
+	{
+		Op: CrossEntropyGrad, In: []Input{{Name: "dloss"}, {Name: "probs"}, {Name: "target", Int: true}}, Out: []Output{{Name: "dx"}},
+		Kernel32: crossEntropyGrad[float32], Kernel64: crossEntropyGrad[float64],
+	},
+	{
+		Op: MSELoss, In: []Input{{Name: "input"}, {Name: "target"}}, Out: []Output{{Name: "loss", Unbatched: true}},
+		Accumulates: true,
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			p, t := in[0], in[1]
+			if !slices.Equal(p, t) {
+				return nil, fmt.Errorf("mse_loss: target shape %v differs from input shape %v", t, p)
+			}
+			return [][]int{{1}}, nil
+		},
+		Grad: func(b GradBuilder) []Value {
+			return []Value{b.Grad(MSELossGrad, b.Attrs(), b.In(0), b.OutGrad(0), b.In(0), b.In(1)), nil}
+		},
+		Kernel32: mseLoss[float32], Kernel64: mseLoss[float64],
+	},
+	{
+		Op: MSELossGrad, In: []Input{{Name: "dloss"}, {Name: "pred"}, {Name: "target"}}, Out: []Output{{Name: "dpred"}},
+		Kernel32: mseLossGrad[float32], Kernel64: mseLossGrad[float64],
+	},
+}
+
+// classLossShape is the shape rule of NLLLoss and CrossEntropy (op):
+// logits or log-probabilities [N,...,C] and a target of their shape
+// without the classes; out loss[1] and, for CrossEntropy, the
+// probabilities.
+func classLossShape(op Op) func(a *Attrs, in [][]int) ([][]int, error) {
+	return func(a *Attrs, in [][]int) ([][]int, error) {
+		if op == CrossEntropy && !(a.LabelSmoothing >= 0 && a.LabelSmoothing <= 1) {
+			return nil, fmt.Errorf("cross_entropy: label_smoothing must be in [0, 1], got %v", a.LabelSmoothing)
+		}
+		x, t := in[0], in[1]
+		if len(x) < 2 {
+			return nil, fmt.Errorf("%v: input must be [N ... C] with at least 2 dimensions, got %v", op, x)
+		}
+		if want := x[:len(x)-1]; !slices.Equal(t, want) {
+			return nil, fmt.Errorf("%v: target must be %v, the input's shape %v without its last dimension, got %v", op, want, x, t)
+		}
+		if op == NLLLoss {
+			return [][]int{{1}}, nil
+		}
+		return [][]int{{1}, clone(x)}, nil
+	}
+}
 
 // Targets must lie in [0, C); a kernel that meets one outside panics with a
 // message naming it (the engine checks labels when it loads data). With

@@ -6,6 +6,53 @@ import (
 	"gorun/ops/internal/vec"
 )
 
+// Optimizer steps and gradient clipping: they update their inputs in place
+// (InPlace) and have no outputs.
+
+const (
+	// SGDStep: in param, grad, momentum buffer (unused when Momentum is 0).
+	// PyTorch's torch.optim.SGD rule. Attrs: LR, Momentum, Dampening,
+	// WeightDecay, Nesterov. Ctx.Step is the 1-based optimizer step.
+	SGDStep Op = "sgd_step"
+
+	// AdamStep: in param, grad, m, v. PyTorch's torch.optim.Adam rule.
+	// Attrs: LR, Beta1, Beta2, Eps, WeightDecay. Ctx.Step is the 1-based
+	// optimizer step.
+	AdamStep Op = "adam_step"
+
+	// AdamWStep: in param, grad, m, v. PyTorch's torch.optim.AdamW rule
+	// (amsgrad=False): param *= 1 - LR·WeightDecay (decoupled weight
+	// decay), then Adam's update without weight decay in the gradient.
+	// Attrs: LR, Beta1, Beta2, Eps, WeightDecay (PyTorch's default 1e-2,
+	// used as given). Ctx.Step is the 1-based optimizer step.
+	AdamWStep Op = "adamw_step"
+
+	// ClipGradNorm: in grads (every gradient, one buffer); scales them in
+	// place by min(1, MaxNorm/(‖grads‖₂ + 1e-6)), the norm summed in
+	// float64 — torch.nn.utils.clip_grad_norm_ over all parameters.
+	// Attrs: MaxNorm.
+	ClipGradNorm Op = "clip_grad_norm"
+)
+
+var optimizerOps = []*Def{
+	{
+		Op: SGDStep, InPlace: true, In: []Input{{Name: "param"}, {Name: "grad"}, {Name: "momentum_buffer"}},
+		Kernel32: sgdStep[float32], Kernel64: sgdStep[float64],
+	},
+	{
+		Op: AdamStep, InPlace: true, In: []Input{{Name: "param"}, {Name: "grad"}, {Name: "m"}, {Name: "v"}},
+		Kernel32: adamStep[float32], Kernel64: adamStep[float64],
+	},
+	{
+		Op: AdamWStep, InPlace: true, In: []Input{{Name: "param"}, {Name: "grad"}, {Name: "m"}, {Name: "v"}},
+		Kernel32: adamWStep[float32], Kernel64: adamWStep[float64],
+	},
+	{
+		Op: ClipGradNorm, InPlace: true, In: []Input{{Name: "grads"}},
+		Kernel32: clipGradNorm[float32], Kernel64: clipGradNorm[float64],
+	},
+}
+
 // The optimizer kernels follow PyTorch 1.13's single-tensor implementations
 // (torch/optim/sgd.py _single_tensor_sgd, adam.py _single_tensor_adam,
 // adamw.py _single_tensor_adamw)

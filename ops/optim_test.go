@@ -46,10 +46,10 @@ func TestOptimizersMatchPyTorch(t *testing.T) {
 			t.Fatalf("%s: unknown kind %q", gc.Name, gc.Kind)
 		}
 		t.Run(gc.Name+"/float64", func(t *testing.T) {
-			runOptim(t, &Kernels64, op, a, g.Param, g.Grads, gc.Float64, 0)
+			runOptim(t, Kernels64, op, a, g.Param, g.Grads, gc.Float64, 0)
 		})
 		t.Run(gc.Name+"/float32", func(t *testing.T) {
-			runOptim(t, &Kernels32, op, a, g.Param, g.Grads, gc.Float32, 0)
+			runOptim(t, Kernels32, op, a, g.Param, g.Grads, gc.Float32, 0)
 		})
 	}
 }
@@ -60,7 +60,7 @@ func TestOptimizersMatchPyTorch(t *testing.T) {
 // same multiply-adds as ours, see optim.go; a golden file written by a
 // PyTorch without AVX2 kernels would differ by a few units in the last
 // place).
-func runOptim[T Float](t *testing.T, k *[NumOps]Kernel[T], op Op, a *Attrs, param []float64, grads, want [][]float64, float32ULP int) {
+func runOptim[T Float](t *testing.T, k map[Op]Kernel[T], op Op, a *Attrs, param []float64, grads, want [][]float64, float32ULP int) {
 	n := len(param)
 	p := fromGolden[T](&goldenTensor{Shape: []int{n}, Data: param})
 	s1, s2 := zeroBuf[T]([]int{n}), zeroBuf[T]([]int{n})

@@ -1,10 +1,133 @@
 package ops
 
 import (
+	"fmt"
 	"math"
 
 	"gorun/ops/internal/vec"
 )
+
+// Pooling over the planes of x[N,C,H,W]: max pooling (with the index of
+// each maximum, for the gradient), average pooling, and the global average
+// of each plane; and their gradients.
+
+const (
+	// MaxPool2D: in x[N,C,H,W]; out y[N,C,OH,OW] and the index (in Idx)
+	// within each H×W plane of the element chosen. Attrs: Kernel, Stride.
+	// No padding; floor division, as PyTorch's default.
+	MaxPool2D Op = "maxpool2d"
+
+	// MaxPool2DGrad: in dy[N,C,OH,OW], index (Idx, from MaxPool2D); out
+	// dx[N,C,H,W].
+	MaxPool2DGrad Op = "maxpool2d_grad"
+
+	// AvgPool2D: in x[N,C,H,W]; out y[N,C,OH,OW], the mean of each window
+	// over Kernel×Kernel elements, padding included (PyTorch's
+	// count_include_pad=True, floor mode). Attrs: Kernel, Stride (0 =
+	// Kernel), Padding (at most Kernel/2).
+	AvgPool2D Op = "avgpool2d"
+
+	// AvgPool2DGrad: in dy[N,C,OH,OW]; out dx[N,C,H,W]. Attrs: as
+	// AvgPool2D.
+	AvgPool2DGrad Op = "avgpool2d_grad"
+
+	// GlobalAvgPool2D: in x[N,C,H,W]; out y[N,C,1,1], the mean of each
+	// H×W plane (adaptive_avg_pool2d(x, 1)).
+	GlobalAvgPool2D Op = "global_avgpool2d"
+
+	// GlobalAvgPool2DGrad: in dy[N,C,1,1]; out dx[N,C,H,W] = dy/(H·W).
+	GlobalAvgPool2DGrad Op = "global_avgpool2d_grad"
+)
+
+var poolOps = []*Def{
+	{
+		Op: MaxPool2D, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}, {Name: "index", Int: true}},
+		Shape:    func(a *Attrs, in [][]int) ([][]int, error) { return inferMaxPool2D(a, in[0]) },
+		Grad:     gradWithOut(MaxPool2DGrad, 1),
+		Kernel32: maxPool2D[float32], Kernel64: maxPool2D[float64],
+	},
+	{
+		Op: MaxPool2DGrad, In: []Input{{Name: "dy"}, {Name: "index", Int: true}}, Out: []Output{{Name: "dx"}},
+		Kernel32: maxPool2DGrad[float32], Kernel64: maxPool2DGrad[float64],
+	},
+	{
+		Op: AvgPool2D, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}},
+		Shape:    func(a *Attrs, in [][]int) ([][]int, error) { return inferAvgPool2D(a, in[0]) },
+		Grad:     gradOfDy(AvgPool2DGrad),
+		Kernel32: avgPool2D[float32], Kernel64: avgPool2D[float64],
+	},
+	{
+		Op: AvgPool2DGrad, In: []Input{{Name: "dy"}}, Out: []Output{{Name: "dx"}},
+		Kernel32: avgPool2DGrad[float32], Kernel64: avgPool2DGrad[float64],
+	},
+	{
+		Op: GlobalAvgPool2D, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x := in[0]
+			if len(x) != 4 {
+				return nil, fmt.Errorf("global_avgpool2d: input must be [N C H W], got %v", x)
+			}
+			return [][]int{{x[0], x[1], 1, 1}}, nil
+		},
+		Grad:     gradOfDy(GlobalAvgPool2DGrad),
+		Kernel32: globalAvgPool2D[float32], Kernel64: globalAvgPool2D[float64],
+	},
+	{
+		Op: GlobalAvgPool2DGrad, In: []Input{{Name: "dy"}}, Out: []Output{{Name: "dx"}},
+		Kernel32: globalAvgPool2DGrad[float32], Kernel64: globalAvgPool2DGrad[float64],
+	},
+}
+
+func inferMaxPool2D(a *Attrs, x []int) ([][]int, error) {
+	if len(x) != 4 {
+		return nil, fmt.Errorf("maxpool2d: input must be [N C H W], got %v", x)
+	}
+	k, s := a.Kernel, poolStride(a)
+	if k < 1 {
+		return nil, fmt.Errorf("maxpool2d: kernel must be at least 1, got %d", k)
+	}
+	if s < 1 {
+		return nil, fmt.Errorf("maxpool2d: stride must be at least 1, got %d", s)
+	}
+	if x[2] < k || x[3] < k {
+		return nil, fmt.Errorf("maxpool2d: kernel %d does not fit input %d×%d", k, x[2], x[3])
+	}
+	y := []int{x[0], x[1], (x[2]-k)/s + 1, (x[3]-k)/s + 1}
+	return [][]int{y, clone(y)}, nil
+}
+
+func inferAvgPool2D(a *Attrs, x []int) ([][]int, error) {
+	if len(x) != 4 {
+		return nil, fmt.Errorf("avgpool2d: input must be [N C H W], got %v", x)
+	}
+	k, s, p := a.Kernel, poolStride(a), a.Padding
+	if k < 1 {
+		return nil, fmt.Errorf("avgpool2d: kernel must be at least 1, got %d", k)
+	}
+	if s < 1 {
+		return nil, fmt.Errorf("avgpool2d: stride must be at least 1, got %d", s)
+	}
+	if p < 0 || 2*p > k {
+		return nil, fmt.Errorf("avgpool2d: padding must be between 0 and half the kernel (%d), got %d", k/2, p)
+	}
+	if x[2]+2*p < k || x[3]+2*p < k {
+		msg := fmt.Sprintf("avgpool2d: kernel %d does not fit input %d×%d", k, x[2], x[3])
+		if p > 0 {
+			msg += fmt.Sprintf(" with padding %d", p)
+		}
+		return nil, fmt.Errorf("%s", msg)
+	}
+	return [][]int{{x[0], x[1], (x[2]+2*p-k)/s + 1, (x[3]+2*p-k)/s + 1}}, nil
+}
+
+// poolStride is MaxPool2D's and AvgPool2D's stride; 0 means PyTorch's
+// default, the kernel.
+func poolStride(a *Attrs) int {
+	if a.Stride == 0 {
+		return a.Kernel
+	}
+	return a.Stride
+}
 
 // maxPool2D: in x[N,C,H,W]; out y[N,C,OH,OW] and idx[N,C,OH,OW] (Idx), the
 // position within the H×W plane of each chosen element. As PyTorch's CPU

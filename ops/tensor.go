@@ -1,7 +1,176 @@
 package ops
 
-// Data movement: Concat, Narrow and its gradient NarrowGrad (Narrow is
-// also Concat's gradient), Permute; Positions.
+import (
+	"fmt"
+	"slices"
+)
+
+// Tensor movement: Flatten (a view), Concat, Narrow and its gradient
+// NarrowGrad (Narrow is also Concat's gradient), Permute; Positions.
+
+const (
+	// Flatten: in x[N,...]; out y[N,prod(...)]. Output aliases the input.
+	Flatten Op = "flatten"
+
+	// Concat: in a[N,A,...], b[N,B,...] (the same batch and trailing
+	// dimensions); out [N,A+B,...], a then b along dimension 1, as
+	// torch.cat((a, b), dim=1). Its gradients are Narrow of dy with
+	// Offset 0 (for a) and Offset A (for b).
+	Concat Op = "concat"
+
+	// Narrow: in x[N,S,...]; out [N,L,...], the slice [Offset, Offset+L)
+	// of dimension 1 (x.narrow(1, Offset, L)), rank at least 2. As a forward
+	// op (splitting a tensor along dimension 1) its shape rule takes L from
+	// Attrs.Length (at least 1, Offset+Length ≤ S); the kernel takes L from
+	// the output's shape, so that Narrow also serves as Concat's gradient
+	// with Offset alone. Its gradient is NarrowGrad with the same Offset.
+	// Attrs: Offset, Length.
+	Narrow Op = "narrow"
+
+	// NarrowGrad: in dy[N,L,...]; out dx[N,S,...] (S from the output's
+	// shape; Offset+L ≤ S), zero but for the slice [Offset, Offset+L) of
+	// dimension 1, which is dy: Narrow's gradient (torch.narrow's
+	// backward). Attrs: Offset.
+	NarrowGrad Op = "narrow_grad"
+
+	// Permute: in x of rank r ≤ 6; out y with dimension i of size
+	// x.shape[Perm[i]] (x.permute(Perm[:r])), elements moved to match.
+	// Perm[:r] must be a permutation of 0..r-1 that keeps the batch first
+	// (Perm[0] = 0); Perm[r:] is ignored. Attrs: Perm. Its gradient is
+	// Permute with InversePerm(Perm, r); [N,T,H,Dh] → [N,H,T,Dh] is Perm
+	// {0, 2, 1, 3}, its own inverse.
+	Permute Op = "permute"
+
+	// Positions: in x[N,T,...] (any element type: only its live shape is
+	// read, never its data); out pos[N,T] (Idx), pos[n,t] = t: the
+	// position ids a GPT's position embedding looks up
+	// (torch.arange(T).expand(N, T)). No gradient: the output is integer.
+	Positions Op = "positions"
+)
+
+var tensorOps = []*Def{
+	{
+		Op: Flatten, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, Alias: true,
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x := in[0]
+			if len(x) < 2 {
+				return nil, fmt.Errorf("flatten: input must be [N ...] with at least 2 dimensions, got %v", x)
+			}
+			return [][]int{{x[0], prod(x[1:])}}, nil
+		},
+		// The gradient of a view is a view of the gradient.
+		Grad:     gradOfDy(Flatten),
+		Kernel32: flatten[float32], Kernel64: flatten[float64],
+	},
+	{
+		Op: Concat, In: []Input{{Name: "input"}, {Name: "other"}}, Out: []Output{{Name: "y"}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x, y := in[0], in[1]
+			if len(x) < 2 || len(y) < 2 {
+				return nil, fmt.Errorf("concat: inputs must be [N C ...] with at least 2 dimensions, got %v and %v", x, y)
+			}
+			if len(x) != len(y) || x[0] != y[0] || !slices.Equal(x[2:], y[2:]) {
+				return nil, fmt.Errorf("concat: shapes %v and %v differ outside dimension 1", x, y)
+			}
+			z := clone(x)
+			z[1] += y[1]
+			return [][]int{z}, nil
+		},
+		Grad: func(b GradBuilder) []Value {
+			x, y, dz := b.In(0), b.In(1), b.OutGrad(0)
+			out := make([]Value, 2)
+			if b.NeedsGrad(x) {
+				out[0] = b.Grad(Narrow, Attrs{Offset: 0}, x, dz)
+			}
+			if b.NeedsGrad(y) {
+				out[1] = b.Grad(Narrow, Attrs{Offset: b.Shape(x)[1]}, y, dz)
+			}
+			return out
+		},
+		Kernel32: concat[float32], Kernel64: concat[float64],
+	},
+	{
+		Op: Narrow, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x := in[0]
+			if len(x) < 2 {
+				return nil, fmt.Errorf("narrow: input must be [N S ...] with at least 2 dimensions, got %v", x)
+			}
+			if a.Offset < 0 {
+				return nil, fmt.Errorf("narrow: offset must not be negative, got %d", a.Offset)
+			}
+			if a.Length < 1 {
+				return nil, fmt.Errorf("narrow: length must be at least 1, got %d", a.Length)
+			}
+			if a.Offset+a.Length > x[1] {
+				return nil, fmt.Errorf("narrow: offset %d + length %d exceeds dimension 1 of input %v (%d)", a.Offset, a.Length, x, x[1])
+			}
+			y := clone(x)
+			y[1] = a.Length
+			return [][]int{y}, nil
+		},
+		Grad: func(b GradBuilder) []Value {
+			return []Value{b.Grad(NarrowGrad, Attrs{Offset: b.Attrs().Offset}, b.In(0), b.OutGrad(0))}
+		},
+		Kernel32: narrow[float32], Kernel64: narrow[float64],
+	},
+	{
+		Op: NarrowGrad, In: []Input{{Name: "dy"}}, Out: []Output{{Name: "dx"}},
+		Kernel32: narrowGrad[float32], Kernel64: narrowGrad[float64],
+	},
+	{
+		Op: Permute, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x := in[0]
+			r := len(x)
+			if r > MaxPermRank {
+				return nil, fmt.Errorf("permute: input has %d dimensions, at most %d are supported: %v", r, MaxPermRank, x)
+			}
+			perm := a.Perm[:r]
+			var seen [MaxPermRank]bool
+			for _, p := range perm {
+				if p < 0 || int(p) >= r || seen[p] {
+					return nil, fmt.Errorf("permute: perm %v is not a permutation of the %d dimensions of input %v", perm, r, x)
+				}
+				seen[p] = true
+			}
+			if perm[0] != 0 {
+				return nil, fmt.Errorf("permute: perm %v moves the batch dimension; it must stay first", perm)
+			}
+			y := make([]int, r)
+			for i, p := range perm {
+				y[i] = x[p]
+			}
+			return [][]int{y}, nil
+		},
+		Grad: func(b GradBuilder) []Value {
+			x := b.In(0)
+			return []Value{b.Grad(Permute, Attrs{Perm: InversePerm(b.Attrs().Perm, len(b.Shape(x)))}, x, b.OutGrad(0))}
+		},
+		Kernel32: permute[float32], Kernel64: permute[float64],
+	},
+	{
+		Op: Positions, In: []Input{{Name: "input"}}, Out: []Output{{Name: "pos", Int: true}},
+		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
+			x := in[0]
+			if len(x) < 2 {
+				return nil, fmt.Errorf("positions: input must be [N T ...] with at least 2 dimensions, got %v", x)
+			}
+			return [][]int{{x[0], x[1]}}, nil
+		},
+		Kernel32: positions[float32], Kernel64: positions[float64],
+	},
+}
+
+// flatten: in x[N,...]; out y[N,prod(...)]. The engine makes y alias x, and
+// then there is nothing to do; otherwise x is copied.
+func flatten[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	if !same(x, y) {
+		copy(y, x)
+	}
+}
 
 // concat: in a[N,A,...], b[N,B,...]; out [N,A+B,...], per sample a's
 // elements then b's.

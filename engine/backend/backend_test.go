@@ -24,7 +24,7 @@ func TestEveryBackendHasEveryOp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for op := ops.Op(1); int(op) < ops.NumOps; op++ {
+		for _, op := range ops.All() {
 			reason := ""
 			if d, ok := b.(interface{ Declines(ops.Op) string }); ok {
 				reason = d.Declines(op)

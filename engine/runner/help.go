@@ -8,6 +8,7 @@ import (
 
 	"gorun/engine"
 	"gorun/engine/backend"
+	"gorun/ops"
 )
 
 // Helping. In a synchronous data-parallel step every rank waits at the
@@ -61,7 +62,7 @@ func stepTouch(st *engine.Step) touch {
 	var t touch
 	switch st.Kind {
 	case engine.KernelStep, engine.CopyStep:
-		inPlace := st.Kind == engine.KernelStep && st.Op.Info().InPlace
+		inPlace := st.Kind == engine.KernelStep && ops.Lookup(st.Op).InPlace
 		for _, b := range st.In {
 			if b == nil {
 				continue
@@ -157,7 +158,7 @@ func gradientLeaf(prog *engine.Program, st *engine.Step) bool {
 	if st.Kind != engine.KernelStep || st.Phase != engine.PhaseBackward || len(st.Out) == 0 || prog.GradArena == nil {
 		return false
 	}
-	if info := st.Op.Info(); info.Random || info.InPlace || info.Alias {
+	if d := ops.Lookup(st.Op); d.Random || d.InPlace || d.Alias {
 		return false
 	}
 	for _, b := range st.Out {

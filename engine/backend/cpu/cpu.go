@@ -30,7 +30,7 @@ type Backend struct{}
 func (Backend) Name() string { return "cpu" }
 
 // Supports reports whether ops has a CPU kernel for op.
-func (Backend) Supports(op ops.Op) bool { return int(op) < ops.NumOps && ops.Kernels32[op] != nil }
+func (Backend) Supports(op ops.Op) bool { return ops.Kernels32[op] != nil }
 
 // Open returns a CPU device; the index only names it.
 func (Backend) Open(index int, _ backend.Options) (backend.Device, error) {
@@ -242,7 +242,7 @@ func (d *Device) ExecFor(owner backend.Device, st *engine.Step, rc *backend.RunC
 	if !ok || !d.CanHelp(owner) {
 		return fmt.Errorf("%s: cannot run a step of %s", d.Name(), owner.Name())
 	}
-	if info := st.Op.Info(); st.Kind != engine.KernelStep || st.Phase == engine.PhaseUpdate || info.Random || info.InPlace {
+	if st.Kind != engine.KernelStep || st.Phase == engine.PhaseUpdate || ops.Lookup(st.Op).Random || ops.Lookup(st.Op).InPlace {
 		return fmt.Errorf("%s: step %d (%s) of %s must run on its own device", d.Name(), st.ID, st.Layer, o.Name())
 	}
 	bd := &o.bound[st.ID]
