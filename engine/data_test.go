@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"gorun/datasets"
-	"gorun/engine/safetensors"
 	"gorun/engine/spec"
+	"gorun/safetensors"
 )
 
 // transformSpec is an element of spec.Data's Transforms.

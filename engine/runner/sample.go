@@ -9,7 +9,7 @@ import (
 	"gorun/engine"
 	"gorun/engine/backend"
 	"gorun/engine/backend/cpu"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // SampleOptions say how Generate continues a prompt.

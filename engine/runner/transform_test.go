@@ -9,7 +9,7 @@ import (
 
 	"gorun/datasets"
 	"gorun/engine"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // recorder wraps a training set with transforms and records, for every
