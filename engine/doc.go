@@ -12,8 +12,9 @@
 //     steps in order — forward, backward with the gradient collectives
 //     placed after the step that completes each bucket (sync.go), the
 //     optimizer update — and the evaluation pass;
-//   - data.go gives each epoch's shards and schedule (partition strategies,
-//     uneven shards) and reads the datasets a Spec names;
+//   - shards.go gives each epoch's shards and schedule (partition
+//     strategies, uneven shards); the datasets themselves are package
+//     datasets' (Compile asks it only for their shapes, datasets.Describe);
 //   - describe.go and dot.go print a Plan (`gorun plan`, `--dot`).
 //
 // A Plan is immutable and device-neutral: it holds no memory and no run

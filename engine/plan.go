@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"gorun/datasets"
 	"gorun/engine/spec"
 	"gorun/ops"
 )
@@ -248,20 +249,20 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if proc < 0 || proc >= c.ProcessCount() {
 		return nil, fmt.Errorf("process %d is not one of the cluster's %d processes", proc, c.ProcessCount())
 	}
-	info, err := datasetInfo(&s.Data)
+	info, err := datasets.Describe(&s.Data)
 	if err != nil {
 		return nil, err
 	}
 	if s.Eval != nil {
 		// The eval set must fit the model the training set shapes, or
 		// evaluation fails a whole epoch later.
-		ev, err := datasetInfo(s.Eval)
+		ev, err := datasets.Describe(s.Eval)
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes || !slices.Equal(ev.target, info.target) || ev.tokens != info.tokens {
+		if !slices.Equal(ev.Sample, info.Sample) || ev.Classes != info.Classes || !slices.Equal(ev.Target, info.Target) || ev.Tokens != info.Tokens {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
-				s.Eval.Pos, s.Eval.Kind, ev.sample, ev.classes, info.sample, info.classes)
+				s.Eval.Pos, s.Eval.Kind, ev.Sample, ev.Classes, info.Sample, info.Classes)
 		}
 	}
 	if s.Accumulate < 1 {
@@ -271,7 +272,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if s.BatchSize < world {
 		return nil, fmt.Errorf("%s: batch_size %d is smaller than the %d devices: every device needs at least one sample", s.Pos, s.BatchSize, world)
 	}
-	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, Target: info.target, Tokens: info.tokens, World: world, Process: proc}
+	p := &Plan{Spec: s, Cluster: c, Sample: info.Sample, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, World: world, Process: proc}
 	p.LocalBatch = SplitBatch(s.BatchSize, c.Weights, world)
 	for r, b := range p.LocalBatch {
 		if b == 0 {
@@ -282,9 +283,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSync(s, world); err != nil {
 		return nil, err
 	}
-	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex}
+	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, IgnoreIndex: s.IgnoreIndex}
 	p.graphOpts = GraphOptions{CPUFusions: c.Backend == "" || c.Backend == "cpu"}
-	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.sample, p.graphOpts)
+	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.Sample, p.graphOpts)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"gorun/datasets"
 	"gorun/engine"
 	"gorun/ops"
 )
@@ -238,7 +239,7 @@ func TestSymbolicGradientFiniteDifferences(t *testing.T) {
 	if err := d.dev.UploadF32(d.prog.StatArena, 0, p.InitialStats()); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := engine.LoadData(&p.Spec.Data)
+	ds, err := datasets.Load(&p.Spec.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ train(model = nn.linear(192, 4, name = "fc")(EXPR.flatten()), loss = "cross_entr
 `, "EXPR", expr, 1)
 		p := compile(t, loadSpec(t, src), 1)
 		d, cd := testDevice(t, p, 0, 3)
-		ds, err := engine.LoadData(&p.Spec.Data)
+		ds, err := datasets.Load(&p.Spec.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +323,7 @@ train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy"
       optimizer = optim.sgd(lr = 0.1), batch_size = 4)
 `), 1)
 	d, cd := testDevice(t, p, 0, 3)
-	ds, err := engine.LoadData(&p.Spec.Data)
+	ds, err := datasets.Load(&p.Spec.Data)
 	if err != nil {
 		t.Fatal(err)
 	}

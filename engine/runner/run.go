@@ -162,12 +162,12 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	rs.log = &lockedWriter{w: rs.log} // ranks log from their own goroutines
 	var err error
 	if rs.train == nil {
-		if rs.train, err = engine.LoadData(&s.Data); err != nil {
+		if rs.train, err = datasets.Load(&s.Data); err != nil {
 			return nil, err
 		}
 	}
 	if rs.eval == nil && s.Eval != nil {
-		if rs.eval, err = engine.LoadData(s.Eval); err != nil {
+		if rs.eval, err = datasets.Load(s.Eval); err != nil {
 			return nil, err
 		}
 	}

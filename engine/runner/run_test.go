@@ -167,7 +167,7 @@ func TestModelGradientFiniteDifferences(t *testing.T) {
 		}
 		p := compile(t, loadSpec(t, src, "loss="+loss), 1)
 		d, cd := testDevice(t, p, 0, 3)
-		ds, err := engine.LoadData(&p.Spec.Data)
+		ds, err := datasets.Load(&p.Spec.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

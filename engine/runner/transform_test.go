@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"gorun/datasets"
-	"gorun/engine"
 	"gorun/safetensors"
 )
 
@@ -85,7 +84,7 @@ train(
 `, path)
 	run := func(devices int) *recorder {
 		s := loadSpec(t, src)
-		ds, err := engine.LoadData(&s.Data)
+		ds, err := datasets.Load(&s.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
