@@ -16,10 +16,12 @@ import (
 	"gorgonia.org/tensor"
 
 	"gorun/comm"
+	"gorun/cuda/cudatarget"
 	"gorun/cuda/kernels"
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -32,11 +34,19 @@ type Backend struct{}
 
 var _ backend.Backend = Backend{}
 
-// Name is "cuda".
-func (Backend) Name() string { return "cuda" }
-
-// Supports reports whether the CUDA device has a kernel for op.
-func (Backend) Supports(op ops.Op) bool { return supportsOp(op) }
+// Target describes the built cuda backend: the description every build
+// has (package cudatarget: the [cuda] table's keys eager, cublas and
+// nccl, the nccl transport), with the ops the CUDA device runs and those
+// it declines.
+func (Backend) Target() *target.Target {
+	t := cudatarget.Target()
+	t.Supports = supportsOp
+	t.Declines = map[ops.Op]string{}
+	for op := range cpuOnly {
+		t.Declines[op] = "the conv2d+maxpool2d fusion has a CPU kernel only (a CUDA plan keeps the convolution, the pooling and the ReLU apart)"
+	}
+	return t
+}
 
 // gpu is one physical GPU: its primary context and the kernels loaded
 // into it, shared by the devices (replicas) on it.
@@ -125,7 +135,7 @@ func (Backend) Open(index int, opts backend.Options) (backend.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{index: index, gpu: g, opts: opts, eng: &Engine{ctx: g.ctx, ordinal: g.ordinal}, args: newArgBlock()}
+	d := &Device{index: index, gpu: g, set: cudatarget.Read(opts.Settings), eng: &Engine{ctx: g.ctx, ordinal: g.ordinal}, args: newArgBlock()}
 	if err := d.open(); err != nil {
 		d.Close()
 		return nil, err
@@ -161,7 +171,7 @@ func (d *Device) open() error {
 		}
 	}
 	d.eventsOK = true
-	lib, err := openCublas(d.opts.Libraries["cublas"])
+	lib, err := openCublas(d.set.Cublas)
 	if err != nil {
 		return err
 	}
@@ -215,7 +225,7 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 type Device struct {
 	index int
 	gpu   *gpu
-	opts  backend.Options
+	set   cudatarget.Settings // the cluster file's [cuda] table
 	eng   *Engine
 
 	stream, comm              cu.Stream // compute and communication streams

@@ -84,8 +84,8 @@ func (p *Plan) Fingerprint() []PlanStep {
 // before such a fusion existed still resume.
 func (p *Plan) ResumeKey() []PlanStep {
 	q := p
-	if p.graphOpts != (GraphOptions{}) {
-		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{})
+	if p.graphOpts.Supports != nil {
+		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{NoFusion: p.graphOpts.NoFusion})
 		if err != nil {
 			panic(fmt.Sprintf("the plan's graph without the backend's fusions: %v", err)) // it compiled with them
 		}

@@ -12,6 +12,7 @@ import (
 
 	"gorun/datasets"
 	"gorun/engine/spec"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -284,7 +285,8 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		return nil, err
 	}
 	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, IgnoreIndex: s.IgnoreIndex}
-	p.graphOpts = GraphOptions{CPUFusions: c.Backend == "" || c.Backend == "cpu"}
+	t := c.Target()
+	p.graphOpts = GraphOptions{Supports: t.Supports, NoFusion: c.NoFusion}
 	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.Sample, p.graphOpts)
 	if err != nil {
 		return nil, err
@@ -303,6 +305,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 			return nil, err
 		}
 		p.Devices = append(p.Devices, prog)
+	}
+	if err := checkOps(t, p.Devices[0]); err != nil {
+		return nil, err
 	}
 	if err := p.checkMemory(); err != nil {
 		return nil, err
@@ -343,15 +348,38 @@ func checkSizes(g *Graph) error {
 	return nil
 }
 
+// checkOps refuses a Program with a step whose op the target does not
+// run, naming the op, the reason the backend gives and the layer. A
+// target this build lacks (no Supports) is not checked: the run refuses
+// it anyway (Cluster.CheckBuild).
+func checkOps(t *target.Target, prog *Program) error {
+	if !t.Built() {
+		return nil
+	}
+	for _, st := range slices.Concat(prog.Steps, prog.Eval) {
+		if st.Kind != KernelStep || t.Supports(st.Op) {
+			continue
+		}
+		err := fmt.Errorf("backend %q has no kernel for op %s", t.Name, st.Op)
+		if why := t.Declines[st.Op]; why != "" {
+			err = fmt.Errorf("backend %q has no kernel for op %s: %s", t.Name, st.Op, why)
+		}
+		return &CompileError{Pos: st.Pos, Layer: st.Layer, Err: err}
+	}
+	return nil
+}
+
 // checkMemory refuses a Plan whose devices need more memory than the
-// limit: Cluster.MemoryLimit when set, else (CPU backend) the memory the
-// host has available. The error names the largest buffer's layer and the
-// figures. GPU memory is checked when a device allocates its arena.
+// limit: Cluster.MemoryLimit when set, else, for a backend whose memory is
+// the host's (target.Target.HostMemory), the memory the host has
+// available. The error names the largest buffer's layer and the figures.
+// Other devices' memory (a GPU's) is checked when a device allocates its
+// arena.
 func (p *Plan) checkMemory() error {
 	limit := p.Cluster.MemoryLimit
 	what := "the cluster's memory_limit"
 	if limit <= 0 {
-		if p.Cluster.Backend != "" && p.Cluster.Backend != "cpu" {
+		if t := p.Cluster.Target(); t == nil || !t.HostMemory {
 			return nil
 		}
 		limit = availableMemory()

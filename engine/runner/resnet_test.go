@@ -357,9 +357,8 @@ train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy"
 // TestFusionMatchesUnfused: the plan fuses every batch norm that feeds a
 // ReLU (and each block's bn2 + shortcut + ReLU) into one step, and the
 // backward Add of a block input's two gradients into the ReLU gradient
-// that reads it, and trains
-// and evaluates bit for bit as the unfused plan (GORUN_FUSION=off) does,
-// on one device and two.
+// that reads it, and trains and evaluates bit for bit as the unfused plan
+// (cluster.fusion = false) does, on one device and two.
 func TestFusionMatchesUnfused(t *testing.T) {
 	sets := []string{"epochs=2", "optimizer=optim.sgd(lr=0.05, momentum=0.9)", "eval=data.synthetic(size=30, shape=(1, 8, 8), classes=4, seed=3, split='test')"}
 	// count returns the forward ReLU, Add and fused batch norm steps, and
@@ -389,7 +388,7 @@ func TestFusionMatchesUnfused(t *testing.T) {
 			t.Errorf("fused plan: %v %s; want [0 0 5 0 2]", n, what)
 		}
 		if n := count(pp); n != [5]int{5, 2, 0, 2, 0} {
-			t.Errorf("GORUN_FUSION=off: %v %s; want [5 2 0 2 0]", n, what)
+			t.Errorf("cluster.fusion = false: %v %s; want [5 2 0 2 0]", n, what)
 		}
 		for i := range fused.Params {
 			if d := maxRelDiff(fused.Params[i], plain.Params[i]); d != 0 {

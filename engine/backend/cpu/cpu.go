@@ -4,7 +4,17 @@
 // ops. Collectives run through the host communicators (in-process shared
 // memory or MPI) directly on the arena.
 //
-// Importing the package registers the backend as "cpu".
+// Importing the package registers the backend as "cpu" (cmd/gorun does;
+// so do the tests that run Plans). Its table in the cluster file has one
+// key:
+//
+//	[cpu]
+//	help = true   # false: a device never runs another's gradient kernels
+//
+// Helping (engine/runner/help.go) lets a device that has finished its
+// backward pass run a slower device's remaining gradient kernels
+// (Device.ExecFor); with help = false every device refuses (CanHelp), to
+// measure what helping gains.
 package cpu
 
 import (
@@ -18,6 +28,7 @@ import (
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -26,15 +37,26 @@ func init() { backend.Register(Backend{}) }
 // Backend opens CPU devices; every Program of the process gets one.
 type Backend struct{}
 
-// Name is "cpu".
-func (Backend) Name() string { return "cpu" }
+// Target describes the cpu backend: every op that has a CPU kernel in
+// package ops (all of them), devices in the host's memory, each computing
+// on one core, and the key help of its [cpu] table.
+func (Backend) Target() *target.Target {
+	return &target.Target{
+		Name:       "cpu",
+		Supports:   func(op ops.Op) bool { return int(op) < ops.NumOps && ops.Kernels32[op] != nil },
+		Keys:       []target.Key{target.Bool("help", true, "false: a device never runs a slower device's gradient kernels (helping)")},
+		HostMemory: true,
+		HostCores:  true,
+	}
+}
 
-// Supports reports whether ops has a CPU kernel for op.
-func (Backend) Supports(op ops.Op) bool { return int(op) < ops.NumOps && ops.Kernels32[op] != nil }
-
-// Open returns a CPU device; the index only names it.
-func (Backend) Open(index int, _ backend.Options) (backend.Device, error) {
+// Open returns a CPU device; the index only names it. Its settings are
+// the [cpu] table's (help).
+func (Backend) Open(index int, opts backend.Options) (backend.Device, error) {
 	d := &Device{index: index, eng: Engine{}}
+	if help, ok := opts.Settings["help"].(bool); ok {
+		d.noHelp = !help
+	}
 	d.pcg = &rand.PCG{}
 	d.ctx.RNG = rand.New(d.pcg)
 	return d, nil
@@ -80,6 +102,9 @@ type Device struct {
 	// help is the kernels' context for another device's steps (ExecFor):
 	// this device's scratch, no RNG.
 	help ops.Ctx[float32]
+	// noHelp: the [cpu] table's help = false; the device runs no other
+	// device's steps (CanHelp).
+	noHelp bool
 }
 
 type bound struct {
@@ -226,10 +251,10 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 }
 
 // CanHelp reports whether owner is a CPU device whose scratch space is no
-// larger than d's.
+// larger than d's, and d may help (the [cpu] table's help is not false).
 func (d *Device) CanHelp(owner backend.Device) bool {
 	o, ok := owner.(*Device)
-	return ok && o.prog != nil && d.prog != nil && len(o.ctx.Work) <= len(d.ctx.Work)
+	return ok && !d.noHelp && o.prog != nil && d.prog != nil && len(o.ctx.Work) <= len(d.ctx.Work)
 }
 
 // ExecFor runs kernel step st of owner, another CPU device of this
