@@ -245,9 +245,8 @@ type Device struct {
 	prog    *engine.Program
 	arena   *tensor.Dense
 	base    uintptr // the arena's device address
-	tens    []*tensor.Dense
-	batch   int   // live batch
-	batched []int // IDs of batched buffers
+	batch   int     // live batch
+	batched []int   // IDs of batched buffers
 
 	idx    cu.DevicePtr // sample indices for Gather
 	idxCap int
@@ -300,9 +299,6 @@ func (d *Device) Name() string {
 // GPU is the ordinal of the device's GPU.
 func (d *Device) GPU() int { return d.gpu.ordinal }
 
-// Engine is the tensor.Engine whose device memory holds the buffers.
-func (d *Device) Engine() tensor.Engine { return d.eng }
-
 // enter locks the calling goroutine to its thread and makes the device's
 // context current there; exit undoes the lock.
 func (d *Device) enter() error {
@@ -327,18 +323,6 @@ func (d *Device) loaded() error {
 		return fmt.Errorf("%s: no program loaded (Load comes first)", d.Name())
 	}
 	return nil
-}
-
-// tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
-func tshape(s []int) []int {
-	n := 1
-	for _, v := range s {
-		n *= v
-	}
-	if len(s) == 0 || n == 0 {
-		return []int{1}
-	}
-	return s
 }
 
 // newArena allocates n float32 elements through eng, as a tensor.
@@ -372,8 +356,8 @@ func (d *Device) Load(prog *engine.Program) error {
 		return err
 	}
 	defer d.exit()
-	// A little slack past the last buffer: a buffer of no elements still
-	// gets a one-element tensor.
+	// A little slack past the last buffer: a buffer of no elements at the
+	// end still has an address inside the allocation.
 	elems := prog.ArenaElems + 16
 	arena, err := newArena(d.eng, elems)
 	if err != nil {
@@ -389,20 +373,8 @@ func (d *Device) Load(prog *engine.Program) error {
 	if err := memset32(cu.DevicePtr(d.base), 0, elems, d.stream); err != nil {
 		return err
 	}
-	d.tens = make([]*tensor.Dense, len(prog.Buffers))
 	maxBatch := 1
 	for i, b := range prog.Buffers {
-		shape := tshape(b.Max)
-		n := 1
-		for _, v := range shape {
-			n *= v
-		}
-		dt := tensor.Float32
-		if b.DType == engine.Int32 {
-			dt = tensor.Int32
-		}
-		d.tens[i] = tensor.New(tensor.WithShape(shape...), tensor.Of(dt), tensor.WithEngine(d.eng),
-			tensor.FromMemory(d.ptr(b), uintptr(4*n)))
 		if b.Batched {
 			d.batched = append(d.batched, i)
 			maxBatch = max(maxBatch, b.Max[0])
@@ -424,10 +396,6 @@ func (d *Device) Load(prog *engine.Program) error {
 
 // ptr is buffer b's device address.
 func (d *Device) ptr(b *engine.Buffer) uintptr { return d.base + 4*uintptr(b.Offset) }
-
-// Tensor is buffer b's tensor: its planned maximum shape over device
-// memory (its Data cannot be read from Go).
-func (d *Device) Tensor(b *engine.Buffer) *tensor.Dense { return d.tens[b.ID] }
 
 // SetBatch sets the live batch of every batched buffer.
 func (d *Device) SetBatch(n int) { d.batch = n }
@@ -825,7 +793,7 @@ func (d *Device) Close() error {
 	d.host.free()
 	if d.arena != nil {
 		keep(d.eng.Free(devMem{cu.DevicePtr(d.base), 0}, 0))
-		d.arena, d.tens, d.base = nil, nil, 0
+		d.arena, d.base = nil, 0
 	}
 	if d.eventsOK {
 		cu.DestroyEvent(&d.evCompute)

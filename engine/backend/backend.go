@@ -2,10 +2,16 @@
 // run it. The Plan (package engine) is immutable and device-neutral: its
 // buffers are ids with a dtype, a planned maximum shape and an offset in
 // their Program's arena; its steps name ops. A Backend opens Devices; a
-// Device allocates one Program's arena from its tensor.Engine (host memory
-// on the CPU, device memory on a GPU), runs its kernel and copy steps, moves
-// data in and out, owns the dropout RNG, and — through Connect — runs the
-// collectives of a group of devices over their own memory.
+// Device allocates one Program's arena, runs its kernel and copy steps,
+// moves data in and out, owns the dropout RNG, and — through Connect —
+// runs the collectives of a group of devices over their own memory.
+//
+// How a Device holds its arena is its own affair: gorun's backends
+// allocate it as one gorgonia.org/tensor tensor over their own
+// tensor.Engine's memory (Go heap memory on the CPU, device memory through
+// gorgonia.org/cu on a GPU), but the seam passes no tensor and no engine:
+// the runner names buffers (engine.Buffer) and moves their elements
+// through the Device's Upload, Download and Gather.
 //
 // The runner (package engine/runner) drives Devices; it never touches
 // buffer memory itself.
@@ -24,8 +30,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"gorgonia.org/tensor"
 
 	"gorun/comm"
 	"gorun/datasets"
@@ -93,14 +97,10 @@ type RunCtx struct {
 type Device interface {
 	// Name says which device this is ("cpu:0", "cuda:1 (NVIDIA H200)").
 	Name() string
-	// Engine is the tensor.Engine whose memory holds the device's buffers.
-	Engine() tensor.Engine
-	// Load allocates prog's arena from Engine and prepares every step of
-	// prog.Steps and prog.Eval. A Device loads one Program.
+	// Load allocates prog's arena (every buffer at its planned offset)
+	// and prepares every step of prog.Steps and prog.Eval. A Device loads
+	// one Program.
 	Load(prog *engine.Program) error
-	// Tensor is buffer b as a gorgonia tensor of its planned maximum shape,
-	// its memory on the device.
-	Tensor(b *engine.Buffer) *tensor.Dense
 	// SetBatch sets the live batch (first dimension) of every batched
 	// buffer for the steps that follow.
 	SetBatch(n int)

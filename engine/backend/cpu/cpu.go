@@ -1,7 +1,8 @@
 // Package cpu is gorun's default backend: a Program's buffers live in one
 // host arena (a gorgonia.org/tensor tensor whose memory comes from the
-// backend's tensor.Engine), and its steps run the CPU kernels of package
-// ops. Collectives run through the host communicators (in-process shared
+// backend's tensor.Engine, Go heap memory), which the kernels of package
+// ops see as float32 and int32 slices of it (ops.Buf), and its steps run
+// those CPU kernels. Collectives run through the host communicators (in-process shared
 // memory or MPI) directly on the arena.
 //
 // Importing the package registers the backend as "cpu" (cmd/gorun does;
@@ -92,7 +93,6 @@ type Device struct {
 	f32   []float32 // the arena's memory as floats
 	i32   []int32   // the same memory as int32
 	bufs  []ops.Buf[float32]
-	tens  []*tensor.Dense
 	// bound holds each step's kernel arguments, by Step.ID, so running a
 	// step allocates nothing.
 	bound   []bound
@@ -132,9 +132,6 @@ var (
 // Name is "cpu:INDEX".
 func (d *Device) Name() string { return fmt.Sprintf("cpu:%d", d.index) }
 
-// Engine returns the device's tensor.Engine.
-func (d *Device) Engine() tensor.Engine { return d.eng }
-
 // Load allocates the program's arena and binds every step to its kernel.
 func (d *Device) Load(prog *engine.Program) error {
 	if d.prog != nil {
@@ -145,17 +142,14 @@ func (d *Device) Load(prog *engine.Program) error {
 	d.f32 = d.arena.Data().([]float32)[:prog.ArenaElems]
 	d.i32 = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(d.f32))), len(d.f32))
 	d.bufs = make([]ops.Buf[float32], len(prog.Buffers))
-	d.tens = make([]*tensor.Dense, len(prog.Buffers))
 	for i, b := range prog.Buffers {
 		kb := &d.bufs[i]
 		kb.Shape = append([]int(nil), b.Max...)
 		lo, hi := b.Offset, b.Offset+b.Elems()
 		if b.DType == engine.Int32 {
 			kb.Idx = d.i32[lo:hi:hi]
-			d.tens[i] = tensor.New(tensor.WithShape(tshape(b.Max)...), tensor.WithBacking(kb.Idx))
 		} else {
 			kb.Data = d.f32[lo:hi:hi]
-			d.tens[i] = tensor.New(tensor.WithShape(tshape(b.Max)...), tensor.WithBacking(kb.Data))
 		}
 		if b.Batched {
 			d.batched = append(d.batched, i)
@@ -198,17 +192,6 @@ func (d *Device) Load(prog *engine.Program) error {
 	}
 	return nil
 }
-
-// tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
-func tshape(s []int) []int {
-	if len(s) == 0 {
-		return []int{1}
-	}
-	return s
-}
-
-// Tensor is buffer b's tensor, over the arena.
-func (d *Device) Tensor(b *engine.Buffer) *tensor.Dense { return d.tens[b.ID] }
 
 // Buf is buffer b as the kernels see it: its memory and live shape. Tests
 // and host-side tools read and write it directly on a CPU device.
@@ -392,7 +375,7 @@ func (d *Device) Sync() error { return nil }
 
 // Close drops the arena.
 func (d *Device) Close() error {
-	d.arena, d.f32, d.i32, d.bufs, d.tens = nil, nil, nil, nil, nil
+	d.arena, d.f32, d.i32, d.bufs = nil, nil, nil, nil
 	return nil
 }
 
