@@ -6,7 +6,9 @@
 //   - graph.go builds the model's training graph from the Spec's layers:
 //     values with shapes checked by each op's shape rule (package ops),
 //     errors naming the layer and its script line;
-//   - autodiff.go appends the backward pass;
+//   - autodiff.go appends the backward pass; fuse.go fuses ops into one
+//     step where every backend runs the fused op, and into the ops of
+//     TargetFusions only where the Plan's backend says it runs them;
 //   - plan.go compiles one Program per device: its buffers (ids with a
 //     dtype, a planned maximum shape and an offset in one arena), its
 //     steps in order — forward, backward with the gradient collectives
@@ -15,9 +17,23 @@
 //   - shards.go gives each epoch's shards and schedule (partition
 //     strategies, uneven shards); the datasets themselves are package
 //     datasets' (Compile asks it only for their shapes, datasets.Describe);
+//   - cluster.go and clusterfile.go read and check the Cluster (a TOML
+//     file, --set); the backends' names, their tables ([cpu], [cuda]) and
+//     the transports that come with them are those registered in package
+//     engine/target;
 //   - describe.go and dot.go print a Plan (`gorun plan`, `--dot`).
+//
+// The compile half knows the backends only through package engine/target:
+// each registers a Target (the ops it runs, its cluster-file keys, whether
+// its memory is the host's, its transports), which decides the fusions
+// Compile makes, the ops it refuses (a Plan with an op its backend lacks is
+// a CompileError naming the op and the layer) and the memory check. A new
+// backend registers a Target and edits nothing here. Compile reads no data
+// (package datasets describes a dataset from its headers) and imports no
+// backend.
 //
 // A Plan is immutable and device-neutral: it holds no memory and no run
 // state. Package engine/runner trains it on devices that package
-// engine/backend opens (cpu by default, cuda with -tags cuda).
+// engine/backend opens, from the backends the program registered (cmd/gorun
+// registers cpu, and cuda in a -tags cuda build).
 package engine

@@ -13,7 +13,11 @@
 //     checkpoints, best and final parameters.
 //
 // The runner never touches buffer memory: it moves data through the
-// Device (upload, download, gather).
+// Device (upload, download, gather). It imports no backend: it opens the
+// Plan's cluster's backend from those the program registered (cmd/gorun
+// registers cpu, and cuda in a -tags cuda build; tests register cpu), with
+// the settings of its cluster-file table (Cluster.BackendSettings), and
+// loads the datasets the Spec names through package datasets.
 package runner
 
 import (
