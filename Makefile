@@ -49,7 +49,7 @@ kernels-check:
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s), one after the other; crashers land in the package's testdata/fuzz/
 FUZZTIME ?= 30s
-FUZZ     := ./script:FuzzLoad ./script:FuzzOverride ./datasets:FuzzMNIST ./engine/safetensors:FuzzDecode ./engine:FuzzParseCluster
+FUZZ     := ./script:FuzzLoad ./script:FuzzOverride ./datasets:FuzzMNIST ./safetensors:FuzzDecode ./engine:FuzzParseCluster
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ); do \

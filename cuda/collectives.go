@@ -71,7 +71,7 @@ func connect(devs []backend.Device, host []comm.Communicator) ([]backend.Collect
 		seen[d.gpu.ordinal] = true
 	}
 	if distinct {
-		lib, err := openNCCL(ds[0].opts.Libraries["nccl"])
+		lib, err := openNCCL(ds[0].set.NCCL)
 		if err == nil {
 			var g *ncclGroup
 			if g, err = newNCCLGroup(lib, ds); err == nil {

@@ -16,10 +16,12 @@ import (
 	"gorgonia.org/tensor"
 
 	"gorun/comm"
+	"gorun/cuda/cudatarget"
 	"gorun/cuda/kernels"
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -32,11 +34,19 @@ type Backend struct{}
 
 var _ backend.Backend = Backend{}
 
-// Name is "cuda".
-func (Backend) Name() string { return "cuda" }
-
-// Supports reports whether the CUDA device has a kernel for op.
-func (Backend) Supports(op ops.Op) bool { return supportsOp(op) }
+// Target describes the built cuda backend: the description every build
+// has (package cudatarget: the [cuda] table's keys eager, cublas and
+// nccl, the nccl transport), with the ops the CUDA device runs and those
+// it declines.
+func (Backend) Target() *target.Target {
+	t := cudatarget.Target()
+	t.Supports = supportsOp
+	t.Declines = map[ops.Op]string{}
+	for op, why := range declined {
+		t.Declines[op] = why
+	}
+	return t
+}
 
 // gpu is one physical GPU: its primary context and the kernels loaded
 // into it, shared by the devices (replicas) on it.
@@ -125,7 +135,7 @@ func (Backend) Open(index int, opts backend.Options) (backend.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{index: index, gpu: g, opts: opts, eng: &Engine{ctx: g.ctx, ordinal: g.ordinal}, args: newArgBlock()}
+	d := &Device{index: index, gpu: g, set: cudatarget.Read(opts.Settings), eng: &Engine{ctx: g.ctx, ordinal: g.ordinal}, args: newArgBlock()}
 	if err := d.open(); err != nil {
 		d.Close()
 		return nil, err
@@ -161,7 +171,7 @@ func (d *Device) open() error {
 		}
 	}
 	d.eventsOK = true
-	lib, err := openCublas(d.opts.Libraries["cublas"])
+	lib, err := openCublas(d.set.Cublas)
 	if err != nil {
 		return err
 	}
@@ -215,7 +225,7 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 type Device struct {
 	index int
 	gpu   *gpu
-	opts  backend.Options
+	set   cudatarget.Settings // the cluster file's [cuda] table
 	eng   *Engine
 
 	stream, comm              cu.Stream // compute and communication streams
@@ -235,9 +245,8 @@ type Device struct {
 	prog    *engine.Program
 	arena   *tensor.Dense
 	base    uintptr // the arena's device address
-	tens    []*tensor.Dense
-	batch   int   // live batch
-	batched []int // IDs of batched buffers
+	batch   int     // live batch
+	batched []int   // IDs of batched buffers
 
 	idx    cu.DevicePtr // sample indices for Gather
 	idxCap int
@@ -290,9 +299,6 @@ func (d *Device) Name() string {
 // GPU is the ordinal of the device's GPU.
 func (d *Device) GPU() int { return d.gpu.ordinal }
 
-// Engine is the tensor.Engine whose device memory holds the buffers.
-func (d *Device) Engine() tensor.Engine { return d.eng }
-
 // enter locks the calling goroutine to its thread and makes the device's
 // context current there; exit undoes the lock.
 func (d *Device) enter() error {
@@ -317,18 +323,6 @@ func (d *Device) loaded() error {
 		return fmt.Errorf("%s: no program loaded (Load comes first)", d.Name())
 	}
 	return nil
-}
-
-// tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
-func tshape(s []int) []int {
-	n := 1
-	for _, v := range s {
-		n *= v
-	}
-	if len(s) == 0 || n == 0 {
-		return []int{1}
-	}
-	return s
 }
 
 // newArena allocates n float32 elements through eng, as a tensor.
@@ -362,8 +356,8 @@ func (d *Device) Load(prog *engine.Program) error {
 		return err
 	}
 	defer d.exit()
-	// A little slack past the last buffer: a buffer of no elements still
-	// gets a one-element tensor.
+	// A little slack past the last buffer: a buffer of no elements at the
+	// end still has an address inside the allocation.
 	elems := prog.ArenaElems + 16
 	arena, err := newArena(d.eng, elems)
 	if err != nil {
@@ -379,20 +373,8 @@ func (d *Device) Load(prog *engine.Program) error {
 	if err := memset32(cu.DevicePtr(d.base), 0, elems, d.stream); err != nil {
 		return err
 	}
-	d.tens = make([]*tensor.Dense, len(prog.Buffers))
 	maxBatch := 1
 	for i, b := range prog.Buffers {
-		shape := tshape(b.Max)
-		n := 1
-		for _, v := range shape {
-			n *= v
-		}
-		dt := tensor.Float32
-		if b.DType == engine.Int32 {
-			dt = tensor.Int32
-		}
-		d.tens[i] = tensor.New(tensor.WithShape(shape...), tensor.Of(dt), tensor.WithEngine(d.eng),
-			tensor.FromMemory(d.ptr(b), uintptr(4*n)))
 		if b.Batched {
 			d.batched = append(d.batched, i)
 			maxBatch = max(maxBatch, b.Max[0])
@@ -414,10 +396,6 @@ func (d *Device) Load(prog *engine.Program) error {
 
 // ptr is buffer b's device address.
 func (d *Device) ptr(b *engine.Buffer) uintptr { return d.base + 4*uintptr(b.Offset) }
-
-// Tensor is buffer b's tensor: its planned maximum shape over device
-// memory (its Data cannot be read from Go).
-func (d *Device) Tensor(b *engine.Buffer) *tensor.Dense { return d.tens[b.ID] }
 
 // SetBatch sets the live batch of every batched buffer.
 func (d *Device) SetBatch(n int) { d.batch = n }
@@ -815,7 +793,7 @@ func (d *Device) Close() error {
 	d.host.free()
 	if d.arena != nil {
 		keep(d.eng.Free(devMem{cu.DevicePtr(d.base), 0}, 0))
-		d.arena, d.tens, d.base = nil, nil, 0
+		d.arena, d.base = nil, 0
 	}
 	if d.eventsOK {
 		cu.DestroyEvent(&d.evCompute)

@@ -1,11 +1,13 @@
 // Package cuda is gorun's GPU backend, built only with the build tag cuda
 // (`make build-cuda`): importing it registers the backend "cuda" with
-// package engine/backend.
+// package engine/backend, its Target being package cudatarget's (the
+// [cuda] table's keys, the nccl transport, which every build knows) with
+// the ops the devices run.
 //
 // A Device is one Program on one NVIDIA GPU. It keeps the Program's buffers
-// in one device-memory arena, allocated through its tensor.Engine (Engine,
-// on gorgonia.org/cu's driver API), so every buffer is a gorgonia tensor
-// whose memory lies on the GPU. Steps run on the device's compute stream:
+// in one device-memory arena, a gorgonia tensor allocated through its
+// tensor.Engine (Engine, on gorgonia.org/cu's driver API), whose memory
+// lies on the GPU; a buffer is an offset in it. Steps run on the device's compute stream:
 // the element-wise, normalisation, reduction, pooling, dropout, loss,
 // embedding, layout and optimizer ops as the gorun_* kernels of package
 // gorun/cuda/kernels (PTX, loaded with cuModuleLoadData), matrix products

@@ -114,9 +114,10 @@ func planSegments(steps []*engine.Step, rc *backend.RunCtx, update bool) []*segm
 // RunTrain runs the forward and backward phases of prog.Steps for one
 // micro-batch as rc describes, and the sync phase when rc.Last, replaying
 // the graph captured for its (live batch, first, last) combination: run
-// eagerly the first time it comes up, captured the second. With
-// Options.Eager, for a program the device did not load, or when capturing
-// fails (a warning says why, once), it runs the steps one by one.
+// eagerly the first time it comes up, captured the second. With the
+// [cuda] table's eager = true, for a program the device did not load, or
+// when capturing fails (a warning says why, once), it runs the steps one
+// by one.
 func (d *Device) RunTrain(prog *engine.Program, rc *backend.RunCtx, coll backend.Collectives) error {
 	return d.run(prog, rc, coll, false)
 }
@@ -131,7 +132,7 @@ func (d *Device) run(prog *engine.Program, rc *backend.RunCtx, coll backend.Coll
 	if err := d.loaded(); err != nil {
 		return err
 	}
-	if d.opts.Eager || prog != d.prog {
+	if d.set.Eager || prog != d.prog {
 		return d.runEager(prog, rc, coll, update)
 	}
 	if err := d.enter(); err != nil {
@@ -243,7 +244,7 @@ func (d *Device) captureTrain(key graphKey, rc *backend.RunCtx, update bool) (*t
 	return g, nil
 }
 
-// runEager runs a micro-batch's part step by step (Options.Eager).
+// runEager runs a micro-batch's part step by step ([cuda] eager = true).
 func (d *Device) runEager(prog *engine.Program, rc *backend.RunCtx, coll backend.Collectives, update bool) error {
 	for _, st := range prog.Steps {
 		if !active(st, rc, update) {

@@ -13,8 +13,8 @@ var libraryNames = map[string][]string{
 }
 
 // librarySearch is the list of names or paths tried for library lib
-// ("cublas", "nccl"): override (Options.Libraries[lib]) first when it is
-// set, then the default sonames.
+// ("cublas", "nccl"): override (the [cuda] table's cublas or nccl
+// path) first when it is set, then the default sonames.
 func librarySearch(lib, override string) []string {
 	var out []string
 	if override != "" {

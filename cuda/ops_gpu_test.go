@@ -663,7 +663,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 			for _, st := range b.p.Steps {
 				seen[st.Op] = true
 			}
-			pr := loadPair(t, b, backend.Options{Eager: true}, uint64(ci))
+			pr := loadPair(t, b, backend.Options{Settings: map[string]any{"eager": true}}, uint64(ci))
 			for _, d := range []backend.Device{pr.gpu, pr.cpu} {
 				d.SetBatch(live)
 				for _, rc := range c.runs {
@@ -718,7 +718,7 @@ func TestDropout(t *testing.T) {
 		}
 		y, mask := b.f("y", true, tb, c, 4, 4), b.f("mask", true, maskShape...)
 		fwd(b, op, ops.Attrs{P: 0.5}, []*engine.Buffer{x}, y, mask)
-		pr := loadPair(t, b, backend.Options{Eager: true}, 5)
+		pr := loadPair(t, b, backend.Options{Settings: map[string]any{"eager": true}}, 5)
 		pr.gpu.SeedRNG(1234, 0)
 		rc := backend.RunCtx{Step: 1, First: true, Last: true}
 		var masks [][]float32
@@ -790,7 +790,7 @@ func TestGraphReplay(t *testing.T) {
 	}
 	bg, be := build(), build()
 	graph := loadPair(t, bg, backend.Options{}, 7)
-	eager := loadPair(t, be, backend.Options{Eager: true}, 7)
+	eager := loadPair(t, be, backend.Options{Settings: map[string]any{"eager": true}}, 7)
 	devs := []*Device{graph.gpu.(*Device), eager.gpu.(*Device)}
 	progs := []*engine.Program{graph.prog, eager.prog}
 	for j, d := range devs {
@@ -841,7 +841,7 @@ func TestSplitSumGPU(t *testing.T) {
 	dy, db := b.f("dy", true, 64, 10, 24, 24), b.f("db", false, 10)
 	grads := b.f("grads", false, 100003)
 	st := b.step(engine.PhaseBackward, ops.Conv2DGradBias, ops.Attrs{}, false, []*engine.Buffer{dy}, db)
-	pr := loadPair(t, b, backend.Options{Eager: true}, 11)
+	pr := loadPair(t, b, backend.Options{Settings: map[string]any{"eager": true}}, 11)
 	gpu := pr.gpu.(*Device)
 	var first []float32
 	for run := range 3 {
@@ -900,7 +900,7 @@ func TestSplitSumSpeed(t *testing.T) {
 	dy, db := b.f("dy", true, 512, 10, 24, 24), b.f("db", false, 10)
 	grads := b.f("grads", false, 21840)
 	b.step(engine.PhaseBackward, ops.Conv2DGradBias, ops.Attrs{}, false, []*engine.Buffer{dy}, db)
-	pr := loadPair(t, b, backend.Options{Eager: true}, 12)
+	pr := loadPair(t, b, backend.Options{Settings: map[string]any{"eager": true}}, 12)
 	d := pr.gpu.(*Device)
 	if err := d.enter(); err != nil {
 		t.Fatal(err)

@@ -25,12 +25,12 @@ var opSteps = joinSteps(convSteps, linearSteps, elementwiseSteps, poolSteps, dro
 	softmaxSteps, batchNormSteps, layerNormSteps, dataSteps, optimSteps)
 
 // declined lists the ops the CUDA backend has no kernel for, each with the
-// reason. They are the CPU-only fusions: the engine fuses into them only
-// for devices that support them (engine.GraphOptions.CPUFusions), so a
-// CUDA plan never holds them.
+// reason (the Target's Declines). They are the CPU-only fusions: the
+// engine fuses into them only for a target that supports them
+// (engine.TargetFusions), so a CUDA plan never holds them.
 var declined = map[ops.Op]string{
-	ops.Conv2DPool:     "conv2d_pool is a CPU-only fusion of conv2d, max_pool2d and relu; the compiler emits it only for a target that supports it, and CUDA runs the three ops",
-	ops.Conv2DPoolGrad: "conv2d_pool_grad is the gradient of the CPU-only fusion conv2d_pool, which CUDA plans do not hold",
+	ops.Conv2DPool:     "conv2d+maxpool2d is a CPU-only fusion of conv2d, maxpool2d and relu; the compiler emits it only for a target that supports it, and a CUDA plan runs the three ops",
+	ops.Conv2DPoolGrad: "conv2d+maxpool2d_grad is the gradient of the CPU-only fusion conv2d+maxpool2d, which CUDA plans do not hold",
 }
 
 // joinSteps merges the families' tables into one.

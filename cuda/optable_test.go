@@ -22,7 +22,7 @@ func TestEveryOpHasAKernel(t *testing.T) {
 			t.Errorf("op %s has a CUDA kernel and is declined (%s)", op, reason)
 		case !has && reason == "":
 			t.Errorf("op %s has no CUDA kernel and no reason to decline it", op)
-		case Backend{}.Supports(op) != has:
+		case (Backend{}).Target().Supports(op) != has:
 			t.Errorf("Supports(%s) = %v, the table says %v", op, !has, has)
 		}
 	}
@@ -36,7 +36,7 @@ func TestEveryOpHasAKernel(t *testing.T) {
 			t.Errorf("the CUDA backend declines %s, not an op", op)
 		}
 	}
-	if (Backend{}).Supports(ops.Invalid) || (Backend{}).Declines(ops.Invalid) != "" {
+	if (Backend{}).Target().Supports(ops.Invalid) || (Backend{}).Declines(ops.Invalid) != "" {
 		t.Error("the invalid op is supported or declined")
 	}
 }

@@ -1,9 +1,13 @@
 // Package datasets reads labelled training data into memory and hands it
 // to the training loop one batch at a time.
 //
-// datasets belongs to the data-loading step at run time: engine.Run opens
-// each dataset once, before the first step, and then calls Fill on every
-// step to copy a batch of samples into the device's input buffers.
+// datasets belongs to the data-loading step at run time: the runner
+// (engine/runner) opens the datasets a Spec names once, before the first
+// step (Load), and a device then fills every batch from them. Before that,
+// the compiler (engine.Compile) asks Describe for their sample shapes and
+// targets, which reads headers only; it never loads a dataset. Every
+// switch over the Spec's data kinds (data.mnist, data.tensors, data.text,
+// …) and transforms is in load.go.
 //
 // Opening a dataset (MNIST, MNISTDefaultDir) reports every problem as an
 // error, never a panic: a missing folder or file, a bad magic number, a

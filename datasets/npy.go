@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // npyMagic opens every .npy file.

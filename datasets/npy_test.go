@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // npyBytes encodes a .npy file as numpy.save does: format version major

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // maxTensorClasses bounds the number of classes read from labels when no

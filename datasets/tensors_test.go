@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // writeSafetensors writes tensors to dir/name and returns the path.

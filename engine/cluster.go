@@ -3,17 +3,24 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"gorun/engine/target"
 )
 
 // Cluster is where a run executes: how many devices, of which kind, and
 // how they talk. It comes from a cluster TOML file (see LoadCluster), from
 // flags (see Set), or DefaultCluster, which is one CPU device.
 type Cluster struct {
-	Backend   string // "cpu" (default) or "cuda"
-	Transport string // "inproc" (default), "mpi" or "nccl"
-	Devices   int    // devices in each process (default 1)
+	// Backend is the devices' backend: "cpu" (default), or another a
+	// registered Target names ("cuda").
+	Backend string
+	// Transport connects the processes' devices: "inproc" (default),
+	// "mpi", or one that comes with the backend ("nccl" with "cuda").
+	Transport string
+	Devices   int // devices in each process (default 1)
 	// Processes is the number of processes of the run (its MPI ranks);
 	// 0 (the default) means the sum of the Nodes' slots, or 1 without
 	// Nodes. See ProcessCount.
@@ -27,15 +34,17 @@ type Cluster struct {
 	// Timeout bounds every collective (default 60s).
 	Timeout time.Duration
 	// MemoryLimit bounds the memory the devices of this process may plan,
-	// in bytes (default 0: the memory the host has available, for the cpu
-	// backend; a GPU's own memory is checked when a device allocates).
+	// in bytes (default 0: the memory the host has available, for a
+	// backend whose memory is the host's, target.Target.HostMemory; a
+	// GPU's own memory is checked when a device allocates).
 	MemoryLimit int64
-	// Eager runs a cuda device's steps one by one instead of replaying a
-	// captured CUDA graph per step (default false: graphs).
-	Eager bool
-	// Libraries are paths of shared libraries the cuda backend tries
-	// first, by name: "cublas", "nccl" (default none: the system's).
-	Libraries map[string]string
+	// NoFusion compiles the plan as the script wrote it, every op its own
+	// step (cluster.fusion = false; default false: fused steps).
+	NoFusion bool
+	// Settings are the keys of the backends' tables that the file or Set
+	// gave, in full ("cuda.eager": true), as each key's Parse returned
+	// them (nil when none); BackendSettings fills in the defaults.
+	Settings map[string]any
 	// Weights are per-device speeds for the weighted partition strategy,
 	// one for each device of the world (ProcessCount()·Devices), in rank
 	// order (nil, the default: equal).
@@ -53,16 +62,68 @@ type Host struct {
 	Slots int    // processes to start there (≥ 1)
 }
 
-// The values Backend, Transport and Algorithm may take.
+// The values Transport and Algorithm may take; Backend takes a registered
+// Target's name (target.Names), and Transport also a transport that comes
+// with one (transports).
 var (
-	clusterBackends   = []string{"cpu", "cuda"}
-	clusterTransports = []string{"inproc", "mpi", "nccl"}
+	hostTransports    = []string{"inproc", "mpi"}
 	clusterAlgorithms = []string{"auto", "ring", "tree", "direct"}
 )
+
+// transports are the transports a cluster may name: the host's (package
+// comm's) and those that come with a registered backend.
+func transports() []string {
+	ts := slices.Clone(hostTransports)
+	for _, t := range target.All() {
+		for _, tr := range t.Transports {
+			ts = append(ts, tr.Name)
+		}
+	}
+	return ts
+}
+
+// Target is the registered Target of the cluster's backend, or nil.
+func (c *Cluster) Target() *target.Target { return target.Lookup(c.Backend) }
+
+// BackendSettings are the settings of the cluster's backend, by key of its
+// table ("eager"): the file's or Set's value, else the key's default. The
+// runner opens the backend's devices with them (backend.Options).
+func (c *Cluster) BackendSettings() map[string]any {
+	t := c.Target()
+	if t == nil {
+		return nil
+	}
+	out := make(map[string]any, len(t.Keys))
+	for _, k := range t.Keys {
+		out[k.Name] = k.Default
+		if v, ok := c.Settings[t.Name+"."+k.Name]; ok {
+			out[k.Name] = v
+		}
+	}
+	return out
+}
 
 // DefaultCluster is one CPU device in this process.
 func DefaultCluster() Cluster {
 	return Cluster{Backend: "cpu", Transport: "inproc", Devices: 1, Algorithm: "auto", Timeout: 60 * time.Second}
+}
+
+// settingsLine lists the settings that change what a run computes or how,
+// for `gorun plan`: cluster.fusion and every key of the backend's table,
+// defaults included ("cluster.fusion = true, cpu.help = true").
+func (c *Cluster) settingsLine() string {
+	parts := []string{fmt.Sprintf("cluster.fusion = %v", !c.NoFusion)}
+	if t := c.Target(); t != nil {
+		set := c.BackendSettings()
+		for _, k := range t.Keys {
+			v := set[k.Name]
+			if s, ok := v.(string); ok {
+				v = strconv.Quote(s)
+			}
+			parts = append(parts, fmt.Sprintf("%s.%s = %v", t.Name, k.Name, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ProcessCount is the number of processes of the run: Processes when set,
@@ -103,10 +164,12 @@ func (c *Cluster) Validate() error {
 		return fail("cluster.devices", "must be ≥ 1, got %d", c.Devices)
 	case c.Processes < 0:
 		return fail("cluster.processes", "must be ≥ 0 (0: the sum of the [[node]] slots), got %d", c.Processes)
-	case !slices.Contains(clusterBackends, c.Backend):
-		return fail("cluster.backend", "must be %s, got %q", oneOf(clusterBackends), c.Backend)
-	case !slices.Contains(clusterTransports, c.Transport):
-		return fail("cluster.transport", "must be %s, got %q", oneOf(clusterTransports), c.Transport)
+	case len(target.Names()) == 0:
+		return fail("cluster.backend", "no backend is registered in this program (import gorun/engine/backend/cpu)")
+	case c.Target() == nil:
+		return fail("cluster.backend", "must be %s, got %q", oneOf(target.Names()), c.Backend)
+	case !slices.Contains(transports(), c.Transport):
+		return fail("cluster.transport", "must be %s, got %q", oneOf(transports()), c.Transport)
 	case !slices.Contains(clusterAlgorithms, c.Algorithm):
 		return fail("comm.algorithm", "must be %s, got %q", oneOf(clusterAlgorithms), c.Algorithm)
 	case c.BucketMB < 0:
@@ -126,10 +189,16 @@ func (c *Cluster) Validate() error {
 		return fail("cluster.processes", "%d processes but the [[node]] entries have only %d slots", c.Processes, s)
 	}
 	if n := c.ProcessCount(); n > 1 && c.Transport == "inproc" {
-		return fail("cluster.transport", "\"inproc\" connects the devices of one process, but the cluster has %d processes: use \"mpi\" (or \"nccl\" with backend \"cuda\")", n)
+		var or []string
+		for _, t := range target.All() {
+			for _, tr := range t.Transports {
+				or = append(or, fmt.Sprintf(" (or %q with backend %q)", tr.Name, t.Name))
+			}
+		}
+		return fail("cluster.transport", "\"inproc\" connects the devices of one process, but the cluster has %d processes: use \"mpi\"%s", n, strings.Join(or, ""))
 	}
-	if c.Transport == "nccl" && c.Backend != "cuda" {
-		return fail("cluster.transport", "\"nccl\" needs backend \"cuda\", got backend %q", c.Backend)
+	if o := target.TransportOwner(c.Transport); o != nil && o.Name != c.Backend {
+		return fail("cluster.transport", "%q needs backend %q, got backend %q", c.Transport, o.Name, c.Backend)
 	}
 	if c.Weights != nil && len(c.Weights) != c.World() {
 		if c.ProcessCount() == 1 {
@@ -165,14 +234,20 @@ func (c *Cluster) CheckBuild(haveBackends, haveTransports []string) error {
 	return nil
 }
 
-// buildHint says how to get a gorun with a backend or transport.
+// buildHint says how to get a gorun with a backend or transport: the
+// Target's hint for a backend or a transport that comes with one.
 func buildHint(what string) string {
-	switch what {
-	case "cuda":
-		return "build gorun with `make build-cuda` (-tags cuda); it needs Debian's nvidia-cuda-dev to build, and the CUDA driver (libcuda.so.1) and an NVIDIA GPU to run"
-	case "nccl":
-		return "build gorun with `make build-cuda` (-tags cuda); it needs the CUDA driver (libcuda.so.1), an NVIDIA GPU and NCCL (libnccl.so.2, loaded at run time)"
-	case "mpi":
+	if t := target.Lookup(what); t != nil && t.Hint != "" {
+		return t.Hint
+	}
+	if t := target.TransportOwner(what); t != nil {
+		for _, tr := range t.Transports {
+			if tr.Name == what && tr.Hint != "" {
+				return tr.Hint
+			}
+		}
+	}
+	if what == "mpi" {
 		return "build gorun with `make build-mpi` (-tags mpi); it needs OpenMPI: Debian's libopenmpi-dev to build and openmpi-bin (mpirun) to run"
 	}
 	return "no gorun build has it"
@@ -183,6 +258,9 @@ func oneOf(vals []string) string {
 	q := make([]string, len(vals))
 	for i, v := range vals {
 		q[i] = fmt.Sprintf("%q", v)
+	}
+	if len(q) == 0 {
+		return "one of none (nothing is registered)"
 	}
 	if len(q) == 1 {
 		return q[0]

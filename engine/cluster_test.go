@@ -372,7 +372,7 @@ func TestClusterMemoryAndCUDAKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MemoryLimit != 3<<29 || !c.Eager || c.Libraries["cublas"] != "/opt/cuda/libcublas.so.12" || c.Libraries["nccl"] != "/opt/nccl/libnccl.so.2" {
+	if c.MemoryLimit != 3<<29 || c.Settings["cuda.eager"] != true || c.Settings["cuda.cublas"] != "/opt/cuda/libcublas.so.12" || c.Settings["cuda.nccl"] != "/opt/nccl/libnccl.so.2" {
 		t.Errorf("cluster %+v", c)
 	}
 	for src, want := range map[string]string{
@@ -388,7 +388,7 @@ func TestClusterMemoryAndCUDAKeys(t *testing.T) {
 	if err := c.Set("cluster.memory_limit", "512MiB"); err != nil || c.MemoryLimit != 512<<20 {
 		t.Errorf("Set memory_limit: %v, %d", err, c.MemoryLimit)
 	}
-	if err := c.Set("cuda.eager", "true"); err != nil || !c.Eager {
+	if err := c.Set("cuda.eager", "true"); err != nil || c.Settings["cuda.eager"] != true {
 		t.Errorf("Set cuda.eager: %v", err)
 	}
 }

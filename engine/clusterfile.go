@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"gorun/engine/target"
 )
 
 // LoadCluster reads a cluster TOML file. Every key is optional; a key left
@@ -25,21 +27,30 @@ import (
 //	                       # (processes × devices), for the weighted partition;
 //	                       # none: equal
 //	memory_limit = "8GiB"  # most memory this process's devices may plan; left out:
-//	                       # what the host has available (cpu backend)
+//	                       # what the host has available (a backend whose memory is
+//	                       # the host's, such as cpu)
+//	fusion    = true       # false: compile the plan as the script wrote it, every op
+//	                       # its own step (no fused steps; to compare against)
 //
 //	[comm]
 //	algorithm = "auto"     # auto | ring | tree | direct
 //	bucket_mb = 0          # all-reduce bucket size in MB, > 0; 0 (left out): the script's
 //	timeout   = "60s"      # the longest any collective waits, a Go duration
 //
-//	[cuda]                 # the cuda backend (a `make build-cuda` gorun)
-//	eager  = false         # true: launch each step on its own, no CUDA graph
-//	cublas = ""            # path of libcublas.so to try first (default: .13, .12, .11)
-//	nccl   = ""            # path of libnccl.so.2 to try first
+//	[cpu]                  # a table per backend, named after it, holding the keys
+//	help = true            # that backend registers (target.Target.Keys), such as
+//	                       # the cpu backend's help or the cuda backend's eager,
+//	                       # cublas and nccl; `gorun plan` prints their values
 //
 //	[[node]]               # hosts for `gorun launch` (none by default); one table a host
 //	host  = "127.0.0.1"    # required
 //	slots = 1              # processes on that host, ≥ 1
+//
+// The backend names, the transports that come with a backend (nccl with
+// cuda) and the backends' tables are those of the Targets registered
+// (package engine/target): a backend this gorun lacks is known by the
+// Target its package registers for such builds, so a cluster file naming
+// it parses, and its table is checked, in every build.
 //
 // Syntax and type errors give the file and line ("c.toml:3: cluster.devices:
 // want an integer, found string \"two\""); an unknown key is named in full,
@@ -93,10 +104,11 @@ type clusterKey struct {
 }
 
 // clusterKeys are the leaf keys of a cluster file, in the order of the
-// documentation. Tables: cluster, comm, node.
+// documentation, but for the backends' tables (backendKey). Tables:
+// cluster, comm, node and one per backend.
 var clusterKeys = []clusterKey{
-	{"cluster.backend", func(c *Cluster, v any) string { return setChoice(&c.Backend, v, clusterBackends) }},
-	{"cluster.transport", func(c *Cluster, v any) string { return setChoice(&c.Transport, v, clusterTransports) }},
+	{"cluster.backend", func(c *Cluster, v any) string { return setChoice(&c.Backend, v, target.Names()) }},
+	{"cluster.transport", func(c *Cluster, v any) string { return setChoice(&c.Transport, v, transports()) }},
 	{"cluster.devices", func(c *Cluster, v any) string { return setInt(&c.Devices, v, 1, "") }},
 	{"cluster.processes", func(c *Cluster, v any) string {
 		return setInt(&c.Processes, v, 0, " (0: the sum of the [[node]] slots)")
@@ -104,13 +116,13 @@ var clusterKeys = []clusterKey{
 	{"cluster.weights", func(c *Cluster, v any) string {
 		arr, ok := v.([]any)
 		if !ok {
-			return "want an array of numbers such as [1.0, 3.0], found " + describe(v)
+			return "want an array of numbers such as [1.0, 3.0], found " + target.Found(v)
 		}
 		ws := make([]float64, len(arr))
 		for i, x := range arr {
 			f, ok := asFloat(x)
 			if !ok {
-				return fmt.Sprintf("want an array of numbers, found %s at index %d", describe(x), i)
+				return fmt.Sprintf("want an array of numbers, found %s at index %d", target.Found(x), i)
 			}
 			if !(f > 0) {
 				return fmt.Sprintf("weight %d must be positive, got %g", i, f)
@@ -131,11 +143,19 @@ var clusterKeys = []clusterKey{
 		c.MemoryLimit = n
 		return ""
 	}},
+	{"cluster.fusion", func(c *Cluster, v any) string {
+		b, ok := v.(bool)
+		if !ok {
+			return "want true or false, found " + target.Found(v)
+		}
+		c.NoFusion = !b
+		return ""
+	}},
 	{"comm.algorithm", func(c *Cluster, v any) string { return setChoice(&c.Algorithm, v, clusterAlgorithms) }},
 	{"comm.bucket_mb", func(c *Cluster, v any) string {
 		f, ok := asFloat(v)
 		if !ok {
-			return "want a number of megabytes, found " + describe(v)
+			return "want a number of megabytes, found " + target.Found(v)
 		}
 		if !(f > 0) || math.IsInf(f, 0) {
 			return fmt.Sprintf("must be positive, got %g", f)
@@ -146,7 +166,7 @@ var clusterKeys = []clusterKey{
 	{"comm.timeout", func(c *Cluster, v any) string {
 		s, ok := v.(string)
 		if !ok {
-			return `want a duration string such as "60s" or "2m", found ` + describe(v)
+			return `want a duration string such as "60s" or "2m", found ` + target.Found(v)
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -158,16 +178,6 @@ var clusterKeys = []clusterKey{
 		c.Timeout = d
 		return ""
 	}},
-	{"cuda.eager", func(c *Cluster, v any) string {
-		b, ok := v.(bool)
-		if !ok {
-			return "want true or false, found " + describe(v)
-		}
-		c.Eager = b
-		return ""
-	}},
-	{"cuda.cublas", func(c *Cluster, v any) string { return setLibrary(c, "cublas", v) }},
-	{"cuda.nccl", func(c *Cluster, v any) string { return setLibrary(c, "nccl", v) }},
 	{"node", func(c *Cluster, v any) string {
 		hosts, msg := nodes(v)
 		if msg != "" {
@@ -181,37 +191,63 @@ var clusterKeys = []clusterKey{
 // nodeKeys are the keys of a [[node]] table.
 var nodeKeys = []string{"host", "slots"}
 
-// knownKeys are every key a cluster file may hold, tables included.
-var knownKeys = func() []string {
-	ks := []string{"cluster", "comm", "cuda"}
+// knownKeys are every key a cluster file may hold, tables included: the
+// fixed ones and those of the registered backends' tables.
+func knownKeys() []string {
+	ks := []string{"cluster", "comm"}
 	for _, k := range clusterKeys {
 		ks = append(ks, k.name)
 	}
 	for _, k := range nodeKeys {
 		ks = append(ks, "node."+k)
 	}
+	for _, t := range target.All() {
+		ks = append(ks, t.Name)
+		for _, k := range t.Keys {
+			ks = append(ks, t.Name+"."+k.Name)
+		}
+	}
 	return ks
-}()
-
-// IsClusterKey reports whether name is a key Set takes: "cluster.…",
-// "comm.…" or "node". The --set flag sends such names to Set and the
-// others to the script.
-func IsClusterKey(name string) bool {
-	return strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || strings.HasPrefix(name, "cuda.") || name == "node"
 }
 
-// setLibrary sets the path of a shared library the cuda backend opens.
-func setLibrary(c *Cluster, name string, v any) string {
-	s, ok := v.(string)
-	if !ok || s == "" {
-		return "want the path of the library, such as \"/usr/lib/x86_64-linux-gnu/lib" + name + ".so\", found " + describe(v)
+// IsClusterKey reports whether name is a key Set takes: "cluster.…",
+// "comm.…", "node", or a key of a backend's table ("cuda.eager"). The
+// --set flag sends such names to Set and the others to the script.
+func IsClusterKey(name string) bool {
+	if strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || name == "node" {
+		return true
 	}
-	libs := map[string]string{}
-	for k, p := range c.Libraries {
-		libs[k] = p
+	table, _, ok := strings.Cut(name, ".")
+	return ok && target.Lookup(table) != nil
+}
+
+// backendKey returns the Target and key of a backend's table that name
+// ("cuda.eager") names, or nils.
+func backendKey(name string) (*target.Target, *target.Key) {
+	table, key, ok := strings.Cut(name, ".")
+	if !ok {
+		return nil, nil
 	}
-	libs[name] = s
-	c.Libraries = libs
+	t := target.Lookup(table)
+	if t == nil {
+		return nil, nil
+	}
+	return t, t.Key(key)
+}
+
+// setBackend sets key k of backend t's table to the TOML value v, when k
+// takes it.
+func (c *Cluster) setBackend(t *target.Target, k *target.Key, v any) string {
+	val, msg := k.Parse(v)
+	if msg != "" {
+		return msg
+	}
+	settings := make(map[string]any, len(c.Settings)+1)
+	for name, x := range c.Settings {
+		settings[name] = x
+	}
+	settings[t.Name+"."+k.Name] = val
+	c.Settings = settings
 	return ""
 }
 
@@ -226,7 +262,7 @@ func byteSize(v any) (int64, string) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return 0, `want a size such as "8GiB" or a number of bytes, found ` + describe(v)
+		return 0, `want a size such as "8GiB" or a number of bytes, found ` + target.Found(v)
 	}
 	t := strings.TrimSpace(s)
 	units := []struct {
@@ -257,8 +293,16 @@ func (c *Cluster) Set(key, value string) error {
 	if key == "cluster" || key == "comm" {
 		return &ClusterError{Key: key, Msg: "is a table: set one of its keys, e.g. " + key + "." + map[string]string{"cluster": "devices", "comm": "timeout"}[key]}
 	}
+	if t := target.Lookup(key); t != nil {
+		msg := "is the table of backend " + t.Name + ", which has no keys"
+		if len(t.Keys) > 0 {
+			msg = "is a table: set one of its keys, e.g. " + key + "." + t.Keys[0].Name
+		}
+		return &ClusterError{Key: key, Msg: msg}
+	}
 	i := slices.IndexFunc(clusterKeys, func(k clusterKey) bool { return k.name == key })
-	if i < 0 {
+	t, k := backendKey(key)
+	if i < 0 && k == nil {
 		return &ClusterError{Key: key, Msg: "unknown cluster key" + didYouMean(key)}
 	}
 	v, err := setValue(key, value)
@@ -266,7 +310,13 @@ func (c *Cluster) Set(key, value string) error {
 		return &ClusterError{Key: key, Msg: err.Error()}
 	}
 	n := *c
-	if msg := clusterKeys[i].set(&n, v); msg != "" {
+	var msg string
+	if k != nil {
+		msg = n.setBackend(t, k, v)
+	} else {
+		msg = clusterKeys[i].set(&n, v)
+	}
+	if msg != "" {
 		return &ClusterError{Key: key, Msg: msg}
 	}
 	*c = n
@@ -304,10 +354,11 @@ func setValue(key, value string) (any, error) {
 // stringKey reports whether key holds a string, which Set takes unquoted.
 func stringKey(key string) bool {
 	switch key {
-	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "cluster.memory_limit", "cuda.cublas", "cuda.nccl":
+	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "cluster.memory_limit":
 		return true
 	}
-	return false
+	_, k := backendKey(key)
+	return k != nil && k.Text
 }
 
 // nodeShorthand reads "host:slots,host:slots" (slots may be left out: 1).
@@ -354,11 +405,7 @@ type (
 		Processes rawValue `toml:"processes"`
 		Weights   rawValue `toml:"weights"`
 		Memory    rawValue `toml:"memory_limit"`
-	}
-	cudaTable struct {
-		Eager  rawValue `toml:"eager"`
-		Cublas rawValue `toml:"cublas"`
-		NCCL   rawValue `toml:"nccl"`
+		Fusion    rawValue `toml:"fusion"`
 	}
 	commTable struct {
 		Algorithm rawValue `toml:"algorithm"`
@@ -374,12 +421,9 @@ type (
 // ParseCluster parses a cluster file's contents (see LoadCluster); path
 // names it in errors.
 func ParseCluster(path string, src []byte) (Cluster, error) {
-	var top struct {
-		Cluster toml.Primitive `toml:"cluster"`
-		Comm    toml.Primitive `toml:"comm"`
-		CUDA    toml.Primitive `toml:"cuda"`
-		Node    toml.Primitive `toml:"node"`
-	}
+	// The top level's tables by name: cluster, comm, node and the
+	// backends' (anything else is an unknown key).
+	var top map[string]toml.Primitive
 	md, err := toml.NewDecoder(strings.NewReader(string(src))).Decode(&top)
 	if err != nil {
 		var pe toml.ParseError
@@ -402,10 +446,11 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 			fail(line, key, msg)
 		}
 	}
-	// table decodes one of the [cluster] and [comm] tables into dst
-	// after checking that it is a table.
-	table := func(name string, p toml.Primitive, dst any) bool {
-		if !md.IsDefined(name) {
+	// table decodes one of the [cluster], [comm] and backend tables into
+	// dst after checking that it is a table.
+	table := func(name string, dst any) bool {
+		p, ok := top[name]
+		if !ok {
 			return false
 		}
 		var v any
@@ -414,7 +459,7 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 			return false
 		}
 		if _, ok := v.(map[string]any); !ok {
-			fail(lines.line(name), name, fmt.Sprintf("want a table [%s], found %s", name, describe(v)))
+			fail(lines.line(name), name, fmt.Sprintf("want a table [%s], found %s", name, target.Found(v)))
 			return false
 		}
 		if err := md.PrimitiveDecode(p, dst); err != nil {
@@ -436,27 +481,39 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		}
 	}
 	var ct clusterTable
-	if table("cluster", top.Cluster, &ct) {
+	if table("cluster", &ct) {
 		applyTable("cluster", []field{{"backend", ct.Backend}, {"transport", ct.Transport}, {"devices", ct.Devices},
-			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory}})
+			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory}, {"fusion", ct.Fusion}})
 	}
 	var mt commTable
-	if table("comm", top.Comm, &mt) {
+	if table("comm", &mt) {
 		applyTable("comm", []field{{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout}})
 	}
-	var gt cudaTable
-	if table("cuda", top.CUDA, &gt) {
-		applyTable("cuda", []field{{"eager", gt.Eager}, {"cublas", gt.Cublas}, {"nccl", gt.NCCL}})
+	// Each backend's table: the keys its Target registers, in their
+	// order; any other key of the table is unknown (below).
+	for _, t := range target.All() {
+		var bt map[string]any
+		if !table(t.Name, &bt) {
+			continue
+		}
+		for _, k := range t.Keys {
+			if v, ok := bt[k.Name]; ok {
+				name := t.Name + "." + k.Name
+				if msg := c.setBackend(t, &k, v); msg != "" {
+					fail(lines.line(name), name, msg)
+				}
+			}
+		}
 	}
-	if md.IsDefined("node") {
+	if p, ok := top["node"]; ok {
 		var v any
 		var nt []nodeTable
-		if err := md.PrimitiveDecode(top.Node, &v); err != nil {
+		if err := md.PrimitiveDecode(p, &v); err != nil {
 			fail(lines.line("node"), "node", err.Error())
 		} else if _, msg := nodes(v); msg != "" {
 			// nodes names the entry; find its line.
 			fail(lines.nodeLine(v, msg), "node", msg)
-		} else if err := md.PrimitiveDecode(top.Node, &nt); err != nil {
+		} else if err := md.PrimitiveDecode(p, &nt); err != nil {
 			fail(lines.line("node"), "node", err.Error())
 		} else {
 			apply(lines.line("node"), "node", v)
@@ -470,6 +527,7 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		undecoded[joinKey(k)] = true
 	}
 	bad := map[string]bool{}
+	known := knownKeys()
 	var unknown []*ClusterError
 	for _, k := range md.Keys() {
 		name := joinKey(k)
@@ -477,7 +535,8 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 			bad[name] = true
 			continue
 		}
-		if !undecoded[name] && (slices.Contains(knownKeys, name) || name == "node") {
+		quoted := slices.ContainsFunc(k, func(p string) bool { return strings.Contains(p, ".") })
+		if !undecoded[name] && !quoted && (slices.Contains(known, name) || name == "node") {
 			continue
 		}
 		if bad[name] {
@@ -485,7 +544,7 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		}
 		bad[name] = true
 		msg := "unknown key" + didYouMean(name)
-		if slices.ContainsFunc(k, func(p string) bool { return strings.Contains(p, ".") }) {
+		if quoted {
 			msg = fmt.Sprintf("unknown key: %s is quoted, so its dots are part of one name; write it without quotes", k)
 		}
 		unknown = append(unknown, &ClusterError{File: path, Line: lines.line(name), Key: name, Msg: msg})
@@ -523,12 +582,12 @@ func nodes(v any) ([]Host, string) {
 		for _, e := range arr {
 			m, ok := e.(map[string]any)
 			if !ok {
-				return nil, "want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding " + describe(e)
+				return nil, "want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding " + target.Found(e)
 			}
 			entries = append(entries, m)
 		}
 	default:
-		return nil, "want [[node]] tables, one a host, found " + describe(v)
+		return nil, "want [[node]] tables, one a host, found " + target.Found(v)
 	}
 	var hosts []Host
 	for i, e := range entries {
@@ -539,7 +598,7 @@ func nodes(v any) ([]Host, string) {
 			return nil, where + "host is missing"
 		}
 		if h.Host, ok = hv.(string); !ok || strings.TrimSpace(h.Host) == "" {
-			return nil, where + "host: want a host name or address, found " + describe(hv)
+			return nil, where + "host: want a host name or address, found " + target.Found(hv)
 		}
 		if sv, ok := e["slots"]; ok {
 			if msg := setInt(&h.Slots, sv, 1, ""); msg != "" {
@@ -555,7 +614,7 @@ func nodes(v any) ([]Host, string) {
 func setChoice(dst *string, v any, choices []string) string {
 	s, ok := v.(string)
 	if !ok {
-		return "want a string, " + oneOf(choices) + ", found " + describe(v)
+		return "want a string, " + oneOf(choices) + ", found " + target.Found(v)
 	}
 	if !slices.Contains(choices, s) {
 		return fmt.Sprintf("must be %s, got %q%s", oneOf(choices), s, closest(s, choices))
@@ -568,7 +627,7 @@ func setChoice(dst *string, v any, choices []string) string {
 func setInt(dst *int, v any, lo int, note string) string {
 	n, ok := v.(int64)
 	if !ok {
-		return "want an integer, found " + describe(v)
+		return "want an integer, found " + target.Found(v)
 	}
 	if n < int64(lo) || n > math.MaxInt32 {
 		return fmt.Sprintf("must be ≥ %d%s, got %d", lo, note, n)
@@ -588,44 +647,18 @@ func asFloat(v any) (float64, bool) {
 	return 0, false
 }
 
-// describe names a decoded TOML value's type the way the TOML spec does,
-// with the value when it is short: `string "two"`, `integer 3`, `table`.
-func describe(v any) string {
-	switch x := v.(type) {
-	case string:
-		if len(x) > 40 {
-			x = x[:40] + "…"
-		}
-		return "string " + strconv.Quote(x)
-	case int64:
-		return "integer " + strconv.FormatInt(x, 10)
-	case float64:
-		return "float " + strconv.FormatFloat(x, 'g', -1, 64)
-	case bool:
-		return "boolean " + strconv.FormatBool(x)
-	case map[string]any:
-		return "a table"
-	case []map[string]any:
-		return "an array of tables"
-	case []any:
-		return "an array"
-	case nil:
-		return "nothing"
-	}
-	return "a date-time" // time.Time and toml.Local*
-}
-
 // didYouMean returns `; did you mean "comm.bucket_mb"?` when a known key is
 // close to name, else "".
 func didYouMean(name string) string {
 	// The same key in the wrong table ([cluster] bucket_mb).
 	leaf := name[strings.LastIndexByte(name, '.')+1:]
-	for _, k := range knownKeys {
+	known := knownKeys()
+	for _, k := range known {
 		if k != name && strings.Contains(k, ".") && k[strings.LastIndexByte(k, '.')+1:] == leaf {
 			return fmt.Sprintf("; did you mean %q?", k)
 		}
 	}
-	return closest(name, knownKeys)
+	return closest(name, known)
 }
 
 // closest returns `; did you mean "x"?` for the choice nearest s by edit

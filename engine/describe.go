@@ -22,6 +22,7 @@ func (p *Plan) Describe(w io.Writer) error {
 	}
 	ew.printf("  devices %d (%s, %s), global batch %d split %v, accumulate %d, epochs %d, seed %d\n",
 		p.World, p.Cluster.Backend, p.Cluster.Transport, s.BatchSize, p.LocalBatch, s.Accumulate, s.Epochs, s.Seed)
+	ew.printf("  settings: %s\n", p.Cluster.settingsLine())
 	if procs := p.Cluster.ProcessCount(); procs > 1 {
 		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives reduce in memory inside a process, then once across processes (%s)\n",
 			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)

@@ -180,8 +180,8 @@ func (p *Plan) ResumeKey() []PlanStep {
 // resumeKey is ResumeKey with the graph's nodes written by step.
 func (p *Plan) resumeKey(step func(n *Node) (string, error)) ([]PlanStep, error) {
 	q := p
-	if p.graphOpts != (GraphOptions{}) {
-		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{})
+	if p.graphOpts.Supports != nil {
+		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{NoFusion: p.graphOpts.NoFusion})
 		if err != nil {
 			panic(fmt.Sprintf("the plan's graph without the backend's fusions: %v", err)) // it compiled with them
 		}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"os"
 	"slices"
 
 	"gorun/ops"
@@ -17,10 +16,25 @@ func (s *Step) OpName() string {
 	return s.Op.String()
 }
 
-// fusionOff reports whether GORUN_FUSION=off asks for the plan as the
-// script wrote it, every op its own step (to compare against, or to see a
-// ReLU's output where fusion leaves none).
-func fusionOff() bool { return os.Getenv("GORUN_FUSION") == "off" }
+// TargetFusions are the ops the compiler emits only for a backend that
+// supports them (GraphOptions.Supports): the convolution, max pooling
+// and ReLU fused into one Conv2DPool (fuseConvPool), and its gradient.
+// Every other op a Plan may hold, every backend must run; a backend may
+// decline only these (target.Target.Declines).
+func TargetFusions() []ops.Op { return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad} }
+
+// supports reports whether the Plan's backend runs every op of fused.
+func (o *GraphOptions) supports(fused ...ops.Op) bool {
+	if o.Supports == nil {
+		return false
+	}
+	for _, op := range fused {
+		if !o.Supports(op) {
+			return false
+		}
+	}
+	return true
+}
 
 // fuse rewrites the forward nodes before they are differentiated, so that
 // one pass does what the script wrote as two or three:
@@ -106,7 +120,7 @@ func (b *builder) fuse() {
 		}
 		y.Producer = n
 	}
-	if b.opts.CPUFusions {
+	if b.opts.supports(ops.Conv2DPool, ops.Conv2DPoolGrad) {
 		b.fuseConvPool(uses, dead, gone)
 	}
 	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })

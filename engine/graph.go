@@ -148,13 +148,16 @@ type Loss struct {
 	IgnoreIndex *int
 }
 
-// GraphOptions are the rewrites BuildGraph may make beyond those every
-// backend runs.
+// GraphOptions are the rewrites BuildGraph may make.
 type GraphOptions struct {
-	// CPUFusions allows the fusions into ops that only the CPU backend has
-	// kernels for (a convolution, max pooling and ReLU into one
-	// Conv2DPool): set for plans whose devices are all CPUs.
-	CPUFusions bool
+	// Supports reports whether the Plan's backend runs an op (its
+	// target.Target's Supports): the compiler fuses into an op that not
+	// every backend has (TargetFusions: a convolution, max pooling and
+	// ReLU into one Conv2DPool) only when it does. nil: no such fusion.
+	Supports func(op ops.Op) bool
+	// NoFusion builds the graph as the script wrote it, every op its own
+	// node: no fusion at all (cluster.fusion = false).
+	NoFusion bool
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -195,13 +198,13 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts Grap
 	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
-	if !fusionOff() {
+	if !opts.NoFusion {
 		b.fuse()
 	}
 	if err := b.differentiate(); err != nil {
 		return nil, err
 	}
-	if !fusionOff() {
+	if !opts.NoFusion {
 		b.fuseBackward()
 	}
 	return g, nil

@@ -11,7 +11,9 @@ import (
 	"strings"
 
 	"gorun/comm"
+	"gorun/datasets"
 	"gorun/engine/spec"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -238,20 +240,20 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if proc < 0 || proc >= c.ProcessCount() {
 		return nil, fmt.Errorf("process %d is not one of the cluster's %d processes", proc, c.ProcessCount())
 	}
-	info, err := datasetInfo(&s.Data)
+	info, err := datasets.Describe(&s.Data)
 	if err != nil {
 		return nil, err
 	}
 	if s.Eval != nil {
 		// The eval set must fit the model the training set shapes, or
 		// evaluation fails a whole epoch later.
-		ev, err := datasetInfo(s.Eval)
+		ev, err := datasets.Describe(s.Eval)
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Equal(ev.sample, info.sample) || ev.classes != info.classes || !slices.Equal(ev.target, info.target) || ev.tokens != info.tokens {
+		if !slices.Equal(ev.Sample, info.Sample) || ev.Classes != info.Classes || !slices.Equal(ev.Target, info.Target) || ev.Tokens != info.Tokens {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
-				s.Eval.Pos, s.Eval.Kind, ev.sample, ev.classes, info.sample, info.classes)
+				s.Eval.Pos, s.Eval.Kind, ev.Sample, ev.Classes, info.Sample, info.Classes)
 		}
 	}
 	if s.Accumulate < 1 {
@@ -261,7 +263,7 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if s.BatchSize < world {
 		return nil, fmt.Errorf("%s: batch_size %d is smaller than the %d devices: every device needs at least one sample", s.Pos, s.BatchSize, world)
 	}
-	p := &Plan{Spec: s, Cluster: c, Sample: info.sample, Classes: info.classes, Target: info.target, Tokens: info.tokens, World: world, Process: proc}
+	p := &Plan{Spec: s, Cluster: c, Sample: info.Sample, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, World: world, Process: proc}
 	p.LocalBatch = SplitBatch(s.BatchSize, c.Weights, world)
 	for r, b := range p.LocalBatch {
 		if b == 0 {
@@ -272,9 +274,10 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if p.Sync, err = NewSyncStrategy(s.Sync, world); err != nil {
 		return nil, err
 	}
-	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.classes, Target: info.target, Tokens: info.tokens, IgnoreIndex: s.IgnoreIndex}
-	p.graphOpts = GraphOptions{CPUFusions: c.Backend == "" || c.Backend == "cpu"}
-	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.sample, p.graphOpts)
+	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, IgnoreIndex: s.IgnoreIndex}
+	t := c.Target()
+	p.graphOpts = GraphOptions{Supports: t.Supports, NoFusion: c.NoFusion}
+	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.Sample, p.graphOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +295,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 			return nil, err
 		}
 		p.Devices = append(p.Devices, prog)
+	}
+	if err := checkOps(t, p.Devices[0]); err != nil {
+		return nil, err
 	}
 	if err := p.checkMemory(); err != nil {
 		return nil, err
@@ -332,15 +338,38 @@ func checkSizes(g *Graph) error {
 	return nil
 }
 
+// checkOps refuses a Program with a step whose op the target does not
+// run, naming the op, the reason the backend gives and the layer. A
+// target this build lacks (no Supports) is not checked: the run refuses
+// it anyway (Cluster.CheckBuild).
+func checkOps(t *target.Target, prog *Program) error {
+	if !t.Built() {
+		return nil
+	}
+	for _, st := range slices.Concat(prog.Steps, prog.Eval) {
+		if st.Kind != KernelStep || t.Supports(st.Op) {
+			continue
+		}
+		err := fmt.Errorf("backend %q has no kernel for op %s", t.Name, st.Op)
+		if why := t.Declines[st.Op]; why != "" {
+			err = fmt.Errorf("backend %q has no kernel for op %s: %s", t.Name, st.Op, why)
+		}
+		return &CompileError{Pos: st.Pos, Layer: st.Layer, Err: err}
+	}
+	return nil
+}
+
 // checkMemory refuses a Plan whose devices need more memory than the
-// limit: Cluster.MemoryLimit when set, else (CPU backend) the memory the
-// host has available. The error names the largest buffer's layer and the
-// figures. GPU memory is checked when a device allocates its arena.
+// limit: Cluster.MemoryLimit when set, else, for a backend whose memory is
+// the host's (target.Target.HostMemory), the memory the host has
+// available. The error names the largest buffer's layer and the figures.
+// Other devices' memory (a GPU's) is checked when a device allocates its
+// arena.
 func (p *Plan) checkMemory() error {
 	limit := p.Cluster.MemoryLimit
 	what := "the cluster's memory_limit"
 	if limit <= 0 {
-		if p.Cluster.Backend != "" && p.Cluster.Backend != "cpu" {
+		if t := p.Cluster.Target(); t == nil || !t.HostMemory {
 			return nil
 		}
 		limit = availableMemory()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"gorun/datasets"
 	"gorun/datasets/torchrand"
 	"gorun/engine"
 	"gorun/engine/spec"
@@ -404,7 +405,7 @@ func TestStrategiesPassEngineChecks(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, world %d: %v", expr, world, err)
 			}
-			ds, err := engine.LoadData(&s.Data)
+			ds, err := datasets.Load(&s.Data)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -77,7 +77,7 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.Transport != "mpi" && c.Transport != "nccl" {
+	if c.Transport == "inproc" { // mpi, or one that comes with the backend (nccl), spans processes
 		return fmt.Errorf("launch: %s: cluster.transport is %q, which connects the devices of one process; launch starts several processes: set transport = \"mpi\" (or run `gorun --cluster %s %s` directly)", f.cluster, c.Transport, f.cluster, pos[0])
 	}
 	if len(c.Nodes) == 0 {
@@ -188,7 +188,7 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 // launchArgv is the mpirun command line.
 func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags []string, root bool, cores int) []string {
 	bind := "none"
-	if c.Backend == "cpu" && c.Devices == 1 {
+	if t := c.Target(); t != nil && t.HostCores && c.Devices == 1 {
 		bind = "core"
 		for _, h := range c.Nodes {
 			if h.Slots > cores {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // These tests start real processes under OpenMPI's mpirun: a gorun built

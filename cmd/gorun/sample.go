@@ -11,7 +11,7 @@ import (
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/runner"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 	"gorun/script"
 )
 

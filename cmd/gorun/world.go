@@ -8,6 +8,7 @@ import (
 	"gorun/comm"
 	"gorun/engine"
 	"gorun/engine/backend"
+	"gorun/engine/target"
 )
 
 // world is this process's place in a run of several processes.
@@ -110,12 +111,13 @@ func leaveMPI(err error) {
 }
 
 // checkBuild says how to get a gorun that has the cluster's backend and
-// transport when this one lacks them.
+// transport when this one lacks them. The transports are comm's and those
+// that come with a backend this gorun has (nccl with cuda).
 func checkBuild(c *engine.Cluster) error {
 	transports := comm.Transports()
-	for _, b := range backend.Names() {
-		if b == "cuda" {
-			transports = append(transports, "nccl") // NCCL comes with the cuda backend
+	for _, name := range backend.Names() {
+		for _, tr := range target.Lookup(name).Transports {
+			transports = append(transports, tr.Name)
 		}
 	}
 	return c.CheckBuild(backend.Names(), transports)

@@ -2,15 +2,27 @@
 // run it. The Plan (package engine) is immutable and device-neutral: its
 // buffers are ids with a dtype, a planned maximum shape and an offset in
 // their Program's arena; its steps name ops. A Backend opens Devices; a
-// Device allocates one Program's arena from its tensor.Engine (host memory
-// on the CPU, device memory on a GPU), runs its kernel and copy steps, moves
-// data in and out, owns the dropout RNG, and — through Connect — runs the
-// collectives of a group of devices over their own memory.
+// Device allocates one Program's arena, runs its kernel and copy steps,
+// moves data in and out, owns the dropout RNG, and — through Connect —
+// runs the collectives of a group of devices over their own memory.
+//
+// How a Device holds its arena is its own affair: gorun's backends
+// allocate it as one gorgonia.org/tensor tensor over their own
+// tensor.Engine's memory (Go heap memory on the CPU, device memory through
+// gorgonia.org/cu on a GPU), but the seam passes no tensor and no engine:
+// the runner names buffers (engine.Buffer) and moves their elements
+// through the Device's Upload, Download and Gather.
 //
 // The runner (package engine/runner) drives Devices; it never touches
-// buffer memory itself. Backends register themselves by name: "cpu" is
-// always there (package engine/backend/cpu), "cuda" only in a gorun built
-// with -tags cuda.
+// buffer memory itself.
+//
+// Backends register themselves (Register), and with them their
+// description for the compile half (a target.Target: name, ops,
+// cluster-file keys, memory, transports), which package engine reads from
+// package engine/target without importing any backend. The program that
+// runs a Plan imports the backends it offers: cmd/gorun imports the cpu
+// backend (package engine/backend/cpu) and, in a gorun built with -tags
+// cuda, the cuda one (package gorun/cuda); tests import those they use.
 package backend
 
 import (
@@ -19,22 +31,23 @@ import (
 	"strings"
 	"sync"
 
-	"gorgonia.org/tensor"
-
 	"gorun/comm"
 	"gorun/datasets"
 	"gorun/engine"
-	"gorun/ops"
+	"gorun/engine/target"
 )
 
 // Backend opens devices of one kind.
 type Backend interface {
-	// Name is the cluster file's backend name: "cpu", "cuda".
-	Name() string
-	// Supports reports whether the backend has a kernel for op (forward,
-	// backward or optimizer). Every backend must support every op but
-	// Invalid; a test enumerates the op set against each backend.
-	Supports(op ops.Op) bool
+	// Target describes the backend to the compiler: its name (the cluster
+	// file's "cpu", "cuda"), the ops it runs (forward, backward, optimizer
+	// and fusions), the keys of its cluster-file table, whether its
+	// memory is the host's and the transports it brings. Every backend
+	// runs every op but Invalid and those it declines, which may only be
+	// ops the compiler emits for a target that supports them
+	// (engine.TargetFusions); a test enumerates the op set against each
+	// backend.
+	Target() *target.Target
 	// Open opens the device for the index-th Program of this host
 	// (0-based): process k of a host, with D devices each, opens k·D …
 	// k·D+D-1. A backend with fewer physical devices than that may place
@@ -50,11 +63,12 @@ type Backend interface {
 // Options are the settings a device is opened with (from the cluster
 // file).
 type Options struct {
-	// Eager runs every step on its own, never as a captured graph.
-	Eager bool
-	// Libraries overrides where shared libraries are looked for, by name
-	// ("cublas", "nccl"): a path to try before the defaults.
-	Libraries map[string]string
+	// Settings are the values of the keys of the backend's own table in
+	// the cluster file ([cuda] eager), by key ("eager"), the defaults
+	// filled in (engine.Cluster.BackendSettings); each backend reads its
+	// own keys (target.Target.Keys) and may take a missing one as its
+	// default.
+	Settings map[string]any
 }
 
 // RunCtx is what a step needs from the run besides its buffers.
@@ -83,14 +97,10 @@ type RunCtx struct {
 type Device interface {
 	// Name says which device this is ("cpu:0", "cuda:1 (NVIDIA H200)").
 	Name() string
-	// Engine is the tensor.Engine whose memory holds the device's buffers.
-	Engine() tensor.Engine
-	// Load allocates prog's arena from Engine and prepares every step of
-	// prog.Steps and prog.Eval. A Device loads one Program.
+	// Load allocates prog's arena (every buffer at its planned offset)
+	// and prepares every step of prog.Steps and prog.Eval. A Device loads
+	// one Program.
 	Load(prog *engine.Program) error
-	// Tensor is buffer b as a gorgonia tensor of its planned maximum shape,
-	// its memory on the device.
-	Tensor(b *engine.Buffer) *tensor.Dense
 	// SetBatch sets the live batch (first dimension) of every batched
 	// buffer for the steps that follow.
 	SetBatch(n int)
@@ -123,8 +133,9 @@ type Device interface {
 }
 
 // Replayer is a Device that can run a whole training micro-batch as one
-// launch (a captured CUDA graph), collectives included. The runner uses it
-// unless Options.Eager is set.
+// launch (a captured CUDA graph), collectives included. The runner lets it
+// run every micro-batch; a Replayer that its settings tell to run step by
+// step (cuda's eager) does so inside RunTrain and RunUpdate.
 type Replayer interface {
 	Device
 	// RunTrain runs the forward and backward phases of prog.Steps for one
@@ -189,30 +200,37 @@ var (
 	backends = map[string]Backend{}
 )
 
-// Register makes a backend available under its name. A second backend of
-// the same name replaces the first.
+// Register makes a backend available under its Target's name and
+// registers that Target (target.Register). A second backend of the same
+// name replaces the first. It panics on a Target without Supports.
 func Register(b Backend) {
+	t := b.Target()
+	if !t.Built() {
+		panic(fmt.Sprintf("backend %s: its Target has no Supports", t.Name))
+	}
+	target.Register(t)
 	mu.Lock()
 	defer mu.Unlock()
-	backends[b.Name()] = b
+	backends[t.Name] = b
 }
 
-// Get returns the backend of a name; the error says how to get a gorun
-// that has it.
+// Get returns the backend of a name; for a backend this gorun lacks, the
+// error says how to get one that has it (its Target's hint).
 func Get(name string) (Backend, error) {
 	mu.Lock()
-	defer mu.Unlock()
-	if b, ok := backends[name]; ok {
+	b, ok := backends[name]
+	have := namesLocked()
+	mu.Unlock()
+	if ok {
 		return b, nil
 	}
-	have := namesLocked()
-	if name == "cuda" {
-		return nil, fmt.Errorf("backend \"cuda\" is not in this gorun (it has %s): build one with `make build-cuda` (go build -tags cuda; needs cgo, CUDA's cuda.h and libcuda.so from nvidia-cuda-dev, and an NVIDIA GPU and driver to run)", strings.Join(have, ", "))
+	if t := target.Lookup(name); t != nil && t.Hint != "" {
+		return nil, fmt.Errorf("backend %q is not in this gorun (it has %s): %s", name, strings.Join(have, ", "), t.Hint)
 	}
 	return nil, fmt.Errorf("unknown backend %q (this gorun has %s)", name, strings.Join(have, ", "))
 }
 
-// Names lists the registered backends, sorted.
+// Names lists the registered backends, sorted: those this gorun has.
 func Names() []string {
 	mu.Lock()
 	defer mu.Unlock()

@@ -1,39 +1,54 @@
 package backend_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	_ "gorun/cuda/cudatarget" // cuda's description, in every build
+	"gorun/engine"
 	"gorun/engine/backend"
 	_ "gorun/engine/backend/cpu"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
 // TestEveryBackendHasEveryOp enumerates the op set against every backend
-// this build has (cpu; cuda too in a -tags cuda build), so that an op added
-// to ops without a kernel in some backend fails here. A backend may
-// decline an op by saying why (Declines, which cuda has for the CPU-only
-// fusions).
+// this build has (cpu; cuda too in a -tags cuda build, cuda_test.go), so
+// that an op added to ops without a kernel in some backend fails here. A
+// backend may decline an op only plainly — in its Target's Declines, with
+// a reason — and only an op the compiler emits for a target that supports
+// it (engine.TargetFusions), so that no Plan for the backend holds it.
 func TestEveryBackendHasEveryOp(t *testing.T) {
 	names := backend.Names()
 	if len(names) == 0 || names[0] != "cpu" {
 		t.Fatalf("backends %v: want cpu first", names)
 	}
+	optional := engine.TargetFusions()
 	for _, name := range names {
 		b, err := backend.Get(name)
 		if err != nil {
 			t.Fatal(err)
 		}
+		tg := b.Target()
+		if tg.Name != name || target.Lookup(name) == nil || !target.Lookup(name).Built() {
+			t.Errorf("backend %s: its Target is %q, registered %v", name, tg.Name, target.Lookup(name))
+		}
 		for _, op := range ops.All() {
-			reason := ""
-			if d, ok := b.(interface{ Declines(ops.Op) string }); ok {
-				reason = d.Declines(op)
-			}
-			if b.Supports(op) == (reason != "") {
-				t.Errorf("backend %s: op %s supported %v, declined %q: want a kernel or a reason, not both", name, op, b.Supports(op), reason)
+			why, declined := tg.Declines[op]
+			switch {
+			case tg.Supports(op) && declined:
+				t.Errorf("backend %s declines op %s, which it supports", name, op)
+			case tg.Supports(op):
+			case !declined:
+				t.Errorf("backend %s has no kernel for op %s", name, op)
+			case why == "":
+				t.Errorf("backend %s declines op %s without a reason", name, op)
+			case !slices.Contains(optional, op):
+				t.Errorf("backend %s declines op %s, which the compiler emits for every backend (%s)", name, op, why)
 			}
 		}
-		if b.Supports(ops.Invalid) {
+		if tg.Supports(ops.Invalid) {
 			t.Errorf("backend %s claims a kernel for the invalid op", name)
 		}
 	}

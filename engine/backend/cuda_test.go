@@ -2,7 +2,6 @@
 
 package backend_test
 
-// Importing the cuda backend registers it, so that in a -tags cuda build
-// (make cuda-check) TestEveryBackendHasEveryOp checks its ops too. It
-// needs no GPU: the backend registers without one.
+// A -tags cuda build tests the cuda backend's devices too (package cuda
+// registers them; opening none needs no GPU).
 import _ "gorun/cuda"

@@ -379,7 +379,7 @@ type speedRun struct {
 func newSpeedRun(b *testing.B, src string, devices, batch int) *speedRun {
 	s := loadSpec(b, src, fmt.Sprintf("batch_size=%d", batch), "eval=None")
 	p := compile(b, s, devices)
-	ds, err := engine.LoadData(&s.Data)
+	ds, err := datasets.Load(&s.Data)
 	if err != nil {
 		b.Skipf("SKIP: training data not available: %v", err)
 	}

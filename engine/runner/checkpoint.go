@@ -15,8 +15,8 @@ import (
 
 	"gorun/comm"
 	"gorun/engine"
-	"gorun/engine/safetensors"
 	"gorun/engine/spec"
+	"gorun/safetensors"
 )
 
 // Checkpoint files, inside a run's --out folder:

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"gorun/engine"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // dropoutScript is tinyScript with dropout, so that resuming must restore

@@ -28,9 +28,6 @@ type device struct {
 	host comm.Communicator
 	rc   backend.RunCtx
 	step int // optimizer steps taken
-	// eager is set when the device must run step by step even if it can
-	// replay a whole micro-batch.
-	eager bool
 	// shareState is set when rank 0's optimizer state is every rank's
 	// (the sync strategy's ShareState), so the initial broadcast sends it
 	// too.
@@ -106,7 +103,7 @@ func (d *device) wait() error {
 // (true) or accumulated.
 func (d *device) runStep(first, last bool) error {
 	d.rc.First, d.rc.Last = first, last
-	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
+	if r, ok := d.dev.(backend.Replayer); ok {
 		return r.RunTrain(d.prog, &d.rc, d.coll)
 	}
 	l := d.lend
@@ -191,7 +188,7 @@ func tailStart(steps []*engine.Step) int {
 // runUpdate runs the update phase: the optimizer and the collectives
 // after it (a parameter server's broadcast, local SGD's averaging).
 func (d *device) runUpdate() error {
-	if r, ok := d.dev.(backend.Replayer); ok && !d.eager {
+	if r, ok := d.dev.(backend.Replayer); ok {
 		return r.RunUpdate(d.prog, &d.rc, d.coll)
 	}
 	for _, st := range d.prog.Steps {

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"os"
 	"testing"
 
 	"gorun/engine"
@@ -37,7 +36,7 @@ train(
 // parameters' gradients into one Conv2DPoolGrad) and a net whose first
 // convolution is pooled without a ReLU, on one and two devices, and
 // requires every rank's parameters and the test loss to be bit for bit
-// those of the unfused plan (GORUN_FUSION=off).
+// those of the unfused plan (cluster.fusion = false).
 func TestConvPoolFusionMatchesUnfused(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -104,12 +103,12 @@ func TestConvPoolFusionOnCPUOnly(t *testing.T) {
 }
 
 // trainFusedAndPlain trains src (with sets) on devices in-process devices
-// twice, as compiled and with GORUN_FUSION=off, and returns both results
-// and plans.
+// twice, as compiled and with cluster.fusion = false, and returns both
+// results and plans.
 func trainFusedAndPlain(t *testing.T, src string, sets []string, devices int) (fused, plain *Result, pf, pp *engine.Plan) {
 	t.Helper()
-	run := func() (*Result, *engine.Plan) {
-		p := compile(t, loadSpec(t, src, sets...), devices)
+	run := func(keys ...string) (*Result, *engine.Plan) {
+		p := compileWith(t, loadSpec(t, src, sets...), devices, keys...)
 		res, err := Run(p, RunOptions{Out: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
@@ -117,20 +116,19 @@ func trainFusedAndPlain(t *testing.T, src string, sets []string, devices int) (f
 		return res, p
 	}
 	fused, pf = run()
-	t.Setenv("GORUN_FUSION", "off")
-	plain, pp = run()
-	os.Unsetenv("GORUN_FUSION")
+	plain, pp = run("cluster.fusion=false")
 	return fused, plain, pf, pp
 }
 
 // TestResumeAcrossConvPoolFusion: a checkpoint written by a plan without
 // the conv+pool fusion (a CUDA plan's steps, or an earlier gorun's; here
-// GORUN_FUSION=off) resumes on the fused CPU plan, and ends with the
+// cluster.fusion = false) resumes on the fused CPU plan, and ends with the
 // parameters of an uninterrupted fused run, bit for bit: the resume key
 // leaves the backend's fusions out.
 func TestResumeAcrossConvPoolFusion(t *testing.T) {
 	run := func(dir, resume string, sets ...string) *Result {
-		p := compile(t, loadSpec(t, convPoolScript, sets...), 2)
+		script, keys := clusterSets(sets)
+		p := compileWith(t, loadSpec(t, convPoolScript, script...), 2, keys...)
 		res, err := Run(p, RunOptions{Out: dir, Resume: resume})
 		if err != nil {
 			t.Fatal(err)
@@ -139,9 +137,7 @@ func TestResumeAcrossConvPoolFusion(t *testing.T) {
 	}
 	whole := run(t.TempDir(), "", "epochs=3")
 	dir := t.TempDir()
-	t.Setenv("GORUN_FUSION", "off")
-	run(dir, "", "epochs=3", "max_steps=5")
-	os.Unsetenv("GORUN_FUSION")
+	run(dir, "", "epochs=3", "max_steps=5", "cluster.fusion=false")
 	resumed := run("", dir, "epochs=3")
 	for r := range whole.Params {
 		if d := maxRelDiff(whole.Params[r], resumed.Params[r]); d != 0 {

@@ -11,7 +11,7 @@ import (
 
 	"gorun/datasets"
 	"gorun/engine"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // gptScript is testdata/gen_gpt_golden.py's GPT: embeddings of tokens and

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -33,7 +32,9 @@ import (
 // rank learns of another still travels through collectives only, and a
 // run across processes (which cannot help) computes the same values.
 //
-// GORUN_HELP=off turns helping off (to measure what it gains).
+// The cpu backend's cluster-file key help = false ([cpu] help, or --set
+// cpu.help=false) makes its devices refuse to help (CanHelp), which turns
+// helping off (to measure what it gains).
 
 // lendable says when step i of a Program may run on another device.
 type lendable struct {
@@ -207,9 +208,9 @@ type lender struct {
 }
 
 // setupHelping gives each of devs a lender when there are several devices
-// that can run each other's steps and GORUN_HELP is not "off".
+// that can run each other's steps.
 func setupHelping(devs []*device) *helpGroup {
-	if len(devs) < 2 || os.Getenv("GORUN_HELP") == "off" {
+	if len(devs) < 2 {
 		return nil
 	}
 	for _, d := range devs {
@@ -217,7 +218,7 @@ func setupHelping(devs []*device) *helpGroup {
 		if !ok || len(d.prog.Steps) >= 1<<progressBits {
 			return nil
 		}
-		if _, ok := d.dev.(backend.Replayer); ok && !d.eager {
+		if _, ok := d.dev.(backend.Replayer); ok {
 			return nil // it runs a whole micro-step as one launch
 		}
 		for _, o := range devs {

@@ -160,9 +160,7 @@ func TestHelpingIsBitIdentical(t *testing.T) {
 		for _, c := range cases {
 			sets := append([]string{"max_steps=12"}, c...)
 			name := fmt.Sprintf("%d devices, %s", n, strings.Join(c, " "))
-			t.Setenv("GORUN_HELP", "off")
-			off := trainedRun(t, n, sets...)
-			t.Setenv("GORUN_HELP", "")
+			off := trainedRun(t, n, append(sets, "cpu.help=false")...)
 			check := forceHelping(t)
 			on := trainedRun(t, n, sets...)
 			stepHook = nil
@@ -171,7 +169,7 @@ func TestHelpingIsBitIdentical(t *testing.T) {
 				t.Errorf("%s: no step was helped", name)
 			}
 			if off.HelpedSteps != 0 {
-				t.Errorf("%s: GORUN_HELP=off helped %d steps", name, off.HelpedSteps)
+				t.Errorf("%s: cpu.help = false helped %d steps", name, off.HelpedSteps)
 			}
 			for r := range on.Params {
 				if d := maxRelDiff(off.Params[r], on.Params[r]); d != 0 {
@@ -185,10 +183,12 @@ func TestHelpingIsBitIdentical(t *testing.T) {
 	}
 }
 
-// trainedRun is trained returning the whole Result.
+// trainedRun is trained returning the whole Result; sets may hold
+// cluster keys ("cpu.help=false").
 func trainedRun(t *testing.T, devices int, sets ...string) *Result {
 	t.Helper()
-	p := compile(t, loadSpec(t, tinyScript, sets...), devices)
+	script, keys := clusterSets(sets)
+	p := compileWith(t, loadSpec(t, tinyScript, script...), devices, keys...)
 	res, err := Run(p, RunOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -204,9 +204,7 @@ func trainedRun(t *testing.T, devices int, sets ...string) *Result {
 func TestHelpingUnderJitter(t *testing.T) {
 	for _, c := range []string{"sync=sync.allreduce(op='mean')", "sync=sync.allreduce(op='mean', bucket_mb=0.0002)"} {
 		sets := []string{"max_steps=30", "batch_size=24", c}
-		t.Setenv("GORUN_HELP", "off")
-		off := trainedRun(t, 3, sets...)
-		t.Setenv("GORUN_HELP", "")
+		off := trainedRun(t, 3, append(sets, "cpu.help=false")...)
 		stepHook = func(d *device, i int) {
 			if rand.IntN(8) == 0 {
 				for t0, n := time.Now(), time.Duration(rand.IntN(300))*time.Microsecond; time.Since(t0) < n; {
@@ -243,17 +241,15 @@ func TestHelpingModelsBitIdentical(t *testing.T) {
 		{"resnet, SyncBatchNorm", syncBN, []string{"max_steps=4"}},
 		{"gpt", strings.Replace(gptScript, "TEXT", text, 1), []string{"max_steps=4", "batch_size=6", "accumulate=2"}},
 	} {
-		run := func() *Result {
-			p := compile(t, loadSpec(t, c.src, c.sets...), 2)
+		run := func(keys ...string) *Result {
+			p := compileWith(t, loadSpec(t, c.src, c.sets...), 2, keys...)
 			res, err := Run(p, RunOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return res
 		}
-		t.Setenv("GORUN_HELP", "off")
-		off := run()
-		t.Setenv("GORUN_HELP", "")
+		off := run("cpu.help=false")
 		check := forceHelping(t)
 		on := run()
 		stepHook = nil

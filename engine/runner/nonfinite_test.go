@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // TestNonFiniteStopsTheRun: a step whose loss turns non-finite (a learning

@@ -135,7 +135,7 @@ func (rs *runState) summary() error {
 		"epochs":              res.Epochs,
 		"samples":             res.Samples,
 		"devices":             rs.plan.World,
-		"backend":             rs.backend.Name(),
+		"backend":             rs.backend.Target().Name,
 		"final_loss":          res.FinalLoss,
 	}); err != nil {
 		return err

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"gorun/engine"
-	"gorun/engine/safetensors"
 	"gorun/engine/spec"
+	"gorun/safetensors"
 )
 
 // TestRegressionMSE trains nn.linear on float targets from data.tensors

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"gorun/datasets"
 	"gorun/engine"
 	"gorun/ops"
 )
@@ -238,7 +239,7 @@ func TestSymbolicGradientFiniteDifferences(t *testing.T) {
 	if err := d.dev.UploadF32(d.prog.StatArena, 0, p.InitialStats()); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := engine.LoadData(&p.Spec.Data)
+	ds, err := datasets.Load(&p.Spec.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ train(model = nn.linear(192, 4, name = "fc")(EXPR.flatten()), loss = "cross_entr
 `, "EXPR", expr, 1)
 		p := compile(t, loadSpec(t, src), 1)
 		d, cd := testDevice(t, p, 0, 3)
-		ds, err := engine.LoadData(&p.Spec.Data)
+		ds, err := datasets.Load(&p.Spec.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +323,7 @@ train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy"
       optimizer = optim.sgd(lr = 0.1), batch_size = 4)
 `), 1)
 	d, cd := testDevice(t, p, 0, 3)
-	ds, err := engine.LoadData(&p.Spec.Data)
+	ds, err := datasets.Load(&p.Spec.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,9 +357,8 @@ train(model = nn.linear(12, 4, name = "fc")(s.flatten()), loss = "cross_entropy"
 // TestFusionMatchesUnfused: the plan fuses every batch norm that feeds a
 // ReLU (and each block's bn2 + shortcut + ReLU) into one step, and the
 // backward Add of a block input's two gradients into the ReLU gradient
-// that reads it, and trains
-// and evaluates bit for bit as the unfused plan (GORUN_FUSION=off) does,
-// on one device and two.
+// that reads it, and trains and evaluates bit for bit as the unfused plan
+// (cluster.fusion = false) does, on one device and two.
 func TestFusionMatchesUnfused(t *testing.T) {
 	sets := []string{"epochs=2", "optimizer=optim.sgd(lr=0.05, momentum=0.9)", "eval=data.synthetic(size=30, shape=(1, 8, 8), classes=4, seed=3, split='test')"}
 	// count returns the forward ReLU, Add and fused batch norm steps, and
@@ -388,7 +388,7 @@ func TestFusionMatchesUnfused(t *testing.T) {
 			t.Errorf("fused plan: %v %s; want [0 0 5 0 2]", n, what)
 		}
 		if n := count(pp); n != [5]int{5, 2, 0, 2, 0} {
-			t.Errorf("GORUN_FUSION=off: %v %s; want [5 2 0 2 0]", n, what)
+			t.Errorf("cluster.fusion = false: %v %s; want [5 2 0 2 0]", n, what)
 		}
 		for i := range fused.Params {
 			if d := maxRelDiff(fused.Params[i], plain.Params[i]); d != 0 {

@@ -13,7 +13,11 @@
 //     checkpoints, best and final parameters.
 //
 // The runner never touches buffer memory: it moves data through the
-// Device (upload, download, gather).
+// Device (upload, download, gather). It imports no backend: it opens the
+// Plan's cluster's backend from those the program registered (cmd/gorun
+// registers cpu, and cuda in a -tags cuda build; tests register cpu), with
+// the settings of its cluster-file table (Cluster.BackendSettings), and
+// loads the datasets the Spec names through package datasets.
 package runner
 
 import (
@@ -31,7 +35,6 @@ import (
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
-	_ "gorun/engine/backend/cpu" // the default backend
 	"gorun/engine/spec"
 )
 
@@ -62,14 +65,10 @@ type RunOptions struct {
 	// way (every rank after the same step) and saves a checkpoint; the
 	// CLI sets it on SIGINT and SIGTERM.
 	Interrupt *atomic.Bool
-	// Backend overrides the cluster's backend name (tests).
+	// Backend overrides the cluster's backend name (tests); the backend
+	// must be registered (a program imports the backends it runs on:
+	// cmd/gorun imports them all).
 	Backend string
-	// Eager runs every step on its own on backends that can replay a whole
-	// step as one launch (CUDA graphs).
-	Eager bool
-	// Libraries are paths to try first for a backend's shared libraries,
-	// by name ("cublas", "nccl").
-	Libraries map[string]string
 	// Cross connects this process to the run's other processes (MPI) when
 	// the Plan's cluster has several: one rank per process, this process's
 	// rank being Plan.Process. Collectives reduce inside the process
@@ -162,12 +161,12 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	rs.log = &lockedWriter{w: rs.log} // ranks log from their own goroutines
 	var err error
 	if rs.train == nil {
-		if rs.train, err = engine.LoadData(&s.Data); err != nil {
+		if rs.train, err = datasets.Load(&s.Data); err != nil {
 			return nil, err
 		}
 	}
 	if rs.eval == nil && s.Eval != nil {
-		if rs.eval, err = engine.LoadData(s.Eval); err != nil {
+		if rs.eval, err = datasets.Load(s.Eval); err != nil {
 			return nil, err
 		}
 	}
@@ -250,31 +249,22 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 // makes the datasets resident on it.
 func (rs *runState) openDevices() error {
 	p, s := rs.plan, rs.plan.Spec
-	name := p.Cluster.Backend
+	c := p.Cluster
 	if rs.opts.Backend != "" {
-		name = rs.opts.Backend
+		c.Backend = rs.opts.Backend
 	}
-	if name == "" {
-		name = "cpu"
-	}
-	be, err := backend.Get(name)
+	be, err := backend.Get(c.Backend)
 	if err != nil {
 		return clusterErr(p, err)
 	}
 	rs.backend = be
-	bopts := backend.Options{Eager: rs.opts.Eager || p.Cluster.Eager, Libraries: map[string]string{}}
-	for k, v := range p.Cluster.Libraries {
-		bopts.Libraries[k] = v
-	}
-	for k, v := range rs.opts.Libraries {
-		bopts.Libraries[k] = v
-	}
+	bopts := backend.Options{Settings: c.BackendSettings()}
 	for i, prog := range p.Devices {
 		dev, err := be.Open(rs.opts.HostRank*len(p.Devices)+i, bopts)
 		if err != nil {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
-		d := &device{rank: prog.Rank, prog: prog, dev: dev, eager: bopts.Eager, tail: tailStart(prog.Steps),
+		d := &device{rank: prog.Rank, prog: prog, dev: dev, tail: tailStart(prog.Steps),
 			shareState: p.Sync.ShareState()}
 		rs.devices = append(rs.devices, d)
 		if err := dev.Load(prog); err != nil {

@@ -46,13 +46,39 @@ func (m memFile) ReadFile(path string) ([]byte, error) {
 
 func compile(t testing.TB, s *spec.Spec, devices int) *engine.Plan {
 	t.Helper()
+	return compileWith(t, s, devices)
+}
+
+// compileWith is compile on a cluster whose keys are set as --set sets
+// them: "cluster.fusion=false", "cpu.help=false".
+func compileWith(t testing.TB, s *spec.Spec, devices int, keys ...string) *engine.Plan {
+	t.Helper()
 	c := engine.DefaultCluster()
 	c.Devices = devices
+	for _, kv := range keys {
+		k, v, _ := strings.Cut(kv, "=")
+		if err := c.Set(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p, err := engine.Compile(s, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// clusterSets splits --set style arguments into the script's and the
+// cluster's (engine.IsClusterKey).
+func clusterSets(sets []string) (script, cluster []string) {
+	for _, s := range sets {
+		if k, _, _ := strings.Cut(s, "="); engine.IsClusterKey(k) {
+			cluster = append(cluster, s)
+		} else {
+			script = append(script, s)
+		}
+	}
+	return script, cluster
 }
 
 // mnistScript is the tutorial's Net, with placeholders for tests to vary.
@@ -167,7 +193,7 @@ func TestModelGradientFiniteDifferences(t *testing.T) {
 		}
 		p := compile(t, loadSpec(t, src, "loss="+loss), 1)
 		d, cd := testDevice(t, p, 0, 3)
-		ds, err := engine.LoadData(&p.Spec.Data)
+		ds, err := datasets.Load(&p.Spec.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

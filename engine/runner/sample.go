@@ -8,8 +8,7 @@ import (
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
-	"gorun/engine/backend/cpu"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // SampleOptions say how Generate continues a prompt.
@@ -28,7 +27,9 @@ type SampleOptions struct {
 // whose parameters are in the safetensors file params: at every step it
 // runs the model in evaluation mode on the last T tokens (the prompt
 // placed at the window's start while shorter) and draws the next token
-// from the logits at the last position. It returns the added tokens.
+// from the logits at the last position, on a device of the Plan's
+// backend (which must be registered: cmd/gorun samples on the cpu one).
+// It returns the added tokens.
 func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([]int32, error) {
 	if !p.Tokens {
 		return nil, fmt.Errorf("the model does not read token windows (data.text): nothing to sample")
@@ -40,7 +41,11 @@ func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([
 	if err != nil {
 		return nil, err
 	}
-	dev, err := cpu.Backend{}.Open(0, backend.Options{})
+	be, err := backend.Get(p.Cluster.Backend)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := be.Open(0, backend.Options{Settings: p.Cluster.BackendSettings()})
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"gorun/datasets"
-	"gorun/engine"
-	"gorun/engine/safetensors"
+	"gorun/safetensors"
 )
 
 // recorder wraps a training set with transforms and records, for every
@@ -85,7 +84,7 @@ train(
 `, path)
 	run := func(devices int) *recorder {
 		s := loadSpec(t, src)
-		ds, err := engine.LoadData(&s.Data)
+		ds, err := datasets.Load(&s.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,21 @@
 // Package cpu is gorun's default backend: a Program's buffers live in one
 // host arena (a gorgonia.org/tensor tensor whose memory comes from the
-// backend's tensor.Engine), and its steps run the CPU kernels of package
-// ops. Collectives run through the host communicators (in-process shared
+// backend's tensor.Engine, Go heap memory), which the kernels of package
+// ops see as float32 and int32 slices of it (ops.Buf), and its steps run
+// those CPU kernels. Collectives run through the host communicators (in-process shared
 // memory or MPI) directly on the arena.
 //
-// Importing the package registers the backend as "cpu".
+// Importing the package registers the backend as "cpu" (cmd/gorun does;
+// so do the tests that run Plans). Its table in the cluster file has one
+// key:
+//
+//	[cpu]
+//	help = true   # false: a device never runs another's gradient kernels
+//
+// Helping (engine/runner/help.go) lets a device that has finished its
+// backward pass run a slower device's remaining gradient kernels
+// (Device.ExecFor); with help = false every device refuses (CanHelp), to
+// measure what helping gains.
 package cpu
 
 import (
@@ -18,6 +29,7 @@ import (
 	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -26,15 +38,26 @@ func init() { backend.Register(Backend{}) }
 // Backend opens CPU devices; every Program of the process gets one.
 type Backend struct{}
 
-// Name is "cpu".
-func (Backend) Name() string { return "cpu" }
+// Target describes the cpu backend: every op that has a CPU kernel in
+// package ops (all of them), devices in the host's memory, each computing
+// on one core, and the key help of its [cpu] table.
+func (Backend) Target() *target.Target {
+	return &target.Target{
+		Name:       "cpu",
+		Supports:   func(op ops.Op) bool { return ops.Kernels32[op] != nil },
+		Keys:       []target.Key{target.Bool("help", true, "false: a device never runs a slower device's gradient kernels (helping)")},
+		HostMemory: true,
+		HostCores:  true,
+	}
+}
 
-// Supports reports whether ops has a CPU kernel for op.
-func (Backend) Supports(op ops.Op) bool { return ops.Kernels32[op] != nil }
-
-// Open returns a CPU device; the index only names it.
-func (Backend) Open(index int, _ backend.Options) (backend.Device, error) {
+// Open returns a CPU device; the index only names it. Its settings are
+// the [cpu] table's (help).
+func (Backend) Open(index int, opts backend.Options) (backend.Device, error) {
 	d := &Device{index: index, eng: Engine{}}
+	if help, ok := opts.Settings["help"].(bool); ok {
+		d.noHelp = !help
+	}
 	d.pcg = &rand.PCG{}
 	d.ctx.RNG = rand.New(d.pcg)
 	return d, nil
@@ -70,7 +93,6 @@ type Device struct {
 	f32   []float32 // the arena's memory as floats
 	i32   []int32   // the same memory as int32
 	bufs  []ops.Buf[float32]
-	tens  []*tensor.Dense
 	// bound holds each step's kernel arguments, by Step.ID, so running a
 	// step allocates nothing.
 	bound   []bound
@@ -80,6 +102,9 @@ type Device struct {
 	// help is the kernels' context for another device's steps (ExecFor):
 	// this device's scratch, no RNG.
 	help ops.Ctx[float32]
+	// noHelp: the [cpu] table's help = false; the device runs no other
+	// device's steps (CanHelp).
+	noHelp bool
 }
 
 type bound struct {
@@ -107,9 +132,6 @@ var (
 // Name is "cpu:INDEX".
 func (d *Device) Name() string { return fmt.Sprintf("cpu:%d", d.index) }
 
-// Engine returns the device's tensor.Engine.
-func (d *Device) Engine() tensor.Engine { return d.eng }
-
 // Load allocates the program's arena and binds every step to its kernel.
 func (d *Device) Load(prog *engine.Program) error {
 	if d.prog != nil {
@@ -120,17 +142,14 @@ func (d *Device) Load(prog *engine.Program) error {
 	d.f32 = d.arena.Data().([]float32)[:prog.ArenaElems]
 	d.i32 = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(d.f32))), len(d.f32))
 	d.bufs = make([]ops.Buf[float32], len(prog.Buffers))
-	d.tens = make([]*tensor.Dense, len(prog.Buffers))
 	for i, b := range prog.Buffers {
 		kb := &d.bufs[i]
 		kb.Shape = append([]int(nil), b.Max...)
 		lo, hi := b.Offset, b.Offset+b.Elems()
 		if b.DType == engine.Int32 {
 			kb.Idx = d.i32[lo:hi:hi]
-			d.tens[i] = tensor.New(tensor.WithShape(tshape(b.Max)...), tensor.WithBacking(kb.Idx))
 		} else {
 			kb.Data = d.f32[lo:hi:hi]
-			d.tens[i] = tensor.New(tensor.WithShape(tshape(b.Max)...), tensor.WithBacking(kb.Data))
 		}
 		if b.Batched {
 			d.batched = append(d.batched, i)
@@ -174,17 +193,6 @@ func (d *Device) Load(prog *engine.Program) error {
 	return nil
 }
 
-// tshape is a tensor shape (a scalar buffer of shape [] becomes [1]).
-func tshape(s []int) []int {
-	if len(s) == 0 {
-		return []int{1}
-	}
-	return s
-}
-
-// Tensor is buffer b's tensor, over the arena.
-func (d *Device) Tensor(b *engine.Buffer) *tensor.Dense { return d.tens[b.ID] }
-
 // Buf is buffer b as the kernels see it: its memory and live shape. Tests
 // and host-side tools read and write it directly on a CPU device.
 func (d *Device) Buf(b *engine.Buffer) *ops.Buf[float32] { return &d.bufs[b.ID] }
@@ -226,10 +234,10 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 }
 
 // CanHelp reports whether owner is a CPU device whose scratch space is no
-// larger than d's.
+// larger than d's, and d may help (the [cpu] table's help is not false).
 func (d *Device) CanHelp(owner backend.Device) bool {
 	o, ok := owner.(*Device)
-	return ok && o.prog != nil && d.prog != nil && len(o.ctx.Work) <= len(d.ctx.Work)
+	return ok && !d.noHelp && o.prog != nil && d.prog != nil && len(o.ctx.Work) <= len(d.ctx.Work)
 }
 
 // ExecFor runs kernel step st of owner, another CPU device of this
@@ -367,7 +375,7 @@ func (d *Device) Sync() error { return nil }
 
 // Close drops the arena.
 func (d *Device) Close() error {
-	d.arena, d.f32, d.i32, d.bufs, d.tens = nil, nil, nil, nil, nil
+	d.arena, d.f32, d.i32, d.bufs = nil, nil, nil, nil
 	return nil
 }
 

@@ -2,144 +2,11 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 
 	"gorun/datasets"
 	"gorun/datasets/torchrand"
 	"gorun/engine/spec"
 )
-
-type dataInfo struct {
-	sample  []int
-	classes int
-	target  []int // one sample's float target (regression); nil for class labels
-	// tokens: integer inputs (token ids) and a class (token) target at
-	// every position of the sample (data.text).
-	tokens bool
-}
-
-// datasetInfo gives a dataset's sample shape and class count without
-// reading it (only the labels and headers of a data.tensors dataset), so
-// that the Plan is checked before any data is read.
-func datasetInfo(d *spec.Data) (dataInfo, error) {
-	var info dataInfo
-	switch d.Kind {
-	case "mnist", "fashion_mnist":
-		info = dataInfo{sample: []int{1, 28, 28}, classes: 10}
-	case "synthetic":
-		info = dataInfo{sample: d.Shape, classes: d.Classes}
-	case "tensors":
-		shape, classes, target, tokens, err := datasets.TensorsInfo(tensorsSource(d), d.Classes)
-		if err != nil {
-			return dataInfo{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
-		}
-		info = dataInfo{sample: shape, classes: classes, target: target, tokens: tokens}
-		if target != nil && len(d.Transforms) > 0 {
-			return dataInfo{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
-		}
-	case "text":
-		ds, err := textData(d)
-		if err != nil {
-			return dataInfo{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
-		}
-		info = dataInfo{sample: ds.SampleShape(), classes: ds.NumClasses(), tokens: true}
-	default:
-		return dataInfo{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
-	}
-	if len(d.Transforms) > 0 {
-		ts, err := transforms(d)
-		if err == nil {
-			info.sample, err = datasets.TransformedShape(info.sample, ts)
-		}
-		if err != nil {
-			return dataInfo{}, fmt.Errorf("%s: data.%s: transforms: %w", d.Pos, d.Kind, err)
-		}
-	}
-	return info, nil
-}
-
-// tensorsSource is where a data.tensors dataset's arrays are.
-func tensorsSource(d *spec.Data) datasets.TensorsSource {
-	return datasets.TensorsSource{File: d.File, X: d.X, Y: d.Y}
-}
-
-// transforms builds the Data's random transforms.
-func transforms(d *spec.Data) ([]datasets.Transform, error) {
-	var ts []datasets.Transform
-	for _, t := range d.Transforms {
-		var tr datasets.Transform
-		var err error
-		switch t.Kind {
-		case "random_crop":
-			tr, err = datasets.RandomCrop(t.Height, t.Width, t.Padding)
-		case "hflip":
-			tr, err = datasets.HFlip(t.P)
-		default:
-			err = fmt.Errorf("unknown transform %q", t.Kind)
-		}
-		if err != nil {
-			return nil, err
-		}
-		ts = append(ts, tr)
-	}
-	return ts, nil
-}
-
-// LoadData reads the dataset a Spec names. A dataset with transforms is a
-// datasets.EpochDataset: its samples are transformed only through Epoch,
-// which the runner calls for the training set at every epoch.
-func LoadData(d *spec.Data) (datasets.Dataset, error) {
-	var ds datasets.Dataset
-	var err error
-	switch d.Kind {
-	case "mnist":
-		ds, err = datasets.MNIST(d.Split, d.Dir, d.Normalize[0], d.Normalize[1])
-	case "fashion_mnist":
-		ds, err = datasets.FashionMNIST(d.Split, d.Dir, d.Normalize[0], d.Normalize[1])
-	case "tensors":
-		ds, err = datasets.Tensors(tensorsSource(d), d.Split, d.Classes, d.Normalize[0], d.Normalize[1])
-	case "synthetic":
-		ds, err = datasets.Synthetic(d.Split, d.Size, d.Shape, d.Classes, d.Noise, uint64(d.Seed))
-	case "text":
-		ds, err = textData(d)
-	default:
-		err = fmt.Errorf("unknown dataset %q", d.Kind)
-	}
-	if err == nil && d.Limit > 0 && d.Limit < ds.Len() {
-		ds = datasets.Subset(ds, d.Limit)
-	}
-	if err == nil && len(d.Transforms) > 0 {
-		var ts []datasets.Transform
-		if ts, err = transforms(d); err == nil {
-			// Padding is black: the value a zero pixel takes.
-			pad := float32(0)
-			if d.Normalize[1] > 0 {
-				pad = datasets.NormalizedZero(d.Normalize[0], d.Normalize[1])
-			}
-			ds, err = datasets.Augment(ds, pad, ts)
-		}
-	}
-	if err != nil {
-		if d.Pos != "" {
-			return nil, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
-		}
-		return nil, err
-	}
-	if d.Kind == "tensors" || d.Kind == "text" {
-		// Its shape and classes come from the files just read: checking
-		// them would read the files again.
-		return ds, nil
-	}
-	info, err := datasetInfo(d)
-	if err != nil {
-		return nil, err
-	}
-	if !slices.Equal(ds.SampleShape(), info.sample) || ds.NumClasses() != info.classes {
-		return nil, fmt.Errorf("%s: %s has samples %v and %d classes, the plan expects %v and %d",
-			d.Pos, ds.Name(), ds.SampleShape(), ds.NumClasses(), info.sample, info.classes)
-	}
-	return ds, nil
-}
 
 // Shards computes the epoch's shards and the policy for unequal shards.
 // With the script's partition strategy, shards are checked and the
@@ -326,13 +193,4 @@ func EvalRange(n int, weights []float64, world, r int) (lo, hi int) {
 		lo += sizes[i]
 	}
 	return lo, lo + sizes[r]
-}
-
-// textData reads a data.text dataset.
-func textData(d *spec.Data) (datasets.Tokens, error) {
-	text, err := datasets.ReadText(d.File)
-	if err != nil {
-		return nil, err
-	}
-	return datasets.Text(d.File, text, d.SeqLen, d.Vocab, d.Split, d.TestFraction)
 }

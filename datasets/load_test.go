@@ -1,4 +1,4 @@
-package engine
+package datasets
 
 import (
 	"os"
@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"gorun/datasets"
-	"gorun/engine/safetensors"
 	"gorun/engine/spec"
+	"gorun/safetensors"
 )
 
 // transformSpec is an element of spec.Data's Transforms.
@@ -45,15 +44,15 @@ func TestLoadTensorsWithTransforms(t *testing.T) {
 	}
 	d := &spec.Data{Kind: "tensors", Split: "train", File: path, X: "images", Y: "labels", Normalize: [2]float64{0.5, 0.5},
 		Limit: 12, Transforms: transformSpecs([3]int{4, 4, 1}, 0.5), Pos: "train.star:3:5"}
-	info, err := datasetInfo(d)
-	if err != nil || !slices.Equal(info.sample, []int{1, 4, 4}) || info.classes != 3 {
-		t.Fatalf("datasetInfo = %+v, %v", info, err)
+	info, err := Describe(d)
+	if err != nil || !slices.Equal(info.Sample, []int{1, 4, 4}) || info.Classes != 3 {
+		t.Fatalf("Describe = %+v, %v", info, err)
 	}
-	ds, err := LoadData(d)
+	ds, err := Load(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, ok := ds.(datasets.EpochDataset)
+	a, ok := ds.(EpochDataset)
 	if !ok {
 		t.Fatalf("%s is no EpochDataset", ds.Name())
 	}
@@ -84,8 +83,8 @@ func TestLoadTensorsWithTransforms(t *testing.T) {
 	// A transform that does not fit the samples: the error has the position.
 	d.Transforms = transformSpecs([3]int{9, 4, 1}, 0.5)
 	for _, f := range []func() error{
-		func() error { _, err := datasetInfo(d); return err },
-		func() error { _, err := LoadData(d); return err },
+		func() error { _, err := Describe(d); return err },
+		func() error { _, err := Load(d); return err },
 	} {
 		err := f()
 		if err == nil || !strings.Contains(err.Error(), "train.star:3:5: data.tensors") ||
@@ -96,12 +95,12 @@ func TestLoadTensorsWithTransforms(t *testing.T) {
 }
 
 func TestLoadFashionMNIST(t *testing.T) {
-	if _, err := os.Stat(datasets.FashionMNISTDir); err != nil {
+	if _, err := os.Stat(FashionMNISTDir); err != nil {
 		t.Skipf("SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): %v", err)
 	}
 	d := &spec.Data{Kind: "fashion_mnist", Split: "test", Normalize: [2]float64{0.2860, 0.3530}, Limit: 50,
 		Transforms: transformSpecs([3]int{28, 28, 4}, 0.5)}
-	ds, err := LoadData(d)
+	ds, err := Load(d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,8 @@
 // Package safetensors reads and writes the safetensors file format, the
-// format in which gorun saves checkpoints and loads initial weights.
+// format in which gorun saves checkpoints and loads initial weights. It
+// depends on nothing else of gorun: the runner (engine/runner) writes and
+// reads checkpoints with it, package datasets reads data.tensors arrays,
+// and the CLI (cmd/gorun) reads the weights it samples from.
 //
 // A safetensors file is an 8-byte little-endian unsigned header length N,
 // then N bytes of UTF-8 JSON header, then the byte buffer that holds the

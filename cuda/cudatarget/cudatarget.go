@@ -1,0 +1,65 @@
+// Package cudatarget describes the cuda backend to the compile half
+// (package engine/target) in every build of gorun, with or without the
+// build tag cuda: the backend's name, the keys of its table in the cluster
+// file,
+//
+//	[cuda]
+//	eager  = false   # true: launch each step on its own, no CUDA graph
+//	cublas = ""      # path of libcublas.so to try first (default: .13, .12, .11)
+//	nccl   = ""      # path of libnccl.so.2 to try first
+//
+// the transport that comes with it (nccl), and how to build a gorun that
+// has it. Importing the package registers that description, without the
+// ops (target.Target.Supports is nil: this build lacks the backend), so
+// that cluster files naming cuda parse, are checked and plan everywhere,
+// and a run says how to get a gorun that has it. Package cuda (-tags cuda)
+// imports it and registers the built Target in its place, with the ops its
+// devices run; its devices read the table's keys from
+// backend.Options.Settings.
+//
+// The package imports only engine/target: importing it costs a build
+// nothing (no cgo, no CUDA).
+package cudatarget
+
+import "gorun/engine/target"
+
+func init() { target.Register(Target()) }
+
+// Target is the cuda backend's Target as a build without it knows it: name,
+// table keys, transport and hints, no ops. Package cuda adds Supports and
+// Declines.
+func Target() *target.Target {
+	return &target.Target{
+		Name: "cuda",
+		Keys: []target.Key{
+			target.Bool("eager", false, "true: launch each step on its own instead of replaying the step as one captured CUDA graph"),
+			target.Path("cublas", "/usr/lib/x86_64-linux-gnu/libcublas.so.12", "the path of libcublas.so to try first (default: libcublas.so.13, .12, .11 where the loader finds them)"),
+			target.Path("nccl", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "the path of libnccl.so.2 to try first (default: where the loader finds it)"),
+		},
+		Transports: []target.Transport{{
+			Name: "nccl",
+			Hint: "build gorun with `make build-cuda` (-tags cuda); it needs the CUDA driver (libcuda.so.1), an NVIDIA GPU and NCCL (libnccl.so.2, loaded at run time)",
+		}},
+		Hint: "build gorun with `make build-cuda` (-tags cuda); it needs Debian's nvidia-cuda-dev to build, and the CUDA driver (libcuda.so.1) and an NVIDIA GPU to run",
+	}
+}
+
+// Settings are the [cuda] table's values as backend.Options.Settings
+// carries them to the devices: by key, with the defaults filled in.
+type Settings struct {
+	// Eager runs every step on its own, never as a captured graph.
+	Eager bool
+	// Cublas and NCCL are paths of libcublas.so and libnccl.so.2 to try
+	// before the defaults ("" for none).
+	Cublas, NCCL string
+}
+
+// Read reads the [cuda] table's keys from a device's settings (keys left
+// out take their defaults).
+func Read(settings map[string]any) Settings {
+	var s Settings
+	s.Eager, _ = settings["eager"].(bool)
+	s.Cublas, _ = settings["cublas"].(string)
+	s.NCCL, _ = settings["nccl"].(string)
+	return s
+}

@@ -1,0 +1,159 @@
+package datasets
+
+import (
+	"fmt"
+	"slices"
+
+	"gorun/engine/spec"
+)
+
+// Info is what the compiler needs to know of a dataset before any of it
+// is read: the shape of one sample and its targets.
+type Info struct {
+	// Sample is the shape of one sample (after the transforms).
+	Sample []int
+	// Classes is the number of classes of the labels (token data: the
+	// vocabulary).
+	Classes int
+	// Target is one sample's float target shape (regression data), nil
+	// for class labels.
+	Target []int
+	// Tokens is set for token data (data.text): integer inputs (token
+	// ids) and a class (token) target at every position of the sample.
+	Tokens bool
+}
+
+// Describe gives the sample shape and targets of the dataset a Spec names
+// without loading it: fixed for MNIST and Fashion-MNIST, from the Spec for
+// synthetic data, from the labels and headers only for data.tensors. A
+// data.text dataset is read (its vocabulary is the text's). Errors carry
+// the script position of the data.* call.
+func Describe(d *spec.Data) (Info, error) {
+	var info Info
+	switch d.Kind {
+	case "mnist", "fashion_mnist":
+		info = Info{Sample: []int{1, 28, 28}, Classes: 10}
+	case "synthetic":
+		info = Info{Sample: d.Shape, Classes: d.Classes}
+	case "tensors":
+		shape, classes, target, tokens, err := TensorsInfo(tensorsSource(d), d.Classes)
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		info = Info{Sample: shape, Classes: classes, Target: target, Tokens: tokens}
+		if target != nil && len(d.Transforms) > 0 {
+			return Info{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
+		}
+	case "text":
+		ds, err := textData(d)
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		info = Info{Sample: ds.SampleShape(), Classes: ds.NumClasses(), Tokens: true}
+	default:
+		return Info{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
+	}
+	if len(d.Transforms) > 0 {
+		ts, err := transforms(d)
+		if err == nil {
+			info.Sample, err = TransformedShape(info.Sample, ts)
+		}
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: data.%s: transforms: %w", d.Pos, d.Kind, err)
+		}
+	}
+	return info, nil
+}
+
+// Load reads the dataset a Spec names. A dataset with transforms is an
+// EpochDataset: its samples are transformed only through Epoch, which the
+// runner calls for the training set at every epoch. Errors carry the
+// script position of the data.* call.
+func Load(d *spec.Data) (Dataset, error) {
+	var ds Dataset
+	var err error
+	switch d.Kind {
+	case "mnist":
+		ds, err = MNIST(d.Split, d.Dir, d.Normalize[0], d.Normalize[1])
+	case "fashion_mnist":
+		ds, err = FashionMNIST(d.Split, d.Dir, d.Normalize[0], d.Normalize[1])
+	case "tensors":
+		ds, err = Tensors(tensorsSource(d), d.Split, d.Classes, d.Normalize[0], d.Normalize[1])
+	case "synthetic":
+		ds, err = Synthetic(d.Split, d.Size, d.Shape, d.Classes, d.Noise, uint64(d.Seed))
+	case "text":
+		ds, err = textData(d)
+	default:
+		err = fmt.Errorf("unknown dataset %q", d.Kind)
+	}
+	if err == nil && d.Limit > 0 && d.Limit < ds.Len() {
+		ds = Subset(ds, d.Limit)
+	}
+	if err == nil && len(d.Transforms) > 0 {
+		var ts []Transform
+		if ts, err = transforms(d); err == nil {
+			// Padding is black: the value a zero pixel takes.
+			pad := float32(0)
+			if d.Normalize[1] > 0 {
+				pad = NormalizedZero(d.Normalize[0], d.Normalize[1])
+			}
+			ds, err = Augment(ds, pad, ts)
+		}
+	}
+	if err != nil {
+		if d.Pos != "" {
+			return nil, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		return nil, err
+	}
+	if d.Kind == "tensors" || d.Kind == "text" {
+		// Its shape and classes come from the files just read: checking
+		// them would read the files again.
+		return ds, nil
+	}
+	info, err := Describe(d)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(ds.SampleShape(), info.Sample) || ds.NumClasses() != info.Classes {
+		return nil, fmt.Errorf("%s: %s has samples %v and %d classes, the plan expects %v and %d",
+			d.Pos, ds.Name(), ds.SampleShape(), ds.NumClasses(), info.Sample, info.Classes)
+	}
+	return ds, nil
+}
+
+// tensorsSource is where a data.tensors dataset's arrays are.
+func tensorsSource(d *spec.Data) TensorsSource {
+	return TensorsSource{File: d.File, X: d.X, Y: d.Y}
+}
+
+// transforms builds the Data's random transforms.
+func transforms(d *spec.Data) ([]Transform, error) {
+	var ts []Transform
+	for _, t := range d.Transforms {
+		var tr Transform
+		var err error
+		switch t.Kind {
+		case "random_crop":
+			tr, err = RandomCrop(t.Height, t.Width, t.Padding)
+		case "hflip":
+			tr, err = HFlip(t.P)
+		default:
+			err = fmt.Errorf("unknown transform %q", t.Kind)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, tr)
+	}
+	return ts, nil
+}
+
+// textData reads a data.text dataset.
+func textData(d *spec.Data) (Tokens, error) {
+	text, err := ReadText(d.File)
+	if err != nil {
+		return nil, err
+	}
+	return Text(d.File, text, d.SeqLen, d.Vocab, d.Split, d.TestFraction)
+}
