@@ -236,9 +236,14 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 	if err != nil {
 		return nil, err
 	}
-	switch op, simple := simpleOps[l.Kind]; {
-	case simple:
-		node.Op = op
+	switch {
+	case l.Op != "":
+		// A layer that is one op (nn.relu, nn.silu, …): the op's own
+		// definition checks its input.
+		if d := ops.Lookup(l.Op); d == nil || !d.Forward() {
+			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("%q is not a forward op", l.Op)}
+		}
+		node.Op = l.Op
 	case l.Kind == spec.Conv2D:
 		node.Op = ops.Conv2D
 		node.Attrs = ops.Attrs{Stride: l.Stride, Padding: l.Padding, Groups: l.Groups}
@@ -584,13 +589,6 @@ func (b *builder) softmaxOver(node *Node, x *Value, dim int, pos spec.Pos, name 
 		return nil, err
 	}
 	return swap(node.Out[0], name) // the layer's output keeps its name
-}
-
-// simpleOps are the layers that are one op without parameters or
-// attributes.
-var simpleOps = map[spec.LayerKind]ops.Op{
-	spec.ReLU: ops.ReLU, spec.Flatten: ops.Flatten,
-	spec.Sigmoid: ops.Sigmoid, spec.Tanh: ops.Tanh, spec.AdaptiveAvgPool2D: ops.GlobalAvgPool2D,
 }
 
 // applySymbol names the tensor operators in messages.

@@ -10,6 +10,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"gorun/engine/spec"
+	"gorun/ops"
 )
 
 // Layer is a declared layer as a Starlark value (nn.conv2d(...) and
@@ -155,11 +156,11 @@ var nnModule = &starlarkstruct.Module{
 		"sequential":          starlark.NewBuiltin("nn.sequential", nnSequential),
 		"conv2d":              starlark.NewBuiltin("nn.conv2d", nnConv2D),
 		"linear":              starlark.NewBuiltin("nn.linear", nnLinear),
-		"relu":                starlark.NewBuiltin("nn.relu", simpleLayer(spec.ReLU)),
+		"relu":                starlark.NewBuiltin("nn.relu", opLayer(spec.ReLU, ops.ReLU)),
 		"maxpool2d":           starlark.NewBuiltin("nn.maxpool2d", nnMaxPool2D),
 		"dropout":             starlark.NewBuiltin("nn.dropout", dropoutLayer(spec.Dropout)),
 		"dropout2d":           starlark.NewBuiltin("nn.dropout2d", dropoutLayer(spec.Dropout2D)),
-		"flatten":             starlark.NewBuiltin("nn.flatten", simpleLayer(spec.Flatten)),
+		"flatten":             starlark.NewBuiltin("nn.flatten", opLayer(spec.Flatten, ops.Flatten)),
 		"log_softmax":         starlark.NewBuiltin("nn.log_softmax", softmaxLayer(spec.LogSoftmax)),
 		"softmax":             starlark.NewBuiltin("nn.softmax", softmaxLayer(spec.Softmax)),
 		"embedding":           starlark.NewBuiltin("nn.embedding", nnEmbedding),
@@ -167,9 +168,9 @@ var nnModule = &starlarkstruct.Module{
 		"gelu":                starlark.NewBuiltin("nn.gelu", nnGELU),
 		"multihead_attention": starlark.NewBuiltin("nn.multihead_attention", nnAttention),
 		"matmul":              starlark.NewBuiltin("nn.matmul", nnMatMul),
-		"identity":            starlark.NewBuiltin("nn.identity", simpleLayer(spec.Identity)),
-		"sigmoid":             starlark.NewBuiltin("nn.sigmoid", simpleLayer(spec.Sigmoid)),
-		"tanh":                starlark.NewBuiltin("nn.tanh", simpleLayer(spec.Tanh)),
+		"identity":            starlark.NewBuiltin("nn.identity", opLayer(spec.Identity, ops.Invalid)),
+		"sigmoid":             starlark.NewBuiltin("nn.sigmoid", opLayer(spec.Sigmoid, ops.Sigmoid)),
+		"tanh":                starlark.NewBuiltin("nn.tanh", opLayer(spec.Tanh, ops.Tanh)),
 		"leaky_relu":          starlark.NewBuiltin("nn.leaky_relu", nnLeakyReLU),
 		"avgpool2d":           starlark.NewBuiltin("nn.avgpool2d", nnAvgPool2D),
 		"adaptive_avgpool2d":  starlark.NewBuiltin("nn.adaptive_avgpool2d", nnAdaptiveAvgPool2D),
@@ -384,7 +385,7 @@ func nnAdaptiveAvgPool2D(thread *starlark.Thread, b *starlark.Builtin, args star
 	if size != 1 {
 		return nil, fmt.Errorf("%s: only output_size 1 (global average pooling) is supported, got %d", b.Name(), size)
 	}
-	return newLayer(thread, spec.Layer{Kind: spec.AdaptiveAvgPool2D, Name: string(name), Pos: position(thread)})
+	return newLayer(thread, spec.Layer{Kind: spec.AdaptiveAvgPool2D, Op: ops.GlobalAvgPool2D, Name: string(name), Pos: position(thread)})
 }
 
 func nnLeakyReLU(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -466,14 +467,19 @@ func tensorFirst(args starlark.Tuple) (*Tensor, starlark.Tuple, bool) {
 	return nil, args, false
 }
 
-func simpleLayer(kind spec.LayerKind) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+// opLayer is the builtin of a layer that is one op without parameters or
+// attributes (nn.relu(), nn.silu(name = …), or nn.relu(x) applied at
+// once): the compiler takes everything else from the op's definition, so
+// adding such a layer is one line in nnModule. ops.Invalid declares a
+// layer that is no op at all (nn.identity).
+func opLayer(kind spec.LayerKind, op ops.Op) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		x, args, apply := tensorFirst(args)
 		var name layerName
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "name?", &name); err != nil {
 			return nil, err
 		}
-		l, err := newLayer(thread, spec.Layer{Kind: kind, Name: string(name), Pos: position(thread)})
+		l, err := newLayer(thread, spec.Layer{Kind: kind, Op: op, Name: string(name), Pos: position(thread)})
 		if err != nil || !apply {
 			return l, err
 		}

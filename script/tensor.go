@@ -11,6 +11,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"gorun/engine/spec"
+	"gorun/ops"
 )
 
 // trace records what a script does with tensors: every layer application,
@@ -201,7 +202,7 @@ func tensorFlatten(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	if start != 1 {
 		return nil, fmt.Errorf("flatten: only start_dim = 1 (keep the batch) is supported, got %d", start)
 	}
-	return t.tr.apply(position(thread), &spec.Layer{Kind: spec.Flatten, Pos: position(thread)}, []*Tensor{t}, "flatten")
+	return t.tr.apply(position(thread), &spec.Layer{Kind: spec.Flatten, Op: ops.Flatten, Pos: position(thread)}, []*Tensor{t}, "flatten")
 }
 
 // tensorMean is x.mean(dim): the mean over one dimension (not the batch),

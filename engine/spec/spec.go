@@ -8,7 +8,11 @@
 // it and reports errors with the Pos recorded on each value.
 package spec
 
-import "fmt"
+import (
+	"fmt"
+
+	"gorun/ops"
+)
 
 // Pos is a position in a script, "file:line:col", recorded where a value was
 // declared so that errors found later can point back at it.
@@ -65,6 +69,11 @@ const (
 // layer applied twice is one *Layer: its parameters are shared.
 type Layer struct {
 	Kind LayerKind
+	// Op, when set, makes the layer exactly that op applied to its input,
+	// without parameters or attributes (nn.relu, nn.sigmoid, nn.silu, …):
+	// the compiler needs nothing else to know about it, so such a layer
+	// is declared by its script builtin alone.
+	Op ops.Op
 	// Name is the name given with name=, or "" for the PyTorch default (the
 	// index within the enclosing sequential).
 	Name string
