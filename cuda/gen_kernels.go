@@ -137,6 +137,7 @@ const (
 	unaryScale          = 3 // GORUN_UNARY_SCALE
 	unaryGELU           = 4 // GORUN_UNARY_GELU
 	unaryGELUTanh       = 5 // GORUN_UNARY_GELU_TANH
+	unarySilu           = 6 // GORUN_UNARY_SILU
 	binaryAdd           = 0 // GORUN_BINARY_ADD
 	binarySub           = 1 // GORUN_BINARY_SUB
 	binaryMul           = 2 // GORUN_BINARY_MUL
@@ -145,6 +146,7 @@ const (
 	binaryLeakyReLUGrad = 5 // GORUN_BINARY_LEAKY_RELU_GRAD
 	binaryGELUGrad      = 6 // GORUN_BINARY_GELU_GRAD
 	binaryGELUTanhGrad  = 7 // GORUN_BINARY_GELU_TANH_GRAD
+	binarySiluGrad      = 8 // GORUN_BINARY_SILU_GRAD
 	bnSums              = 0 // GORUN_BN_SUMS: gorun_bn_partial: Σa, Σa² (BatchNormStats)
 	bnGradSums          = 1 // GORUN_BN_GRAD_SUMS: gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
 	lnGammaSums         = 2 // GORUN_LN_GAMMA_SUMS: gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)

@@ -19,6 +19,7 @@ var elementwiseSteps = map[ops.Op]opStep{
 	ops.LeakyReLU:     runUnary(unaryLeakyReLU),
 	ops.Scale:         runUnary(unaryScale),
 	ops.GELU:          runUnary(unaryGELU),
+	ops.SiLU:          runUnary(unarySilu),
 	ops.Add:           runBinary(binaryAdd),
 	ops.Sub:           runBinary(binarySub),
 	ops.Mul:           runBinary(binaryMul),
@@ -26,6 +27,7 @@ var elementwiseSteps = map[ops.Op]opStep{
 	ops.TanhGrad:      runBinary(binaryTanhGrad),
 	ops.LeakyReLUGrad: runBinary(binaryLeakyReLUGrad),
 	ops.GELUGrad:      runBinary(binaryGELUGrad),
+	ops.SiLUGrad:      runBinary(binarySiluGrad),
 }
 
 // runReLU queues ReLU.

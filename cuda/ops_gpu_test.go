@@ -507,7 +507,7 @@ func opCases() []opCase {
 			return []*engine.Buffer{rm, rv, tracked}
 		})
 	}
-	// Sequence models: GELU, softmax over the last dimension of [N, T, C]
+	// Sequence models: GELU, SiLU, softmax over the last dimension of [N, T, C]
 	// and causal, losses over positions with an ignored class, concat and
 	// narrow, embeddings, layer norm, batched matrix products, permutes,
 	// positions.
@@ -520,6 +520,8 @@ func opCases() []opCase {
 			return bwd(b, ops.GELUGrad, a, false, []*engine.Buffer{b.f("dy", true, tb, 3, 5, 5), b.f("x", true, tb, 3, 5, 5)}, b.f("dx", true, tb, 3, 5, 5))
 		})
 	}
+	add("silu", once, unary(ops.SiLU, tb, 3, 5, 5))
+	add("silu_grad", once, binary(ops.SiLUGrad, tb, 3, 5, 5))
 	add("log_softmax [N, T, C]", once, unary(ops.LogSoftmax, tb, 3, 10))
 	add("softmax [N, T, C]", once, unary(ops.Softmax, tb, 3, 10))
 	add("softmax causal", once, func(b *progBuilder) []*engine.Buffer {

@@ -7,7 +7,7 @@ import (
 )
 
 // Activations: elementwise functions of one tensor (ReLU, Sigmoid, Tanh,
-// LeakyReLU, GELU) and their gradients. Every kernel may write its output
+// LeakyReLU, GELU, SiLU) and their gradients. Every kernel may write its output
 // over its input (ReuseInput).
 
 const (
@@ -47,6 +47,14 @@ const (
 	// GELUGrad: in dy, x (the GELU input); out dx = dy·GELU'(x). Attrs:
 	// Approximate.
 	GELUGrad Op = "gelu_grad"
+
+	// SiLU: in x; out y = x·sigmoid(x) = x/(1+exp(-x)) (F.silu, the swish
+	// of EfficientNet and LLaMA's MLPs).
+	SiLU Op = "silu"
+
+	// SiLUGrad: in dy, x (the SiLU input); out dx = dy·s·(1 + x·(1-s)),
+	// s = sigmoid(x) (PyTorch's silu_backward).
+	SiLUGrad Op = "silu_grad"
 )
 
 var activationOps = []*Def{
@@ -100,6 +108,15 @@ var activationOps = []*Def{
 	{
 		Op: GELUGrad, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
 		Kernel32: geluGrad[float32], Kernel64: geluGrad[float64],
+	},
+	{
+		Op: SiLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradWithIn(SiLUGrad),
+		Kernel32: silu[float32], Kernel64: silu[float64],
+	},
+	{
+		Op: SiLUGrad, In: []Input{{Name: "dy"}, {Name: "x"}}, Out: []Output{{Name: "dx"}}, ReuseInput: true,
+		Kernel32: siluGrad[float32], Kernel64: siluGrad[float64],
 	},
 }
 
@@ -159,6 +176,31 @@ func sigmoidGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dx := out[0].Data[:len(dy)]
 	for i, g := range dy {
 		dx[i] = g * (1 - y[i]) * y[i]
+	}
+}
+
+// silu: in x; out y = x/(1+exp(-x)), PyTorch's formula in T's precision
+// (exp rounded to T, so that float32 overflows where PyTorch's does: +Inf
+// gives +Inf, -Inf NaN, x ≤ -89 gives -0 in float32).
+func silu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	for i, v := range x {
+		y[i] = v / (1 + T(math.Exp(-float64(v))))
+	}
+}
+
+// siluGrad: in dy, x (the SiLU input); out dx = dy·s·(1 + x·(1-s)), s =
+// 1/(1+exp(-x)), PyTorch's silu_backward in T's precision (±Inf give
+// NaN, as there). The output may alias dy.
+func siluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	dy := live(in[0])
+	x := in[1].Data[:len(dy)]
+	dx := out[0].Data[:len(dy)]
+	for i, g := range dy {
+		v := x[i]
+		s := 1 / (1 + T(math.Exp(-float64(v))))
+		dx[i] = g * s * (1 + v*(1-s))
 	}
 }
 

@@ -174,6 +174,8 @@ var gradCases = []gradCase{
 
 	{name: "sigmoid", op: Sigmoid, in: [][]int{{3, 4, 2}}, capN: 4,
 		bwd: []bwdStep{{op: SigmoidGrad, args: []ref{dyOf(0), outOf(0)}}}},
+	{name: "silu", op: SiLU, in: [][]int{{3, 4, 2}}, capN: 4,
+		bwd: []bwdStep{{op: SiLUGrad, args: []ref{dyOf(0), inOf(0)}}}},
 	{name: "tanh", op: Tanh, in: [][]int{{3, 5}}, capN: 4,
 		bwd: []bwdStep{{op: TanhGrad, args: []ref{dyOf(0), outOf(0)}}}},
 	{name: "leaky_relu", op: LeakyReLU, attrs: Attrs{NegativeSlope: 0.01}, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,

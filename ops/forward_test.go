@@ -467,6 +467,34 @@ func TestActivationsForward(t *testing.T) {
 	expectData(t, "gelu_grad", g.Data, 1, 2)
 }
 
+// TestSiLUEdges: SiLU and its gradient in float32 where exp overflows, as
+// PyTorch 1.13 computes them (F.silu on CPU: silu(±Inf) = +Inf and NaN,
+// -0 below -88, NaN gradients at ±Inf), and at an ordinary point.
+func TestSiLUEdges(t *testing.T) {
+	inf := float32(math.Inf(1))
+	x := &Buf[float32]{Shape: []int{5}, Data: []float32{inf, -inf, -100, -90, 3}}
+	y := &Buf[float32]{Shape: []int{5}, Data: make([]float32, 5)}
+	dx := &Buf[float32]{Shape: []int{5}, Data: make([]float32, 5)}
+	dy := &Buf[float32]{Shape: []int{5}, Data: []float32{1, 1, 1, 1, 1}}
+	Kernels32[SiLU](&Ctx[float32]{}, &Attrs{}, []*Buf[float32]{x}, []*Buf[float32]{y})
+	Kernels32[SiLUGrad](&Ctx[float32]{}, &Attrs{}, []*Buf[float32]{dy, x}, []*Buf[float32]{dx})
+	nan := float32(math.NaN())
+	// torch.nn.functional.silu(x) and its backward with ones, in float32.
+	wantY := []float32{inf, nan, 0, 0, 2.857722520828247}
+	wantDx := []float32{nan, nan, 0, 0, 1.0881041288375854}
+	for i := range wantY {
+		for _, c := range []struct {
+			what      string
+			got, want float32
+		}{{"silu", y.Data[i], wantY[i]}, {"silu_grad", dx.Data[i], wantDx[i]}} {
+			same := c.got == c.want || (c.got != c.got && c.want != c.want)
+			if !same || (c.want == 0 && !math.Signbit(float64(c.got))) {
+				t.Errorf("%s(%v) = %v, want %v (PyTorch's, -0 for zeros)", c.what, x.Data[i], c.got, c.want)
+			}
+		}
+	}
+}
+
 func TestLossesWithSmoothingAndMSE(t *testing.T) {
 	// Uniform logits over 4 classes: every -logp is ln 4, whatever ε.
 	c := &Ctx[float64]{LossScale: 0.5}

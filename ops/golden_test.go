@@ -15,7 +15,7 @@ import (
 // adaptive_avg_pool2d, sigmoid, tanh, leaky_relu, gelu, add, sub, mul,
 // scaling, mse_loss, cat, embedding, layer_norm, matmul (batched, with
 // transposes), permute, linear (over the last dimension of any rank),
-// narrow and position ids on small random inputs;
+// narrow, position ids and silu on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
@@ -366,6 +366,8 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k map[Op]Kernel[T], t
 		runUnaryGolden(t, g, k, c, &Attrs{}, LogSoftmax, LogSoftmaxGrad, true, tol)
 	case "gelu":
 		runUnaryGolden(t, g, k, c, &Attrs{Approximate: g.Approximate}, GELU, GELUGrad, false, tol)
+	case "silu":
+		runUnaryGolden(t, g, k, c, &Attrs{}, SiLU, SiLUGrad, false, tol)
 	case "scale":
 		a := &Attrs{Alpha: g.Alpha}
 		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)

@@ -166,6 +166,7 @@ var nnModule = &starlarkstruct.Module{
 		"embedding":           starlark.NewBuiltin("nn.embedding", nnEmbedding),
 		"layernorm":           starlark.NewBuiltin("nn.layernorm", nnLayerNorm),
 		"gelu":                starlark.NewBuiltin("nn.gelu", nnGELU),
+		"silu":                starlark.NewBuiltin("nn.silu", opLayer("silu", ops.SiLU)),
 		"multihead_attention": starlark.NewBuiltin("nn.multihead_attention", nnAttention),
 		"matmul":              starlark.NewBuiltin("nn.matmul", nnMatMul),
 		"identity":            starlark.NewBuiltin("nn.identity", opLayer(spec.Identity, ops.Invalid)),

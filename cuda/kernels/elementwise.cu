@@ -51,6 +51,12 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha) {
       y[i] = (float)(0.5 * f * (1 + tanh(GORUN_GELU_K * (f + GORUN_GELU_C * f * f * f))));
     }
     break;
+  case GORUN_UNARY_SILU:
+    GORUN_FOR(i, n) {
+      float v = x[i];
+      y[i] = v / (1.0f + (float)exp(-(double)v));
+    }
+    break;
   }
 }
 
@@ -97,6 +103,13 @@ GORUN_KERNEL gorun_binary(const float* a, const float* b, float* out, int n, int
       double th = tanh(GORUN_GELU_K * (f + GORUN_GELU_C * f * f * f));
       double d = 0.5 * (1 + th) + 0.5 * f * (1 - th * th) * GORUN_GELU_K * (1 + GORUN_GELU_3C * f * f);
       out[i] = (float)((double)a[i] * d);
+    }
+    break;
+  case GORUN_BINARY_SILU_GRAD:
+    GORUN_FOR(i, n) {
+      float v = b[i];
+      float s = 1.0f / (1.0f + (float)exp(-(double)v));
+      out[i] = a[i] * s * (1.0f + v * (1.0f - s));
     }
     break;
   }

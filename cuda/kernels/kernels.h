@@ -98,6 +98,8 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 //   GELU        x·Φ(x) = 0.5·x·(1+erf(x/√2)), in double (GELU)
 //   GELU_TANH   0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))), in double (GELU
 //               with Approximate)
+//   SILU        x/(1+e), e = exp(-x) in double rounded to float, the rest
+//               in float (SiLU)
 // ELEMENTWISE(n). In place ok.
 #define GORUN_UNARY_SIGMOID 0
 #define GORUN_UNARY_TANH 1
@@ -105,6 +107,7 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 #define GORUN_UNARY_SCALE 3
 #define GORUN_UNARY_GELU 4
 #define GORUN_UNARY_GELU_TANH 5
+#define GORUN_UNARY_SILU 6
 GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 // Binary ops, out[i] = f(a[i], b[i]), f chosen by op (GORUN_BINARY_*):
 //   ADD              a + b (Add)
@@ -115,6 +118,8 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 //   LEAKY_RELU_GRAD  b > 0 ? a : alpha·a: a = dy, b = the LeakyReLU input
 //   GELU_GRAD        a·GELU'(b), in double: a = dy, b = the GELU input
 //   GELU_TANH_GRAD   the same for GELU_TANH
+//   SILU_GRAD        a·s·(1+b·(1-s)), s = 1/(1+e), e as SILU's: a = dy,
+//                    b = the SiLU input
 // alpha is used by LEAKY_RELU_GRAD only. ELEMENTWISE(n). out may be a or b.
 #define GORUN_BINARY_ADD 0
 #define GORUN_BINARY_SUB 1
@@ -124,6 +129,7 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 #define GORUN_BINARY_LEAKY_RELU_GRAD 5
 #define GORUN_BINARY_GELU_GRAD 6
 #define GORUN_BINARY_GELU_TANH_GRAD 7
+#define GORUN_BINARY_SILU_GRAD 8
 GORUN_KERNEL gorun_binary(const float* a, const float* b, float* out, int n, int op,
                           float alpha);
 // dst[i] = src[i] (also Flatten when not aliased). ELEMENTWISE(n).

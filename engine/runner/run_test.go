@@ -257,7 +257,8 @@ func stepLosses(t *testing.T, src string, devices int, sets ...string) ([]float6
 
 // TestModelGradientMatchesPyTorch compares every parameter gradient of a
 // conv → relu → maxpool → linear model with PyTorch 1.13's
-// (testdata/gen_model_grad.py).
+// (testdata/gen_model_grad.py), under NLL and cross-entropy, and with
+// nn.silu in place of nn.relu.
 func TestModelGradientMatchesPyTorch(t *testing.T) {
 	b, err := os.ReadFile("testdata/model_grad_golden.json")
 	if err != nil {
@@ -278,10 +279,16 @@ func TestModelGradientMatchesPyTorch(t *testing.T) {
 	if err := json.Unmarshal(b, &golden); err != nil {
 		t.Fatal(err)
 	}
-	for loss, want := range golden.Cases {
-		src := tinyScript
-		if loss == "cross_entropy" {
+	if _, ok := golden.Cases["nll_silu"]; !ok || len(golden.Cases) != 3 {
+		t.Fatalf("golden cases %v: want nll, cross_entropy and nll_silu", golden.Cases)
+	}
+	for name, want := range golden.Cases {
+		src, loss := tinyScript, name
+		switch name {
+		case "cross_entropy":
 			src = strings.Replace(src, "nn.log_softmax(),", "", 1)
+		case "nll_silu":
+			src, loss = strings.Replace(src, "nn.relu(),", "nn.silu(),", 1), "nll"
 		}
 		p := compile(t, loadSpec(t, src, "loss="+loss), 1)
 		d, cd := testDevice(t, p, 0, 1)
@@ -293,11 +300,11 @@ func TestModelGradientMatchesPyTorch(t *testing.T) {
 		ds := &fixedSet{x: golden.X, y: golden.Y, shape: []int{1, 8, 8}, classes: 4}
 		backward(t, d, ds, []int{0, 1, 2, 3, 4})
 		if got, _ := d.readLoss(); math.Abs(got-want.Loss) > 1e-6*math.Abs(want.Loss) {
-			t.Errorf("%s: loss %.7f, PyTorch %.7f", loss, got, want.Loss)
+			t.Errorf("%s: loss %.7f, PyTorch %.7f", name, got, want.Loss)
 		}
 		for i, prm := range p.Graph.Params {
 			if diff := maxAbsDiff(cd.Buf(d.prog.Grads[i]).Data, want.Grads[prm.Name]); diff > 1e-6 {
-				t.Errorf("%s: gradient of %s differs from PyTorch's by %.2e", loss, prm.Name, diff)
+				t.Errorf("%s: gradient of %s differs from PyTorch's by %.2e", name, prm.Name, diff)
 			}
 		}
 	}

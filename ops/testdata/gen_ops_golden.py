@@ -405,6 +405,7 @@ def conv_pool(name, x, w, b, padding, relu):
 # Appended last, so that the cases above keep their random values.
 conv_pool("conv2d_maxpool2d_relu_pad1", randn(3, 1, 9, 8), randn(4, 1, 3, 3), randn(4), 1, True)
 conv_pool("conv2d_maxpool2d_5x5_nobias", randn(2, 1, 11, 10), randn(3, 1, 5, 5), None, 0, False)
+unary("silu", "silu", F.silu)
 
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.

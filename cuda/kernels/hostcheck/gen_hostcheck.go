@@ -306,6 +306,7 @@ const (
 	UnaryScale          = 3 // GORUN_UNARY_SCALE
 	UnaryGELU           = 4 // GORUN_UNARY_GELU
 	UnaryGELUTanh       = 5 // GORUN_UNARY_GELU_TANH
+	UnarySilu           = 6 // GORUN_UNARY_SILU
 	BinaryAdd           = 0 // GORUN_BINARY_ADD
 	BinarySub           = 1 // GORUN_BINARY_SUB
 	BinaryMul           = 2 // GORUN_BINARY_MUL
@@ -314,6 +315,7 @@ const (
 	BinaryLeakyReLUGrad = 5 // GORUN_BINARY_LEAKY_RELU_GRAD
 	BinaryGELUGrad      = 6 // GORUN_BINARY_GELU_GRAD
 	BinaryGELUTanhGrad  = 7 // GORUN_BINARY_GELU_TANH_GRAD
+	BinarySiluGrad      = 8 // GORUN_BINARY_SILU_GRAD
 	BNSums              = 0 // GORUN_BN_SUMS: gorun_bn_partial: Σa, Σa² (BatchNormStats)
 	BNGradSums          = 1 // GORUN_BN_GRAD_SUMS: gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
 	LNGammaSums         = 2 // GORUN_LN_GAMMA_SUMS: gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)
@@ -331,6 +333,7 @@ var Codes = map[string]int{
 	"GORUN_UNARY_SCALE":            UnaryScale,
 	"GORUN_UNARY_GELU":             UnaryGELU,
 	"GORUN_UNARY_GELU_TANH":        UnaryGELUTanh,
+	"GORUN_UNARY_SILU":             UnarySilu,
 	"GORUN_BINARY_ADD":             BinaryAdd,
 	"GORUN_BINARY_SUB":             BinarySub,
 	"GORUN_BINARY_MUL":             BinaryMul,
@@ -339,6 +342,7 @@ var Codes = map[string]int{
 	"GORUN_BINARY_LEAKY_RELU_GRAD": BinaryLeakyReLUGrad,
 	"GORUN_BINARY_GELU_GRAD":       BinaryGELUGrad,
 	"GORUN_BINARY_GELU_TANH_GRAD":  BinaryGELUTanhGrad,
+	"GORUN_BINARY_SILU_GRAD":       BinarySiluGrad,
 	"GORUN_BN_SUMS":                BNSums,
 	"GORUN_BN_GRAD_SUMS":           BNGradSums,
 	"GORUN_LN_GAMMA_SUMS":          LNGammaSums,

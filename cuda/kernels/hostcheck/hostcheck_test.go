@@ -266,11 +266,12 @@ func TestElementwise(t *testing.T) {
 }
 
 // TestUnaryBinary checks gorun_unary and gorun_binary op by op against
-// ops (Sigmoid, Tanh, LeakyReLU, Scale; Add, Sub, Mul, SigmoidGrad,
-// TanhGrad, LeakyReLUGrad) with NaN, ±Inf and -0 among the inputs, out of
-// place and in place (out = a and out = b), under several geometries, and
-// with n = 0. Exact but for sigmoid and tanh (double exp and tanh of the
-// C library and of Go may differ in the last bit).
+// ops (Sigmoid, Tanh, LeakyReLU, Scale, GELU, SiLU; Add, Sub, Mul,
+// SigmoidGrad, TanhGrad, LeakyReLUGrad, GELUGrad, SiLUGrad) with NaN, ±Inf
+// and -0 among the inputs, out of place and in place (out = a and out =
+// b), under several geometries, and with n = 0. Exact but for the ops
+// built on exp, erf and tanh (the C library's and Go's may differ in the
+// last bit).
 func TestUnaryBinary(t *testing.T) {
 	r := newRand(16)
 	slope, alpha := f32(0.01), f32(-1.7)
@@ -288,6 +289,7 @@ func TestUnaryBinary(t *testing.T) {
 		{"scale", ops.Scale, UnaryScale, alpha, true},
 		{"gelu", ops.GELU, UnaryGELU, 0, false},
 		{"gelu tanh", ops.GELU, UnaryGELUTanh, 0, false},
+		{"silu", ops.SiLU, UnarySilu, 0, false},
 	}
 	binary := []struct {
 		name string
@@ -302,6 +304,7 @@ func TestUnaryBinary(t *testing.T) {
 		{"leaky_relu_grad", ops.LeakyReLUGrad, BinaryLeakyReLUGrad},
 		{"gelu_grad", ops.GELUGrad, BinaryGELUGrad},
 		{"gelu_grad tanh", ops.GELUGrad, BinaryGELUTanhGrad},
+		{"silu_grad", ops.SiLUGrad, BinarySiluGrad},
 	}
 	check := func(exact bool, what string, got, want []float32, n int) {
 		t.Helper()
@@ -341,9 +344,9 @@ func TestUnaryBinary(t *testing.T) {
 			}
 			for _, bo := range binary {
 				attrs := &ops.Attrs{NegativeSlope: slope, Approximate: bo.code == BinaryGELUTanhGrad}
-				// GELU's derivative uses erf, exp and tanh: the C library's
-				// and Go's may differ in the last bit.
-				exact := bo.op != ops.GELUGrad
+				// GELU's and SiLU's derivatives use erf, exp and tanh: the C
+				// library's and Go's may differ in the last bit.
+				exact := bo.op != ops.GELUGrad && bo.op != ops.SiLUGrad
 				want, got := nans(capacity), nans(capacity)
 				run(bo.op, attrs, nil, []*ops.Buf[float32]{fbuf(a, n), fbuf(b, n)}, fbuf(want, n))
 				Binary(g, a, b, got, n, bo.code, float32(slope))
