@@ -3,10 +3,10 @@
 package comm
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +39,7 @@ func BenchmarkMPIAllReduce(b *testing.B) {
 			if err != nil {
 				b.Skip("SKIP: mpirun not found: install OpenMPI (Debian's openmpi-bin and libopenmpi-dev) to run the MPI benchmarks")
 			}
-			out, err := runMPI(path, []string{"-np", "2"}, "TestMPIBenchRank", fmt.Sprintf("GORUN_MPIBENCH_MB=%d", mb))
+			out, err := runMPI(path, []string{"-np", "2"}, "TestMPIBenchRank", fmt.Sprintf("-mpibench.mb=%d", mb))
 			if err != nil {
 				b.Fatalf("mpirun: %v\n%s", err, out)
 			}
@@ -63,8 +63,11 @@ func BenchmarkMPIAllReduce(b *testing.B) {
 	}
 }
 
+// mpibenchMB is the size of TestMPIBenchRank's all-reduce, in megabytes.
+var mpibenchMB = flag.Int("mpibench.mb", 0, "TestMPIBenchRank: the megabytes of each all-reduce (BenchmarkMPIAllReduce passes it to the ranks it starts)")
+
 // TestMPIBenchRank is one rank of the MPI all-reduce benchmark (run by
-// BenchmarkMPIAllReduce, which sets GORUN_MPIBENCH_MB). After a warm-up it
+// BenchmarkMPIAllReduce, which passes -mpibench.mb). After a warm-up it
 // times rounds of calls, doubling a round's length until one takes 50 ms,
 // until the rounds add up to a second (or 20 s have passed); before each
 // round rank 0 broadcasts whether to go on and how many calls to make, so
@@ -76,9 +79,9 @@ func TestMPIBenchRank(t *testing.T) {
 		t.Skip("runs under mpirun, started by BenchmarkMPIAllReduce")
 	}
 	c := initMPI(t)
-	mb, err := strconv.Atoi(os.Getenv("GORUN_MPIBENCH_MB"))
-	if err != nil {
-		t.Fatalf("GORUN_MPIBENCH_MB: %v", err)
+	mb := *mpibenchMB
+	if mb < 1 {
+		t.Fatalf("-mpibench.mb %d: want the megabytes of each all-reduce (BenchmarkMPIAllReduce passes it)", mb)
 	}
 	buf := make([]float32, mb<<20/4)
 	for i := range buf {

@@ -25,13 +25,13 @@ func underMPIRun() bool { return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" }
 // mpirun runs this test binary under mpirun with np processes, running
 // only the test named run, with extra environment; it returns the
 // combined output and the exit error. Without mpirun the test is skipped.
-func mpirun(t *testing.T, np int, run string, env ...string) (string, error) {
+func mpirun(t *testing.T, np int, run string, testArgs ...string) (string, error) {
 	t.Helper()
 	path, err := lookMPIRun()
 	if err != nil {
 		t.Skip("SKIP: mpirun not found: install OpenMPI (Debian's openmpi-bin and libopenmpi-dev) to run the MPI tests")
 	}
-	return runMPI(path, []string{"--oversubscribe", "-np", fmt.Sprint(np)}, run, env...)
+	return runMPI(path, []string{"--oversubscribe", "-np", fmt.Sprint(np)}, run, testArgs...)
 }
 
 // lookMPIRun finds mpirun.
@@ -39,11 +39,10 @@ func lookMPIRun() (string, error) { return exec.LookPath("mpirun") }
 
 // runMPI runs this test binary's test run under mpirun (at path) with
 // mpirun's arguments args (-np N and so on).
-func runMPI(path string, args []string, run string, env ...string) (string, error) {
+func runMPI(path string, args []string, run string, testArgs ...string) (string, error) {
 	args = append(append([]string{"--allow-run-as-root"}, args...),
 		os.Args[0], "-test.run", "^"+run+"$", "-test.count=1", "-test.v")
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(path, append(args, testArgs...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

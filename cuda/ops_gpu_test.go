@@ -5,15 +5,15 @@ package cuda
 // GPU checks: every op on the CUDA device against the CPU backend (the
 // ops.Kernels32 kernels) on random inputs, and a captured graph against
 // eager launches. They need an NVIDIA GPU: without one they skip (or fail
-// with GORUN_REQUIRE_GPU=1, as gpucheck/run.sh sets). Each check prints a
+// with -require-gpu, as gpucheck/run.sh passes). Each check prints a
 // JSON line ({"check": ...}) on stdout.
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -25,12 +25,17 @@ import (
 	"gorun/ops"
 )
 
+// requireGPU makes the GPU tests fail instead of skipping where no GPU is
+// usable: gpucheck/run.sh passes -require-gpu to cuda.test on the GPU
+// machine, where a skip would hide a broken driver or library.
+var requireGPU = flag.Bool("require-gpu", false, "fail, not skip, the GPU tests when no GPU is usable")
+
 // needGPU skips t on a machine without a usable GPU (fails with
-// GORUN_REQUIRE_GPU=1).
+// -require-gpu).
 func needGPU(t *testing.T) {
 	t.Helper()
 	if err := initError(); err != nil {
-		if os.Getenv("GORUN_REQUIRE_GPU") == "1" {
+		if *requireGPU {
 			t.Fatal(err)
 		}
 		t.Skip(err)

@@ -7,10 +7,12 @@
 # packages, else with find). No Go toolchain: `make gpu-check` built
 # everything next to this script. Usage:
 #
-#   gpucheck/run.sh [OUTDIR]        (about 2-4 minutes)
+#   gpucheck/run.sh [OUTDIR [BUDGET_SECONDS]]   (about 2-4 minutes)
 #
 # OUTDIR defaults to $OUT/gpucheck when $OUT is set (the device tool's
-# folder that comes back), else gpucheck/out.
+# folder that comes back), else gpucheck/out. BUDGET_SECONDS (default 280)
+# bounds the whole script: a check that would not fit what is left of it
+# is skipped, and says so.
 #
 # Writes OUTDIR/results.jsonl, one JSON object a line (also on stdout),
 # and OUTDIR/runs.tar.gz with every run's log and run folder:
@@ -31,7 +33,7 @@ if [ -n "${1:-}" ]; then out=$1
 elif [ -n "${OUT:-}" ]; then out=$OUT/gpucheck
 else out=$here/out; fi
 mkdir -p "$out"
-exec python3 - "$here" "$out" <<'PY'
+exec python3 - "$here" "$out" "${2:-280}" <<'PY'
 import glob, json, os, shutil, subprocess, sys, tempfile, time
 
 here, out = sys.argv[1], sys.argv[2]
@@ -39,7 +41,7 @@ work = tempfile.mkdtemp(prefix="gpucheck-")  # logs and run folders, archived at
 # The whole script must end within five minutes (the device tool's budget):
 # every run gets at most what is left of BUDGET, minus what the runs after
 # it are guaranteed (reserve), and is skipped when too little is left.
-BUDGET = float(os.environ.get("GORUN_GPUCHECK_BUDGET", "280"))
+BUDGET = float(sys.argv[3])
 start = time.time()
 
 
@@ -92,7 +94,6 @@ env = dict(os.environ)
 extra = [d for d in libdirs] + [os.path.dirname(p) for p in (cublas, nccl) if p]
 env["LD_LIBRARY_PATH"] = ":".join(extra + [env.get("LD_LIBRARY_PATH", "")]).strip(":")
 env["GOMODCACHE"] = os.path.join(here, "modcache")  # MNIST, as the Go module cache holds it
-env["GORUN_REQUIRE_GPU"] = "1"
 emit({"check": "libraries", "cublas": cublas, "nccl": nccl, "ok": bool(cublas)})
 
 
@@ -158,7 +159,7 @@ gorun = os.path.join(here, "gorun")
 mnist_dir = (glob.glob(os.path.join(here, "modcache", "github.com", "petar", "*", "data")) or [""])[0]
 
 # --- 1. every op against the CPU, graph replay (the cuda.test binary). ------
-rc, dt, log = run("ops", [os.path.join(here, "cuda.test"), "-test.v", "-test.count=1",
+rc, dt, log = run("ops", [os.path.join(here, "cuda.test"), "-require-gpu", "-test.v", "-test.count=1",
                           "-test.timeout=110s"], 120, reserve=150)
 for line in open(log, errors="replace"):
     if line.startswith("{") and '"check":' in line:
