@@ -74,27 +74,21 @@ func runBatchNormRunning(d *Device, st *engine.Step, acc bool) error {
 // save. The fifth input, when there, is the engine's fused residual;
 // Attrs.ReLU applies ReLU's rule after it.
 func runBatchNormNorm(d *Device, st *engine.Step, acc bool) error {
-	a := &st.Attrs
-	x := st.In[0]
-	_, c, plane := biasShape(x.Max)
-	n := d.dim(x, 0)
-	par, err := d.bnParams(c)
-	if err != nil {
-		return err
-	}
-	if err := d.launch(kBNParams, elementwise(c), d.bufArg(st.In[1]), ptrArg(0), d.bufArg(optIn(st, 2)), d.bufArg(optIn(st, 3)), d.bufArg(st.Out[1]), par, intArg(c),
-		floatArg(a.Eps), intArg(bnNorm)); err != nil {
-		return err
-	}
-	return d.launch(kBNApply, elementwise(n*c*plane), d.bufArg(x), par, d.bufArg(optIn(st, 4)), d.bufArg(st.Out[0]), intArg(n), intArg(c), intArg(plane),
-		boolArg(a.ReLU))
+	return d.bnNormalise(st, bnNorm, [5]arg{d.bufArg(st.In[1]), ptrArg(0), d.bufArg(optIn(st, 2)), d.bufArg(optIn(st, 3)), d.bufArg(st.Out[1])}, optIn(st, 4))
 }
 
 // runBatchNormEval queues BatchNormEval: x, running_mean, running_var,
 // gamma, beta[, res] → y, with the fused residual and ReLU as
 // runBatchNormNorm's.
 func runBatchNormEval(d *Device, st *engine.Step, acc bool) error {
-	a := &st.Attrs
+	return d.bnNormalise(st, bnEval, [5]arg{d.bufArg(st.In[1]), d.bufArg(st.In[2]), d.bufArg(optIn(st, 3)), d.bufArg(optIn(st, 4)), ptrArg(0)}, optIn(st, 5))
+}
+
+// bnNormalise queues the normalisation of x = st.In[0] (BatchNormNorm,
+// BatchNormEval): gorun_bn_params in mode with its five buffer arguments
+// (a, b, gamma, beta, save), then gorun_bn_apply with the residual res
+// (nil when the step has none) and Attrs.ReLU.
+func (d *Device) bnNormalise(st *engine.Step, mode int, params [5]arg, res *engine.Buffer) error {
 	x := st.In[0]
 	_, c, plane := biasShape(x.Max)
 	n := d.dim(x, 0)
@@ -102,12 +96,12 @@ func runBatchNormEval(d *Device, st *engine.Step, acc bool) error {
 	if err != nil {
 		return err
 	}
-	if err := d.launch(kBNParams, elementwise(c), d.bufArg(st.In[1]), d.bufArg(st.In[2]), d.bufArg(optIn(st, 3)), d.bufArg(optIn(st, 4)), ptrArg(0), par, intArg(c),
-		floatArg(a.Eps), intArg(bnEval)); err != nil {
+	if err := d.launch(kBNParams, elementwise(c), params[0], params[1], params[2], params[3], params[4], par, intArg(c),
+		floatArg(st.Attrs.Eps), intArg(mode)); err != nil {
 		return err
 	}
-	return d.launch(kBNApply, elementwise(n*c*plane), d.bufArg(x), par, d.bufArg(optIn(st, 5)), d.bufArg(st.Out[0]), intArg(n), intArg(c), intArg(plane),
-		boolArg(a.ReLU))
+	return d.launch(kBNApply, elementwise(n*c*plane), d.bufArg(x), par, d.bufArg(res), d.bufArg(st.Out[0]), intArg(n), intArg(c), intArg(plane),
+		boolArg(st.Attrs.ReLU))
 }
 
 // runBatchNormGradInput queues BatchNormGradInput: dy, x, save,
