@@ -48,7 +48,7 @@ func TestOptimizerStepAllocatesNothing(t *testing.T) {
 		for r := 1; r < devices; r++ {
 			go func() {
 				for g := range next {
-					done <- rs.optimizerStep(rs.devices[r], prs[r], sc, 0, g, g+1)
+					done <- rs.optimizerStep(rs.workers[r], prs[r], sc, 0, g, g+1)
 				}
 			}()
 		}
@@ -58,7 +58,7 @@ func TestOptimizerStepAllocatesNothing(t *testing.T) {
 			for r := 1; r < devices; r++ {
 				next <- m
 			}
-			if err := rs.optimizerStep(rs.devices[0], prs[0], sc, 0, m, m+1); err != nil {
+			if err := rs.optimizerStep(rs.workers[0], prs[0], sc, 0, m, m+1); err != nil {
 				t.Fatal(err)
 			}
 			for r := 1; r < devices; r++ {
@@ -73,7 +73,7 @@ func TestOptimizerStepAllocatesNothing(t *testing.T) {
 			t.Errorf("%d devices: an optimizer step allocates %.1f times", devices, n)
 		}
 		close(next)
-		for _, d := range rs.devices {
+		for _, d := range rs.workers {
 			d.stopAsync()
 		}
 		rs.metrics.close()

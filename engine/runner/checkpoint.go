@@ -58,7 +58,7 @@ type progress struct {
 }
 
 // params reads device d's parameters, by Graph.Params.
-func (rs *runState) params(d *device) ([][]float32, error) {
+func (rs *runState) params(d *worker) ([][]float32, error) {
 	arena := d.prog.ParamArena
 	all := make([]float32, arena.Elems())
 	if err := d.dev.DownloadF32(arena, 0, all); err != nil {
@@ -73,7 +73,7 @@ func (rs *runState) params(d *device) ([][]float32, error) {
 
 // paramTensors are rank 0's parameters under their state_dict names.
 func (rs *runState) paramTensors() ([]safetensors.Tensor, error) {
-	vals, err := rs.params(rs.devices[0])
+	vals, err := rs.params(rs.workers[0])
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (rs *runState) paramTensors() ([]safetensors.Tensor, error) {
 			ts = append(ts, safetensors.F32(alias, prm.Value.Shape, vals[i]))
 		}
 	}
-	d := rs.devices[0]
+	d := rs.workers[0]
 	if d.prog.StatArena == nil {
 		return ts, nil
 	}
@@ -128,7 +128,7 @@ func (rs *runState) setStats(path string, f *safetensors.File, known map[string]
 				return fmt.Errorf("%s: running statistic %s holds %v at element %d: it must be finite", path, st.Name, x, j)
 			}
 		}
-		for _, d := range rs.devices {
+		for _, d := range rs.workers {
 			b := d.prog.Stats[i]
 			if err := d.dev.UploadF32(d.prog.StatArena, b.Offset-d.prog.StatArena.Offset, v[:b.Elems()]); err != nil {
 				return err
@@ -139,7 +139,7 @@ func (rs *runState) setStats(path string, f *safetensors.File, known map[string]
 }
 
 // download reads a whole float buffer of device d.
-func download(d *device, b *engine.Buffer) ([]float32, error) {
+func download(d *worker, b *engine.Buffer) ([]float32, error) {
 	v := make([]float32, b.Elems())
 	return v, d.dev.DownloadF32(b, 0, v)
 }
@@ -147,7 +147,7 @@ func download(d *device, b *engine.Buffer) ([]float32, error) {
 // saveCheckpoint writes a checkpoint of every rank's state, on rank 0,
 // from what gatherState brought there. The ranks must be stopped (the
 // caller holds them at a barrier).
-func (rs *runState) saveCheckpoint(d *device, pr *progress, g *gathered) error {
+func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 	p := rs.plan
 	dir := rs.opts.Out
 	if dir == "" {
@@ -284,12 +284,12 @@ func (rs *runState) loadParams(path string) error {
 	if err != nil {
 		return err
 	}
-	return rs.setParams(rs.devices[0], path, f, "")
+	return rs.setParams(rs.workers[0], path, f, "")
 }
 
 // setParams uploads the parameters of a safetensors file (names prefixed
 // with prefix) to device d.
-func (rs *runState) setParams(d *device, path string, f *safetensors.File, prefix string) error {
+func (rs *runState) setParams(d *worker, path string, f *safetensors.File, prefix string) error {
 	p := rs.plan
 	known := map[string]bool{}
 	for _, prm := range p.Graph.Params {
@@ -328,7 +328,7 @@ func (rs *runState) setParams(d *device, path string, f *safetensors.File, prefi
 }
 
 // setParam uploads values into parameter name of device d.
-func setParam(d *device, name string, shape []int, values []float32) error {
+func setParam(d *worker, name string, shape []int, values []float32) error {
 	for i, b := range d.prog.Params {
 		if b.Value.Param.Name != name {
 			continue
@@ -379,7 +379,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	case p.Spec.MaxSteps > 0 && step >= p.Spec.MaxSteps:
 		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d and max_steps is %d; nothing is left to train (raise max_steps, or leave it out)", dir, step, p.Spec.MaxSteps)
 	}
-	if err := rs.setParams(rs.devices[0], params, pf, ""); err != nil {
+	if err := rs.setParams(rs.workers[0], params, pf, ""); err != nil {
 		return nil, err
 	}
 	pr := &progress{}
@@ -397,7 +397,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
 	}
-	for _, d := range rs.devices {
+	for _, d := range rs.workers {
 		prog, r := d.prog, d.rank
 		if t, ok := sf.Get(fmt.Sprintf("rank%d/rng", r)); ok {
 			if err := d.dev.SetRNGState(t.Data); err != nil {
@@ -460,7 +460,7 @@ func parseFs(s string) []float64 {
 // what rank 0 writes of the others (RNG states, loss counts, their own
 // parameters and optimizer state where ranks differ) travels to it through
 // collectives, so ranks may be goroutines or processes alike.
-func (rs *runState) checkpoint(d *device, pr *progress) error {
+func (rs *runState) checkpoint(d *worker, pr *progress) error {
 	if rs.opts.Out == "" {
 		return nil
 	}
@@ -500,7 +500,7 @@ const rngWords = 32
 // the ranks the strategy's StateRanks names: rank 0's as it is, every
 // rank's by all-gathers, another single rank's (a parameter server's
 // root) by broadcasts from it.
-func (rs *runState) gatherState(d *device, pr *progress) (*gathered, error) {
+func (rs *runState) gatherState(d *worker, pr *progress) (*gathered, error) {
 	p := rs.plan
 	world := p.World
 	g := &gathered{state: map[int][][]float32{}}
@@ -591,7 +591,7 @@ func (rs *runState) gatherState(d *device, pr *progress) (*gathered, error) {
 }
 
 // gather all-gathers send from every rank (world 1: send itself).
-func (d *device) gather(send []float32, what string) ([]float32, error) {
+func (d *worker) gather(send []float32, what string) ([]float32, error) {
 	if d.host == nil {
 		return send, nil
 	}

@@ -10,11 +10,12 @@ import (
 	"gorun/engine/backend"
 )
 
-// device is the step executor of one rank: it walks its Program's steps on
-// a backend Device, hands collectives to its group and keeps the run state
-// the Plan must not hold (optimizer step, accumulate flags, RNG on the
-// device). Everything it touches per step is allocated before the first.
-type device struct {
+// worker is the step executor of one rank: it walks its Program's steps on
+// a backend Device (dev), hands collectives to its group and keeps the run
+// state the Plan must not hold (optimizer step, accumulate flags, RNG on
+// the device). The runner has a worker per local device, each on its own
+// goroutine. Everything it touches per step is allocated before the first.
+type worker struct {
 	rank int
 	prog *engine.Program
 	dev  backend.Device
@@ -65,7 +66,7 @@ type asyncResult struct {
 }
 
 // startAsync starts the device's collective goroutine.
-func (d *device) startAsync() {
+func (d *worker) startAsync() {
 	d.async = make(chan *engine.Step, len(d.prog.Steps))
 	d.results = make(chan asyncResult, len(d.prog.Steps))
 	go func() {
@@ -78,14 +79,14 @@ func (d *device) startAsync() {
 }
 
 // stopAsync ends the collective goroutine.
-func (d *device) stopAsync() {
+func (d *worker) stopAsync() {
 	if d.async != nil {
 		close(d.async)
 	}
 }
 
 // wait waits for every collective in flight and returns the first error.
-func (d *device) wait() error {
+func (d *worker) wait() error {
 	var first error
 	for ; d.pending > 0; d.pending-- {
 		r := <-d.results
@@ -101,7 +102,7 @@ func (d *device) wait() error {
 // backward, and with last set the gradient collectives too (the update is
 // runUpdate's). first tells whether gradients and the loss are written
 // (true) or accumulated.
-func (d *device) runStep(first, last bool) error {
+func (d *worker) runStep(first, last bool) error {
 	d.rc.First, d.rc.Last = first, last
 	if r, ok := d.dev.(backend.Replayer); ok {
 		return r.RunTrain(d.prog, &d.rc, d.coll)
@@ -161,7 +162,7 @@ func (d *device) runStep(first, last bool) error {
 
 // fail ends a micro-step that failed with err: it waits for the steps
 // helpers run on d and for the collectives in flight, and returns err.
-func (d *device) fail(err error) error {
+func (d *worker) fail(err error) error {
 	if d.lend != nil {
 		d.settle(len(d.prog.Steps))
 	}
@@ -187,7 +188,7 @@ func tailStart(steps []*engine.Step) int {
 
 // runUpdate runs the update phase: the optimizer and the collectives
 // after it (a parameter server's broadcast, local SGD's averaging).
-func (d *device) runUpdate() error {
+func (d *worker) runUpdate() error {
 	if r, ok := d.dev.(backend.Replayer); ok {
 		return r.RunUpdate(d.prog, &d.rc, d.coll)
 	}
@@ -203,7 +204,7 @@ func (d *device) runUpdate() error {
 }
 
 // finite reports whether the live elements of float buffer b are finite.
-func (d *device) finite(b *engine.Buffer) (bool, error) {
+func (d *worker) finite(b *engine.Buffer) (bool, error) {
 	if b.DType != engine.Float32 {
 		return true, nil
 	}
@@ -223,7 +224,7 @@ func (d *device) finite(b *engine.Buffer) (bool, error) {
 }
 
 // exec runs one step.
-func (d *device) exec(st *engine.Step) error {
+func (d *worker) exec(st *engine.Step) error {
 	if st.Kind == engine.CollectiveStep {
 		t0 := time.Now()
 		err := d.collective(st)
@@ -238,7 +239,7 @@ func (d *device) exec(st *engine.Step) error {
 
 // evalBatch runs the forward pass without dropout on the live batch; first
 // starts the evaluation's loss sum.
-func (d *device) evalBatch(first bool) error {
+func (d *worker) evalBatch(first bool) error {
 	d.rc.First = first
 	for _, st := range d.prog.Eval {
 		if err := d.exec(st); err != nil {
@@ -249,7 +250,7 @@ func (d *device) evalBatch(first bool) error {
 }
 
 // collective runs a collective step.
-func (d *device) collective(st *engine.Step) error {
+func (d *worker) collective(st *engine.Step) error {
 	if st.Every > 0 && d.rc.Step%st.Every != 0 {
 		return nil
 	}
@@ -261,7 +262,7 @@ func (d *device) collective(st *engine.Step) error {
 
 // broadcastParams sends rank 0's parameters (and optimizer state) to
 // every rank: every run starts with it.
-func (d *device) broadcastParams() error {
+func (d *worker) broadcastParams() error {
 	if d.coll == nil {
 		return nil
 	}
@@ -283,7 +284,7 @@ func (d *device) broadcastParams() error {
 }
 
 // sum2 adds a and b over all ranks, in one collective of host values.
-func (d *device) sum2(a, b float64, what string, step int) (float64, float64, error) {
+func (d *worker) sum2(a, b float64, what string, step int) (float64, float64, error) {
 	if d.host == nil {
 		return a, b, nil
 	}
@@ -298,7 +299,7 @@ func (d *device) sum2(a, b float64, what string, step int) (float64, float64, er
 // gathers every rank's values (their bits, two float32 words each: a
 // gather only copies) and adds them in rank order, so every rank gets the
 // same bits, and counts are exact up to 2⁵³ whatever the world size.
-func (d *device) sums(vals []float64, what string, step int) error {
+func (d *worker) sums(vals []float64, what string, step int) error {
 	n := 2 * len(vals)
 	if cap(d.sendBits) < n {
 		d.sendBits = make([]float32, n)
@@ -332,7 +333,7 @@ func joinF64(hi, lo float32) float64 {
 }
 
 // barrier waits for every rank.
-func (d *device) barrier(what string, step int) error {
+func (d *worker) barrier(what string, step int) error {
 	if d.host == nil {
 		return nil
 	}
@@ -341,7 +342,7 @@ func (d *device) barrier(what string, step int) error {
 
 // readLoss reads the loss buffer: the sum of the micro-batches' scaled
 // losses since the last First.
-func (d *device) readLoss() (float64, error) {
+func (d *worker) readLoss() (float64, error) {
 	if err := d.dev.DownloadF32(d.prog.Loss, 0, d.loss[:]); err != nil {
 		return 0, err
 	}
@@ -350,4 +351,4 @@ func (d *device) readLoss() (float64, error) {
 
 // stepHook, when set (tests), runs before each step of a micro-step that
 // runStep walks.
-var stepHook func(d *device, i int)
+var stepHook func(d *worker, i int)

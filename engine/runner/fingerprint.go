@@ -33,9 +33,9 @@ func (rs *runState) checkFingerprints() error {
 	if rs.resume != nil {
 		fp = append(fp, engine.PlanStep{Label: "resumed checkpoint", Text: fmt.Sprintf("step %d", rs.resume.Step)})
 	}
-	errs := make([]error, len(rs.devices))
-	done := make(chan int, len(rs.devices))
-	for i, d := range rs.devices {
+	errs := make([]error, len(rs.workers))
+	done := make(chan int, len(rs.workers))
+	for i, d := range rs.workers {
 		go func() {
 			defer func() {
 				if v := recover(); v != nil {
@@ -47,14 +47,14 @@ func (rs *runState) checkFingerprints() error {
 			errs[i] = checkRank(d, fp)
 		}()
 	}
-	for range rs.devices {
+	for range rs.workers {
 		<-done
 	}
 	return errors.Join(errs...)
 }
 
 // checkRank is one rank's part of checkFingerprints.
-func checkRank(d *device, fp []engine.PlanStep) error {
+func checkRank(d *worker, fp []engine.PlanStep) error {
 	tag := comm.Tag{Name: "plan fingerprint"}
 	count := []float32{float32(len(fp))}
 	if err := d.host.Broadcast(count, 0, tag); err != nil {

@@ -181,7 +181,7 @@ const helpSpin = 200 * time.Microsecond
 
 // helpGroup is what the helping devices of a run share.
 type helpGroup struct {
-	devices []*device
+	devices []*worker
 	failed  atomic.Bool // a rank failed: nobody waits for a helper any more
 }
 
@@ -209,7 +209,7 @@ type lender struct {
 
 // setupHelping gives each of devs a lender when there are several devices
 // that can run each other's steps.
-func setupHelping(devs []*device) *helpGroup {
+func setupHelping(devs []*worker) *helpGroup {
 	if len(devs) < 2 {
 		return nil
 	}
@@ -269,7 +269,7 @@ func (l *lender) put(i int) {
 // that a helper took it waits until the helper is done. d takes its
 // deferred steps last first (their inputs are the freshest in its cache)
 // and helpers first first (help), as a work-stealing deque.
-func (d *device) settle(i int) error {
+func (d *worker) settle(i int) error {
 	l := d.lend
 	if i < l.waitAt {
 		return nil
@@ -312,7 +312,7 @@ func (d *device) settle(i int) error {
 // some, as d's own micro-step's last compute before its collectives. It
 // waits for a peer's next lendable step while the peer makes progress
 // (up to helpSpin without any).
-func (d *device) help() {
+func (d *worker) help() {
 	me := d.lend
 	if me == nil {
 		return

@@ -113,7 +113,7 @@ func forceHelping(t *testing.T) (check func()) {
 	t.Helper()
 	var arrived atomic.Uint64 // rank 1's micro-step at its stop
 	var stuck atomic.Bool
-	stepHook = func(d *device, i int) {
+	stepHook = func(d *worker, i int) {
 		if d.lend == nil || i != d.tail {
 			return
 		}
@@ -205,7 +205,7 @@ func TestHelpingUnderJitter(t *testing.T) {
 	for _, c := range []string{"sync=sync.allreduce(op='mean')", "sync=sync.allreduce(op='mean', bucket_mb=0.0002)"} {
 		sets := []string{"max_steps=30", "batch_size=24", c}
 		off := trainedRun(t, 3, append(sets, "cpu.help=false")...)
-		stepHook = func(d *device, i int) {
+		stepHook = func(d *worker, i int) {
 			if rand.IntN(8) == 0 {
 				for t0, n := time.Now(), time.Duration(rand.IntN(300))*time.Microsecond; time.Since(t0) < n; {
 				}

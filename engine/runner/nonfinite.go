@@ -13,7 +13,7 @@ import (
 // parameters keep their last finite values and the last checkpoint stays
 // the last good one. The rank that saw the non-finite value names the op
 // that produced it first; its search runs only now, on the failing step.
-func (rs *runState) nonFinite(d *device, epoch int, here bool, loss float64, gradsOK bool) error {
+func (rs *runState) nonFinite(d *worker, epoch int, here bool, loss float64, gradsOK bool) error {
 	step := d.step + 1
 	where := fmt.Sprintf("epoch %d step %d", epoch+1, step)
 	// Every rank agreed to stop here: let them all finish the collective
@@ -40,7 +40,7 @@ func (rs *runState) nonFinite(d *device, epoch int, here bool, loss float64, gra
 // firstNonFinite says where the step's first non-finite value came from:
 // a parameter, the input batch, or the first step (in program order) whose
 // output holds one.
-func (rs *runState) firstNonFinite(d *device) (string, error) {
+func (rs *runState) firstNonFinite(d *worker) (string, error) {
 	prog := d.prog
 	for i, b := range prog.Params {
 		ok, err := d.finite(b)

@@ -13,7 +13,7 @@ import (
 // lines, log lines, the callbacks of RunOptions, and the Result.
 
 // epochBegins tells OnEpoch about the epoch about to run.
-func (rs *runState) epochBegins(d *device, sc *engine.Schedule, pr *progress, epoch int) {
+func (rs *runState) epochBegins(d *worker, sc *engine.Schedule, pr *progress, epoch int) {
 	s := rs.plan.Spec
 	rs.res.Epochs++
 	if rs.opts.OnEpoch == nil || d.rank != 0 {
@@ -32,7 +32,7 @@ func (rs *runState) epochBegins(d *device, sc *engine.Schedule, pr *progress, ep
 // stepDone records an optimizer step (on the process's first device): the
 // Result so far and, on rank 0, its step line, the verbose log line and
 // OnStep.
-func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt time.Duration) error {
+func (rs *runState) stepDone(d *worker, epoch int, loss float64, total int, dt time.Duration) error {
 	rs.res.Steps = d.step
 	rs.res.Samples += int64(total) // this process's, for its speed
 	rs.res.FinalLoss = loss
@@ -56,7 +56,7 @@ func (rs *runState) stepDone(d *device, epoch int, loss float64, total int, dt t
 }
 
 // endEpoch logs the epoch, evaluates and records the results.
-func (rs *runState) endEpoch(d *device, pr *progress, epoch int, took time.Duration) error {
+func (rs *runState) endEpoch(d *worker, pr *progress, epoch int, took time.Duration) error {
 	s := rs.plan.Spec
 	r := d.rank
 	// Each rank's epoch loss, as the tutorial prints it.

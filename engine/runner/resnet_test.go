@@ -152,7 +152,7 @@ func smoothedLossOf(b []byte) float64 {
 	return v.Smoothed
 }
 
-func mustLoss(t *testing.T, d *device) float64 {
+func mustLoss(t *testing.T, d *worker) float64 {
 	t.Helper()
 	l, err := d.readLoss()
 	if err != nil {

@@ -3,8 +3,9 @@
 // Program of this process (package engine/backend), joins them into a
 // group for collectives, feeds each rank its shard, and drives the epochs:
 //
-//   - the step executor (exec.go) walks a Program's steps on its Device,
-//     with gradient collectives overlapping backward;
+//   - the step executor (exec.go, a worker per rank of this process)
+//     walks a Program's steps on its backend Device, with gradient
+//     collectives overlapping backward;
 //   - the epoch loop (run.go) decides each optimizer step's micro-batches,
 //     loss scale and stop requests;
 //   - the observer (observe.go) turns rank 0's steps and epochs into
@@ -118,7 +119,7 @@ type runState struct {
 	opts      RunOptions
 	train     datasets.Dataset
 	eval      datasets.Dataset
-	devices   []*device
+	workers   []*worker
 	backend   backend.Backend
 	group     *comm.World // this process's ranks, with several devices
 	metrics   *metrics
@@ -185,7 +186,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		return nil, err
 	}
 	defer rs.closeDevices()
-	rs.help = setupHelping(rs.devices)
+	rs.help = setupHelping(rs.workers)
 	if err := rs.initParams(); err != nil {
 		return nil, err
 	}
@@ -211,7 +212,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	defer rs.metrics.close()
 	err = rs.connect()
 	defer func() {
-		for _, d := range rs.devices {
+		for _, d := range rs.workers {
 			d.stopAsync()
 		}
 	}()
@@ -264,9 +265,9 @@ func (rs *runState) openDevices() error {
 		if err != nil {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
-		d := &device{rank: prog.Rank, prog: prog, dev: dev, tail: tailStart(prog.Steps),
+		d := &worker{rank: prog.Rank, prog: prog, dev: dev, tail: tailStart(prog.Steps),
 			shareState: p.Sync.ShareState()}
-		rs.devices = append(rs.devices, d)
+		rs.workers = append(rs.workers, d)
 		if err := dev.Load(prog); err != nil {
 			return fmt.Errorf("%s: %w", dev.Name(), err)
 		}
@@ -294,7 +295,7 @@ func clusterErr(p *engine.Plan, err error) error {
 }
 
 func (rs *runState) closeDevices() {
-	for _, d := range rs.devices {
+	for _, d := range rs.workers {
 		d.dev.Close()
 	}
 }
@@ -303,7 +304,7 @@ func (rs *runState) closeDevices() {
 // from --init) and clears gradients and optimizer state everywhere.
 func (rs *runState) initParams() error {
 	p := rs.plan
-	for _, d := range rs.devices {
+	for _, d := range rs.workers {
 		if err := d.dev.Zero(d.prog.GradArena); err != nil {
 			return err
 		}
@@ -316,13 +317,13 @@ func (rs *runState) initParams() error {
 		}
 	}
 	if stats := p.InitialStats(); stats != nil {
-		for _, d := range rs.devices {
+		for _, d := range rs.workers {
 			if err := d.dev.UploadF32(d.prog.StatArena, 0, stats); err != nil {
 				return err
 			}
 		}
 	}
-	root := rs.devices[0]
+	root := rs.workers[0]
 	if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
 		return err
 	}
@@ -338,7 +339,7 @@ func (rs *runState) initParams() error {
 // collective goroutines that overlap backward.
 func (rs *runState) connect() error {
 	p := rs.plan
-	n := len(rs.devices)
+	n := len(rs.workers)
 	if p.World == 1 {
 		return nil
 	}
@@ -353,7 +354,7 @@ func (rs *runState) connect() error {
 	rs.group = group
 	host := group.Ranks()
 	devs := make([]backend.Device, n)
-	for r, d := range rs.devices {
+	for r, d := range rs.workers {
 		devs[r] = d.dev
 		if host[r].Rank() != d.rank || host[r].Size() != p.World {
 			return fmt.Errorf("device %d: the communicator says rank %d of %d, the plan rank %d of %d", r, host[r].Rank(), host[r].Size(), d.rank, p.World)
@@ -365,7 +366,7 @@ func (rs *runState) connect() error {
 	if err != nil {
 		return err
 	}
-	for r, d := range rs.devices {
+	for r, d := range rs.workers {
 		d.coll = colls[r]
 		if p.Sync.Overlap() {
 			d.startAsync()
@@ -384,9 +385,9 @@ func (rs *runState) abort(err error) {
 // runRanks runs every rank's loop, each in its own goroutine when there are
 // several. The first error aborts the others' collectives so none hangs.
 func (rs *runState) runRanks() error {
-	n := len(rs.devices)
+	n := len(rs.workers)
 	if n == 1 {
-		return rs.safeRankLoop(rs.devices[0])
+		return rs.safeRankLoop(rs.workers[0])
 	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -394,7 +395,7 @@ func (rs *runState) runRanks() error {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			d := rs.devices[r]
+			d := rs.workers[r]
 			if err := rs.safeRankLoop(d); err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", d.rank, err)
 				if rs.help != nil {
@@ -430,7 +431,7 @@ func (e *PanicError) Error() string { return fmt.Sprintf("internal error: %v", e
 
 // safeRankLoop is rankLoop with a panic turned into a *PanicError: a
 // goroutine's panic cannot be recovered by the caller of Run.
-func (rs *runState) safeRankLoop(d *device) (err error) {
+func (rs *runState) safeRankLoop(d *worker) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -459,7 +460,7 @@ func (rs *runState) schedule(e int) (*engine.Schedule, error) {
 
 // rankLoop is one rank's whole run: the initial broadcast, the epochs, and
 // the final parameters.
-func (rs *runState) rankLoop(d *device) error {
+func (rs *runState) rankLoop(d *worker) error {
 	p, s := rs.plan, rs.plan.Spec
 	// Every run starts from rank 0's parameters, except a resumed run
 	// whose ranks kept parameters of their own.
@@ -485,7 +486,7 @@ func (rs *runState) rankLoop(d *device) error {
 			return err
 		}
 	}
-	if d == rs.devices[0] {
+	if d == rs.workers[0] {
 		rs.res.Interrupted = d.interrupted
 	}
 	if d.rank == 0 {
@@ -514,14 +515,14 @@ func (rs *runState) startProgress() *progress {
 
 // stopped reports whether the rank is to stop: interrupted, or max_steps
 // reached.
-func (rs *runState) stopped(d *device) bool {
+func (rs *runState) stopped(d *worker) bool {
 	s := rs.plan.Spec
 	return d.interrupted || (s.MaxSteps > 0 && d.step >= s.MaxSteps)
 }
 
 // runEpoch runs one epoch's optimizer steps, then (unless interrupted) its
 // evaluation and checkpoint. It reports whether the epoch ran to its end.
-func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
+func (rs *runState) runEpoch(d *worker, pr *progress, epoch int) (bool, error) {
 	s := rs.plan.Spec
 	sc, err := rs.schedule(epoch)
 	if err != nil {
@@ -553,7 +554,7 @@ func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
 			return false, fmt.Errorf("%s: training data, epoch %d: %w", d.dev.Name(), epoch+1, err)
 		}
 	}
-	if d == rs.devices[0] {
+	if d == rs.workers[0] {
 		rs.epochBegins(d, sc, pr, epoch)
 	}
 	epochStart := time.Now()
@@ -584,7 +585,7 @@ func (rs *runState) runEpoch(d *device, pr *progress, epoch int) (bool, error) {
 // optimizer step: the micro-batches' forward and backward passes, the
 // collectives and the update; then the ranks agree on the step's loss and
 // on whether to stop.
-func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, epoch, g0, g1 int) error {
+func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, epoch, g0, g1 int) error {
 	p, s := rs.plan, rs.plan.Spec
 	t0 := time.Now()
 	total := 0
@@ -686,7 +687,7 @@ func (rs *runState) optimizerStep(d *device, pr *progress, sc *engine.Schedule, 
 	dt := time.Since(t0)
 	pr.TrainSeconds += dt.Seconds()
 	pr.Samples += int64(total)
-	if d == rs.devices[0] {
+	if d == rs.workers[0] {
 		return rs.stepDone(d, epoch, loss, total, dt)
 	}
 	return nil
@@ -715,7 +716,7 @@ type keptCounter interface {
 // evaluate runs the forward pass over this rank's part of the eval set and
 // returns the accuracy and mean loss over the whole set (every sample
 // counted once across ranks).
-func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
+func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 	p := rs.plan
 	prog := d.prog
 	lo, hi := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, prog.Rank)
@@ -794,7 +795,7 @@ func (rs *runState) evaluate(d *device) (acc, loss float64, err error) {
 
 // finalParams reads every local rank's final parameters into the Result.
 func (rs *runState) finalParams() error {
-	for _, d := range rs.devices {
+	for _, d := range rs.workers {
 		v := make([]float32, d.prog.ParamArena.Elems())
 		if err := d.dev.DownloadF32(d.prog.ParamArena, 0, v); err != nil {
 			return err

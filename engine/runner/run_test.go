@@ -133,7 +133,7 @@ train(
 
 // testDevice opens a CPU device for rank r of p, its parameters
 // initialised from seed.
-func testDevice(t testing.TB, p *engine.Plan, r int, seed int64) (*device, *cpu.Device) {
+func testDevice(t testing.TB, p *engine.Plan, r int, seed int64) (*worker, *cpu.Device) {
 	t.Helper()
 	dev, err := cpu.Backend{}.Open(r, backend.Options{})
 	if err != nil {
@@ -146,13 +146,13 @@ func testDevice(t testing.TB, p *engine.Plan, r int, seed int64) (*device, *cpu.
 	if err := dev.UploadF32(prog.ParamArena, 0, p.InitialParams(seed)); err != nil {
 		t.Fatal(err)
 	}
-	d := &device{rank: r, prog: prog, dev: dev, world: p.World}
+	d := &worker{rank: r, prog: prog, dev: dev, world: p.World}
 	d.rc.First, d.rc.Last = true, true
 	return d, dev.(*cpu.Device)
 }
 
 // feed gathers samples idx of ds into d's input and target.
-func feed(t testing.TB, d *device, ds datasets.Dataset, idx []int) {
+func feed(t testing.TB, d *worker, ds datasets.Dataset, idx []int) {
 	t.Helper()
 	data, err := d.dev.LoadData(ds)
 	if err != nil {
@@ -165,7 +165,7 @@ func feed(t testing.TB, d *device, ds datasets.Dataset, idx []int) {
 }
 
 // backward runs one micro-batch's forward and backward passes on idx.
-func backward(t *testing.T, d *device, ds datasets.Dataset, idx []int) {
+func backward(t *testing.T, d *worker, ds datasets.Dataset, idx []int) {
 	t.Helper()
 	feed(t, d, ds, idx)
 	d.rc.LossScale = 1 / float64(len(idx))

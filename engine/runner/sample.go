@@ -54,8 +54,8 @@ func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([
 	if err := dev.Load(prog); err != nil {
 		return nil, err
 	}
-	d := &device{rank: 0, prog: prog, dev: dev}
-	rs := &runState{plan: p, devices: []*device{d}}
+	d := &worker{rank: 0, prog: prog, dev: dev}
+	rs := &runState{plan: p, workers: []*worker{d}}
 	if err := rs.setParams(d, params, f, ""); err != nil {
 		return nil, err
 	}

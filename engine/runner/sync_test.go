@@ -240,7 +240,7 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds := newMNISTLike(256)
-	var devs []*device
+	var devs []*worker
 	var bdevs []backend.Device
 	var host []comm.Communicator
 	var data []backend.Data
@@ -273,7 +273,7 @@ func TestTwoDeviceStepAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := engine.NewSchedule(shards, p.LocalBatch, "zero")
-	step := func(d *device, s int) error {
+	step := func(d *worker, s int) error {
 		idx := sc.Slice(d.rank, s%sc.Steps)
 		d.dev.SetBatch(len(idx))
 		if err := d.dev.Gather(data[d.rank], idx, d.prog.Input, d.prog.Target); err != nil {
