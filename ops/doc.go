@@ -20,7 +20,8 @@
 // Defs in one table (activationOps, convOps, …), and their kernels or the
 // helpers that run them:
 //
-//	activation.go  ReLU, Sigmoid, Tanh, LeakyReLU, GELU and their gradients
+//	activation.go  ReLU, Sigmoid, Tanh, LeakyReLU, GELU, SiLU and their
+//	               gradients
 //	arithmetic.go  Add, Sub, Mul, Scale
 //	conv.go        Conv2D and its gradients; the fused Conv2DPool and its
 //	               gradient (the lowering to matrix products: im2col.go)
@@ -74,8 +75,11 @@
 // default. The tests check every defined op: a consistent signature, a
 // shape rule for forward ops, a gradient rule or no differentiable output,
 // both kernels, no allocation, a finite-difference gradient check. Outside
-// ops, an op needs its script builtin (script/, engine/graph.go's layer)
-// and the kernels of the other backends (cuda/).
+// ops, an op needs its script builtin — one line with script's opLayer
+// for a layer that is the op alone (nn.silu), or a spec.Layer kind and
+// engine/graph.go's case for a layer with parameters or attributes — and
+// the kernels of the other backends (cuda/). docs/howto/add-a-layer.md
+// walks through nn.silu.
 //
 // Kernels are generic over float32 (training) and float64 (finite-difference
 // gradient checks); Kernels32 and Kernels64 hold the two instantiations.
