@@ -112,6 +112,10 @@ type bound struct {
 	attrs    ops.Attrs // Accumulate false
 	accAttrs ops.Attrs // Accumulate true
 	in, out  []*ops.Buf[float32]
+	// lendable is set when another device may run the step (ExecFor): a
+	// kernel step outside the update that draws no random numbers and
+	// updates no input, so its result does not depend on who runs it.
+	lendable bool
 }
 
 // attrsFor is the step's attributes for this micro-batch: accumulating
@@ -175,7 +179,9 @@ func (d *Device) Load(prog *engine.Program) error {
 			if k == nil {
 				return fmt.Errorf("%s: no CPU kernel for op %s", d.Name(), st.Op)
 			}
-			bd := bound{kernel: k, attrs: st.Attrs, accAttrs: st.Attrs}
+			def := ops.Lookup(st.Op)
+			bd := bound{kernel: k, attrs: st.Attrs, accAttrs: st.Attrs,
+				lendable: st.Phase != engine.PhaseUpdate && !def.Random && !def.InPlace}
 			bd.attrs.Accumulate, bd.accAttrs.Accumulate = false, true
 			bd.in = make([]*ops.Buf[float32], len(st.In))
 			for i, b := range st.In {
@@ -250,7 +256,7 @@ func (d *Device) ExecFor(owner backend.Device, st *engine.Step, rc *backend.RunC
 	if !ok || !d.CanHelp(owner) {
 		return fmt.Errorf("%s: cannot run a step of %s", d.Name(), owner.Name())
 	}
-	if st.Kind != engine.KernelStep || st.Phase == engine.PhaseUpdate || ops.Lookup(st.Op).Random || ops.Lookup(st.Op).InPlace {
+	if st.Kind != engine.KernelStep || st.ID >= len(o.bound) || !o.bound[st.ID].lendable {
 		return fmt.Errorf("%s: step %d (%s) of %s must run on its own device", d.Name(), st.ID, st.Layer, o.Name())
 	}
 	bd := &o.bound[st.ID]
