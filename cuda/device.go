@@ -242,7 +242,10 @@ type Device struct {
 	args  *argBlock
 	bits  [maxArgs]uint64
 
-	prog    *engine.Program
+	prog *engine.Program
+	// stepFn holds each kernel step's function from opSteps, by Step.ID,
+	// looked up once at Load.
+	stepFn  []opStep
 	arena   *tensor.Dense
 	base    uintptr // the arena's device address
 	batch   int     // live batch
@@ -352,6 +355,14 @@ func (d *Device) Load(prog *engine.Program) error {
 			}
 		}
 	}
+	run := make([]opStep, len(prog.Steps)+len(prog.Eval))
+	for _, steps := range [][]*engine.Step{prog.Steps, prog.Eval} {
+		for _, st := range steps {
+			if st.Kind == engine.KernelStep && st.ID < len(run) {
+				run[st.ID] = opSteps[st.Op]
+			}
+		}
+	}
 	if err := d.enter(); err != nil {
 		return err
 	}
@@ -363,7 +374,7 @@ func (d *Device) Load(prog *engine.Program) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
-	d.prog, d.arena, d.base = prog, arena, arena.Uintptr()
+	d.prog, d.stepFn, d.arena, d.base = prog, run, arena, arena.Uintptr()
 	if need := partialsNeeded(prog); need > 0 {
 		if d.part, err = cu.MemAlloc(int64(8 * need)); err != nil {
 			return fmt.Errorf("%s: cuMemAlloc (%d split-sum partials): %w", d.Name(), need, err)

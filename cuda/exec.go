@@ -83,8 +83,9 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 	if err := d.loaded(); err != nil {
 		return err
 	}
-	if err := supported(st); err != nil {
-		return fmt.Errorf("%s: %w", d.Name(), err)
+	if st.ID < 0 || st.ID >= len(d.stepFn) {
+		// Load checked every step of its program (supported).
+		return fmt.Errorf("%s: step %d (%s) is not a step of the program the device loaded", d.Name(), st.ID, st.Layer)
 	}
 	if err := d.enter(); err != nil {
 		return err
@@ -118,15 +119,14 @@ func (d *Device) step(st *engine.Step, acc bool) error {
 	return fmt.Errorf("%s: step %d (%s) is not a kernel or copy step", d.Name(), st.ID, st.Layer)
 }
 
-// kernelStep queues one kernel step: the same computation as
-// ops.Kernels32[st.Op] on the live batch, by the op's function in
-// opSteps.
+// kernelStep queues one kernel step of the loaded program: the same
+// computation as ops.Kernels32[st.Op] on the live batch, by the op's
+// function in opSteps (bound to the step at Load).
 func (d *Device) kernelStep(st *engine.Step, acc bool) error {
-	run, ok := opSteps[st.Op]
-	if !ok {
-		return fmt.Errorf("no CUDA kernel for op %s", st.Op)
+	if st.ID < 0 || st.ID >= len(d.stepFn) || d.stepFn[st.ID] == nil {
+		return fmt.Errorf("no CUDA kernel bound for op %s (not a kernel step of the program the device loaded)", st.Op)
 	}
-	return run(d, st, acc)
+	return d.stepFn[st.ID](d, st, acc)
 }
 
 // optIn is st's j-th input, or nil when the step has fewer (an optional
