@@ -66,10 +66,6 @@ type RunOptions struct {
 	// way (every rank after the same step) and saves a checkpoint; the
 	// CLI sets it on SIGINT and SIGTERM.
 	Interrupt *atomic.Bool
-	// Backend overrides the cluster's backend name (tests); the backend
-	// must be registered (a program imports the backends it runs on:
-	// cmd/gorun imports them all).
-	Backend string
 	// Cross connects this process to the run's other processes (MPI) when
 	// the Plan's cluster has several: one rank per process, this process's
 	// rank being Plan.Process. Collectives reduce inside the process
@@ -251,9 +247,6 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 func (rs *runState) openDevices() error {
 	p, s := rs.plan, rs.plan.Spec
 	c := p.Cluster
-	if rs.opts.Backend != "" {
-		c.Backend = rs.opts.Backend
-	}
 	be, err := backend.Get(c.Backend)
 	if err != nil {
 		return clusterErr(p, err)
