@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"gorun/datasets/userfile"
 )
 
 // Tokens is a dataset of token windows for sequence models: a sample is
@@ -119,7 +121,7 @@ func ReadText(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w%s", err, fortunesHint(path))
 	}
 	if !st.IsDir() {
-		return os.ReadFile(path)
+		return userfile.ReadFile(path, 0)
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {
@@ -134,7 +136,7 @@ func ReadText(path string) ([]byte, error) {
 	sort.Strings(names)
 	var out []byte
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(path, n))
+		b, err := userfile.ReadFile(filepath.Join(path, n), 0)
 		if err != nil {
 			return nil, err
 		}

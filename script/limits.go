@@ -25,6 +25,9 @@ const (
 	// DefaultMaxMemory is how much the Go heap may grow while a script or
 	// a strategy runs (WithMaxMemory).
 	DefaultMaxMemory = 4 << 30
+	// MaxSourceBytes is the largest script or load()ed file read from
+	// disk: a configuration larger than 16 MiB is a mistake.
+	MaxSourceBytes = 16 << 20
 )
 
 const budgetKey = "gorun.budget"

@@ -22,6 +22,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"gorun/datasets/userfile"
 	"gorun/engine/spec"
 )
 
@@ -33,7 +34,9 @@ type FileReader interface {
 // osReader reads from the real file system.
 type osReader struct{}
 
-func (osReader) ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
+func (osReader) ReadFile(path string) ([]byte, error) {
+	return userfile.ReadFile(path, MaxSourceBytes)
+}
 
 // Override is one --set NAME=VALUE. Name is a train() parameter, or
 // PARAM.FIELD for a field of an optimizer, sync or data value

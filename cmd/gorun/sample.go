@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"gorun/datasets"
+	"gorun/datasets/userfile"
 	"gorun/engine"
 	"gorun/engine/runner"
 	"gorun/safetensors"
@@ -76,7 +77,7 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"--prompt: give the text to continue"}
 	}
 	dir := pos[0]
-	b, err := os.ReadFile(filepath.Join(dir, runInfoFile))
+	b, err := userfile.ReadFile(filepath.Join(dir, runInfoFile), 1<<20)
 	if err != nil {
 		return fmt.Errorf("%s: not a run folder of a training that recorded its script (%v)", dir, err)
 	}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Tests for issue 29 (hostile input, round two) on files a user names.
+
+// gorunWithin is gorun with a deadline: a command that blocks (opening a
+// FIFO that has no writer) fails the test instead of hanging it.
+func gorunWithin(t *testing.T, d time.Duration, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, o, e := gorun(t, args...)
+		done <- result{c, o, e}
+	}()
+	select {
+	case r := <-done:
+		return r.code, r.stdout, r.stderr
+	case <-time.After(d):
+		t.Fatalf("gorun %s still runs after %v", strings.Join(args, " "), d)
+		return 0, "", ""
+	}
+}
+
+// mkfifo makes a named pipe, which no one writes, at path.
+func mkfifo(t *testing.T, path string) string {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	return path
+}
+
+// TestNonRegularFiles: a FIFO with no writer given as the script, a
+// load()ed file, --cluster, --init, a --resume checkpoint, data.text,
+// data.tensors (.npy and .safetensors), data.mnist(dir = ...), a run
+// folder's metrics (gorun plot) or run.json (gorun sample), and /dev/zero
+// as data.text, are refused at once, naming the file and what it is,
+// exit 1. Before, each blocked forever in open(2) (or, for /dev/zero, ate
+// the machine's memory).
+func TestNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := mkfifo(t, filepath.Join(dir, "pipe"))
+	const fifoIs = " is a named pipe (FIFO), not a regular file"
+	script := writeScript(t, small)
+	withData := func(name, data string) string {
+		p := filepath.Join(dir, name+".star")
+		writeFile(t, p, strings.Replace(small, `data = data.synthetic(size = 300, shape = (1, 8, 8), classes = 3, noise = 0.5),`, "data = "+data+",", 1))
+		return p
+	}
+	// A script that loads a FIFO.
+	mkfifo(t, filepath.Join(dir, "lib.star"))
+	loads := filepath.Join(dir, "loads.star")
+	writeFile(t, loads, `load("lib.star", "x")`+"\n"+small)
+	// A resumable run folder whose newest checkpoint is a FIFO.
+	resume := filepath.Join(dir, "resume")
+	if err := os.MkdirAll(filepath.Join(resume, "checkpoints"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mkfifo(t, filepath.Join(resume, "checkpoints", "step-00000010.safetensors"))
+	mkfifo(t, filepath.Join(resume, "checkpoints", "step-00000010.state.safetensors"))
+	// Run folders whose metrics.jsonl and run.json are FIFOs.
+	plotDir, sampleDir := filepath.Join(dir, "plot"), filepath.Join(dir, "sample")
+	for _, d := range []string{plotDir, sampleDir, filepath.Join(dir, "mnist")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkfifo(t, filepath.Join(plotDir, "metrics.jsonl"))
+	mkfifo(t, filepath.Join(sampleDir, "run.json"))
+	mkfifo(t, filepath.Join(dir, "mnist", "train-images-idx3-ubyte"))
+	npy := mkfifo(t, filepath.Join(dir, "x.npy"))
+	mnist := filepath.Join(dir, "mnist.star")
+	writeFile(t, mnist, `train(model = nn.sequential(nn.flatten(), nn.linear(784, 10)), loss = "cross_entropy",
+    data = data.mnist(dir = "mnist"), optimizer = optim.sgd(lr = 0.1), batch_size = 10)`)
+
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"script", []string{"plan", fifo}, "gorun: reading script: " + fifo + fifoIs},
+		{"load", []string{"plan", loads}, `load("lib.star"): ` + filepath.Join(dir, "lib.star") + fifoIs},
+		{"cluster", []string{"plan", script, "--cluster", fifo}, "gorun: cluster file: " + fifo + fifoIs},
+		{"init", []string{script, "--init", fifo, "-q"}, fifo + fifoIs},
+		{"resume", []string{script, "--resume", resume, "-q"}, filepath.Join(resume, "checkpoints", "step-00000010.safetensors") + fifoIs},
+		{"data.text", []string{"plan", withData("text", `data.text("`+fifo+`", seq_len = 4)`)}, "data.text: " + fifo + fifoIs},
+		{"data.text /dev/zero", []string{"plan", withData("zero", `data.text("/dev/zero", seq_len = 4)`)}, "data.text: /dev/zero is a character device, not a regular file"},
+		{"npy", []string{"plan", withData("npy", `data.tensors(x = "`+npy+`", y = "`+npy+`")`)}, "data.tensors: datasets: x.npy+x.npy: " + npy + fifoIs},
+		{"safetensors", []string{"plan", withData("st", `data.tensors("`+fifo+`")`)}, "safetensors: " + fifo + fifoIs},
+		{"mnist dir", []string{mnist, "-q"}, "data.mnist: datasets: mnist/train: " + filepath.Join(dir, "mnist", "train-images-idx3-ubyte") + fifoIs},
+		{"plot", []string{"plot", plotDir}, "gorun: plot: " + filepath.Join(plotDir, "metrics.jsonl") + fifoIs},
+		{"sample", []string{"sample", sampleDir, "--prompt", "a"}, filepath.Join(sampleDir, "run.json") + fifoIs},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			code, _, stderr := gorunWithin(t, 20*time.Second, c.args...)
+			if code != 1 || !strings.Contains(stderr, c.want) {
+				t.Errorf("gorun %s: exit %d, stderr:\n%s\nwant exit 1 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+			}
+			if strings.Contains(stderr, "goroutine ") {
+				t.Errorf("a Go stack:\n%s", stderr)
+			}
+			t.Logf("%v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
+		})
+	}
+}
