@@ -177,13 +177,16 @@ func Load(path string, opts ...Option) (*spec.Spec, error) {
 }
 
 // fileOptions are the Starlark dialect options for gorun scripts: the
-// features a configuration language benefits from.
+// features a configuration language benefits from. A name load() binds is
+// one of the file's globals, like a name it defines, so that a --set
+// expression sees it (--set model=net(...) after load("lib.star", "net")).
 var fileOptions = &syntax.FileOptions{
-	Set:             true,
-	While:           true,
-	TopLevelControl: true,
-	GlobalReassign:  true,
-	Recursion:       true,
+	Set:               true,
+	While:             true,
+	TopLevelControl:   true,
+	GlobalReassign:    true,
+	Recursion:         true,
+	LoadBindsGlobally: true,
 }
 
 const stateKey = "gorun.state"
@@ -306,12 +309,33 @@ func (l *loader) load(thread *starlark.Thread, module string) (starlark.StringDi
 	return e.globals, e.err
 }
 
+// loadRoots says where load() looks, for its errors.
+const loadRoots = "load() reads .star files from the loading script's folder, the GORUN_PATH folders and the library shipped with gorun"
+
+// checkModule refuses a load() path that could leave load()'s roots (an
+// absolute path, one with a ".." element) or name a file that is not
+// Starlark: a file that is not a script must never be read, since the
+// errors of a file that does not parse as Starlark would show its content.
+func checkModule(module string) error {
+	switch {
+	case module == "":
+		return fmt.Errorf("load(%q): an empty path; %s", module, loadRoots)
+	case filepath.IsAbs(module) || strings.HasPrefix(module, "/"):
+		return fmt.Errorf("load(%q): an absolute path; %s: give the path from one of them", module, loadRoots)
+	case !filepath.IsLocal(module):
+		return fmt.Errorf("load(%q): the path leaves its folder (through \"..\"); %s", module, loadRoots)
+	case !strings.HasSuffix(module, ".star"):
+		return fmt.Errorf("load(%q): not a .star file; %s", module, loadRoots)
+	}
+	return nil
+}
+
 // libraryPrefix marks files that come from the library inside the binary.
 const libraryPrefix = "<gorun>/"
 
 func (l *loader) find(from, module string) (string, []byte, error) {
-	if module == "" || strings.Contains(module, "..") {
-		return "", nil, fmt.Errorf("load(%q): not a valid module name", module)
+	if err := checkModule(module); err != nil {
+		return "", nil, err
 	}
 	var tried []string
 	var dirs []string
@@ -321,15 +345,9 @@ func (l *loader) find(from, module string) (string, []byte, error) {
 	} else if from != "" {
 		dirs = append(dirs, filepath.Dir(from))
 	}
-	if filepath.IsAbs(module) {
-		dirs = []string{""}
-	}
 	dirs = append(dirs, l.opts.path...)
 	for _, d := range dirs {
 		p := filepath.Join(d, module)
-		if d == "" {
-			p = module
-		}
 		src, err := l.opts.reader.ReadFile(p)
 		if err == nil {
 			return p, src, nil
@@ -340,7 +358,7 @@ func (l *loader) find(from, module string) (string, []byte, error) {
 		tried = append(tried, p)
 	}
 	if l.opts.library != nil {
-		name := strings.TrimPrefix(filepath.ToSlash(module), "/")
+		name := filepath.ToSlash(filepath.Clean(module))
 		src, err := fs.ReadFile(l.opts.library, name)
 		if err == nil {
 			return libraryPrefix + name, src, nil
