@@ -117,3 +117,71 @@ func TestNonRegularFiles(t *testing.T) {
 		})
 	}
 }
+
+// charsScript trains a one-layer model on the characters of train.txt (5
+// of them: " abcd") and evaluates it on the test half of EVAL.
+const charsScript = `
+x = data.input()
+h = nn.embedding(5, 8, name = "wte")(x)
+train(
+    model = nn.linear(8, 5, name = "head")(h),
+    loss = "cross_entropy",
+    data = data.text("train.txt", seq_len = 4, vocab = "chars"),
+    eval = data.text("EVAL", seq_len = 4, vocab = "chars", split = "test", test_fraction = 0.5),
+    optimizer = optim.sgd(lr = 0.5),
+    batch_size = 4,
+    epochs = 1,
+    seed = 1,
+)
+`
+
+// TestEvalTextVocab: the vocabulary is part of the model. An eval text with
+// characters the training text lacks is refused before step 1, naming
+// them (before, `gorun plan` accepted it and training reported a
+// meaningless test accuracy); one whose characters are a few of the
+// training text's is read with the model's ids, so that its test loss is
+// that of the same windows in a file holding every character (before, its
+// own vocabulary gave its characters other ids, or other classes). A
+// gorun sample prompt outside the vocabulary names all its characters
+// (before, only the first).
+func TestEvalTextVocab(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "train.txt"), strings.Repeat("abcd ", 40))
+	// Test halves alike; the first file lacks " " altogether.
+	test := strings.Repeat("dcba", 10) + "d"
+	writeFile(t, filepath.Join(dir, "few.txt"), strings.Repeat("abcd", 10)+test)
+	writeFile(t, filepath.Join(dir, "all.txt"), strings.Repeat("ab d", 10)+test)
+	writeFile(t, filepath.Join(dir, "other.txt"), strings.Repeat("abcd ", 8)+strings.Repeat("abce\n", 8)+"a")
+	script := func(eval string) string {
+		p := filepath.Join(dir, eval+".star")
+		writeFile(t, p, strings.Replace(charsScript, "EVAL", eval, 1))
+		return p
+	}
+
+	code, _, stderr := gorun(t, "plan", script("other.txt"))
+	want := `data.text: datasets: ` + filepath.Join(dir, "other.txt") + `: the test split has 2 characters (16 in all) outside the model's vocabulary, the 5 characters of its training text: '\n' (8 times), 'e' (8 times)`
+	if code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("eval text with other characters: exit %d, stderr:\n%s\nwant exit 1 and %q", code, stderr, want)
+	}
+
+	var losses []float64
+	for _, eval := range []string{"few.txt", "all.txt"} {
+		out := filepath.Join(dir, "out-"+eval)
+		code, stdout, stderr := gorun(t, script(eval), "-q", "--out", out)
+		if code != 0 {
+			t.Fatalf("eval %s: exit %d\n%s%s", eval, code, stdout, stderr)
+		}
+		_, loss := lastEvalLoss(t, out)
+		losses = append(losses, loss)
+	}
+	if losses[0] != losses[1] {
+		t.Errorf("test loss %v on few.txt, %v on all.txt: the same windows, want the same loss", losses[0], losses[1])
+	}
+
+	// A prompt is held to the same vocabulary.
+	code, _, stderr = gorun(t, "sample", filepath.Join(dir, "out-all.txt"), "--prompt", "a€bz€", "--tokens", "2")
+	want = `--prompt: 2 characters (3 in all) outside the model's vocabulary, the 5 characters of its training text: '€' (2 times), 'z' (1 time)`
+	if code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("sample: exit %d, stderr:\n%s\nwant exit 1 and %q", code, stderr, want)
+	}
+}
