@@ -92,6 +92,7 @@ type options struct {
 	extra     starlark.StringDict
 	onThread  func(*starlark.Thread) // tests: called on every new thread
 	ctx       context.Context        // cancels the script and its strategies
+	abort     func(error)            // ends the process when they cannot be stopped
 }
 
 // Option configures Load.
@@ -127,7 +128,22 @@ func WithMaxSteps(n uint64) Option { return func(o *options) { o.maxSteps = n } 
 
 // WithMaxMemory bounds how much memory (bytes of Go heap) the script, and
 // each call of its partition strategy, may take. 0 means DefaultMaxMemory.
+// The Starlark code is stopped when the heap has grown by a third of it,
+// so that the operation under way, which Starlark does not interrupt, stays
+// within it too (x + x takes twice what x takes); see WithAbort for an
+// operation bigger than that.
 func WithMaxMemory(n uint64) Option { return func(o *options) { o.maxMemory = n } }
+
+// WithAbort gives Load the means to stop Starlark code that a cancel does
+// not stop: once begun, one Starlark operation runs to its end, and one
+// can be large (a repetition [0] * n of up to 2^30 elements, 16 GiB) or
+// slow. abort is called, from another goroutine, when the heap passes the
+// memory budget (WithMaxMemory) during such an operation, or when the code
+// still runs a second after it was cancelled (WithContext, or the memory
+// budget); err names the script or the strategy and says why. abort must
+// end the process (cmd/gorun prints err and exits). Without it, the
+// operation under way runs to its end.
+func WithAbort(abort func(err error)) Option { return func(o *options) { o.abort = abort } }
 
 // defaultMaxSteps is the step budget when WithMaxSteps gives none.
 const defaultMaxSteps = 100_000_000
@@ -163,8 +179,7 @@ func Load(path string, opts ...Option) (*spec.Spec, error) {
 	st := &state{overrides: o.overrides, loader: l}
 	thread := l.newThread("main")
 	thread.SetLocal(stateKey, st)
-	defer l.stopWatching()
-	defer watchMemory(l.cancelAll, o.maxMemory)()
+	defer watch(o.ctx, o.maxMemory, path, l.cancelAll, o.abort)()
 	if _, err := starlark.ExecFileOptions(fileOptions, thread, path, src, l.predeclared()); err != nil {
 		return nil, err
 	}
@@ -238,26 +253,23 @@ type loader struct {
 	opts     options
 	cache    map[string]*loadEntry
 	resolved []string
-	stops    []func() bool // end the cancellation watch of each thread
 	mu       sync.Mutex
 	threads  []*starlark.Thread // every thread of this evaluation
+	stopped  string             // why cancelAll cancelled them ("" while it has not)
 }
 
 // cancelAll cancels every thread of the evaluation (the main script's and
-// those of the files it loads).
+// those of the files it loads), and those it makes later: a load() under
+// way when the cancel came.
 func (l *loader) cancelAll(reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stopped == "" {
+		l.stopped = reason
+	}
 	for _, t := range l.threads {
 		t.Cancel(reason)
 	}
-}
-
-func (l *loader) stopWatching() {
-	for _, stop := range l.stops {
-		stop()
-	}
-	l.stops = nil
 }
 
 type loadEntry struct {
@@ -277,8 +289,10 @@ func (l *loader) newThread(name string) *starlark.Thread {
 	setupThread(t, l.opts.maxSteps)
 	l.mu.Lock()
 	l.threads = append(l.threads, t)
+	if l.stopped != "" {
+		t.Cancel(l.stopped)
+	}
 	l.mu.Unlock()
-	l.stops = append(l.stops, whileRunning(l.opts.ctx, t))
 	if l.opts.onThread != nil {
 		l.opts.onThread(t)
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -184,4 +188,50 @@ func TestEvalTextVocab(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, want) {
 		t.Errorf("sample: exit %d, stderr:\n%s\nwant exit 1 and %q", code, stderr, want)
 	}
+}
+
+// TestSignalDuringOneOperation: SIGTERM while the script is inside one
+// Starlark operation that runs for seconds (int() of a 3,000,000-digit
+// string, quadratic in Go's math/big) ends gorun about a second later,
+// with status 143 and a line naming the script, instead of once the
+// operation ends (12 s for a doubling of a 4 GiB list).
+func TestSignalDuringOneOperation(t *testing.T) {
+	bin := buildGorun(t)
+	script := writeScript(t, "print(\"started\")\nx = int(\"9\" * 3000000)\n"+small)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "plan", script)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	out := bufio.NewReader(pr)
+	if line, err := out.ReadString('\n'); err != nil || line != "started\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	time.Sleep(200 * time.Millisecond) // inside int()
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(out)
+	err = cmd.Wait()
+	took := time.Since(sent)
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	want := "gorun: " + script + ": stopped: interrupted by SIGTERM, and one operation under way did not end within 1s\n"
+	if code != 143 || !strings.HasSuffix(string(rest), want) {
+		t.Errorf("exit %d, output:\n%s\nwant exit 143 and, last, %q", code, rest, want)
+	}
+	if took > 3*time.Second {
+		t.Errorf("gorun took %v to stop after SIGTERM", took)
+	}
+	t.Logf("stopped %v after SIGTERM", took.Round(time.Millisecond))
 }
