@@ -158,9 +158,10 @@ func heapBytes() uint64 {
 const (
 	// watchTick is how often the heap is read.
 	watchTick = time.Millisecond
-	// abortGrace is how long cancelled Starlark code may take to stop
-	// before the abort function (WithAbort) ends the process.
-	abortGrace = time.Second
+	// abortGrace is how long Starlark code may take to stop once its
+	// context ended before the abort function (WithAbort) ends the
+	// process.
+	abortGrace = 250 * time.Millisecond
 )
 
 // watch watches one evaluation — a script with the files it loads, or one
@@ -176,9 +177,10 @@ const (
 //   - with abort set, when the heap passes max all the same (one
 //     operation as big as Starlark allows: a repetition [0] * n of up to
 //     2^30 elements, a join), or when the evaluation still runs
-//     abortGrace after a cancel (an operation that takes that long), it
+//     abortGrace after ctx ended (an operation that takes that long), it
 //     calls abort, which ends the process: nothing else stops an
-//     operation under way.
+//     operation under way. (After a cancel for memory, the operation under
+//     way is left to end: it ends within max.)
 func watch(ctx context.Context, max uint64, what string, cancel func(reason string), abort func(error)) (stop func()) {
 	w := &watcher{ctx: ctx, max: max, what: what, cancel: cancel, abort: abort, heap: heapBytes}
 	return w.start()
@@ -217,11 +219,12 @@ func (w *watcher) start() (stop func()) {
 		tick := time.NewTicker(watchTick)
 		defer tick.Stop()
 		ctxDone := ctx.Done()
-		var cancelled time.Time // when the evaluation was cancelled
-		var why string
+		cancelled := false
+		var signalled time.Time // when ctx ended
+		var why string          // ctx's cause
 		stopping := func(reason string) {
-			if cancelled.IsZero() {
-				cancelled, why = time.Now(), reason
+			if !cancelled {
+				cancelled = true
 				w.cancel(reason)
 			}
 		}
@@ -231,7 +234,8 @@ func (w *watcher) start() (stop func()) {
 				return
 			case <-ctxDone:
 				ctxDone = nil
-				stopping(interrupted())
+				signalled, why = time.Now(), interrupted()
+				stopping(why)
 			case <-tick.C:
 			}
 			var grown uint64
@@ -241,14 +245,14 @@ func (w *watcher) start() (stop func()) {
 			if grown > max/3 {
 				stopping(fmt.Sprintf("the script's values take more than %d MiB, a third of its memory budget of %d MiB (one more operation, such as x + x, could take the rest)", max/3>>20, max>>20))
 			}
-			if w.abort == nil || cancelled.IsZero() {
+			if w.abort == nil {
 				continue
 			}
 			switch {
 			case grown > max:
 				w.abort(fmt.Errorf("%s: stopped: its values passed the memory budget of %d MiB in one operation, which Starlark cannot interrupt (a repetition such as [0] * n, or a join)", w.what, max>>20))
 				return
-			case time.Since(cancelled) > abortGrace:
+			case !signalled.IsZero() && time.Since(signalled) > abortGrace:
 				w.abort(fmt.Errorf("%s: stopped: %s, and one operation under way did not end within %v", w.what, why, abortGrace))
 				return
 			}
