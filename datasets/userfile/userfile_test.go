@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -32,16 +31,6 @@ func within[T any](t *testing.T, d time.Duration, f func() (T, error)) (T, error
 		var zero T
 		return zero, nil
 	}
-}
-
-// fifo makes a named pipe with no writer in a temporary folder.
-func fifo(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "pipe.txt")
-	if err := syscall.Mkfifo(p, 0o644); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	return p
 }
 
 // TestRefusesNonRegular: a FIFO with no writer, /dev/zero and a folder are
