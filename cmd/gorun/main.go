@@ -416,7 +416,7 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	lead := f.world == nil || f.world.proc == 0 // rank 0's process writes the run folder
 	if out != "" && lead {
 		setPhase("drawing the plots of %s", out)
-		if files, err := drawRuns([]string{out}, out); err != nil {
+		if files, err := drawRuns([]string{out}, out, stderr); err != nil {
 			fmt.Fprintf(stderr, "gorun: plots: %v\n", err)
 		} else if !f.quiet {
 			fmt.Fprintf(stdout, "plots: %s\n", strings.Join(files, ", "))
@@ -468,7 +468,7 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	if *outDir == "" {
 		*outDir = dirs[0]
 	}
-	files, err := drawRuns(dirs, *outDir)
+	files, err := drawRuns(dirs, *outDir, stderr)
 	if err != nil {
 		return err
 	}
@@ -478,8 +478,9 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// drawRuns reads the runs' metrics and writes their plots into outDir.
-func drawRuns(dirs []string, outDir string) ([]string, error) {
+// drawRuns reads the runs' metrics and writes their plots into outDir,
+// noting on stderr the values it leaves out for not being finite.
+func drawRuns(dirs []string, outDir string, stderr io.Writer) ([]string, error) {
 	var runs []*plot.Run
 	for _, d := range dirs {
 		r, err := plot.ReadRun(d)
@@ -487,6 +488,9 @@ func drawRuns(dirs []string, outDir string) ([]string, error) {
 			return nil, err
 		}
 		runs = append(runs, r)
+	}
+	for _, n := range plot.Notes(runs) {
+		fmt.Fprintf(stderr, "gorun: plot: %s\n", n)
 	}
 	return plot.Write(runs, outDir)
 }
