@@ -53,8 +53,11 @@ type progress struct {
 	// Accumulators of the epoch under way, so its epoch line is whole.
 	GlobalLoss, GlobalCount, TrainSeconds float64
 	RankLoss, RankCount                   []float64
-	BestAccuracy                          float64
-	Samples                               int64
+	// Skipped counts the epoch's steps that on_nonfinite = "skip" skipped
+	// (agreed by every rank).
+	Skipped      int
+	BestAccuracy float64
+	Samples      int64
 }
 
 // params reads device d's parameters, by Graph.Params.
@@ -190,6 +193,7 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		"train_seconds": fmtF(pr.TrainSeconds),
 		"best_accuracy": fmtF(pr.BestAccuracy),
 		"samples":       strconv.FormatInt(pr.Samples, 10),
+		"skipped_steps": strconv.Itoa(pr.Skipped),
 		"rank_loss":     fmtFs(pr.RankLoss),
 		"rank_count":    fmtFs(pr.RankCount),
 		"plan":          planKey(p.ResumeKey()),
@@ -394,6 +398,9 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	pr.TrainSeconds, pr.BestAccuracy = parseF(m["train_seconds"]), parseF(m["best_accuracy"])
 	pr.Samples = int64(atoi("samples"))
 	pr.RankLoss, pr.RankCount = parseFs(m["rank_loss"]), parseFs(m["rank_count"])
+	if _, ok := m["skipped_steps"]; ok { // absent from checkpoints before it was kept
+		pr.Skipped = atoi("skipped_steps")
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
 	}
