@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"gorun/engine/runner"
 )
 
 // hostfileName is the mpirun hostfile `gorun launch` writes into the run
@@ -60,6 +62,16 @@ func prepareRunFolder(out string, f *flags, stderr io.Writer) (release func(), e
 	}
 	if n, names := removeTemporaries(out); n > 0 {
 		fmt.Fprintf(stderr, "gorun: removed %d stale temporary file(s) left by an interrupted write: %s\n", n, listSome(names, 3))
+	}
+	// A checkpoint is written as a folder renamed into place: what an
+	// interrupted write left goes (a replaced checkpoint comes back).
+	done, err := runner.TidyCheckpoints(out)
+	for _, d := range done {
+		fmt.Fprintf(stderr, "gorun: %s\n", d)
+	}
+	if err != nil {
+		unlock()
+		return release, fmt.Errorf("run folder: %w", err)
 	}
 	if f.overwrite && len(held) > 0 {
 		n, err := removeOldRun(out)

@@ -75,6 +75,9 @@ type RunOptions struct {
 	// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK): process k of a host opens
 	// that host's devices k·D … k·D+D-1.
 	HostRank int
+	// writeTensors, when set (tests), writes each file of a checkpoint in
+	// place of safetensors.WriteFile: a test fails it as a full disk would.
+	writeTensors checkpointWriter
 }
 
 // Result sums a finished run.
