@@ -75,6 +75,12 @@ type RunOptions struct {
 	// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK): process k of a host opens
 	// that host's devices k·D … k·D+D-1.
 	HostRank int
+	// Flags are the run-shaping command-line flags of this process, one
+	// entry each (Label the flag, "--init"; Text its value as given, ""
+	// when absent). The processes of a multi-process run compare them
+	// with rank 0's at start-up, after the Plan, and a rank given another
+	// value stops the run naming itself and the flag.
+	Flags []engine.PlanStep
 	// writeTensors, when set (tests), writes each file of a checkpoint in
 	// place of safetensors.WriteFile: a test fails it as a full disk would.
 	writeTensors checkpointWriter
