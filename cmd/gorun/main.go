@@ -397,6 +397,14 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 		opts.Interrupt = &f.sig.stop
 	}
 	if out != "" && (f.world == nil || f.world.proc == 0) {
+		// The script and what it loaded, as they are now: what trains.
+		m, err := snapshotScript(plan.Spec, script.SearchPathFromEnv(os.Getenv("GORUN_PATH")))
+		if err != nil {
+			return err
+		}
+		if err := writeScriptCopy(out, m, stderr); err != nil {
+			return err
+		}
 		if err := writeRunInfo(out, path, f.rawSets); err != nil {
 			return err
 		}

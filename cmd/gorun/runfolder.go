@@ -107,9 +107,15 @@ func removeTemporaries(out string) (int, []string) {
 	for _, dir := range []string{out, filepath.Join(out, "checkpoints")} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
-			if e.Type().IsRegular() && isTemporary(e.Name()) {
-				p := filepath.Join(dir, e.Name())
+			p := filepath.Join(dir, e.Name())
+			switch {
+			case e.Type().IsRegular() && isTemporary(e.Name()):
 				if os.Remove(p) == nil {
+					removed = append(removed, p)
+				}
+			case e.IsDir() && dir == out && strings.HasPrefix(e.Name(), "."+scriptCopyDir+".tmp-"):
+				// The script's copy, cut short.
+				if os.RemoveAll(p) == nil {
 					removed = append(removed, p)
 				}
 			}
@@ -119,7 +125,8 @@ func removeTemporaries(out string) (int, []string) {
 }
 
 // removeOldRun removes the files of a run that gorun knows in out:
-// metrics.jsonl, checkpoints/, *.safetensors and *.png.
+// metrics.jsonl, checkpoints/, the copies of its script (script/,
+// script.N/), *.safetensors and *.png.
 func removeOldRun(out string) (int, error) {
 	n := 0
 	entries, err := os.ReadDir(out)
@@ -135,6 +142,11 @@ func removeOldRun(out string) (int, error) {
 				return n, err
 			}
 			n += len(cps)
+		case isScriptCopy(name) && e.IsDir():
+			if err := os.RemoveAll(p); err != nil {
+				return n, err
+			}
+			n++
 		case name == "metrics.jsonl", strings.HasSuffix(name, ".safetensors"), strings.HasSuffix(name, ".png"):
 			if e.IsDir() {
 				continue

@@ -898,3 +898,47 @@ func comparePlanKey(saved, format string, p *engine.Plan) error {
 	}
 	return p.CheckResumeKey(format, key)
 }
+
+// RunCheckpoint is the newest complete checkpoint of a run folder as far
+// as a script is checked against it (gorun sample on a run folder that
+// keeps no copy of its script).
+type RunCheckpoint struct {
+	// Name is the checkpoint: its folder, or an earlier gorun's flat
+	// parameter file.
+	Name string
+	// Step and Devices are the step it was saved at and the devices of
+	// the run that saved it.
+	Step, Devices int
+	// Keyed is set when the checkpoint records its plan's resume key
+	// (every gorun since resume keys): CheckPlan can then tell.
+	Keyed       bool
+	key, format string
+}
+
+// NewestRunCheckpoint reads the state of the newest complete checkpoint of
+// run folder dir.
+func NewestRunCheckpoint(dir string) (*RunCheckpoint, error) {
+	steps, err := listCheckpoints(dir)
+	if err != nil || len(steps) == 0 {
+		return nil, fmt.Errorf("%s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
+	}
+	step := steps[len(steps)-1]
+	params := checkpointFiles(dir, step)
+	sf, err := safetensors.ReadFile(statePath(params))
+	if err != nil {
+		return nil, err
+	}
+	m := sf.Metadata
+	devices, err := strconv.Atoi(m["devices"])
+	if err != nil || m["format"] != ckptFormat {
+		return nil, fmt.Errorf("%s: not a gorun checkpoint state (format %q, devices %q)", statePath(params), m["format"], m["devices"])
+	}
+	return &RunCheckpoint{Name: checkpointName(dir, step), Step: step, Devices: devices,
+		Keyed: m["plan"] != "", key: m["plan"], format: m["plan_format"]}, nil
+}
+
+// CheckPlan compares plan p with the checkpoint's resume key, as --resume
+// does: the error names the first entry that differs.
+func (c *RunCheckpoint) CheckPlan(p *engine.Plan) error {
+	return comparePlanKey(c.key, c.format, p)
+}
