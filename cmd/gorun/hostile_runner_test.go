@@ -127,6 +127,31 @@ func TestSampleUsesTheScriptAsItRan(t *testing.T) {
 		t.Errorf("sample does not note that %s changed since the run:\n%s", blocks, stderr)
 	}
 
+	// A FIFO where a loaded file was is noted, never opened (it would
+	// wait for a writer for good).
+	if err := os.Remove(blocks); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(blocks, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		code, got, stderr := sample()
+		done <- fmt.Sprintf("exit %d: %q\n%s", code, got, stderr)
+	}()
+	select {
+	case res := <-done:
+		if !strings.HasPrefix(res, fmt.Sprintf("exit 0: %q", want)) || !strings.Contains(res, blocks+" (not a regular file)") {
+			t.Errorf("with a FIFO in place of blocks.star: %s", res)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("sample waits on a FIFO in place of a loaded file")
+	}
+	if err := os.Remove(blocks); err != nil {
+		t.Fatal(err)
+	}
+
 	// A resume trains with the script it is given; the copy follows it,
 	// the earlier one kept.
 	writeFile(t, blocks, blocksTanh)

@@ -142,9 +142,15 @@ func copyPlace(p, scriptDir string, searchPath []string) string {
 }
 
 // readScriptFile reads a script file to copy it: a regular file of at
-// most maxScriptFile bytes.
+// most maxScriptFile bytes. It never waits (a FIFO in its place is
+// refused, not opened for good).
 func readScriptFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
+	if st, err := os.Stat(p); err != nil {
+		return nil, fmt.Errorf("copying the script: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("copying the script: %s is not a regular file", p)
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("copying the script: %w", err)
 	}
@@ -373,8 +379,10 @@ func (m *scriptManifest) changedSince() []string {
 		}
 		b, err := readScriptFile(f.Path)
 		switch sum := sha256.Sum256(b); {
+		case errors.Is(err, fs.ErrNotExist):
+			out = append(out, f.Path+" (removed)")
 		case err != nil:
-			out = append(out, f.Path+" (gone)")
+			out = append(out, f.Path+" (not a regular file)")
 		case hex.EncodeToString(sum[:]) != f.SHA256:
 			out = append(out, f.Path)
 		}
