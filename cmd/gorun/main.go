@@ -377,7 +377,7 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	if out == "" {
 		out = f.resume
 	}
-	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume}
+	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume, Flags: runFlags(f)}
 	if f.world != nil && f.world.cross != nil {
 		opts.Cross = f.world.cross
 	}
@@ -397,6 +397,14 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 		opts.Interrupt = &f.sig.stop
 	}
 	if out != "" && (f.world == nil || f.world.proc == 0) {
+		// The script and what it loaded, as they are now: what trains.
+		m, err := snapshotScript(plan.Spec, script.SearchPathFromEnv(os.Getenv("GORUN_PATH")))
+		if err != nil {
+			return err
+		}
+		if err := writeScriptCopy(out, m, stderr); err != nil {
+			return err
+		}
 		if err := writeRunInfo(out, path, f.rawSets); err != nil {
 			return err
 		}
@@ -431,6 +439,24 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 			res.Steps, res.TrainSamplesPerS, acc, res.WallSeconds, float64(res.PeakRSSBytes)/1e6)
 	}
 	return nil
+}
+
+// runFlags are the flags that shape a run, as given: the processes of a
+// multi-process run must agree on them (runner.RunOptions.Flags). Only
+// rank 0's process reads --init and writes --out, so a rank given
+// another --init or --out would be silently overruled, and --resume and
+// --set decide what each process runs.
+func runFlags(f *flags) []engine.PlanStep {
+	sets := append([]string(nil), f.rawSets...)
+	for _, kv := range f.clusterSets {
+		sets = append(sets, kv[0]+"="+kv[1])
+	}
+	return []engine.PlanStep{
+		{Label: "--init", Text: f.init},
+		{Label: "--resume", Text: f.resume},
+		{Label: "--out", Text: f.out},
+		{Label: "--set", Text: strings.Join(sets, " --set ")},
+	}
 }
 
 // writeDot writes the Plan as Graphviz to path.

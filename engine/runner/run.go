@@ -75,6 +75,15 @@ type RunOptions struct {
 	// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK): process k of a host opens
 	// that host's devices k·D … k·D+D-1.
 	HostRank int
+	// Flags are the run-shaping command-line flags of this process, one
+	// entry each (Label the flag, "--init"; Text its value as given, ""
+	// when absent). The processes of a multi-process run compare them
+	// with rank 0's at start-up, after the Plan, and a rank given another
+	// value stops the run naming itself and the flag.
+	Flags []engine.PlanStep
+	// writeTensors, when set (tests), writes each file of a checkpoint in
+	// place of safetensors.WriteFile: a test fails it as a full disk would.
+	writeTensors checkpointWriter
 }
 
 // Result sums a finished run.
@@ -391,6 +400,9 @@ func (rs *runState) runRanks() error {
 			d := rs.workers[r]
 			if err := rs.safeRankLoop(d); err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", d.rank, err)
+				if errors.Is(err, errWithRank0) {
+					return // rank 0 stops too, and says why
+				}
 				if rs.help != nil {
 					rs.help.failed.Store(true)
 				}
@@ -403,7 +415,7 @@ func (rs *runState) runRanks() error {
 	// another failed say nothing new).
 	var causes []error
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, comm.ErrAborted) {
+		if err != nil && !errors.Is(err, comm.ErrAborted) && !errors.Is(err, errWithRank0) {
 			causes = append(causes, err)
 		}
 	}
@@ -412,6 +424,11 @@ func (rs *runState) runRanks() error {
 	}
 	return errors.Join(causes...)
 }
+
+// errWithRank0 ends a rank that stops, with every other, where rank 0
+// returns the error that says why (an epoch without a good step): when
+// rank 0's error is among a process's, this one is not repeated.
+var errWithRank0 = errors.New("stopped with rank 0")
 
 // PanicError is a panic inside a rank's loop, turned into an error so that
 // the other ranks are released and the caller decides what to print.
@@ -532,9 +549,12 @@ func (rs *runState) runEpoch(d *worker, pr *progress, epoch int) (bool, error) {
 	if err := engine.CheckSchedule(s.Schedule, d.totalSteps); err != nil {
 		return false, err
 	}
-	if epoch != pr.Epoch {
+	if epoch != pr.Epoch || pr.Micro == 0 {
+		// A new epoch: its line counts its own steps. (A checkpoint made
+		// inside this epoch carries them: resuming there goes on.)
 		pr.Epoch, pr.Micro = epoch, 0
 		pr.GlobalLoss, pr.GlobalCount, pr.TrainSeconds = 0, 0, 0
+		pr.Skipped = 0
 		clear(pr.RankLoss)
 		clear(pr.RankCount)
 	}
@@ -659,7 +679,9 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		if s.OnNonFinite != "skip" {
 			return rs.nonFinite(d, epoch, bad > 0, local, gradsOK)
 		}
-		// Skip the update, as AMP's scaler does; the step still counts.
+		// Skip the update, as AMP's scaler does; the step still counts,
+		// and the epoch's line says how many were skipped.
+		pr.Skipped++
 		if d.rank == 0 {
 			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", epoch+1, d.step+1)
 		}
@@ -681,7 +703,7 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	pr.TrainSeconds += dt.Seconds()
 	pr.Samples += int64(total)
 	if d == rs.workers[0] {
-		return rs.stepDone(d, epoch, loss, total, dt)
+		return rs.stepDone(d, pr, epoch, loss, total, dt)
 	}
 	return nil
 }
