@@ -171,6 +171,9 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		ds   datasets.Dataset
 		data *spec.Data
 	}{{rs.train, &s.Data}, {rs.eval, s.Eval}} {
+		if err := checkVocabulary(p, c.ds, c.data); err != nil {
+			return nil, err
+		}
 		if err := checkTargets(c.ds, c.data, s.IgnoreIndex); err != nil {
 			return nil, err
 		}
@@ -698,6 +701,27 @@ func checkTargets(ds datasets.Dataset, d *spec.Data, ignore *int) error {
 			d.Pos, ds.Name(), m.MinTarget(), m.MinTarget())
 	}
 	return nil
+}
+
+// checkVocabulary refuses token data whose vocabulary is larger than the
+// one the plan was compiled for: the compiler checked every embedding's
+// table against that one (Plan.Classes), and an id past a table would
+// look up a row of zeros.
+func checkVocabulary(p *engine.Plan, ds datasets.Dataset, d *spec.Data) error {
+	if ds == nil || !p.Tokens || ds.NumClasses() <= p.Classes {
+		return nil
+	}
+	return fmt.Errorf("%s%s has a vocabulary of %d token ids, but the plan was compiled for %d (did the data change since?): its embeddings' tables and its output are sized for those",
+		dataPos(d), ds.Name(), ds.NumClasses(), p.Classes)
+}
+
+// dataPos is "pos: " for the data.* call of d, or "" when there is none
+// (data given through RunOptions).
+func dataPos(d *spec.Data) string {
+	if d == nil || d.Pos == "" {
+		return ""
+	}
+	return string(d.Pos) + ": "
 }
 
 // keptCounter is a token dataset that counts the targets of some windows
