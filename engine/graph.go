@@ -105,6 +105,26 @@ type Graph struct {
 	Stats    []*Stat
 	Forward  []*Node // model layers, then the loss
 	Backward []*Node
+	// BatchNorms are the model's batch norm applications, for the checks
+	// of the batches each device feeds them (checkBatchNorm, CheckBatches).
+	BatchNorms []BatchNormUse
+}
+
+// BatchNormUse is one application of a batch norm layer in training: PyTorch
+// refuses batch statistics over exactly 1 value per channel ("Expected more
+// than 1 value per channel when training"), and so does gorun.
+type BatchNormUse struct {
+	Layer string   // batchnorm1d "bn1"
+	Pos   spec.Pos // where it was applied
+	// PerSample is the values per channel one sample gives it: 1 for
+	// [N, C], L for [N, C, L], H·W for [N, C, H, W].
+	PerSample int
+	// Sync: SyncBatchNorm, whose statistics count the samples of every
+	// device; else each device's own.
+	Sync bool
+	// EvalBatch: track_running_stats = False, batch statistics in
+	// evaluation too (as PyTorch's).
+	EvalBatch bool
 }
 
 // CompileError is a problem found while compiling a script's model: it
@@ -636,10 +656,9 @@ func (b *builder) batchNorm(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	if x.Shape[1] != l.In {
 		return nil, fail("input has %d channels (shape %v), the layer was declared with num_features %d", x.Shape[1], x.Shape, l.In)
 	}
-	per := x.Elems() / x.Shape[1] // values per channel at the planned batch
-	if per < 2 {
-		return nil, fail("%d value per channel in a training batch (shape %v): batch statistics need more than 1, as in PyTorch", per, x.Shape)
-	}
+	// The batches each device feeds it are checked against it when the
+	// Plan knows them (checkBatchNorm, CheckBatches).
+	b.g.BatchNorms = append(b.g.BatchNorms, BatchNormUse{Layer: label, Pos: pos, PerSample: x.Elems() / x.Shape[0] / x.Shape[1], Sync: l.Sync, EvalBatch: !l.TrackStats})
 	if l.Sync && !l.TrackStats {
 		return nil, fail("sync = True needs track_running_stats = True: evaluation batches differ between devices, so they cannot share batch statistics")
 	}

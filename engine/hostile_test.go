@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"gorun/datasets"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,4 +63,129 @@ func TestEmbeddingIdsBeyondTheTable(t *testing.T) {
 	}
 	// A larger table than the ids need is PyTorch's business as usual.
 	compile(t, loadSpec(t, strings.Replace(src, `nn.embedding(16, 8, name = "pos")`, `nn.embedding(20, 8, name = "pos")`, 1)), 1)
+}
+
+// bnScript trains a batchnorm1d on [N, C] (one value per channel per
+// sample) with the default sharding; tests set batch_size and devices.
+const bnScript = `
+train(
+    model = nn.sequential(nn.flatten(), nn.linear(4, 8, name = "fc"), nn.batchnorm1d(8, name = "bn"), nn.relu(),
+                          nn.linear(8, 2, name = "out")),
+    loss = "cross_entropy",
+    data = data.synthetic(size = 64, shape = [1, 2, 2], classes = 2),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 4,
+)
+`
+
+// TestBatchNormOneValuePerChannel: every batch in which a device would
+// compute batch statistics over one value per channel is refused, as
+// PyTorch refuses it — a full batch's share (3 samples over 2 devices
+// gives rank 1 one, as the 1/1 split), a batch of 1, and the last,
+// partial batches of the default sharding or a partition strategy's
+// shards — naming the layer, the batch and the rank; SyncBatchNorm counts
+// every device's samples, so 1 + 1 trains.
+func TestBatchNormOneValuePerChannel(t *testing.T) {
+	compileErr := func(devices int, sets ...string) error {
+		c := DefaultCluster()
+		c.Devices = devices
+		_, err := Compile(loadSpec(t, bnScript, sets...), c)
+		return err
+	}
+	for _, c := range []struct {
+		devices int
+		sets    []string
+		want    string // "" compiles
+	}{
+		{2, []string{"batch_size=3"}, `/t/train.star:3:85: batchnorm1d "bn": rank 1 takes 1 sample of every batch (batch_size 3 over 2 devices: 2 + 1), which gives it 1 value per channel in training, and PyTorch refuses this ("Expected more than 1 value per channel when training"): use a batch_size of at least 4`},
+		{2, []string{"batch_size=2"}, `rank 0 takes 1 sample of every batch (batch_size 2 over 2 devices: 1 + 1)`},
+		{1, []string{"batch_size=1"}, `batchnorm1d "bn": batch_size 1 gives it 1 value per channel in training`},
+		{2, []string{"batch_size=4"}, ""},
+		{1, []string{"batch_size=2"}, ""},
+	} {
+		err := compileErr(c.devices, c.sets...)
+		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%d devices, %v: error %v, want %q", c.devices, c.sets, err, c.want)
+		}
+	}
+	sync := strings.Replace(bnScript, `nn.batchnorm1d(8, name = "bn")`, `nn.batchnorm1d(8, name = "bn", sync = True)`, 1)
+	c := DefaultCluster()
+	c.Devices = 2
+	if _, err := Compile(loadSpec(t, sync, "batch_size=2"), c); err != nil {
+		t.Errorf("SyncBatchNorm over 1 + 1 samples: %v", err)
+	}
+
+	// The last batch: n samples in batches of 4 over 2 devices.
+	p := compile(t, loadSpec(t, bnScript), 2)
+	ps := compile(t, loadSpec(t, sync), 2)
+	for _, c := range []struct {
+		plan *Plan
+		n    int
+		want string
+	}{
+		{p, 9, `/t/train.star:3:85: batchnorm1d "bn": epoch 2, batch 3 of 3: rank 0 feeds 1 sample (the batch's 1 shared out as 1 + 0), 1 value per channel in training, and PyTorch refuses this`},
+		{p, 10, `rank 0 feeds 1 sample (the batch's 2 shared out as 1 + 1)`},
+		{p, 11, `rank 1 feeds 1 sample (the batch's 3 shared out as 2 + 1)`},
+		{p, 12, ""},
+		{ps, 9, `epoch 2, batch 3 of 3: the devices feed 1 sample in all`},
+		{ps, 10, ""},
+	} {
+		ds, err := datasets.Synthetic("train", c.n, []int{1, 2, 2}, 2, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards, policy, err := c.plan.Shards(1, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.plan.CheckBatches(1, NewSchedule(shards, c.plan.LocalBatch, policy))
+		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%d samples: error %v, want %q", c.n, err, c.want)
+		}
+	}
+	if err := p.CheckBatches(0, NewSchedule(batchShards(9, 4, nil, 2, 0, false), p.LocalBatch, "zero")); err == nil || !strings.Contains(err.Error(), "the data's size leaves this last batch") {
+		t.Errorf("the hint for the default sharding: %v", err)
+	}
+
+	// Evaluation: without running statistics it uses batch statistics too.
+	if err := p.CheckEvalBatches("test", 5); err != nil {
+		t.Errorf("evaluation with running statistics: %v", err)
+	}
+	noStats := compile(t, loadSpec(t, strings.Replace(bnScript, `name = "bn")`, `name = "bn", track_running_stats = False)`, 1)), 2)
+	for n, want := range map[int]string{
+		5: `batchnorm1d "bn": evaluating test (5 samples): rank 0's last batch holds 1 sample (its 3 in batches of 2), 1 value per channel for batch statistics (track_running_stats = False)`,
+		8: "",
+	} {
+		err := noStats.CheckEvalBatches("test", n)
+		if (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("evaluating %d samples: error %v, want %q", n, err, want)
+		}
+	}
+
+	// A partition strategy's uneven shards: rank 0's 5 samples in
+	// batches of 2 leave it 1 at the third batch, unless dropped.
+	part := strings.Replace(bnScript, "train(", `
+def halves(ctx):
+    return [list(range(5)), list(range(5, ctx.size))]
+
+train(partition = halves, uneven = UNEVEN,`, 1)
+	for _, c := range []struct{ uneven, want string }{
+		{"zero", `batch 3 of 30: rank 0 feeds 1 sample (the batch's 3 shared out as 1 + 2), 1 value per channel in training, and PyTorch refuses this ("Expected more than 1 value per channel when training"): partition halves`},
+		{"pad", `epoch 1, batch 30 of 30: rank 1 feeds 1 sample (the batch's 3 shared out as 2 + 1)`},
+		{"drop", ""},
+	} {
+		p := compile(t, loadSpec(t, strings.Replace(part, "UNEVEN", `"`+c.uneven+`"`, 1)), 2)
+		ds, err := datasets.Synthetic("train", 64, []int{1, 2, 2}, 2, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards, policy, err := p.Shards(0, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.CheckBatches(0, NewSchedule(shards, p.LocalBatch, policy))
+		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("uneven = %q: error %v, want %q", c.uneven, err, c.want)
+		}
+	}
 }

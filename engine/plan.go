@@ -285,6 +285,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSizes(g); err != nil {
 		return nil, err
 	}
+	if err := p.checkBatchNorm(); err != nil {
+		return nil, err
+	}
 	for _, prm := range g.Params {
 		p.NumParam += prm.Value.Elems()
 	}

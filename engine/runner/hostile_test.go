@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"gorun/datasets"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,5 +39,32 @@ func TestTokenIdsOutsideTheVocabulary(t *testing.T) {
 	_, err = Run(p, RunOptions{Train: &tokenSet{x: x, y: x, t: 6, v: 12}})
 	if want := "tokens has a vocabulary of 12 token ids, but the plan was compiled for 11"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("data with a larger vocabulary: %v, want %q", err, want)
+	}
+}
+
+// TestLastBatchOfOneRefused: a last batch that leaves a device one sample
+// for a batchnorm1d is refused before the first step, naming the layer,
+// the batch and the rank (PyTorch raises at that batch, an epoch in).
+func TestLastBatchOfOneRefused(t *testing.T) {
+	src := `
+train(
+    model = nn.sequential(nn.flatten(), nn.linear(4, 8, name = "fc"), nn.batchnorm1d(8, name = "bn"), nn.relu(),
+                          nn.linear(8, 2, name = "out")),
+    loss = "cross_entropy",
+    data = data.synthetic(size = 64, shape = [1, 2, 2], classes = 2),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 8,
+)
+`
+	p := compile(t, loadSpec(t, src), 2)
+	ds, err := datasets.Synthetic("train", 18, []int{1, 2, 2}, 2, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps int
+	_, err = Run(p, RunOptions{Train: ds, OnStep: func(StepMetrics) { steps++ }})
+	want := `batchnorm1d "bn": epoch 1, batch 3 of 3: rank 0 feeds 1 sample (the batch's 2 shared out as 1 + 1)`
+	if err == nil || !strings.Contains(err.Error(), want) || steps != 0 {
+		t.Errorf("a last batch of 1 + 1: %v after %d steps, want %q before any", err, steps, want)
 	}
 }

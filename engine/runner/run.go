@@ -178,6 +178,11 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 			return nil, err
 		}
 	}
+	if rs.eval != nil {
+		if err := p.CheckEvalBatches(rs.eval.Name(), rs.eval.Len()); err != nil {
+			return nil, err
+		}
+	}
 	if rs.opts.Out == "" {
 		rs.opts.Out = opts.Resume
 	}
@@ -444,7 +449,12 @@ func (rs *runState) schedule(e int) (*engine.Schedule, error) {
 			rs.schedErr[e] = err
 			return
 		}
-		rs.schedules[e] = engine.NewSchedule(shards, rs.plan.LocalBatch, policy)
+		sc := engine.NewSchedule(shards, rs.plan.LocalBatch, policy)
+		if err := rs.plan.CheckBatches(e, sc); err != nil {
+			rs.schedErr[e] = err
+			return
+		}
+		rs.schedules[e] = sc
 		// Ranks stay within a step of each other (every step ends with a
 		// collective), so none still reads the schedule of two epochs ago.
 		if e >= 2 {
