@@ -2,6 +2,7 @@ package engine
 
 import (
 	"gorun/datasets"
+	"gorun/safetensors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +187,69 @@ train(partition = halves, uneven = UNEVEN,`, 1)
 		err = p.CheckBatches(0, NewSchedule(shards, p.LocalBatch, policy))
 		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
 			t.Errorf("uneven = %q: error %v, want %q", c.uneven, err, c.want)
+		}
+	}
+}
+
+// TestNothingToTrain: a model without trainable parameters, and an
+// optim.group pattern that applies to no parameter, are refused, naming
+// the model's layers, the pattern and the parameters.
+func TestNothingToTrain(t *testing.T) {
+	noParams := `
+train(
+    model = nn.sequential(nn.flatten(), nn.log_softmax()),
+    loss = "nll",
+    data = data.synthetic(size = 64, shape = [1, 10], classes = 10),
+    optimizer = optim.sgd(lr = 0.1),
+)
+`
+	_, err := Compile(loadSpec(t, noParams), DefaultCluster())
+	if want := "/t/train.star:2:6: train: the model has no trainable parameters (its layers: flatten \"0\", log_softmax \"1\"): training would change nothing"; err == nil || err.Error() != want {
+		t.Errorf("a model without parameters: %v, want %q", err, want)
+	}
+	for _, c := range []struct{ groups, want string }{
+		{`[optim.group("*.bais", weight_decay = 0)]`, `--set optimizer:1:43: optim.group: pattern "*.bais" matches no parameter of the model; its parameters are conv1.weight, conv1.bias, conv2.weight, conv2.bias, fc1.weight, fc1.bias, … (8 in all)`},
+		{`[optim.group(["*.bias", "fc3.*"], weight_decay = 0)]`, `optim.group: pattern "fc3.*" matches no parameter of the model`},
+		{`[optim.group("*", lr = 0.1), optim.group("*.bias", weight_decay = 0)]`, `--set optimizer:1:71: optim.group: pattern "*.bias" matches only parameters an earlier group takes (conv1.bias, conv2.bias, fc1.bias, fc2.bias, by the group at --set optimizer:1:43)`},
+		{`[optim.group("*.bias", weight_decay = 0), optim.group("fc*", lr = 0.1)]`, ""},
+	} {
+		s := loadSpec(t, mnistScript, "optimizer=optim.sgd(lr = 0.01, groups = "+c.groups+")")
+		_, err := Compile(s, DefaultCluster())
+		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("groups %s: error %v, want %q", c.groups, err, c.want)
+		}
+	}
+}
+
+// TestNegativeClassLabels: class labels below 0 compile only as the loss's
+// ignore_index, and the error otherwise says what ignore_index is.
+func TestNegativeClassLabels(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "data.safetensors")
+	if err := safetensors.WriteFile(file, []safetensors.Tensor{safetensors.F32("x", []int{4, 2}, make([]float32, 8)),
+		safetensors.I64("y", []int{4}, []int64{0, -100, 1, -100})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(`
+train(
+    model = nn.sequential(nn.flatten(), nn.linear(2, 2, name = "fc")),
+    loss = "cross_entropy",
+    data = data.tensors("DATA", x = "x", y = "y"),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 2,
+)
+`, "DATA", file, 1)
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{nil, "/t/train.star:5:24: data.tensors: sample 1 has the target -100: class targets are 0 … classes − 1, and no ignore_index is set; set ignore_index = -100 (train's or the loss's) to skip such targets"},
+		{[]string{"ignore_index=-1"}, "/t/train.star:5:24: data.tensors: sample 1 has the target -100: class targets are 0 … classes − 1, and the loss skips only its ignore_index, -1"},
+		{[]string{"ignore_index=-100"}, ""},
+		{[]string{"loss=nn.cross_entropy(ignore_index = -100)"}, ""},
+	} {
+		_, err := Compile(loadSpec(t, src, c.sets...), DefaultCluster())
+		if (c.want == "") != (err == nil) || err != nil && err.Error() != c.want {
+			t.Errorf("%v: error %v, want %q", c.sets, err, c.want)
 		}
 	}
 }

@@ -607,19 +607,22 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	scale := p.Sync.LossScale()
 	positions := denom * p.Positions()
-	if kept, ok := rs.train.(keptCounter); ok && s.IgnoreIndex != nil {
+	noTargets := false // every target of the step is the ignore_index
+	if ig, ok := ignore32(s.IgnoreIndex); ok && p.Classes > 0 {
 		// ignore_index: the mean is over the targets kept in the whole
 		// step (every rank's, unless ranks step alone), as PyTorch's.
 		positions = 0
+		all := 0
 		for m := g0; m < g1; m++ {
-			if p.Sync.LocalLoss() || rs.plan.World == 1 {
-				positions += kept.Kept(sc.Slice(d.rank, m), int32(*s.IgnoreIndex))
-				continue
-			}
 			for r := 0; r < p.World; r++ {
-				positions += kept.Kept(sc.Slice(r, m), int32(*s.IgnoreIndex))
+				k := datasets.Kept(rs.train, sc.Slice(r, m), ig)
+				all += k
+				if r == d.rank || !p.Sync.LocalLoss() {
+					positions += k
+				}
 			}
 		}
+		noTargets = all == 0
 	}
 	d.rc.LossScale = scale / float64(max(positions, 1))
 	d.rc.Step = d.step + 1
@@ -683,7 +686,13 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	pr.Step, pr.Micro = d.step, g1
 	d.interrupted = stops > 0
 	loss := math.NaN() // a skipped step's loss is recorded as null
-	if bads == 0 {
+	if noTargets && d.rank == 0 {
+		// PyTorch's mean over no targets is NaN, with zero gradients: the
+		// update ran on those, and the loss is recorded as null.
+		fmt.Fprintf(rs.log, "epoch %d step %d: every target of the step is the ignore_index (%d): no loss (recorded as null); the update ran with zero gradients, as PyTorch's\n",
+			epoch+1, d.step, *s.IgnoreIndex)
+	}
+	if bads == 0 && !noTargets {
 		pr.RankLoss[d.rank] += localSum
 		pr.RankCount[d.rank] += float64(mine)
 		pr.GlobalLoss += sum
@@ -699,18 +708,31 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	return nil
 }
 
-// checkTargets refuses token targets below 0 that are not the run's
-// ignore_index: the class losses would index outside the scores.
+// checkTargets refuses class targets below 0 that are not the run's
+// ignore_index (the class losses would look them up outside the scores),
+// and a dataset whose every target is the ignore_index (a loss with
+// nothing to average: PyTorch's mean is NaN).
 func checkTargets(ds datasets.Dataset, d *spec.Data, ignore *int) error {
-	m, ok := ds.(interface{ MinTarget() int32 })
-	if ds == nil || !ok || m.MinTarget() >= 0 {
+	if ds == nil {
 		return nil
 	}
-	if ignore == nil || int(m.MinTarget()) != *ignore {
-		return fmt.Errorf("%s: %s has the target %d, outside the vocabulary: set train(ignore_index = %d) to skip such targets",
-			d.Pos, ds.Name(), m.MinTarget(), m.MinTarget())
+	if err := datasets.CheckNegatives(dataPos(d)+ds.Name(), datasets.Negatives(ds), ignore); err != nil {
+		return err
+	}
+	if ig, ok := ignore32(ignore); ok && datasets.Kept(ds, nil, ig) == 0 {
+		return fmt.Errorf("%s%s: every target is the ignore_index, %d: the loss has nothing to average (PyTorch's mean would be NaN)",
+			dataPos(d), ds.Name(), ig)
 	}
 	return nil
+}
+
+// ignore32 is the ignore_index as a target value, when there is one that
+// a target can hold.
+func ignore32(ignore *int) (int32, bool) {
+	if ignore == nil || *ignore != int(int32(*ignore)) {
+		return 0, false
+	}
+	return int32(*ignore), true
 }
 
 // checkVocabulary refuses token data whose vocabulary is larger than the
@@ -732,12 +754,6 @@ func dataPos(d *spec.Data) string {
 		return ""
 	}
 	return string(d.Pos) + ": "
-}
-
-// keptCounter is a token dataset that counts the targets of some windows
-// that are not a given ignore_index.
-type keptCounter interface {
-	Kept(idx []int, ignore int32) int
 }
 
 // evaluate runs the forward pass over this rank's part of the eval set and
