@@ -253,3 +253,67 @@ train(
 		}
 	}
 }
+
+// convScript is a small convolutional model for resume tests; tests vary
+// its layers.
+const convScript = `
+train(
+    model = nn.sequential(
+        nn.conv2d(1, 4, kernel = 3, name = "conv1"),
+        nn.dropout(0.5),
+        nn.adaptive_avgpool2d(1),
+        nn.flatten(),
+        nn.linear(4, 10, name = "fc"),
+    ),
+    loss = "cross_entropy",
+    data = data.mnist(),
+    optimizer = optim.sgd(lr = 0.01),
+    batch_size = 8,
+)
+`
+
+// TestResumeRefusalNamesTheChange: a checkpoint of another model or
+// settings is refused naming what changed — the layer, its kind and line,
+// the attribute or tensor with its value then and now, or the setting —
+// for keys by meaning and for legacy keys (which print every field of
+// ops.Attrs, never shown whole).
+func TestResumeRefusalNamesTheChange(t *testing.T) {
+	p := compile(t, loadSpec(t, convScript), 1)
+	key := p.ResumeKey()
+	legacy, err := p.resumeKey(LegacyStepKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fix = ": resume with the script and --set that made it"
+	for _, c := range []struct {
+		from, to string
+		sets     []string
+		want     string
+	}{
+		{`kernel = 3, name = "conv1"`, `kernel = 3, stride = 2, name = "conv1"`, nil,
+			`layer conv1 (conv2d, /t/train.star:4:18): stride was 1 in the checkpoint, is 2 now` + fix},
+		{`nn.dropout(0.5)`, `nn.dropout(0.25)`, nil,
+			`layer 1 (dropout, /t/train.star:5:19): p was 0.5 in the checkpoint, is 0.25 now` + fix},
+		{`nn.conv2d(1, 4, kernel = 3, name = "conv1")`, `nn.conv2d(1, 6, kernel = 3, name = "conv1")`, []string{"model=" + `nn.sequential(nn.conv2d(1, 6, kernel = 3, name = "conv1"), nn.dropout(0.5), nn.adaptive_avgpool2d(1), nn.flatten(), nn.linear(6, 10, name = "fc"))`},
+			`layer conv1 (conv2d, --set model:1:24): its weight was [4 1 3 3] in the checkpoint, is [6 1 3 3] now` + fix},
+		{`nn.dropout(0.5),`, `nn.dropout(0.5), nn.relu(),`, nil,
+			`the model changed at forward step 3: the checkpoint's computes global_avgpool2d there, this one relu of layer 2 (relu, /t/train.star:5:33) (layers added, removed or replaced?)` + fix},
+		{"", "", []string{"optimizer=optim.sgd(lr = 0.02)"},
+			`optimizer: lr was 0.01 in the checkpoint, is 0.02 now` + fix},
+		{"", "", []string{"optimizer=optim.adam()"},
+			`optimizer was sgd lr 0.01 momentum 0 dampening 0 weight_decay 0 nesterov false betas (0, 0) eps 0 in the checkpoint, is adam lr 0.001`},
+		{"", "", []string{"batch_size=16"},
+			`train settings: batch_size was 8 in the checkpoint, is 16 now` + fix},
+	} {
+		q := compile(t, loadSpec(t, strings.Replace(convScript, c.from, c.to, 1), c.sets...), 1)
+		for _, k := range []struct {
+			format string
+			key    []PlanStep
+		}{{ResumeKeyFormat, key}, {"", legacy}} {
+			err := q.CheckResumeKey(k.format, k.key)
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "Padding:") || len(err.Error()) > 300 {
+				t.Errorf("%s %v, key format %q: error\n%v\nwant\n%s", c.to, c.sets, k.format, err, c.want)
+			}
+		}
+	}
+}

@@ -153,3 +153,23 @@ func TestIgnoreIndexOnClassLabels(t *testing.T) {
 		t.Errorf("every target ignored: %v, want %q", err, want)
 	}
 }
+
+// TestLegacyResumeRefusalIsShort: a legacy checkpoint (its key prints
+// every field of ops.Attrs, ~900 bytes a step) refused for a changed
+// layer names the layer and the attribute, not the key's text.
+func TestLegacyResumeRefusalIsShort(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join("testdata", "legacy", "cnn"))); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join("testdata", "legacy", "cnn.star"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := compile(t, loadSpec(t, strings.Replace(string(src), "nn.leaky_relu(0.1)", "nn.leaky_relu(0.2)", 1)), 2)
+	_, err = Run(p, RunOptions{Resume: dir})
+	want := `layer leaky_relu_0 (leaky_relu, /t/train.star:15:39): negative_slope was 0.1 in the checkpoint, is 0.2 now: resume with the script and --set that made it`
+	if err == nil || !strings.Contains(err.Error(), want) || len(err.Error()) > 300 {
+		t.Errorf("resuming a legacy checkpoint with another leaky_relu: %v, want %q", err, want)
+	}
+}
