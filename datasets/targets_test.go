@@ -2,6 +2,7 @@ package datasets
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"gorun/engine/spec"
@@ -52,6 +53,10 @@ func TestNegativeTargets(t *testing.T) {
 	}
 	if got := Kept(ds, []int{1, 2, 3}, -3); got != 1 {
 		t.Errorf("Kept(-3) of samples 1-3: %d, want 1", got)
+	}
+	all := writeSafetensors(t, dir, "all.safetensors", x, safetensors.I64("labels", []int{5}, []int64{-100, -100, -100, -100, -100}))
+	if _, err := Tensors(TensorsSource{File: all, X: "images", Y: "labels"}, "train", 0, 0, 1); err == nil || !strings.Contains(err.Error(), "every label is below 0, so none says how many classes there are: give classes = N") {
+		t.Errorf("every label below 0, no classes: %v", err)
 	}
 	negs := Negatives(ds)
 	minus3, minus100 := -3, -100

@@ -398,6 +398,9 @@ func tensorLabels(x, y *array, classes int) ([]int32, int, error) {
 		labels[i] = int32(v)
 		top = max(top, v)
 	}
+	if classes == 0 && top < 0 {
+		return nil, 0, fmt.Errorf("%s: every label is below 0, so none says how many classes there are: give classes = N", y.where)
+	}
 	if classes == 0 {
 		classes = int(top) + 1
 	}
