@@ -21,6 +21,9 @@ type Info struct {
 	// Tokens is set for token data (data.text): integer inputs (token
 	// ids) and a class (token) target at every position of the sample.
 	Tokens bool
+	// Negatives are the class targets below 0 (data.tensors'), which
+	// only a loss's ignore_index may hold (CheckNegatives).
+	Negatives []Negative
 }
 
 // Describe gives the sample shape and targets of the dataset a Spec names
@@ -36,12 +39,11 @@ func Describe(d *spec.Data) (Info, error) {
 	case "synthetic":
 		info = Info{Sample: d.Shape, Classes: d.Classes}
 	case "tensors":
-		shape, classes, target, tokens, err := TensorsInfo(tensorsSource(d), d.Classes)
-		if err != nil {
+		var err error
+		if info, err = tensorsInfo(tensorsSource(d), d.Classes); err != nil {
 			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
-		info = Info{Sample: shape, Classes: classes, Target: target, Tokens: tokens}
-		if target != nil && len(d.Transforms) > 0 {
+		if info.Target != nil && len(d.Transforms) > 0 {
 			return Info{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
 		}
 	case "text":

@@ -218,14 +218,17 @@ func TestInterruptSavesAndResumes(t *testing.T) {
 func TestResumeRefusesAnotherPlan(t *testing.T) {
 	dir := t.TempDir()
 	runIn(t, dir, "", 1, "epochs=2", "max_steps=40")
-	for set, want := range map[string]string{
-		"seed=8":                        `train settings`,
-		"optimizer=optim.adam(lr=0.01)": `the checkpoint was made with optimizer "sgd lr 0.1`,
+	another := strings.Replace(dropoutScript, "nn.dropout(0.25)", "nn.dropout(0.5)", 1)
+	for _, c := range []struct{ src, set, want string }{
+		{dropoutScript, "seed=8", `train settings: seed was 7 in the checkpoint, is 8 now`},
+		{dropoutScript, "optimizer=optim.adam(lr=0.01)", `optimizer was sgd lr 0.1`},
+		{another, "epochs=2", `(dropout, /t/train.star:`},
+		{another, "epochs=2", `): p was 0.25 in the checkpoint, is 0.5 now`},
 	} {
-		p := compile(t, loadSpec(t, dropoutScript, "epochs=2", set), 1)
+		p := compile(t, loadSpec(t, c.src, "epochs=2", c.set), 1)
 		_, err := Run(p, RunOptions{Resume: dir})
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "resume with the script and --set that made it") {
-			t.Errorf("--resume with %s: %v", set, err)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "resume with the script and --set that made it") {
+			t.Errorf("--resume with %s: %v, want %q", c.set, err, c.want)
 		}
 	}
 	p := compile(t, loadSpec(t, dropoutScript, "epochs=3"), 1)

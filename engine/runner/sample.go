@@ -65,6 +65,13 @@ func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("an empty prompt: give at least one token")
 	}
+	for i, id := range prompt {
+		// The embedding would look up a row of zeros (PyTorch: "index
+		// out of range in self").
+		if id < 0 || int(id) >= p.Classes {
+			return nil, fmt.Errorf("prompt token %d has the id %d, outside the model's vocabulary of %d ids (0 … %d)", i+1, id, p.Classes, p.Classes-1)
+		}
+	}
 	f, err := safetensors.ReadFile(params)
 	if err != nil {
 		return nil, err
