@@ -189,7 +189,7 @@ func TestOverrideErrors(t *testing.T) {
 	fs := memFS{"/w/train.star": netScript}
 	cases := []struct{ set, want string }{
 		{"epoch=3", `--set epoch: train() has no parameter "epoch"`},
-		{"epochs=0", `epochs must be ≥ 1, got 0`},
+		{"epochs=0", `epochs must be in [1, 1000000], got 0`},
 		{"epochs=many", `train: for parameter "epochs": got string, want int`},
 		{"optimizer.rate=1", `--set optimizer.rate: optim.sgd has no parameter "rate" (it has lr, momentum, dampening, weight_decay, nesterov, groups)`},
 		{"eval.split=test", `--set eval.split: the script gives no eval to change`},
