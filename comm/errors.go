@@ -28,6 +28,7 @@ var (
 // Its message names the collective, e.g.
 //
 //	comm: allreduce "bucket 2" at step 17: timed out after 2s waiting for rank 3 (ranks 0,1,2 arrived)
+//	comm: allreduce "bucket 2" at step 17: timed out after 2s waiting for data from rank 1; every rank had joined the collective, so it was still under way: the timeout is shorter than it takes, or rank 1 stalled inside it
 //	comm: mismatched collectives: rank 0 called allreduce "bucket 2" at step 17 (1000 floats, sum, ring) but rank 1 called broadcast "params" at step 17 (500 floats, root 0, ring)
 //	comm: broadcast "params" at step 18 on rank 1: group failed earlier: comm: allreduce "bucket 2" …
 //
@@ -74,9 +75,15 @@ func (e *Error) Error() string {
 			writeRanks(&b, e.Arrived)
 			b.WriteString(" arrived)")
 		} else {
-			b.WriteString("rank ")
+			// Every rank had joined this collective: it was under way, and
+			// the wait was for a peer's data within it. Saying "all ranks
+			// arrived" read as though nothing were missing; what is wrong
+			// is the timeout or that peer.
+			b.WriteString("data from rank ")
 			b.WriteString(strconv.Itoa(e.Peer))
-			b.WriteString(" (all ranks arrived)")
+			b.WriteString("; every rank had joined the collective, so it was still under way: the timeout is shorter than it takes, or rank ")
+			b.WriteString(strconv.Itoa(e.Peer))
+			b.WriteString(" stalled inside it")
 		}
 	default:
 		b.WriteString(" on rank ")

@@ -318,3 +318,30 @@ func TestResolve(t *testing.T) {
 		t.Error("Tree.Resolve changed the algorithm")
 	}
 }
+
+// TestTimeoutInsideMessage: a timeout with every rank inside the
+// collective, waiting for a peer's data (as a timeout shorter than the
+// collective takes gives), says so; it used to read "waiting for rank 1
+// (all ranks arrived)", as though nothing were missing.
+func TestTimeoutInsideMessage(t *testing.T) {
+	err := &Error{Op: "allreduce", Tag: Tag{Name: "bucket 2", Step: 17}, Rank: 0, Reason: ErrTimeout,
+		Timeout: time.Nanosecond, Arrived: []int{0, 1}, Peer: 1}
+	want := `comm: allreduce "bucket 2" at step 17: timed out after 1ns waiting for data from rank 1; every rank had joined the collective, so it was still under way: the timeout is shorter than it takes, or rank 1 stalled inside it`
+	if err.Error() != want {
+		t.Errorf("got\n%v\nwant\n%v", err, want)
+	}
+	// A real group with a timeout far too short: whichever way each rank
+	// times out, its message names what it waited for truthfully.
+	for range 20 {
+		g := newGroup(t, 2, Options{Algorithm: Ring, Timeout: time.Nanosecond})
+		bufs := [][]float32{make([]float32, 1<<16), make([]float32, 1<<16)}
+		errs, _ := runSome(g, []int{0, 1}, func(c *Comm) error {
+			return c.AllReduce(bufs[c.Rank()], Sum, Tag{Name: "b", Step: 1})
+		})
+		for _, err := range errs {
+			if err != nil && strings.Contains(err.Error(), "all ranks arrived") {
+				t.Fatalf("%v", err)
+			}
+		}
+	}
+}

@@ -401,7 +401,7 @@ func (c *MPIComm) expired() {
 	b.WriteString(time.Duration(c.timeout.Load()).String())
 	b.WriteString(": some rank of ")
 	b.WriteString(strconv.Itoa(c.size))
-	b.WriteString(" never joined it (lost, stuck, or calling another collective)")
+	b.WriteString(" never joined it (lost, stuck, or calling another collective), or it takes longer than the timeout")
 	c.Abort(b.String())
 }
 

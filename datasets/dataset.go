@@ -34,7 +34,9 @@ type Dataset interface {
 	// SampleShape is the shape of one sample, e.g. [1 28 28] for MNIST
 	// (channels, height, width). The caller must not modify it.
 	SampleShape() []int
-	// NumClasses is the number of classes; every label is in [0, NumClasses).
+	// NumClasses is the number of classes; every label is in [0,
+	// NumClasses), or below 0: not a class, but a target a loss's
+	// ignore_index may skip (Negatives; data.tensors only).
 	NumClasses() int
 	// Labels returns all labels, in sample order (len Len()). The slice is
 	// shared and read-only.

@@ -21,6 +21,9 @@ type Info struct {
 	// Tokens is set for token data (data.text): integer inputs (token
 	// ids) and a class (token) target at every position of the sample.
 	Tokens bool
+	// Negatives are the class targets below 0 (data.tensors'), which
+	// only a loss's ignore_index may hold (CheckNegatives).
+	Negatives []Negative
 	// Vocab is token data's vocabulary (its Kind is empty for other
 	// data): what a model built for this data reads, which an eval set
 	// must use too (WithVocab).
@@ -70,15 +73,14 @@ func Describe(d *spec.Data, opts ...Option) (Info, error) {
 	case "synthetic":
 		info = Info{Sample: d.Shape, Classes: d.Classes}
 	case "tensors":
-		shape, classes, target, tokens, err := TensorsInfo(tensorsSource(d), d.Classes)
-		if err != nil {
+		var err error
+		if info, err = tensorsInfo(tensorsSource(d), d.Classes); err != nil {
 			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
-		info = Info{Sample: shape, Classes: classes, Target: target, Tokens: tokens}
-		if tokens {
-			info.Vocab = Vocab{Kind: "ids", N: classes}
+		if info.Tokens {
+			info.Vocab = Vocab{Kind: "ids", N: info.Classes}
 		}
-		if target != nil && len(d.Transforms) > 0 {
+		if info.Target != nil && len(d.Transforms) > 0 {
 			return Info{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
 		}
 	case "text":

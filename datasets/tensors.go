@@ -97,32 +97,54 @@ func Tensors(src TensorsSource, split string, classes int, mean, std float64) (D
 // For integer samples (token ids, with targets of the same shape) tokens is
 // set and numClasses is the vocabulary's size.
 func TensorsInfo(src TensorsSource, classes int) (shape []int, numClasses int, target []int, tokens bool, err error) {
+	info, err := tensorsInfo(src, classes)
+	return info.Sample, info.Classes, info.Target, info.Tokens, err
+}
+
+// tensorsInfo is TensorsInfo as an Info, with the targets below 0 (which
+// only a loss's ignore_index may hold).
+func tensorsInfo(src TensorsSource, classes int) (Info, error) {
 	x, y, err := readTensors(src, true)
 	if err != nil {
-		return nil, 0, nil, false, fmt.Errorf("datasets: %s: %w", src.files(), err)
+		return Info{}, fmt.Errorf("datasets: %s: %w", src.files(), err)
 	}
 	if isTokens(x) {
 		if x.data == nil { // the ids decide the vocabulary: read them
 			if x, y, err = readTensors(src, false); err != nil {
-				return nil, 0, nil, false, fmt.Errorf("datasets: %s: %w", src.files(), err)
+				return Info{}, fmt.Errorf("datasets: %s: %w", src.files(), err)
 			}
 		}
 		ds, err := tensorTokens(src.files(), x, y, classes)
 		if err != nil {
-			return nil, 0, nil, false, err
+			return Info{}, err
 		}
-		return ds.SampleShape(), ds.NumClasses(), nil, true, nil
+		return Info{Sample: ds.SampleShape(), Classes: ds.NumClasses(), Tokens: true, Negatives: Negatives(ds)}, nil
 	}
 	if isFloat(y) {
 		if classes != 0 {
-			return nil, 0, nil, false, fmt.Errorf("datasets: %s: %s holds float targets (regression), which have no classes; drop classes = %d", src.files(), y.where, classes)
+			return Info{}, fmt.Errorf("datasets: %s: %s holds float targets (regression), which have no classes; drop classes = %d", src.files(), y.where, classes)
 		}
-		return append([]int(nil), x.shape[1:]...), 0, targetShape(y), false, nil
+		return Info{Sample: append([]int(nil), x.shape[1:]...), Target: targetShape(y)}, nil
 	}
-	if _, classes, err = tensorLabels(x, y, classes); err != nil {
-		return nil, 0, nil, false, fmt.Errorf("datasets: %s: %w", src.files(), err)
+	labels, classes, err := tensorLabels(x, y, classes)
+	if err != nil {
+		return Info{}, fmt.Errorf("datasets: %s: %w", src.files(), err)
 	}
-	return append([]int(nil), x.shape[1:]...), classes, nil, false, nil
+	var negs []Negative
+	eachNegative(labels, func(v int32, i int) { negs = append(negs, Negative{Value: v, Sample: i}) })
+	return Info{Sample: append([]int(nil), x.shape[1:]...), Classes: classes, Negatives: negs}, nil
+}
+
+// eachNegative calls f with each distinct label below 0 (at most
+// maxNegatives) and the first sample holding it.
+func eachNegative(labels []int32, f func(v int32, i int)) {
+	seen := map[int32]bool{}
+	for i, v := range labels {
+		if v < 0 && !seen[v] && len(seen) < maxNegatives {
+			seen[v] = true
+			f(v, i)
+		}
+	}
 }
 
 // isTokens reports integer samples: token ids (TokenTensors).
@@ -210,22 +232,6 @@ func (s *tokenTensors) FillTokens(idx []int, x, y []int32) {
 		copy(y[i*s.t:(i+1)*s.t], s.y[j*s.t:(j+1)*s.t])
 	}
 }
-
-// Kept counts the targets of windows idx that are not ignore.
-func (s *tokenTensors) Kept(idx []int, ignore int32) int {
-	n := 0
-	for _, j := range idx {
-		for _, v := range s.y[j*s.t : (j+1)*s.t] {
-			if v != ignore {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// MinTarget is the smallest target (negative ones are ignore_index's).
-func (s *tokenTensors) MinTarget() int32 { return slices.Min(s.y) }
 
 func isFloat(a *array) bool {
 	return a.dtype == safetensors.DTypeF32 || a.dtype == safetensors.DTypeF64
@@ -354,7 +360,8 @@ func keyList(names []string) string {
 }
 
 // tensorLabels decodes and checks the labels y and gives the number of
-// classes: classes when > 0, else the largest label + 1.
+// classes: classes when > 0, else the largest label + 1. Labels below 0
+// are kept: they are for a loss's ignore_index (Negatives).
 func tensorLabels(x, y *array, classes int) ([]int32, int, error) {
 	if classes < 0 {
 		return nil, 0, fmt.Errorf("classes %d is negative", classes)
@@ -378,8 +385,11 @@ func tensorLabels(x, y *array, classes int) ([]int32, int, error) {
 			v = int64(y.data[i])
 		}
 		switch {
+		case v < math.MinInt32:
+			return nil, 0, fmt.Errorf("%s: label %d of sample %d is negative and too small: labels are class indices, 0 to classes − 1, or the loss's ignore_index", y.where, v, i)
 		case v < 0:
-			return nil, 0, fmt.Errorf("%s: label %d of sample %d is negative: labels are class indices, 0 to classes − 1", y.where, v, i)
+			// Not a class: the loss's ignore_index, or an error the
+			// engine reports (CheckNegatives), knowing the loss.
 		case v >= limit && classes > 0:
 			return nil, 0, fmt.Errorf("%s: label %d of sample %d is out of range [0, %d) (classes = %d)", y.where, v, i, classes, classes)
 		case v >= limit:
@@ -387,6 +397,9 @@ func tensorLabels(x, y *array, classes int) ([]int32, int, error) {
 		}
 		labels[i] = int32(v)
 		top = max(top, v)
+	}
+	if classes == 0 && top < 0 {
+		return nil, 0, fmt.Errorf("%s: every label is below 0, so none says how many classes there are: give classes = N", y.where)
 	}
 	if classes == 0 {
 		classes = int(top) + 1

@@ -103,6 +103,12 @@ func (c *Cluster) BackendSettings() map[string]any {
 	return out
 }
 
+// MinTimeout is the shortest comm.timeout a cluster file or Set accepts:
+// a collective given less fails while its data are still on the way,
+// with every rank inside it. (A Cluster built in Go may hold less, as
+// tests of timeouts do.)
+const MinTimeout = 100 * time.Millisecond
+
 // DefaultCluster is one CPU device in this process.
 func DefaultCluster() Cluster {
 	return Cluster{Backend: "cpu", Transport: "inproc", Devices: 1, Algorithm: "auto", Timeout: 60 * time.Second}
@@ -178,11 +184,11 @@ func (c *Cluster) Validate() error {
 		return fail("comm.timeout", "must be positive, got %v", c.Timeout)
 	}
 	for i, h := range c.Nodes {
-		if h.Host == "" {
-			return fail("node.host", "node %d of %d has no host", i+1, len(c.Nodes))
+		if msg := CheckHost(h.Host); msg != "" {
+			return fail(fmt.Sprintf("node[%d].host", i+1), "%s", msg)
 		}
 		if h.Slots < 1 {
-			return fail("node.slots", "node %d of %d (%s): must be ≥ 1, got %d", i+1, len(c.Nodes), h.Host, h.Slots)
+			return fail(fmt.Sprintf("node[%d].slots", i+1), "must be ≥ 1, got %d", h.Slots)
 		}
 	}
 	if s := c.Slots(); c.Processes > 0 && s > 0 && c.Processes > s {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -108,7 +109,7 @@ func TestParseClusterErrors(t *testing.T) {
 		{"table is an array", "[[comm]]\ntimeout = \"1s\"\n", "c.toml:1: comm: want a table [comm], found an array of tables"},
 		{"node is a table", "[node]\nhost = \"a\"\n", "c.toml:1: node: want [[node]] tables, one a host, found a table"},
 		{"node array of numbers", "node = [1, 2]\n", "c.toml:1: node: want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding integer 1"},
-		{"node host type", "[[node]]\nhost = 1\n", "c.toml:2: node: node 1 of 1: host: want a host name or address, found integer 1"},
+		{"node host type", "[[node]]\nhost = 1\n", "c.toml:2: node[1].host: want a host name or address, found integer 1"},
 		// impossible values
 		{"devices = 0", "[cluster]\ndevices = 0\n", "c.toml:2: cluster.devices: must be ≥ 1, got 0"},
 		{"negative processes", "[cluster]\nprocesses = -1\n", "c.toml:2: cluster.processes: must be ≥ 0 (0: the sum of the [[node]] slots), got -1"},
@@ -119,12 +120,12 @@ func TestParseClusterErrors(t *testing.T) {
 		{"timeout without unit", "[comm]\ntimeout = \"60\"\n", `comm.timeout: "60" is not a duration`},
 		{"zero timeout", "[comm]\ntimeout = \"0s\"\n", `c.toml:2: comm.timeout: must be positive, got "0s"`},
 		{"zero bucket", "[comm]\nbucket_mb = 0\n", "c.toml:2: comm.bucket_mb: must be positive, got 0"},
-		{"negative weight", "[cluster]\ndevices = 2\nweights = [1.0, -1.0]\n", "c.toml:3: cluster.weights: weight 1 must be positive, got -1"},
+		{"negative weight", "[cluster]\ndevices = 2\nweights = [1.0, -1.0]\n", "c.toml:3: cluster.weights: weight 1 must be a positive finite number, got -1"},
 		{"weights count", "[cluster]\ndevices = 2\nweights = [1.0]\n", "c.toml:3: cluster.weights: 1 weights for 2 devices: give one per device"},
 		{"weights count, processes", "[cluster]\ntransport = \"mpi\"\nprocesses = 2\nweights = [1.0, 2.0]\ndevices = 2\n",
 			"c.toml:4: cluster.weights: 2 weights for 4 devices (2 processes × 2 devices): give one per device of the world"},
-		{"slots < 1", "[cluster]\ntransport = \"mpi\"\n\n[[node]]\nhost = \"a\"\n\n[[node]]\nhost = \"b\"\nslots = 0\n", "c.toml:9: node: node 2 of 2: slots: must be ≥ 1, got 0"},
-		{"node without host", "[[node]]\nslots = 2\n", "c.toml:1: node: node 1 of 1: host is missing"},
+		{"slots < 1", "[cluster]\ntransport = \"mpi\"\n\n[[node]]\nhost = \"a\"\n\n[[node]]\nhost = \"b\"\nslots = 0\n", "c.toml:9: node[2].slots: must be ≥ 1, got 0"},
+		{"node without host", "[[node]]\nslots = 2\n", "c.toml:1: node[1]: host is missing"},
 		{"processes beyond slots", "[cluster]\ntransport = \"mpi\"\nprocesses = 3\n[[node]]\nhost = \"a\"\nslots = 2\n",
 			"c.toml:3: cluster.processes: 3 processes but the [[node]] entries have only 2 slots"},
 		{"inproc across processes", "[cluster]\nprocesses = 2\n", `c.toml:1: cluster.transport: "inproc" connects the devices of one process, but the cluster has 2 processes`},
@@ -135,6 +136,10 @@ func TestParseClusterErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %q:\nerror %v\nwant it to contain %q", c.name, c.src, err, c.want)
 			continue
+		}
+		// One mistake, one error: no unknown-key noise beside it.
+		if n := strings.Count(err.Error(), "\n"); n > 0 {
+			t.Errorf("%s: %q: %d errors for one mistake:\n%v", c.name, c.src, n+1, err)
 		}
 		if msg := err.Error(); strings.Contains(msg, "struct {") || strings.Contains(msg, "engine.") || strings.Contains(msg, "int64") {
 			t.Errorf("%s: error shows Go types: %s", c.name, msg)
@@ -258,8 +263,8 @@ func TestClusterSetErrors(t *testing.T) {
 		{"comm.algorithm", "rign", `comm.algorithm: must be "auto", "ring", "tree" or "direct", got "rign"; did you mean "ring"?`},
 		{"cluster.backend", "tpu", `cluster.backend: must be "cpu" or "cuda", got "tpu"`},
 		{"cluster.weights", "1,x", "cluster.weights: "},
-		{"cluster.weights", "1,0", "cluster.weights: weight 1 must be positive, got 0"},
-		{"node", "a:0", "node: node 1 of 1: slots: must be ≥ 1, got 0"},
+		{"cluster.weights", "1,0", "cluster.weights: weight 1 must be a positive finite number, got 0"},
+		{"node", "a:0", "node[1].slots: must be ≥ 1, got 0"},
 		{"node", "a:x", `node: "a:x": want host:slots, such as 127.0.0.1:2`},
 	}
 	for _, c := range cases {
@@ -269,7 +274,7 @@ func TestClusterSetErrors(t *testing.T) {
 			t.Errorf("Set(%s, %s): error %v, want it to contain %q", c.key, c.value, err, c.want)
 		}
 		var ce *ClusterError
-		if !errors.As(err, &ce) || ce.Key != c.key {
+		if !errors.As(err, &ce) || (ce.Key != c.key && !strings.HasPrefix(ce.Key, c.key+"[")) {
 			t.Errorf("Set(%s, %s): %#v does not name the key", c.key, c.value, err)
 		}
 		d := DefaultCluster()
@@ -345,6 +350,19 @@ func FuzzParseCluster(f *testing.F) {
 		"[comm]\nalgorithm = \"ring\"\nbucket_mb = 25\ntimeout = \"60s\"\n",
 		"cluster.devices = 'x'\nnode = [{host = \"a\"}, 3]\n",
 		"[cluster]\nbackend = \"cuda\"\ntransport = \"nccl\"\ndevices = 4\n[[node]]\nhost = \"a\"\n[[node]]\nhost = \"b\"\n",
+		// Hostile input, round two (issue 29): bad node values, host
+		// strings that would inject into the hostfile, values that are
+		// not finite, timeouts too short to work.
+		"[cluster]\ntransport = \"mpi\"\n[[node]]\nhost = \"a\"\nslots = 0\n",
+		"[cluster]\ntransport = \"mpi\"\n[[node]]\nhost = \"\"\n",
+		"[cluster]\ntransport = \"mpi\"\n[[node]]\nhost = \"a\\nb slots=99\"\n",
+		"[cluster]\ntransport = \"mpi\"\n[[node]]\nhost = \"-oProxyCommand=touch /tmp/x\"\n",
+		"[cluster]\ntransport = \"mpi\"\nnode = [{host = \"h\u00e9llo\"}, {host = \"fe80::1%eth0\"}]\n",
+		"[node]\nhost = \"a\"\n",
+		"[[comm]]\ntimeout = \"1s\"\n",
+		"[cluster]\ndevices = 2\nweights = [1, inf]\n",
+		"[cluster]\ndevices = 2\nweights = [nan, 1]\n",
+		"[comm]\ntimeout = \"1ns\"\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -359,8 +377,18 @@ func FuzzParseCluster(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("parsed cluster does not validate: %v", err)
 		}
-		if c.Devices < 1 || c.Timeout <= 0 || c.ProcessCount() < 1 {
+		if c.Devices < 1 || c.Timeout < MinTimeout || c.ProcessCount() < 1 {
 			t.Fatalf("impossible cluster %+v", c)
+		}
+		for _, w := range c.Weights {
+			if !(w > 0) || math.IsInf(w, 0) {
+				t.Fatalf("weight %g", w)
+			}
+		}
+		for _, h := range c.Nodes {
+			if msg := CheckHost(h.Host); msg != "" || h.Slots < 1 {
+				t.Fatalf("node %q slots %d: %s", h.Host, h.Slots, msg)
+			}
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,8 @@ const MaxClusterFileBytes = 1 << 20
 //	[comm]
 //	algorithm = "auto"     # auto | ring | tree | direct
 //	bucket_mb = 0          # all-reduce bucket size in MB, > 0; 0 (left out): the script's
-//	timeout   = "60s"      # the longest any collective waits, a Go duration
+//	timeout   = "60s"      # the longest any collective waits, a Go duration, ≥ 100ms
+//	                       # (MinTimeout)
 //
 //	[cpu]                  # a table per backend, named after it, holding the keys
 //	help = true            # that backend registers (target.Target.Keys), such as
@@ -47,7 +49,7 @@ const MaxClusterFileBytes = 1 << 20
 //	                       # cublas and nccl; `gorun plan` prints their values
 //
 //	[[node]]               # hosts for `gorun launch` (none by default); one table a host
-//	host  = "127.0.0.1"    # required
+//	host  = "127.0.0.1"    # required: a host name (RFC 1123) or IP address (CheckHost)
 //	slots = 1              # processes on that host, ≥ 1
 //
 // The backend names, the transports that come with a backend (nccl with
@@ -59,9 +61,11 @@ const MaxClusterFileBytes = 1 << 20
 // Syntax and type errors give the file and line ("c.toml:3: cluster.devices:
 // want an integer, found string \"two\""); an unknown key is named in full,
 // with a "did you mean" when a known key is close; impossible values
-// (devices = 0, a timeout that does not parse, weights whose count differs
-// from the devices) name the key. Set changes one key of a Cluster the same
-// way, from a string.
+// (devices = 0, a timeout that does not parse or is under MinTimeout,
+// weights that are not finite or whose count differs from the devices, a
+// host that is not a host name or address) name the key and its line, a
+// node's as "c.toml:5: node[2].slots". Set changes one key of a Cluster the
+// same way, from a string.
 func LoadCluster(path string) (Cluster, error) {
 	src, err := userfile.ReadFile(path, MaxClusterFileBytes)
 	if err != nil {
@@ -128,8 +132,8 @@ var clusterKeys = []clusterKey{
 			if !ok {
 				return fmt.Sprintf("want an array of numbers, found %s at index %d", target.Found(x), i)
 			}
-			if !(f > 0) {
-				return fmt.Sprintf("weight %d must be positive, got %g", i, f)
+			if !(f > 0) || math.IsInf(f, 0) {
+				return fmt.Sprintf("weight %d must be a positive finite number, got %g", i, f)
 			}
 			ws[i] = f
 		}
@@ -179,13 +183,19 @@ var clusterKeys = []clusterKey{
 		if d <= 0 {
 			return fmt.Sprintf("must be positive, got %q", s)
 		}
+		if d < MinTimeout {
+			return fmt.Sprintf("%q is too short: a collective that waits less than %v fails while its data are still on the way; want at least %v (the default is %v)",
+				s, MinTimeout, MinTimeout, DefaultCluster().Timeout)
+		}
 		c.Timeout = d
 		return ""
 	}},
 	{"node", func(c *Cluster, v any) string {
-		hosts, msg := nodes(v)
-		if msg != "" {
-			return msg
+		// Set and ParseCluster call nodes themselves, to name the entry
+		// and its key (node[2].slots); this is for the key's name.
+		hosts, ne := nodes(v)
+		if ne != nil {
+			return ne.key() + ": " + ne.msg
 		}
 		c.Nodes = hosts
 		return ""
@@ -315,9 +325,16 @@ func (c *Cluster) Set(key, value string) error {
 	}
 	n := *c
 	var msg string
-	if k != nil {
+	switch {
+	case k != nil:
 		msg = n.setBackend(t, k, v)
-	} else {
+	case key == "node":
+		hosts, ne := nodes(v)
+		if ne != nil {
+			return &ClusterError{Key: ne.key(), Msg: ne.msg}
+		}
+		n.Nodes = hosts
+	default:
 		msg = clusterKeys[i].set(&n, v)
 	}
 	if msg != "" {
@@ -441,6 +458,14 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 	fail := func(line int, key, msg string) {
 		errs = append(errs, &ClusterError{File: path, Line: line, Key: key, Msg: msg})
 	}
+	// refused are the tables whose value was refused as a whole (a
+	// [cluster] that is a number, a [node] that is not [[node]]): their
+	// keys are part of that error, not unknown keys.
+	refused := map[string]bool{}
+	refuse := func(line int, key, msg string) {
+		fail(line, key, msg)
+		refused[key] = true
+	}
 
 	c := DefaultCluster()
 	c.File = path
@@ -459,15 +484,15 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		}
 		var v any
 		if err := md.PrimitiveDecode(p, &v); err != nil {
-			fail(lines.line(name), name, err.Error())
+			refuse(lines.line(name), name, err.Error())
 			return false
 		}
 		if _, ok := v.(map[string]any); !ok {
-			fail(lines.line(name), name, fmt.Sprintf("want a table [%s], found %s", name, target.Found(v)))
+			refuse(lines.line(name), name, fmt.Sprintf("want a table [%s], found %s", name, target.Found(v)))
 			return false
 		}
 		if err := md.PrimitiveDecode(p, dst); err != nil {
-			fail(lines.line(name), name, err.Error())
+			refuse(lines.line(name), name, err.Error())
 			return false
 		}
 		return true
@@ -510,17 +535,25 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		}
 	}
 	if p, ok := top["node"]; ok {
+		// Decoding into []nodeTable marks host and slots as decoded
+		// (decoding into an interface does not), so that only a node's
+		// unknown keys are reported as such, whatever its values; when the
+		// shape is wrong, nodes says how and the node's keys go with it.
 		var v any
 		var nt []nodeTable
 		if err := md.PrimitiveDecode(p, &v); err != nil {
-			fail(lines.line("node"), "node", err.Error())
-		} else if _, msg := nodes(v); msg != "" {
-			// nodes names the entry; find its line.
-			fail(lines.nodeLine(v, msg), "node", msg)
+			refuse(lines.line("node"), "node", err.Error())
+		} else if hosts, ne := nodes(v); ne != nil {
+			if ne.entry == 0 {
+				refuse(lines.line("node"), "node", ne.msg)
+			} else {
+				md.PrimitiveDecode(p, &nt)
+				fail(lines.nodeLine(ne), ne.key(), ne.msg)
+			}
 		} else if err := md.PrimitiveDecode(p, &nt); err != nil {
-			fail(lines.line("node"), "node", err.Error())
+			refuse(lines.line("node"), "node", err.Error())
 		} else {
-			apply(lines.line("node"), "node", v)
+			c.Nodes = hosts
 		}
 	}
 
@@ -535,8 +568,11 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 	var unknown []*ClusterError
 	for _, k := range md.Keys() {
 		name := joinKey(k)
-		if len(k) > 1 && bad[joinKey(k[:len(k)-1])] {
+		if len(k) > 1 && (bad[joinKey(k[:len(k)-1])] || refused[joinKey(k[:len(k)-1])]) {
 			bad[name] = true
+			continue
+		}
+		if refused[name] {
 			continue
 		}
 		quoted := slices.ContainsFunc(k, func(p string) bool { return strings.Contains(p, ".") })
@@ -569,15 +605,57 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 		var ce *ClusterError
 		if errors.As(err, &ce) {
 			ce.Line = lines.line(ce.Key)
+			if ne := nodeKeyError(ce.Key); ne != nil {
+				ce.Line = lines.nodeLine(ne)
+			}
 		}
 		return Cluster{}, err
 	}
 	return c, nil
 }
 
+// nodeError is what is wrong with the value of the node key: in which
+// entry (1-based; 0: the value as a whole) and which of its keys ("host",
+// "slots"; "": the entry itself).
+type nodeError struct {
+	entry int
+	sub   string
+	msg   string
+}
+
+// key names the entry's key in full, as errors do: "node[2].slots",
+// "node[1]" or "node".
+func (e *nodeError) key() string {
+	switch {
+	case e.entry == 0:
+		return "node"
+	case e.sub == "":
+		return fmt.Sprintf("node[%d]", e.entry)
+	}
+	return fmt.Sprintf("node[%d].%s", e.entry, e.sub)
+}
+
+// nodeKeyError reads back a key that nodeError.key wrote ("node[2].slots"),
+// or returns nil.
+func nodeKeyError(key string) *nodeError {
+	var e nodeError
+	rest, ok := strings.CutPrefix(key, "node[")
+	if !ok {
+		return nil
+	}
+	num, sub, ok := strings.Cut(rest, "]")
+	n, err := strconv.Atoi(num)
+	if !ok || err != nil || n < 1 {
+		return nil
+	}
+	e.entry, e.sub = n, strings.TrimPrefix(sub, ".")
+	return &e
+}
+
 // nodes reads the value of the node key: an array of tables, each with a
-// host and, optionally, slots (default 1).
-func nodes(v any) ([]Host, string) {
+// host (a host name or IP address, see CheckHost) and, optionally, slots
+// (default 1).
+func nodes(v any) ([]Host, *nodeError) {
 	var entries []map[string]any
 	switch arr := v.(type) {
 	case []map[string]any:
@@ -586,32 +664,91 @@ func nodes(v any) ([]Host, string) {
 		for _, e := range arr {
 			m, ok := e.(map[string]any)
 			if !ok {
-				return nil, "want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding " + target.Found(e)
+				return nil, &nodeError{msg: "want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding " + target.Found(e)}
 			}
 			entries = append(entries, m)
 		}
 	default:
-		return nil, "want [[node]] tables, one a host, found " + target.Found(v)
+		return nil, &nodeError{msg: "want [[node]] tables, one a host, found " + target.Found(v)}
 	}
 	var hosts []Host
 	for i, e := range entries {
-		where := fmt.Sprintf("node %d of %d: ", i+1, len(entries))
 		h := Host{Slots: 1}
 		hv, ok := e["host"]
 		if !ok {
-			return nil, where + "host is missing"
+			return nil, &nodeError{i + 1, "", "host is missing"}
 		}
-		if h.Host, ok = hv.(string); !ok || strings.TrimSpace(h.Host) == "" {
-			return nil, where + "host: want a host name or address, found " + target.Found(hv)
+		if h.Host, ok = hv.(string); !ok {
+			return nil, &nodeError{i + 1, "host", "want a host name or address, found " + target.Found(hv)}
+		}
+		if msg := CheckHost(h.Host); msg != "" {
+			return nil, &nodeError{i + 1, "host", msg}
 		}
 		if sv, ok := e["slots"]; ok {
 			if msg := setInt(&h.Slots, sv, 1, ""); msg != "" {
-				return nil, where + "slots: " + msg
+				return nil, &nodeError{i + 1, "slots", msg}
 			}
 		}
 		hosts = append(hosts, h)
 	}
-	return hosts, ""
+	return hosts, nil
+}
+
+// MaxHostLen is the longest host name (RFC 1123, as DNS carries it).
+const MaxHostLen = 253
+
+// CheckHost says why s is not a host that gorun launch may hand to mpirun
+// and ssh, or returns "" when it is one: an IP address (net/netip's
+// ParseAddr, without an IPv6 zone) or a host name after RFC 1123, at most
+// MaxHostLen bytes of labels joined by dots (one final dot allowed), each
+// label 1 to 63 ASCII letters, digits and hyphens that neither begins nor
+// ends with a hyphen, the last not all digits. Nothing else reaches the
+// hostfile, so a host cannot add hosts, slots or options of its own (a
+// newline, a space, "slots=", "-oProxyCommand=…"). The message quotes s
+// with Go's escapes, so that control characters show as such.
+func CheckHost(s string) string {
+	q := strconv.Quote(s)
+	if len(s) > 60 {
+		q = strconv.Quote(s[:40]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+	}
+	bad := func(why string) string { return q + " is not a host name or IP address: " + why }
+	switch {
+	case s == "":
+		return "is empty: want a host name or IP address, such as \"node1\" or \"10.0.0.7\""
+	case len(s) > MaxHostLen:
+		return bad(fmt.Sprintf("%d bytes, where a host name has at most %d", len(s), MaxHostLen))
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return bad("an IPv6 address with a zone (%" + a.Zone() + "), which a hostfile cannot carry; give an address without one, or a host name")
+		}
+		return ""
+	}
+	labels := strings.Split(strings.TrimSuffix(s, "."), ".")
+	for _, l := range labels {
+		switch {
+		case l == "":
+			return bad("an empty label (two dots in a row, or a dot at the start)")
+		case len(l) > 63:
+			return bad(fmt.Sprintf("label %q is %d bytes, where a label has at most 63", l[:20]+"…", len(l)))
+		case l[0] == '-' || l[len(l)-1] == '-':
+			return bad(fmt.Sprintf("label %q begins or ends with a hyphen", l))
+		}
+		for i, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				why := fmt.Sprintf("it holds %s at byte %d, where a host name holds only ASCII letters, digits, hyphens and dots (RFC 1123)",
+					strconv.QuoteRune(r), strings.Index(s, l)+i)
+				if r > 127 {
+					why += "; write an internationalised name in its xn-- form"
+				}
+				return bad(why)
+			}
+		}
+	}
+	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
+		return bad("it looks like an IP address but is not one")
+	}
+	return ""
 }
 
 // setChoice sets *dst to v when it is one of choices.
@@ -656,7 +793,9 @@ func asFloat(v any) (float64, bool) {
 func didYouMean(name string) string {
 	// The same key in the wrong table ([cluster] bucket_mb).
 	leaf := name[strings.LastIndexByte(name, '.')+1:]
-	known := knownKeys()
+	// Never name itself: a known key reported as unknown is a bug, and
+	// "did you mean" the same key would only hide it.
+	known := slices.DeleteFunc(knownKeys(), func(k string) bool { return k == name })
 	for _, k := range known {
 		if k != name && strings.Contains(k, ".") && k[strings.LastIndexByte(k, '.')+1:] == leaf {
 			return fmt.Sprintf("; did you mean %q?", k)
@@ -787,28 +926,22 @@ func (kl keyLines) line(key string) int {
 	}
 }
 
-// nodeLine finds the line of the problem nodes reported in msg ("node 2 of
-// 3: slots: ..."): the key's line within that [[node]] table.
-func (kl keyLines) nodeLine(_ any, msg string) int {
-	var k, total int
-	if _, err := fmt.Sscanf(msg, "node %d of %d", &k, &total); err != nil {
-		return kl.line("node")
-	}
+// nodeLine finds the line of a node entry's problem: its key's line within
+// the entry-th [[node]] table, else that table's header; the node key's
+// line when the entries are not [[node]] tables (an inline array).
+func (kl keyLines) nodeLine(e *nodeError) int {
 	hdrs := kl["node"]
-	if k < 1 || k > len(hdrs) || len(hdrs) != total {
+	k := e.entry
+	if k < 1 || k > len(hdrs) {
 		return kl.line("node")
 	}
 	start, end := hdrs[k-1], math.MaxInt
 	if k < len(hdrs) {
 		end = hdrs[k]
 	}
-	for _, sub := range nodeKeys {
-		if strings.Contains(msg, ": "+sub+":") {
-			for _, l := range kl["node."+sub] {
-				if l > start && l < end {
-					return l
-				}
-			}
+	for _, l := range kl["node."+e.sub] {
+		if l > start && l < end {
+			return l
 		}
 	}
 	return start

@@ -33,12 +33,13 @@ func (e PlanStep) Hash() uint64 {
 // that compiled another script, or the same one with another --set,
 // differ in some entry; the runner names the first.
 func (p *Plan) Fingerprint() []PlanStep {
-	out, _ := p.fingerprint(func(n *Node) (string, error) { return StepKey(n) + " in " + n.Layer, nil })
+	out, _ := p.fingerprint(func(n *Node) (string, error) { return StepKey(n) + " in " + n.Layer, nil }, nil)
 	return out
 }
 
-// fingerprint is Fingerprint with the graph's nodes written by step.
-func (p *Plan) fingerprint(step func(n *Node) (string, error)) ([]PlanStep, error) {
+// fingerprint is Fingerprint with the graph's nodes written by step; when
+// nodes is not nil, it gets the node of each step entry by its label.
+func (p *Plan) fingerprint(step func(n *Node) (string, error), nodes map[string]*Node) ([]PlanStep, error) {
 	s := p.Spec
 	o, sy := s.Optimizer, s.Sync
 	d := s.Data
@@ -68,6 +69,9 @@ func (p *Plan) fingerprint(step func(n *Node) (string, error)) ([]PlanStep, erro
 			return nil, fmt.Errorf("forward step %d: %w", i+1, err)
 		}
 		out = append(out, PlanStep{fmt.Sprintf("forward step %d", i+1), text})
+		if nodes != nil {
+			nodes[out[len(out)-1].Label] = n
+		}
 	}
 	for i, n := range p.Graph.Backward {
 		text, err := step(n)
@@ -75,6 +79,9 @@ func (p *Plan) fingerprint(step func(n *Node) (string, error)) ([]PlanStep, erro
 			return nil, fmt.Errorf("backward step %d: %w", i+1, err)
 		}
 		out = append(out, PlanStep{fmt.Sprintf("backward step %d", i+1), text})
+		if nodes != nil {
+			nodes[out[len(out)-1].Label] = n
+		}
 	}
 	for i, b := range p.Buckets {
 		out = append(out, PlanStep{fmt.Sprintf("bucket %d", i), fmt.Sprintf("%d values at %d, after backward step %d", b.Elems, b.Offset, b.AfterOps+1)})
@@ -173,12 +180,13 @@ const ResumeKeyFormat = "meaning-1"
 // computes: a checkpoint resumes on another backend, and those written
 // before such a fusion existed still resume.
 func (p *Plan) ResumeKey() []PlanStep {
-	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil })
+	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nil)
 	return out
 }
 
-// resumeKey is ResumeKey with the graph's nodes written by step.
-func (p *Plan) resumeKey(step func(n *Node) (string, error)) ([]PlanStep, error) {
+// resumeKey is ResumeKey with the graph's nodes written by step (and, when
+// nodes is not nil, each step entry's node by its label).
+func (p *Plan) resumeKey(step func(n *Node) (string, error), nodes map[string]*Node) ([]PlanStep, error) {
 	q := p
 	if p.graphOpts.Supports != nil {
 		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{NoFusion: p.graphOpts.NoFusion})
@@ -189,7 +197,7 @@ func (p *Plan) resumeKey(step func(n *Node) (string, error)) ([]PlanStep, error)
 		c.Graph, c.Buckets = g, planBuckets(g, p.Spec, p.Cluster)
 		q = &c
 	}
-	all, err := q.fingerprint(step)
+	all, err := q.fingerprint(step, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -210,12 +218,15 @@ func (p *Plan) resumeKey(step func(n *Node) (string, error)) ([]PlanStep, error)
 // files by name only.
 func (p *Plan) CheckResumeKey(format string, saved []PlanStep) error {
 	var key []PlanStep
+	nodes := map[string]*Node{}
+	legacy := false
 	switch format {
 	case ResumeKeyFormat:
-		key = p.ResumeKey()
+		key, _ = p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nodes)
 	case "":
+		legacy = true
 		var err error
-		if key, err = p.resumeKey(LegacyStepKey); err != nil {
+		if key, err = p.resumeKey(LegacyStepKey, nodes); err != nil {
 			return fmt.Errorf("the checkpoint's plan key was written before keys by meaning, with every attribute ops had then, and this run's %w: the checkpoint was made by another plan", err)
 		}
 		saved = append([]PlanStep(nil), saved...)
@@ -227,20 +238,34 @@ func (p *Plan) CheckResumeKey(format string, saved []PlanStep) error {
 	default:
 		return fmt.Errorf("the checkpoint's plan key is of format %q, which this gorun does not read (it writes %q): resume with the gorun that made it", format, ResumeKeyFormat)
 	}
+	const fix = "resume with the script and --set that made it"
 	old := map[string]string{}
 	for _, e := range saved {
 		old[e.Label] = e.Text
 	}
 	for _, e := range key {
-		if was, ok := old[e.Label]; !ok || was != e.Text {
-			if !ok {
-				was = "nothing"
-			}
-			return fmt.Errorf("the checkpoint was made with %s %q, this run has %q: resume with the script and --set that made it", e.Label, was, e.Text)
+		was, ok := old[e.Label]
+		switch {
+		case !ok && nodes[e.Label] != nil:
+			n := nodes[e.Label]
+			return fmt.Errorf("the model has more steps than the checkpoint's: %s, %s of %s, is new (a layer was added?): %s", e.Label, n.Op, layerName(n), fix)
+		case !ok:
+			return fmt.Errorf("the checkpoint has no %s, this run has %s: %s", e.Label, e.Text, fix)
+		case was != e.Text:
+			return fmt.Errorf("%s: %s", describeChange(e.Label, was, e.Text, nodes[e.Label], legacy), fix)
 		}
 	}
 	if len(old) != len(key) {
-		return fmt.Errorf("the checkpoint's model has %d plan entries, this run's %d: resume with the script and --set that made it", len(old), len(key))
+		have := map[string]bool{}
+		for _, e := range key {
+			have[e.Label] = true
+		}
+		for _, e := range saved {
+			if !have[e.Label] {
+				return fmt.Errorf("the checkpoint's model has more steps: its %s (%s) is not in this run's (a layer was removed?): %s", e.Label, firstWord(e.Text), fix)
+			}
+		}
+		return fmt.Errorf("the checkpoint's model has %d plan entries, this run's %d: %s", len(old), len(key), fix)
 	}
 	return nil
 }

@@ -92,7 +92,7 @@ func TestCheckResumeKey(t *testing.T) {
 	if err := p.CheckResumeKey(ResumeKeyFormat, key); err != nil {
 		t.Errorf("the plan's own key: %v", err)
 	}
-	legacy, err := p.resumeKey(LegacyStepKey)
+	legacy, err := p.resumeKey(LegacyStepKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestCheckResumeKey(t *testing.T) {
 		t.Errorf("a legacy key: %v", err)
 	}
 	q.Spec.Data.File = "/here/other.safetensors"
-	if err := q.CheckResumeKey("", legacy); err == nil || !strings.Contains(err.Error(), "the checkpoint was made with data") {
+	if err := q.CheckResumeKey("", legacy); err == nil || !strings.Contains(err.Error(), `data: file was "mnist.safetensors" in the checkpoint, is "other.safetensors" now`) {
 		t.Errorf("a legacy key of another data file: %v", err)
 	}
 	changed := append([]PlanStep(nil), key...)

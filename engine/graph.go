@@ -26,6 +26,13 @@ type Value struct {
 	// needsGrad is true when the loss depends on a parameter through it.
 	needsGrad bool
 	grad      *Value
+	// ids, on an Int value whose elements are ids an embedding may look
+	// up, bounds them when the compiler knows how: every id lies in
+	// [0, ids) (token data: the vocabulary; data.positions(): the
+	// sequence length), and idsFrom says so in words for errors. 0:
+	// unknown.
+	ids     int
+	idsFrom string
 }
 
 // Elems is the number of elements at the maximum batch.
@@ -98,6 +105,26 @@ type Graph struct {
 	Stats    []*Stat
 	Forward  []*Node // model layers, then the loss
 	Backward []*Node
+	// BatchNorms are the model's batch norm applications, for the checks
+	// of the batches each device feeds them (checkBatchNorm, CheckBatches).
+	BatchNorms []BatchNormUse
+}
+
+// BatchNormUse is one application of a batch norm layer in training: PyTorch
+// refuses batch statistics over exactly 1 value per channel ("Expected more
+// than 1 value per channel when training"), and so does gorun.
+type BatchNormUse struct {
+	Layer string   // batchnorm1d "bn1"
+	Pos   spec.Pos // where it was applied
+	// PerSample is the values per channel one sample gives it: 1 for
+	// [N, C], L for [N, C, L], H·W for [N, C, H, W].
+	PerSample int
+	// Sync: SyncBatchNorm, whose statistics count the samples of every
+	// device; else each device's own.
+	Sync bool
+	// EvalBatch: track_running_stats = False, batch statistics in
+	// evaluation too (as PyTorch's).
+	EvalBatch bool
 }
 
 // CompileError is a problem found while compiling a script's model: it
@@ -171,6 +198,8 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts Grap
 		g.Target = b.value("target", append([]int{batch}, loss.Target...), true)
 	case loss.Tokens:
 		g.Input.Int = true
+		g.Input.ids = loss.Classes
+		g.Input.idsFrom = fmt.Sprintf("the token data's vocabulary has %d ids (0 … %d)", loss.Classes, loss.Classes-1)
 		g.Target = b.value("target", append([]int{batch}, sample...), true)
 		g.Target.Int = true
 	default:
@@ -270,6 +299,12 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 		if !x.Int {
 			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("takes integer ids (token data, data.positions()), got a float tensor %v", x.Shape)}
 		}
+		if x.ids > l.In {
+			// PyTorch raises "index out of range in self" at the first
+			// such id; here no id is read before the check.
+			return nil, &CompileError{Pos: pos, Layer: l.Label(), Err: fmt.Errorf("its table has %d rows (ids 0 … %d), but %s: an id past the table has no row (PyTorch: \"index out of range in self\"); declare nn.embedding(%d, %d)",
+				l.In, l.In-1, x.idsFrom, x.ids, l.Out)}
+		}
 		node.Op = ops.Embedding
 		in = []*Value{x, params[0]}
 	case l.Kind == spec.LayerNorm:
@@ -294,6 +329,13 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 		node.Op, node.Layer, node.Attrs = ops.Permute, "transpose", ops.Attrs{Perm: perm}
 	case l.Kind == spec.PositionsOp:
 		node.Op, node.Layer = ops.Positions, "data.positions()"
+		if err := b.apply(node, in, name); err != nil {
+			return nil, err
+		}
+		out := node.Out[0]
+		out.ids = out.Shape[1]
+		out.idsFrom = fmt.Sprintf("data.positions() gives ids 0 … %d (windows of %d tokens)", out.ids-1, out.ids)
+		return out, nil
 	case l.Kind == spec.Identity:
 		return x, nil
 	case l.Kind == spec.LeakyReLU:
@@ -614,10 +656,9 @@ func (b *builder) batchNorm(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	if x.Shape[1] != l.In {
 		return nil, fail("input has %d channels (shape %v), the layer was declared with num_features %d", x.Shape[1], x.Shape, l.In)
 	}
-	per := x.Elems() / x.Shape[1] // values per channel at the planned batch
-	if per < 2 {
-		return nil, fail("%d value per channel in a training batch (shape %v): batch statistics need more than 1, as in PyTorch", per, x.Shape)
-	}
+	// The batches each device feeds it are checked against it when the
+	// Plan knows them (checkBatchNorm, CheckBatches).
+	b.g.BatchNorms = append(b.g.BatchNorms, BatchNormUse{Layer: label, Pos: pos, PerSample: x.Elems() / x.Shape[0] / x.Shape[1], Sync: l.Sync, EvalBatch: !l.TrackStats})
 	if l.Sync && !l.TrackStats {
 		return nil, fail("sync = True needs track_running_stats = True: evaluation batches differ between devices, so they cannot share batch statistics")
 	}

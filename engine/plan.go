@@ -244,6 +244,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := datasets.CheckNegatives(dataName(&s.Data), info.Negatives, s.IgnoreIndex); err != nil {
+		return nil, err
+	}
 	if s.Eval != nil {
 		// The eval set must fit the model the training set shapes, or
 		// evaluation fails a whole epoch later; token text is read with
@@ -255,6 +258,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		if !slices.Equal(ev.Sample, info.Sample) || ev.Classes != info.Classes || !slices.Equal(ev.Target, info.Target) || ev.Tokens != info.Tokens {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
 				s.Eval.Pos, s.Eval.Kind, ev.Sample, ev.Classes, info.Sample, info.Classes)
+		}
+		if err := datasets.CheckNegatives(dataName(s.Eval), ev.Negatives, s.IgnoreIndex); err != nil {
+			return nil, err
 		}
 	}
 	if s.Accumulate < 1 {
@@ -286,6 +292,12 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := checkSizes(g); err != nil {
 		return nil, err
 	}
+	if err := checkParams(g, s); err != nil {
+		return nil, err
+	}
+	if err := p.checkBatchNorm(); err != nil {
+		return nil, err
+	}
 	for _, prm := range g.Params {
 		p.NumParam += prm.Value.Elems()
 	}
@@ -304,6 +316,11 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// dataName names a data.* call in messages: "train.star:9:8: data.tensors".
+func dataName(d *spec.Data) string {
+	return fmt.Sprintf("%s: data.%s", d.Pos, d.Kind)
 }
 
 // MaxElems bounds the elements of one tensor (2⁴⁰, 4 TiB of float32):

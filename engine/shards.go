@@ -27,7 +27,7 @@ func (p *Plan) Shards(epoch int, ds datasets.Dataset) ([][]int, string, error) {
 		Labels: ds.Labels(), Weights: p.Cluster.Weights}
 	shards, pad, err := s.Partition.Fn(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("partition %s, epoch %d: %w", s.Partition.Name, epoch, err)
+		return nil, "", err // the strategy's errors name it
 	}
 	if err := checkShards(s.Partition.Name, shards, world, ds.Len(), pad); err != nil {
 		return nil, "", err

@@ -8,9 +8,11 @@ import "fmt"
 const (
 	// Embedding: in ids[N,...] (Idx), weight[V,D]; out [N,...,D], row
 	// ids[i] of weight for each id (F.embedding). Ids must lie in [0, V), a
-	// precondition the engine checks on the data; the kernel clamps
-	// nothing, but writes zeros for an id outside and never reads or
-	// writes out of bounds.
+	// precondition the engine checks: the compiler against the token
+	// data's vocabulary and data.positions()' length, the runner the ids
+	// it cannot see (a sampling prompt's). The kernel clamps nothing, but
+	// writes zeros for an id outside and never reads or writes out of
+	// bounds.
 	Embedding Op = "embedding"
 
 	// EmbeddingGradWeight: in dy[N,...,D], ids[N,...] (Idx); out dW[V,D]:

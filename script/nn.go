@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -214,11 +216,18 @@ func (n *layerName) Unpack(v starlark.Value) error {
 	if !ok {
 		return fmt.Errorf("got %s, want string or None", v.Type())
 	}
-	if s == "" || strings.ContainsAny(s, " \t\n") || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") || strings.Contains(s, "..") {
-		return fmt.Errorf("%q is not a valid layer name (non-empty, no spaces; dots only between parts, as in \"mlp.c_fc\")", s)
+	if s == "" || strings.IndexFunc(s, badNameRune) >= 0 || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") || strings.Contains(s, "..") {
+		return fmt.Errorf("%q is not a valid layer name (non-empty, no spaces or control characters; dots only between parts, as in \"mlp.c_fc\")", s)
 	}
 	*n = layerName(s)
 	return nil
+}
+
+// badNameRune reports a character a layer name may not hold: spaces and
+// control characters (a NUL or a newline would end up inside the
+// safetensors keys and the plan's columns), and invalid UTF-8.
+func badNameRune(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError
 }
 
 func positive(b *starlark.Builtin, name string, v int) error {

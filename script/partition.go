@@ -30,11 +30,44 @@ func newPartition(l *loader, fn starlark.Callable) *spec.Partition {
 		defer watch(ctx, maxMemory, "partition "+p.Name, thread.Cancel, abort)()
 		v, err := starlark.Call(thread, fn, starlark.Tuple{&partitionCtx{pc: pc}}, nil)
 		if err != nil {
-			return nil, false, err
+			return nil, false, fmt.Errorf("partition %s, epoch %d: %w", p.Name, pc.Epoch+1, err)
 		}
 		return shardsOf(p.Name, v)
 	}
 	return p
+}
+
+// partitionTakesOneArgument checks, when train() is called rather than
+// when the first epoch starts, that a Starlark strategy can be called with
+// the one context argument gorun passes: one parameter without a default
+// (or *args), the rest with defaults.
+func partitionTakesOneArgument(fn starlark.Callable) error {
+	f, ok := fn.(*starlark.Function)
+	if !ok {
+		return nil // a builtin checks its own arguments
+	}
+	required := 0
+	for i := 0; i < f.NumParams()-f.NumKwonlyParams(); i++ {
+		if f.HasVarargs() && i == f.NumParams()-f.NumKwonlyParams()-1 {
+			break // *args is not a required parameter
+		}
+		if f.ParamDefault(i) == nil {
+			required++
+		}
+	}
+	for i := f.NumParams() - f.NumKwonlyParams(); i < f.NumParams(); i++ {
+		if f.HasKwargs() && i == f.NumParams()-1 {
+			break
+		}
+		if f.ParamDefault(i) == nil {
+			name, _ := f.Param(i)
+			return fmt.Errorf("%s (%s) has a keyword-only parameter %s without a default; a strategy is called with one argument, the context (ctx.size, ctx.world, ctx.epoch, ctx.seed, ctx.labels, ctx.weights)", f.Name(), f.Position(), name)
+		}
+	}
+	if required == 1 || (required == 0 && (f.NumParams()-f.NumKwonlyParams() > 0 || f.HasVarargs())) {
+		return nil
+	}
+	return fmt.Errorf("%s (%s) takes %d arguments without defaults; a strategy takes one, the context (ctx.size, ctx.world, ctx.epoch, ctx.seed, ctx.labels, ctx.weights), as in def strategy(ctx)", f.Name(), f.Position(), required)
 }
 
 // shardsOf converts what a strategy returned: a list with one list of

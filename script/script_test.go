@@ -189,7 +189,7 @@ func TestOverrideErrors(t *testing.T) {
 	fs := memFS{"/w/train.star": netScript}
 	cases := []struct{ set, want string }{
 		{"epoch=3", `--set epoch: train() has no parameter "epoch"`},
-		{"epochs=0", `epochs must be ≥ 1, got 0`},
+		{"epochs=0", `epochs must be in [1, 1000000], got 0`},
 		{"epochs=many", `train: for parameter "epochs": got string, want int`},
 		{"optimizer.rate=1", `--set optimizer.rate: optim.sgd has no parameter "rate" (it has lr, momentum, dampening, weight_decay, nesterov, groups)`},
 		{"eval.split=test", `--set eval.split: the script gives no eval to change`},
@@ -348,3 +348,37 @@ func fmtShards(s [][]int) string {
 }
 
 func itoa(x int) string { return starlark.MakeInt(x).String() }
+
+// TestPartitionArity: train() accepts the strategies gorun can call with
+// one context argument and refuses the others, naming the function.
+func TestPartitionArity(t *testing.T) {
+	cases := []struct{ def, want string }{
+		{"def p(ctx):\n    return [list(range(ctx.size))]\n", ""},
+		{"def p(ctx, extra = 1):\n    return [list(range(ctx.size))]\n", ""},
+		{"def p(*args):\n    return [list(range(args[0].size))]\n", ""},
+		{"def p(ctx = None):\n    return [list(range(ctx.size))]\n", ""},
+		{"p = lambda ctx: [list(range(ctx.size))]\n", ""},
+		{"def p():\n    return [[0]]\n", "takes 0 arguments without defaults"},
+		{"def p(a, b):\n    return [[0]]\n", "takes 2 arguments without defaults"},
+		{"def p(ctx, *, k):\n    return [[0]]\n", "keyword-only parameter k without a default"},
+	}
+	for _, c := range cases {
+		src := c.def + `train(model = nn.linear(4, 2), loss = "mse", data = data.synthetic(size = 8, shape = (4,), classes = 2, noise = 0.1, seed = 1, split = "train"),
+      optimizer = optim.sgd(lr = 0.1), batch_size = 4, epochs = 1, seed = 1, partition = p)
+`
+		dir := t.TempDir()
+		file := filepath.Join(dir, "p.star")
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Load(file)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.def, err)
+		case c.want == "" && s.Partition == nil:
+			t.Errorf("%q: no partition in the spec", c.def)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: error %v, want one containing %q", c.def, err, c.want)
+		}
+	}
+}

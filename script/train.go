@@ -18,6 +18,11 @@ var trainParams = []string{
 	"on_nonfinite", "label_smoothing", "schedule", "clip_grad_norm", "ignore_index",
 }
 
+// maxEpochs bounds train(epochs = ...): the runner keeps a few words per
+// epoch, and epochs × steps per epoch must not overflow the schedules'
+// step counts. A run meant to stop earlier says so with max_steps.
+const maxEpochs = 1_000_000
+
 func isTrainParam(name string) bool {
 	for _, p := range trainParams {
 		if p == name {
@@ -152,13 +157,16 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		if !ok {
 			return nil, fmt.Errorf("%s: partition: got %s, want a function", b.Name(), partition.Type())
 		}
+		if err := partitionTakesOneArgument(fn); err != nil {
+			return nil, fmt.Errorf("%s: partition: %v", b.Name(), err)
+		}
 		s.Partition = newPartition(st.loader, fn)
 	}
 	switch {
 	case batch < 1:
 		return nil, fmt.Errorf("%s: batch_size must be ≥ 1, got %d", b.Name(), batch)
-	case epochs < 1:
-		return nil, fmt.Errorf("%s: epochs must be ≥ 1, got %d", b.Name(), epochs)
+	case epochs < 1 || epochs > maxEpochs:
+		return nil, fmt.Errorf("%s: epochs must be in [1, %d], got %d (max_steps stops a run early)", b.Name(), maxEpochs, epochs)
 	case maxSteps < 0:
 		return nil, fmt.Errorf("%s: max_steps must be ≥ 0, got %d", b.Name(), maxSteps)
 	case accumulate < 1:

@@ -15,28 +15,6 @@ import (
 
 // Tests for issue 29 (hostile input, round two) on files a user names.
 
-// gorunWithin is gorun with a deadline: a command that blocks (opening a
-// FIFO that has no writer) fails the test instead of hanging it.
-func gorunWithin(t *testing.T, d time.Duration, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	type result struct {
-		code           int
-		stdout, stderr string
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, o, e := gorun(t, args...)
-		done <- result{c, o, e}
-	}()
-	select {
-	case r := <-done:
-		return r.code, r.stdout, r.stderr
-	case <-time.After(d):
-		t.Fatalf("gorun %s still runs after %v", strings.Join(args, " "), d)
-		return 0, "", ""
-	}
-}
-
 // mkfifo makes a named pipe, which no one writes, at path.
 func mkfifo(t *testing.T, path string) string {
 	t.Helper()

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -12,7 +14,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
+	"unicode"
 
 	"gorun/engine"
 )
@@ -43,6 +48,12 @@ var launchFlags = map[string]bool{"dry-run": true, "mpirun": true}
 // machine has cores; otherwise they are not bound. stdin, stdout, stderr
 // and mpirun's exit status pass through. --dry-run prints the command
 // instead (and keeps the hostfile).
+//
+// Hosts reach the hostfile only as the cluster file's decoding validated
+// them (engine.CheckHost: a host name or IP address, nothing that adds
+// hosts, slots or options). Before a real launch every host is looked up,
+// and one that does not resolve is named with its node; --dry-run looks
+// nothing up.
 func launchCmd(args []string, stdout, stderr io.Writer) error {
 	var f flags
 	fs := newFlagSet(&f, stderr)
@@ -68,7 +79,7 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, kv := range f.clusterSets {
 		if err := c.Set(kv[0], kv[1]); err != nil {
-			return &usageError{fmt.Sprintf("--set %s=%s: %v", kv[0], kv[1], err)}
+			return &usageError{fmt.Sprintf("--set %s: %v", printableArg(kv[0]+"="+kv[1]), err)}
 		}
 	}
 	if f.devices > 0 {
@@ -101,6 +112,15 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("launch: finding this gorun binary: %w", err)
 	}
 
+	// mpirun reaches each host over ssh, whose message for a name that
+	// does not resolve names neither the cluster file nor the node; a dry
+	// run contacts nothing and prints a command meant for later, perhaps
+	// elsewhere, so it looks nothing up.
+	if !*dryRun {
+		if err := resolveHosts(context.Background(), net.DefaultResolver.LookupHost, c, f.cluster, hostLookupTimeout); err != nil {
+			return err
+		}
+	}
 	hostfile, err := writeHostfile(c, f.cluster, f.out)
 	if err != nil {
 		return err
@@ -155,13 +175,62 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// hostLookupTimeout bounds the look-up of every [[node]] host before a
+// launch (they are looked up at once).
+const hostLookupTimeout = 5 * time.Second
+
+// resolveHosts looks up every node's host with lookup (the system's
+// resolver: net.DefaultResolver.LookupHost), all at once and within
+// timeout, and names the first node, in the cluster's order, whose host
+// does not resolve. An IP address resolves to itself.
+func resolveHosts(ctx context.Context, lookup func(context.Context, string) ([]string, error), c engine.Cluster, clusterFile string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, h := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = lookup(ctx, h.Host)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		why := err.Error()
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			why = fmt.Sprintf("no answer within %v", timeout)
+		}
+		return fmt.Errorf("launch: %s: node[%d].host: %q does not resolve on this machine (%s): mpirun could not reach it; fix the name, or add it to /etc/hosts or DNS",
+			clusterFile, i+1, c.Nodes[i].Host, why)
+	}
+	return nil
+}
+
 // writeHostfile writes the cluster's nodes as an mpirun hostfile
 // ("host slots=N" a line), into outDir when given, else a temporary file,
-// and returns its path.
+// and returns its path. It writes only hosts that engine.CheckHost
+// accepts (a host name or IP address, which cannot add hosts, slots or
+// options of its own) and slots ≥ 1, and refuses a cluster that has
+// others, whatever built it.
 func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# mpirun hostfile written by gorun launch from %s\n", clusterFile)
-	for _, h := range c.Nodes {
+	fmt.Fprintf(&b, "# mpirun hostfile written by gorun launch from %s\n", strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return '?'
+		}
+		return r
+	}, clusterFile))
+	for i, h := range c.Nodes {
+		if msg := engine.CheckHost(h.Host); msg != "" {
+			return "", fmt.Errorf("launch: %s: node[%d].host: %s", clusterFile, i+1, msg)
+		}
+		if h.Slots < 1 {
+			return "", fmt.Errorf("launch: %s: node[%d].slots: must be ≥ 1, got %d", clusterFile, i+1, h.Slots)
+		}
 		fmt.Fprintf(&b, "%s slots=%d\n", h.Host, h.Slots)
 	}
 	if outDir != "" {
@@ -234,6 +303,16 @@ func passThrough(fs *flag.FlagSet, args []string) []string {
 		}
 	}
 	return out
+}
+
+// printableArg is a command-line argument as an error may show it: as
+// given, or quoted with Go's escapes when it holds a character that is
+// not printable (a newline), so that an error never carries one.
+func printableArg(a string) string {
+	if strings.IndexFunc(a, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(a)
+	}
+	return a
 }
 
 // shellJoin quotes argv for a POSIX shell where needed.

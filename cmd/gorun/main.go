@@ -403,7 +403,7 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	if out == "" {
 		out = f.resume
 	}
-	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume}
+	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume, Flags: runFlags(f)}
 	if f.world != nil && f.world.cross != nil {
 		opts.Cross = f.world.cross
 	}
@@ -423,6 +423,14 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 		opts.Interrupt = &f.sig.stop
 	}
 	if out != "" && (f.world == nil || f.world.proc == 0) {
+		// The script and what it loaded, as they are now: what trains.
+		m, err := snapshotScript(plan.Spec, script.SearchPathFromEnv(os.Getenv("GORUN_PATH")))
+		if err != nil {
+			return err
+		}
+		if err := writeScriptCopy(out, m, stderr); err != nil {
+			return err
+		}
 		if err := writeRunInfo(out, path, f.rawSets); err != nil {
 			return err
 		}
@@ -442,7 +450,7 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	lead := f.world == nil || f.world.proc == 0 // rank 0's process writes the run folder
 	if out != "" && lead {
 		setPhase("drawing the plots of %s", out)
-		if files, err := drawRuns([]string{out}, out); err != nil {
+		if files, err := drawRuns([]string{out}, out, stderr); err != nil {
 			fmt.Fprintf(stderr, "gorun: plots: %v\n", err)
 		} else if !f.quiet {
 			fmt.Fprintf(stdout, "plots: %s\n", strings.Join(files, ", "))
@@ -457,6 +465,24 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 			res.Steps, res.TrainSamplesPerS, acc, res.WallSeconds, float64(res.PeakRSSBytes)/1e6)
 	}
 	return nil
+}
+
+// runFlags are the flags that shape a run, as given: the processes of a
+// multi-process run must agree on them (runner.RunOptions.Flags). Only
+// rank 0's process reads --init and writes --out, so a rank given
+// another --init or --out would be silently overruled, and --resume and
+// --set decide what each process runs.
+func runFlags(f *flags) []engine.PlanStep {
+	sets := append([]string(nil), f.rawSets...)
+	for _, kv := range f.clusterSets {
+		sets = append(sets, kv[0]+"="+kv[1])
+	}
+	return []engine.PlanStep{
+		{Label: "--init", Text: f.init},
+		{Label: "--resume", Text: f.resume},
+		{Label: "--out", Text: f.out},
+		{Label: "--set", Text: strings.Join(sets, " --set ")},
+	}
 }
 
 // writeDot writes the Plan as Graphviz to path.
@@ -494,7 +520,7 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	if *outDir == "" {
 		*outDir = dirs[0]
 	}
-	files, err := drawRuns(dirs, *outDir)
+	files, err := drawRuns(dirs, *outDir, stderr)
 	if err != nil {
 		return err
 	}
@@ -504,8 +530,9 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// drawRuns reads the runs' metrics and writes their plots into outDir.
-func drawRuns(dirs []string, outDir string) ([]string, error) {
+// drawRuns reads the runs' metrics and writes their plots into outDir,
+// noting on stderr the values it leaves out for not being finite.
+func drawRuns(dirs []string, outDir string, stderr io.Writer) ([]string, error) {
 	var runs []*plot.Run
 	for _, d := range dirs {
 		r, err := plot.ReadRun(d)
@@ -513,6 +540,9 @@ func drawRuns(dirs []string, outDir string) ([]string, error) {
 			return nil, err
 		}
 		runs = append(runs, r)
+	}
+	for _, n := range plot.Notes(runs) {
+		fmt.Fprintf(stderr, "gorun: plot: %s\n", n)
 	}
 	return plot.Write(runs, outDir)
 }

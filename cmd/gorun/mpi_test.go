@@ -228,7 +228,7 @@ func TestMPIKilledRank(t *testing.T) {
 	if !strings.Contains(log.String(), "rank 1") {
 		t.Errorf("the output does not name the lost rank 1:\n%s", log.String())
 	}
-	m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*.safetensors"))
+	m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*", "model.safetensors"))
 	readable := 0
 	for _, f := range m {
 		if _, err := safetensors.ReadFile(f); err == nil {
@@ -339,7 +339,7 @@ func startUntilCheckpoint(t *testing.T, bin, script, out string) (*exec.Cmd, *by
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*.state.safetensors")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*", "state.safetensors")); len(m) > 0 {
 			return cmd, log
 		}
 		if time.Now().After(deadline) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"gorun/engine/runner"
 	"io"
+	"math"
 	"os"
 
 	"github.com/schollz/progressbar/v3"
@@ -49,8 +50,12 @@ func (p *progress) step(m runner.StepMetrics) {
 	if p.bar == nil {
 		return
 	}
-	if m.Step%10 == 0 {
-		p.bar.Describe(fmt.Sprintf("%s loss %.4f", p.title, m.Loss))
+	if m.Step%10 == 0 || m.SkippedSteps == 1 && math.IsNaN(m.Loss) {
+		desc := fmt.Sprintf("%s loss %.4f", p.title, m.Loss)
+		if m.SkippedSteps > 0 {
+			desc += fmt.Sprintf(", %d steps skipped (non-finite)", m.SkippedSteps)
+		}
+		p.bar.Describe(desc)
 	}
 	p.bar.Add(m.Samples)
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"gorun/engine/runner"
 )
 
 // hostfileName is the mpirun hostfile `gorun launch` writes into the run
@@ -61,6 +63,16 @@ func prepareRunFolder(out string, f *flags, stderr io.Writer) (release func(), e
 	if n, names := removeTemporaries(out); n > 0 {
 		fmt.Fprintf(stderr, "gorun: removed %d stale temporary file(s) left by an interrupted write: %s\n", n, listSome(names, 3))
 	}
+	// A checkpoint is written as a folder renamed into place: what an
+	// interrupted write left goes (a replaced checkpoint comes back).
+	done, err := runner.TidyCheckpoints(out)
+	for _, d := range done {
+		fmt.Fprintf(stderr, "gorun: %s\n", d)
+	}
+	if err != nil {
+		unlock()
+		return release, fmt.Errorf("run folder: %w", err)
+	}
 	if f.overwrite && len(held) > 0 {
 		n, err := removeOldRun(out)
 		if err != nil {
@@ -95,9 +107,15 @@ func removeTemporaries(out string) (int, []string) {
 	for _, dir := range []string{out, filepath.Join(out, "checkpoints")} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
-			if e.Type().IsRegular() && isTemporary(e.Name()) {
-				p := filepath.Join(dir, e.Name())
+			p := filepath.Join(dir, e.Name())
+			switch {
+			case e.Type().IsRegular() && isTemporary(e.Name()):
 				if os.Remove(p) == nil {
+					removed = append(removed, p)
+				}
+			case e.IsDir() && dir == out && strings.HasPrefix(e.Name(), "."+scriptCopyDir+".tmp-"):
+				// The script's copy, cut short.
+				if os.RemoveAll(p) == nil {
 					removed = append(removed, p)
 				}
 			}
@@ -107,7 +125,8 @@ func removeTemporaries(out string) (int, []string) {
 }
 
 // removeOldRun removes the files of a run that gorun knows in out:
-// metrics.jsonl, checkpoints/, *.safetensors and *.png.
+// metrics.jsonl, checkpoints/, the copies of its script (script/,
+// script.N/), *.safetensors and *.png.
 func removeOldRun(out string) (int, error) {
 	n := 0
 	entries, err := os.ReadDir(out)
@@ -123,6 +142,11 @@ func removeOldRun(out string) (int, error) {
 				return n, err
 			}
 			n += len(cps)
+		case isScriptCopy(name) && e.IsDir():
+			if err := os.RemoveAll(p); err != nil {
+				return n, err
+			}
+			n++
 		case name == "metrics.jsonl", strings.HasSuffix(name, ".safetensors"), strings.HasSuffix(name, ".png"):
 			if e.IsDir() {
 				continue

@@ -2,11 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
+	"unicode/utf8"
 
 	"gorun/datasets"
 	"gorun/datasets/userfile"
@@ -17,10 +21,16 @@ import (
 )
 
 // runInfo is RUN/run.json: what gorun sample needs to rebuild the model of
-// a run — the script (absolute path) and the --set arguments it ran with.
+// a run — the script (absolute path) and the --set arguments it ran with;
+// the text of the script and of the files it loaded is in RUN/script/
+// (scriptcopy.go), which sample evaluates.
 type runInfo struct {
 	Script string   `json:"script"`
 	Sets   []string `json:"sets"`
+	// Copy is the folder, in the run folder, holding the copy of the
+	// script and the files it loaded ("" in run folders of earlier gorun
+	// versions).
+	Copy string `json:"copy,omitempty"`
 }
 
 const runInfoFile = "run.json"
@@ -32,7 +42,7 @@ func writeRunInfo(out, scriptPath string, sets []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(runInfo{Script: abs, Sets: sets}, "", "  ")
+	b, err := json.MarshalIndent(runInfo{Script: abs, Sets: sets, Copy: scriptCopyDir}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -47,15 +57,17 @@ func writeRunInfo(out, scriptPath string, sets []string) error {
 }
 
 // sampleCmd is `gorun sample RUN_DIR --prompt TEXT --tokens N
-// --temperature T`: it rebuilds the run's model from run.json, loads its
-// model.safetensors (or --params) and prints the prompt and its
-// continuation.
-func sampleCmd(args []string, stdout, stderr io.Writer) error {
+// --temperature T`: it rebuilds the run's model from the copy of its
+// script in the run folder (run.json's --sets applied), loads its
+// model.safetensors (or --params) and prints the prompt, then each token
+// as it is drawn. SIGINT or SIGTERM stops it after the token under way
+// (exit 130 or 143), what was printed staying printed.
+func sampleCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("gorun sample", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	prompt := fs.String("prompt", "", "the `text` to continue")
-	tokens := fs.Int("tokens", 200, "how many tokens to add")
-	temperature := fs.Float64("temperature", 0.8, "sampling temperature; 0 picks the likeliest token (greedy)")
+	tokens := fs.Int("tokens", 200, fmt.Sprintf("how many tokens to add (at most %d)", runner.MaxSampleTokens))
+	temperature := fs.Float64("temperature", 0.8, "sampling temperature, finite; 0 picks the likeliest token (greedy)")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	params := fs.String("params", "", "weights `file` (default RUN_DIR/model.safetensors)")
 	fs.Usage = func() {
@@ -66,17 +78,30 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	switch {
+	switch t := *temperature; {
 	case len(pos) != 1:
 		return &usageError{fmt.Sprintf("sample needs exactly one RUN_DIR, got %d arguments", len(pos))}
-	case *tokens < 1:
-		return &usageError{fmt.Sprintf("--tokens %d: want at least 1", *tokens)}
-	case *temperature < 0:
-		return &usageError{fmt.Sprintf("--temperature %g: want 0 (greedy) or more", *temperature)}
+	case *tokens < 1 || *tokens > runner.MaxSampleTokens:
+		return &usageError{fmt.Sprintf("--tokens %d: want 1 to %d (a model sees only its last window: go on from the end of one sample with another's --prompt)", *tokens, runner.MaxSampleTokens)}
+	case math.IsNaN(t) || math.IsInf(t, 0) || t < 0:
+		return &usageError{fmt.Sprintf("--temperature %g: want a finite number, 0 (greedy: the likeliest token) or more", t)}
 	case *prompt == "":
 		return &usageError{"--prompt: give the text to continue"}
 	}
 	dir := pos[0]
+	sig := watchSignals(stderr)
+	defer sig.close()
+	defer func() {
+		if s := sig.signal(); s != nil && err != nil {
+			var ie *interrupted
+			if errors.As(err, &ie) {
+				ie.sig = s
+			} else {
+				err = &interrupted{msg: fmt.Sprintf("interrupted by %s while %s", sigName(s), currentPhase()), sig: s}
+			}
+		}
+	}()
+	setPhase("reading the run folder %s", dir)
 	b, err := userfile.ReadFile(filepath.Join(dir, runInfoFile), 1<<20)
 	if err != nil {
 		return fmt.Errorf("%s: not a run folder of a training that recorded its script (%v)", dir, err)
@@ -104,28 +129,164 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--prompt: %v", err)
 	}
-	var sets []script.Override
-	for _, s := range append(append([]string(nil), info.Sets...), "batch_size=1", "eval=None") {
-		o, err := script.ParseOverride(s)
-		if err != nil {
-			return fmt.Errorf("%s: --set %s: %v", filepath.Join(dir, runInfoFile), s, err)
-		}
-		sets = append(sets, o)
-	}
-	var fl flags
-	fl.sets = sets
-	spec, err := loadSpec(info.Script, &fl)
-	if err != nil {
-		return fmt.Errorf("rebuilding the model of %s from %s: %w", dir, info.Script, err)
-	}
-	plan, err := engine.Compile(spec, engine.DefaultCluster())
-	if err != nil {
-		return fmt.Errorf("rebuilding the model of %s: %w", dir, err)
-	}
-	out, err := runner.Generate(plan, *params, ids, runner.SampleOptions{Tokens: *tokens, Temperature: *temperature, Seed: *seed})
+	setPhase("rebuilding the model of %s", dir)
+	plan, err := sampleModel(dir, &info, sig, stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s%s\n", *prompt, vocab.Decode(out))
+	setPhase("sampling from %s", dir)
+	if _, err := io.WriteString(stdout, *prompt); err != nil {
+		return err
+	}
+	dec := streamDecoder{vocab: vocab, w: stdout}
+	made := 0
+	_, err = runner.Generate(plan, *params, ids, runner.SampleOptions{Tokens: *tokens, Temperature: *temperature, Seed: *seed,
+		Interrupt: &sig.stop,
+		Emit: func(tok int32) error {
+			made++
+			return dec.write(tok)
+		}})
+	if ferr := dec.end(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return err
+	}
+	if s := sig.signal(); s != nil {
+		return &interrupted{msg: fmt.Sprintf("interrupted by %s after %d of %d tokens", sigName(s), made, *tokens)}
+	}
 	return nil
+}
+
+// sampleModel compiles the model of run folder dir for sampling (batch 1,
+// no eval set): from the copy of its script in the folder, or, in a run
+// folder of an earlier gorun that kept none, from the script run.json
+// names, once its plan is found to be the one the newest checkpoint
+// recorded (otherwise the script changed since the run, and the model it
+// builds is not the one trained: refused, naming what differs).
+func sampleModel(dir string, info *runInfo, sig *sigWatch, stderr io.Writer) (*engine.Plan, error) {
+	withSets := func(extra ...string) ([]script.Override, error) {
+		var sets []script.Override
+		for _, s := range append(append([]string(nil), info.Sets...), extra...) {
+			o, err := script.ParseOverride(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: --set %s: %v", filepath.Join(dir, runInfoFile), s, err)
+			}
+			sets = append(sets, o)
+		}
+		return sets, nil
+	}
+	sampling, err := withSets("batch_size=1", "eval=None")
+	if err != nil {
+		return nil, err
+	}
+	copyDir := filepath.Join(dir, scriptCopyDir)
+	m, merr := readManifest(copyDir)
+	if merr == nil {
+		if changed := m.changedSince(); len(changed) > 0 {
+			fmt.Fprintf(stderr, "gorun: sampling with the script as the run trained it (%s); changed since: %s\n", copyDir, listSome(changed, 3))
+		}
+		opts := append(m.loadOptions(), script.WithOverrides(sampling...), script.WithContext(sig.ctx))
+		s, err := script.Load(m.Script, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("rebuilding the model of %s from its copy of %s: %w", dir, m.Script, err)
+		}
+		plan, err := engine.Compile(s, engine.DefaultCluster())
+		if err != nil {
+			return nil, fmt.Errorf("rebuilding the model of %s: %w", dir, err)
+		}
+		return plan, nil
+	}
+	if _, err := os.Stat(copyDir); err == nil || info.Copy != "" {
+		return nil, fmt.Errorf("%s: the copy of the run's script is unreadable: %v", dir, merr)
+	}
+	// A run folder of an earlier gorun: the script as it is now must
+	// build the model the checkpoint recorded.
+	var fl flags
+	fl.sig = sig
+	if fl.sets, err = withSets(); err != nil {
+		return nil, err
+	}
+	ck, err := runner.NewestRunCheckpoint(dir)
+	if err == nil && ck.Keyed {
+		trained, err := loadSpec(info.Script, &fl)
+		if err != nil {
+			return nil, fmt.Errorf("rebuilding the model of %s from %s (the run folder keeps no copy of it: it was made by an earlier gorun): %w", dir, info.Script, err)
+		}
+		c := engine.DefaultCluster()
+		c.Devices = ck.Devices
+		p, err := engine.Compile(trained, c)
+		if err == nil {
+			err = ck.CheckPlan(p)
+		}
+		if err != nil {
+			why := strings.TrimSuffix(err.Error(), ": resume with the script and --set that made it")
+			return nil, fmt.Errorf("%s: %s has changed since the run: it no longer builds the model of %s (%s); the run folder keeps no copy of the script (it was made by an earlier gorun): restore the script as it was to sample from this run", dir, info.Script, ck.Name, why)
+		}
+	} else {
+		fmt.Fprintf(stderr, "gorun: %s keeps no copy of its script (an earlier gorun made it) and no checkpoint to check %s against: sampling from the script as it is now\n", dir, info.Script)
+	}
+	fl.sets = sampling
+	s, err := loadSpec(info.Script, &fl)
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding the model of %s from %s: %w", dir, info.Script, err)
+	}
+	plan, err := engine.Compile(s, engine.DefaultCluster())
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding the model of %s: %w", dir, err)
+	}
+	return plan, nil
+}
+
+// streamDecoder writes tokens as text as they come: a byte vocabulary's
+// bytes are held until they complete a UTF-8 character, and each run of
+// bytes that is not UTF-8 is written as one U+FFFD, as Vocab.Decode does
+// for the whole text.
+type streamDecoder struct {
+	vocab   datasets.Vocab
+	w       io.Writer
+	pending []byte
+	invalid bool // the last thing written was U+FFFD for invalid bytes
+}
+
+func (s *streamDecoder) write(tok int32) error {
+	if s.vocab.Kind != "bytes" {
+		_, err := io.WriteString(s.w, s.vocab.Decode([]int32{tok}))
+		return err
+	}
+	s.pending = append(s.pending, byte(tok))
+	return s.drain(false)
+}
+
+// drain writes the pending bytes that form whole characters (all of them
+// at the end).
+func (s *streamDecoder) drain(end bool) error {
+	var out []byte
+	for len(s.pending) > 0 && (end || utf8.FullRune(s.pending)) {
+		r, n := utf8.DecodeRune(s.pending)
+		if r == utf8.RuneError && n <= 1 {
+			if !s.invalid {
+				out = append(out, "\uFFFD"...)
+			}
+			s.invalid, n = true, 1
+		} else {
+			out = append(out, s.pending[:n]...)
+			s.invalid = false
+		}
+		s.pending = s.pending[n:]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	_, err := s.w.Write(out)
+	return err
+}
+
+// end writes what is pending and ends the line.
+func (s *streamDecoder) end() error {
+	if err := s.drain(true); err != nil {
+		return err
+	}
+	_, err := io.WriteString(s.w, "\n")
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -42,7 +43,7 @@ func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 		}
 	}
 	if train {
-		m, err := joinMPI()
+		m, err := joinMPI(c.Timeout, rank, size, ok)
 		if err != nil {
 			return nil, err
 		}
@@ -81,11 +82,29 @@ func detectLauncher(c *engine.Cluster) {
 // mpiWorld is MPI once joined (one MPI_Init per process).
 var mpiWorld *comm.MPIComm
 
-func joinMPI() (*comm.MPIComm, error) {
+// MPI_Init returns only once every process of the mpirun job has called
+// it: a process that never does (`gorun plan` among training ranks, or
+// another program) would leave this one waiting for ever, unreachable by
+// comm.timeout's watchdog, which guards collectives. So joining has its own
+// deadline, the same comm.timeout: past it the process names itself and
+// what went wrong, and exits (mpirun then ends the job).
+func joinMPI(timeout time.Duration, rank, size int, known bool) (*comm.MPIComm, error) {
 	if mpiWorld != nil {
 		return mpiWorld, nil
 	}
+	if timeout <= 0 {
+		timeout = comm.DefaultTimeout
+	}
+	who := "this process"
+	if known {
+		who = fmt.Sprintf("rank %d of %d", rank, size)
+	}
+	watchdog := time.AfterFunc(timeout, func() {
+		fmt.Fprintf(os.Stderr, "gorun: %s: MPI_Init did not finish within comm.timeout (%v): another process of this mpirun job never joined MPI; every rank must train the same script (did one run `gorun plan`, or another program?)\n", who, timeout)
+		os.Exit(1)
+	})
 	m, err := comm.InitMPI()
+	watchdog.Stop()
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -59,8 +58,17 @@ const MaxLinePoints = 4000
 // AccuracyFile, LRFile.
 //
 // Every run must have at least one step with a finite loss; otherwise
-// Write fails before drawing anything, naming the run. Steps whose loss is
-// null are left out of the lines. loss_epochs.png is skipped when no run
+// Write fails before drawing anything, naming the run. Values that are
+// null or not finite are left out of the lines, and the legend says how
+// many (Notes says the same in words).
+//
+// Axes tell the truth: a value's pixel sits where the axis labels say it
+// is. Ticks are every multiple of a step of 1, 2 or 5 × 10^k, labelled
+// with exactly the decimals the step needs, and each axis runs from a
+// tick to a tick around the data, never below 0 for data that are not
+// negative. Values too large or too small to label (beyond 1e6, below
+// 1e-3, up to ±1.8e308) are drawn on a scaled axis, "loss (×1e308)";
+// a constant series or a single point gets a range around its value. loss_epochs.png is skipped when no run
 // has an epoch or eval loss, accuracy.png when no run has an eval
 // accuracy, and lr.png when no run's learning rate changes (no schedule),
 // rather than drawing an empty figure.
@@ -126,6 +134,38 @@ func Write(runs []*Run, outDir string) ([]string, error) {
 		written = append(written, path)
 	}
 	return written, nil
+}
+
+// Notes says, one line a run, which values Write leaves out of the
+// figures for not being finite (a null loss in metrics.jsonl: the run's
+// loss diverged or a step was skipped), so that a gap in a line is never
+// silent. It returns nil when every value is drawn. The figures' legends
+// say the same.
+func Notes(runs []*Run) []string {
+	var notes []string
+	names := legendNames(runs)
+	for i, r := range runs {
+		if r == nil {
+			continue
+		}
+		var parts []string
+		count := func(n, of int, what string) {
+			if n > 0 {
+				parts = append(parts, fmt.Sprintf("%d of %d %s", n, of, what))
+			}
+		}
+		count(len(r.Steps)-len(stepLoss(r)), len(r.Steps), "step losses")
+		_, n := epochPoints(r.Epochs, func(e Epoch) int { return e.Epoch }, func(e Epoch) float64 { return e.TrainLoss })
+		count(n, len(r.Epochs), "epoch train losses")
+		_, n = epochPoints(r.Evals, func(e Eval) int { return e.Epoch }, func(e Eval) float64 { return e.Loss })
+		count(n, len(r.Evals), "eval losses")
+		_, n = epochPoints(r.Evals, func(e Eval) int { return e.Epoch }, func(e Eval) float64 { return e.Accuracy })
+		count(n, len(r.Evals), "eval accuracies")
+		if len(parts) > 0 {
+			notes = append(notes, fmt.Sprintf("run %q%s: %s are null or not finite; not drawn", names[i], from(r), strings.Join(parts, ", ")))
+		}
+	}
+	return notes
 }
 
 // from says which folder a run came from, for error messages.
@@ -207,7 +247,6 @@ func runColor(i int) color.RGBA {
 // newPlot returns a figure with a title, axis labels and a light grid.
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
-	p.Y.Tick.Marker = valueTicks{}
 	p.Title.Text = title
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
@@ -218,24 +257,67 @@ func newPlot(title, x, y string) *plot.Plot {
 
 func lossSteps(runs []*Run, names []string) (*plot.Plot, error) {
 	p := newPlot("Training loss per step", "step", "loss")
+	lines := make([]plotter.XYs, len(runs))
 	for i, r := range runs {
-		l, err := plotter.NewLine(minMax(stepLoss(r), MaxLinePoints))
-		if err != nil {
-			return nil, fmt.Errorf("run %q: %w", names[i], err)
-		}
-		l.Color = runColor(i)
-		l.Width = vg.Points(1)
-		p.Add(l)
-		p.Legend.Add(names[i], l)
+		lines[i] = minMax(stepLoss(r), MaxLinePoints)
 	}
+	f, ok := newFrame(true, lines...)
+	if !ok {
+		return nil, nil
+	}
+	for i, r := range runs {
+		if err := addLine(p, f.points(lines[i]), i, names[i]+notDrawn(len(r.Steps)-len(stepLoss(r)), "step"), vg.Points(1)); err != nil {
+			return nil, err
+		}
+	}
+	f.apply(p)
 	return p, nil
+}
+
+// addLine draws run i's series xys as a line of the given width, named
+// in the legend. A series of one point, which a line cannot show, is drawn
+// as a dot.
+func addLine(p *plot.Plot, xys plotter.XYs, i int, name string, width vg.Length) error {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return fmt.Errorf("run %q: %w", name, err)
+	}
+	l.Color = runColor(i)
+	l.Width = width
+	p.Add(l)
+	if len(xys) != 1 {
+		p.Legend.Add(name, l)
+		return nil
+	}
+	s, err := plotter.NewScatter(xys)
+	if err != nil {
+		return fmt.Errorf("run %q: %w", name, err)
+	}
+	s.Color = runColor(i)
+	s.Radius = vg.Points(2.5)
+	s.Shape = draw.CircleGlyph{}
+	p.Add(s)
+	p.Legend.Add(name, l, s)
+	return nil
+}
+
+// notDrawn is a legend's note on n values of a series left out for not
+// being finite: "" when n is 0.
+func notDrawn(n int, what string) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf(" (1 %s not finite, not drawn)", what)
+	}
+	return fmt.Sprintf(" (%d %ss not finite, not drawn)", n, what)
 }
 
 // learningRate draws each run's learning rate per step (a schedule's), or
 // nothing when no run's rate changes.
 func learningRate(runs []*Run, names []string) (*plot.Plot, error) {
 	p := newPlot("Learning rate per step", "step", "lr")
-	any := false
+	lines := make([]plotter.XYs, len(runs))
 	for i, r := range runs {
 		xys := make(plotter.XYs, 0, len(r.Steps))
 		changes := false
@@ -245,22 +327,24 @@ func learningRate(runs []*Run, names []string) (*plot.Plot, error) {
 				xys = append(xys, plotter.XY{X: float64(s.Step), Y: s.LR})
 			}
 		}
-		if !changes {
-			continue
+		if changes {
+			lines[i] = minMax(xys, MaxLinePoints)
 		}
-		any = true
-		l, err := plotter.NewLine(minMax(xys, MaxLinePoints))
-		if err != nil {
-			return nil, fmt.Errorf("run %q: %w", names[i], err)
-		}
-		l.Color = runColor(i)
-		l.Width = vg.Points(2) // a smooth curve: wide enough to read
-		p.Add(l)
-		p.Legend.Add(names[i], l)
 	}
-	if !any {
+	f, ok := newFrame(true, lines...)
+	if !ok {
 		return nil, nil
 	}
+	for i := range runs {
+		if len(lines[i]) == 0 {
+			continue
+		}
+		// A smooth curve: wide enough to read.
+		if err := addLine(p, f.points(lines[i]), i, names[i], vg.Points(2)); err != nil {
+			return nil, err
+		}
+	}
+	f.apply(p)
 	return p, nil
 }
 
@@ -289,117 +373,66 @@ func epochSeries(p *plot.Plot, xys plotter.XYs, i int, name string, eval bool) e
 	return nil
 }
 
+// epochPoints is (epoch, v) for each entry of a per-epoch series, and how
+// many of the values are not finite.
+func epochPoints[T any](list []T, epoch func(T) int, v func(T) float64) (plotter.XYs, int) {
+	var xys plotter.XYs
+	skipped := 0
+	for _, e := range list {
+		if y := v(e); finite(y) {
+			xys = append(xys, plotter.XY{X: float64(epoch(e)), Y: y})
+		} else {
+			skipped++
+		}
+	}
+	return xys, skipped
+}
+
 func lossEpochs(runs []*Run, names []string) (*plot.Plot, error) {
 	p := newPlot("Loss per epoch (solid: train, dashed: eval)", "epoch", "loss")
-	p.X.Tick.Marker = integerTicks{}
-	drawn := false
+	train := make([]plotter.XYs, len(runs))
+	eval := make([]plotter.XYs, len(runs))
+	trainSkipped := make([]int, len(runs))
+	evalSkipped := make([]int, len(runs))
 	for i, r := range runs {
-		var train, eval plotter.XYs
-		for _, e := range r.Epochs {
-			if finite(e.TrainLoss) {
-				train = append(train, plotter.XY{X: float64(e.Epoch), Y: e.TrainLoss})
-			}
-		}
-		for _, e := range r.Evals {
-			if finite(e.Loss) {
-				eval = append(eval, plotter.XY{X: float64(e.Epoch), Y: e.Loss})
-			}
-		}
-		if err := epochSeries(p, train, i, names[i]+" train", false); err != nil {
-			return nil, err
-		}
-		if err := epochSeries(p, eval, i, names[i]+" eval", true); err != nil {
-			return nil, err
-		}
-		drawn = drawn || len(train) > 0 || len(eval) > 0
+		train[i], trainSkipped[i] = epochPoints(r.Epochs, func(e Epoch) int { return e.Epoch }, func(e Epoch) float64 { return e.TrainLoss })
+		eval[i], evalSkipped[i] = epochPoints(r.Evals, func(e Eval) int { return e.Epoch }, func(e Eval) float64 { return e.Loss })
 	}
-	if !drawn {
+	f, ok := newFrame(true, append(append([]plotter.XYs{}, train...), eval...)...)
+	if !ok {
 		return nil, nil
 	}
+	for i := range runs {
+		if err := epochSeries(p, f.points(train[i]), i, names[i]+" train"+notDrawn(trainSkipped[i], "epoch"), false); err != nil {
+			return nil, err
+		}
+		if err := epochSeries(p, f.points(eval[i]), i, names[i]+" eval"+notDrawn(evalSkipped[i], "eval"), true); err != nil {
+			return nil, err
+		}
+	}
+	f.apply(p)
 	return p, nil
 }
 
 func accuracy(runs []*Run, names []string) (*plot.Plot, error) {
 	p := newPlot("Eval accuracy per epoch", "epoch", "accuracy")
-	p.X.Tick.Marker = integerTicks{}
 	p.Legend.Top = false // accuracy rises: the lower right is free
-	drawn := false
+	acc := make([]plotter.XYs, len(runs))
+	skipped := make([]int, len(runs))
 	for i, r := range runs {
-		var acc plotter.XYs
-		for _, e := range r.Evals {
-			if finite(e.Accuracy) {
-				acc = append(acc, plotter.XY{X: float64(e.Epoch), Y: e.Accuracy})
-			}
-		}
-		if err := epochSeries(p, acc, i, names[i], false); err != nil {
-			return nil, err
-		}
-		drawn = drawn || len(acc) > 0
+		acc[i], skipped[i] = epochPoints(r.Evals, func(e Eval) int { return e.Epoch }, func(e Eval) float64 { return e.Accuracy })
 	}
-	if !drawn {
+	f, ok := newFrame(true, acc...)
+	if !ok {
 		return nil, nil
 	}
+	for i := range runs {
+		if err := epochSeries(p, f.points(acc[i]), i, names[i]+notDrawn(skipped[i], "eval"), false); err != nil {
+			return nil, err
+		}
+	}
+	f.apply(p)
 	return p, nil
-}
-
-// valueTicks are gonum's default ticks, labelled with as many decimals as
-// it takes for neighbouring labels to differ (gonum's own labels can print
-// 2.32 and 2.28 both as "2.3").
-type valueTicks struct{}
-
-// Ticks implements plot.Ticker.
-func (valueTicks) Ticks(min, max float64) []plot.Tick {
-	ticks := (plot.DefaultTicks{}).Ticks(min, max)
-	var vals []float64
-	for _, t := range ticks {
-		if t.Label != "" {
-			vals = append(vals, t.Value)
-		}
-	}
-	for prec := 0; prec <= 8; prec++ {
-		distinct := true
-		for i := 1; i < len(vals); i++ {
-			if strconv.FormatFloat(vals[i], 'f', prec, 64) == strconv.FormatFloat(vals[i-1], 'f', prec, 64) {
-				distinct = false
-			}
-		}
-		if distinct {
-			for i := range ticks {
-				if ticks[i].Label != "" {
-					ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', prec, 64)
-				}
-			}
-			break
-		}
-	}
-	return ticks
-}
-
-// integerTicks marks whole numbers only, for epoch axes: gonum's default
-// ticks without the fractional ones, or every whole number when that
-// leaves fewer than two labelled ticks.
-type integerTicks struct{}
-
-// Ticks implements plot.Ticker.
-func (integerTicks) Ticks(min, max float64) []plot.Tick {
-	var ticks []plot.Tick
-	labelled := 0
-	for _, t := range (plot.DefaultTicks{}).Ticks(min, max) {
-		if t.Value == math.Trunc(t.Value) {
-			ticks = append(ticks, t)
-			if t.Label != "" {
-				labelled++
-			}
-		}
-	}
-	if labelled >= 2 || max-min > 100 {
-		return ticks
-	}
-	ticks = ticks[:0]
-	for v := math.Ceil(min); v <= max; v++ {
-		ticks = append(ticks, plot.Tick{Value: v, Label: fmt.Sprint(v)})
-	}
-	return ticks
 }
 
 // legendNames names each run for legends: its Name ("run N" when empty);

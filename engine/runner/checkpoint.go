@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -21,29 +22,106 @@ import (
 
 // Checkpoint files, inside a run's --out folder:
 //
-//	checkpoints/step-00000938.safetensors        parameters, PyTorch state_dict names
-//	checkpoints/step-00000938.state.safetensors  optimizer state, RNG states, progress
+//	checkpoints/step-00000938/model.safetensors  parameters, PyTorch state_dict names
+//	checkpoints/step-00000938/state.safetensors  optimizer state, RNG states, progress
 //	best.safetensors                             parameters with the best eval accuracy
 //	model.safetensors                            the final parameters
 //
-// Every file is written atomically (temporary file, fsync, rename), the
-// state file first: a checkpoint whose parameter file exists is complete.
+// A checkpoint is a folder written as one unit: its files go into a
+// temporary folder beside it (.step-00000938.tmp-NNN), each synced, and
+// the folder, synced, is renamed into place; a checkpoint of the same
+// step already there is first renamed aside (.step-00000938.old-NNN) and
+// removed once the new one is in. A checkpoint is thus whole or absent:
+// a full disk or a crash leaves at most a temporary folder, which readers
+// pass over and TidyCheckpoints removes. Run folders of earlier gorun
+// versions hold flat checkpoints (step-00000938.safetensors and
+// step-00000938.state.safetensors, the state written first); they resume
+// as before. The other files are written atomically (temporary file,
+// fsync, rename).
 const (
 	CheckpointDir = "checkpoints"
 	BestFile      = "best.safetensors"
 	ModelFile     = "model.safetensors"
 	stateSuffix   = ".state.safetensors"
 	ckptFormat    = "gorun-checkpoint-1"
+	// The files of a checkpoint folder.
+	ckptParams = "model.safetensors"
+	ckptState  = "state.safetensors"
 )
 
-// checkpointPath is the parameter file of the checkpoint at step.
+// checkpointDir is the folder of the checkpoint at step.
+func checkpointDir(dir string, step int) string {
+	return filepath.Join(dir, CheckpointDir, fmt.Sprintf("step-%08d", step))
+}
+
+// checkpointPath is the parameter file of the checkpoint at step, as this
+// gorun writes it (checkpointFiles finds an earlier gorun's too).
 func checkpointPath(dir string, step int) string {
+	return filepath.Join(checkpointDir(dir, step), ckptParams)
+}
+
+// legacyCheckpointPath is the parameter file of a flat checkpoint (earlier
+// gorun versions).
+func legacyCheckpointPath(dir string, step int) string {
 	return filepath.Join(dir, CheckpointDir, fmt.Sprintf("step-%08d.safetensors", step))
 }
 
+// statePath is the state file that goes with the parameter file params,
+// in either layout.
 func statePath(params string) string {
+	if filepath.Base(params) == ckptParams {
+		return filepath.Join(filepath.Dir(params), ckptState)
+	}
 	return strings.TrimSuffix(params, ".safetensors") + stateSuffix
 }
+
+// checkpointFiles is the parameter file of the checkpoint at step: the
+// folder's, or else the flat one an earlier gorun wrote.
+func checkpointFiles(dir string, step int) string {
+	if p := checkpointPath(dir, step); exists(p) {
+		return p
+	}
+	if p := legacyCheckpointPath(dir, step); exists(p) {
+		return p
+	}
+	return checkpointPath(dir, step)
+}
+
+// checkpointName is how messages name the checkpoint at step: its folder,
+// or a flat checkpoint's parameter file.
+func checkpointName(dir string, step int) string {
+	p := checkpointFiles(dir, step)
+	if filepath.Base(p) == ckptParams {
+		return filepath.Dir(p)
+	}
+	return p
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// parseStep reads the step of a checkpoint's name: "step-00000938" (a
+// folder) or "step-00000938.safetensors" (a flat parameter file).
+func parseStep(name string, folder bool) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "step-")
+	if !folder {
+		if strings.HasSuffix(rest, stateSuffix) {
+			return 0, false
+		}
+		rest, ok = strings.CutSuffix(rest, ".safetensors")
+	}
+	if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil
+}
+
+// checkpointWriter writes one file of a checkpoint; tests fail it
+// (RunOptions.writeTensors).
+type checkpointWriter func(path string, ts []safetensors.Tensor, meta map[string]string) error
 
 // progress is where a run stands: what a checkpoint restores.
 type progress struct {
@@ -53,8 +131,11 @@ type progress struct {
 	// Accumulators of the epoch under way, so its epoch line is whole.
 	GlobalLoss, GlobalCount, TrainSeconds float64
 	RankLoss, RankCount                   []float64
-	BestAccuracy                          float64
-	Samples                               int64
+	// Skipped counts the epoch's steps that on_nonfinite = "skip" skipped
+	// (agreed by every rank).
+	Skipped      int
+	BestAccuracy float64
+	Samples      int64
 }
 
 // params reads device d's parameters, by Graph.Params.
@@ -190,24 +271,153 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		"train_seconds": fmtF(pr.TrainSeconds),
 		"best_accuracy": fmtF(pr.BestAccuracy),
 		"samples":       strconv.FormatInt(pr.Samples, 10),
+		"skipped_steps": strconv.Itoa(pr.Skipped),
 		"rank_loss":     fmtFs(pr.RankLoss),
 		"rank_count":    fmtFs(pr.RankCount),
 		"plan":          planKey(p.ResumeKey()),
 		"plan_format":   engine.ResumeKeyFormat,
 		"epochs":        strconv.Itoa(p.Spec.Epochs),
 	}
-	params := checkpointPath(dir, pr.Step)
-	if err := safetensors.WriteFile(statePath(params), state, meta); err != nil {
-		return err
-	}
 	ts, err := rs.paramTensors()
 	if err != nil {
 		return err
 	}
-	if err := safetensors.WriteFile(params, ts, map[string]string{"format": "pt", "step": meta["step"]}); err != nil {
+	write := rs.opts.writeTensors
+	if write == nil {
+		write = safetensors.WriteFile
+	}
+	err = writeCheckpoint(dir, pr.Step, func(tmp string) error {
+		if err := write(filepath.Join(tmp, ckptState), state, meta); err != nil {
+			return err
+		}
+		return write(filepath.Join(tmp, ckptParams), ts, map[string]string{"format": "pt", "step": meta["step"]})
+	})
+	if err != nil {
 		return err
 	}
 	return rs.pruneCheckpoints()
+}
+
+// writeCheckpoint writes the checkpoint of step as one unit: fill writes
+// its files into a temporary folder beside the checkpoints, which is
+// synced and renamed into place (a checkpoint of the same step there is
+// renamed aside first, and removed after). On failure the temporary
+// folder is removed and the checkpoints are as they were.
+func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err error) {
+	parent := filepath.Join(dir, CheckpointDir)
+	final := checkpointDir(dir, step)
+	base := filepath.Base(final)
+	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing the checkpoint of step %d: %w", step, err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := fill(tmp); err != nil {
+		return err
+	}
+	if err := syncDir(tmp); err != nil {
+		return fmt.Errorf("writing %s: syncing %s: %w", final, tmp, err)
+	}
+	var aside string
+	if _, err := os.Lstat(final); err == nil {
+		// The same step again (a resumed run stopped before its first
+		// step): the new checkpoint replaces the old.
+		// A fresh name (os.Rename does not replace a folder, even empty).
+		if aside, err = os.MkdirTemp(parent, "."+base+".old-*"); err != nil {
+			return fmt.Errorf("writing %s: %w", final, err)
+		}
+		os.Remove(aside)
+		if err := os.Rename(final, aside); err != nil {
+			return fmt.Errorf("writing %s: moving the old one aside: %w", final, err)
+		}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if aside != "" {
+			os.Rename(aside, final)
+		}
+		return fmt.Errorf("writing %s: %w", final, err)
+	}
+	if err := syncDir(parent); err != nil {
+		return fmt.Errorf("%s written, but syncing %s failed: %w", final, parent, err)
+	}
+	if aside != "" {
+		os.RemoveAll(aside)
+	}
+	// A flat checkpoint of the same step (an earlier gorun's) is replaced too.
+	legacy := legacyCheckpointPath(dir, step)
+	os.Remove(legacy)
+	os.Remove(statePath(legacy))
+	return nil
+}
+
+// syncDir fsyncs a folder so that what was created or renamed in it is
+// durable; file systems that cannot sync folders pass.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
+		return nil
+	}
+	return err
+}
+
+// TidyCheckpoints clears what an interrupted checkpoint write left in the
+// run folder dir: temporary folders are removed; a checkpoint that was
+// moved aside to be replaced goes back into place when its replacement
+// never arrived, and is removed otherwise. It returns what it did, a line
+// per folder. The run folder must be the caller's (gorun holds its lock).
+func TidyCheckpoints(dir string) ([]string, error) {
+	parent := filepath.Join(dir, CheckpointDir)
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, ".step-") {
+			continue
+		}
+		p := filepath.Join(parent, name)
+		base, kind, ok := strings.Cut(name[1:], ".")
+		if _, isStep := parseStep(base, true); !ok || !isStep {
+			continue
+		}
+		final := filepath.Join(parent, base)
+		switch {
+		case strings.HasPrefix(kind, "tmp-"):
+			if err := os.RemoveAll(p); err != nil {
+				return done, err
+			}
+			done = append(done, "removed "+p+" (a checkpoint cut short)")
+		case strings.HasPrefix(kind, "old-"):
+			if _, err := os.Lstat(final); errors.Is(err, os.ErrNotExist) {
+				if err := os.Rename(p, final); err != nil {
+					return done, err
+				}
+				done = append(done, "restored "+final+" (its replacement was cut short)")
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
+				return done, err
+			}
+			done = append(done, "removed "+p+" (a replaced checkpoint)")
+		}
+	}
+	return done, nil
 }
 
 // pruneCheckpoints keeps the newest Keep checkpoints.
@@ -221,8 +431,11 @@ func (rs *runState) pruneCheckpoints() error {
 		return err
 	}
 	for i := 0; i < len(steps)-keep; i++ {
-		params := checkpointPath(rs.opts.Out, steps[i])
-		for _, f := range []string{params, statePath(params)} {
+		if err := os.RemoveAll(checkpointDir(rs.opts.Out, steps[i])); err != nil {
+			return err
+		}
+		legacy := legacyCheckpointPath(rs.opts.Out, steps[i])
+		for _, f := range []string{legacy, statePath(legacy)} {
 			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
@@ -232,23 +445,27 @@ func (rs *runState) pruneCheckpoints() error {
 }
 
 // listCheckpoints returns the steps of the complete checkpoints in a run
-// folder, oldest first.
+// folder, oldest first: folders holding both files, and flat checkpoints
+// of earlier gorun versions whose parameter file has its state file.
+// Temporary folders (their names begin with a dot) are passed over.
 func listCheckpoints(dir string) ([]int, error) {
 	entries, err := os.ReadDir(filepath.Join(dir, CheckpointDir))
 	if err != nil {
 		return nil, err
 	}
+	seen := map[int]bool{}
 	var steps []int
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, "step-") || !strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, stateSuffix) {
+		n, ok := parseStep(e.Name(), e.IsDir())
+		if !ok || seen[n] {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "step-"), ".safetensors"))
-		if err != nil {
-			continue
+		params := legacyCheckpointPath(dir, n)
+		if e.IsDir() {
+			params = checkpointPath(dir, n)
 		}
-		if _, err := os.Stat(statePath(filepath.Join(dir, CheckpointDir, name))); err == nil {
+		if exists(params) && exists(statePath(params)) {
+			seen[n] = true
 			steps = append(steps, n)
 		}
 	}
@@ -394,6 +611,9 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	pr.TrainSeconds, pr.BestAccuracy = parseF(m["train_seconds"]), parseF(m["best_accuracy"])
 	pr.Samples = int64(atoi("samples"))
 	pr.RankLoss, pr.RankCount = parseFs(m["rank_loss"]), parseFs(m["rank_count"])
+	if _, ok := m["skipped_steps"]; ok { // absent from checkpoints before it was kept
+		pr.Skipped = atoi("skipped_steps")
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
 	}
@@ -611,11 +831,11 @@ func (rs *runState) newestCheckpoint(dir string) (string, *safetensors.File, *sa
 		return "", nil, nil, fmt.Errorf("--resume %s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
 	}
 	if orphans := orphanParams(dir, steps[len(steps)-1]); len(orphans) > 0 {
-		fmt.Fprintf(rs.log, "--resume %s: %s has no state file (deleted or lost: it is written before the parameters); resuming from the checkpoint of step %d\n",
+		fmt.Fprintf(rs.log, "--resume %s: %s has no state file (deleted, or lost in an interrupted write); resuming from the checkpoint of step %d\n",
 			dir, orphans[len(orphans)-1], steps[len(steps)-1])
 	}
 	for i := len(steps) - 1; i >= 0; i-- {
-		params := checkpointPath(dir, steps[i])
+		params := checkpointFiles(dir, steps[i])
 		pf, err := safetensors.ReadFile(params)
 		if err == nil {
 			var sf *safetensors.File
@@ -631,21 +851,23 @@ func (rs *runState) newestCheckpoint(dir string) (string, *safetensors.File, *sa
 	panic("unreachable")
 }
 
-// orphanParams lists parameter files newer than step without a state file.
+// orphanParams lists the parameter files of checkpoints newer than step
+// that have no state file (deleted, or lost by an earlier gorun's
+// interrupted write).
 func orphanParams(dir string, step int) []string {
 	entries, _ := os.ReadDir(filepath.Join(dir, CheckpointDir))
 	var out []string
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, "step-") || strings.HasSuffix(name, stateSuffix) || !strings.HasSuffix(name, ".safetensors") {
+		n, ok := parseStep(e.Name(), e.IsDir())
+		if !ok || n <= step {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "step-"), ".safetensors"))
-		if err != nil || n <= step {
-			continue
+		params := legacyCheckpointPath(dir, n)
+		if e.IsDir() {
+			params = checkpointPath(dir, n)
 		}
-		if _, err := os.Stat(statePath(filepath.Join(dir, CheckpointDir, name))); err != nil {
-			out = append(out, filepath.Join(dir, CheckpointDir, name))
+		if exists(params) && !exists(statePath(params)) {
+			out = append(out, params)
 		}
 	}
 	sort.Strings(out)
@@ -675,4 +897,48 @@ func comparePlanKey(saved, format string, p *engine.Plan) error {
 		key = append(key, engine.PlanStep{Label: label, Text: text})
 	}
 	return p.CheckResumeKey(format, key)
+}
+
+// RunCheckpoint is the newest complete checkpoint of a run folder as far
+// as a script is checked against it (gorun sample on a run folder that
+// keeps no copy of its script).
+type RunCheckpoint struct {
+	// Name is the checkpoint: its folder, or an earlier gorun's flat
+	// parameter file.
+	Name string
+	// Step and Devices are the step it was saved at and the devices of
+	// the run that saved it.
+	Step, Devices int
+	// Keyed is set when the checkpoint records its plan's resume key
+	// (every gorun since resume keys): CheckPlan can then tell.
+	Keyed       bool
+	key, format string
+}
+
+// NewestRunCheckpoint reads the state of the newest complete checkpoint of
+// run folder dir.
+func NewestRunCheckpoint(dir string) (*RunCheckpoint, error) {
+	steps, err := listCheckpoints(dir)
+	if err != nil || len(steps) == 0 {
+		return nil, fmt.Errorf("%s: no complete checkpoint in %s", dir, filepath.Join(dir, CheckpointDir))
+	}
+	step := steps[len(steps)-1]
+	params := checkpointFiles(dir, step)
+	sf, err := safetensors.ReadFile(statePath(params))
+	if err != nil {
+		return nil, err
+	}
+	m := sf.Metadata
+	devices, err := strconv.Atoi(m["devices"])
+	if err != nil || m["format"] != ckptFormat {
+		return nil, fmt.Errorf("%s: not a gorun checkpoint state (format %q, devices %q)", statePath(params), m["format"], m["devices"])
+	}
+	return &RunCheckpoint{Name: checkpointName(dir, step), Step: step, Devices: devices,
+		Keyed: m["plan"] != "", key: m["plan"], format: m["plan_format"]}, nil
+}
+
+// CheckPlan compares plan p with the checkpoint's resume key, as --resume
+// does: the error names the first entry that differs.
+func (c *RunCheckpoint) CheckPlan(p *engine.Plan) error {
+	return comparePlanKey(c.key, c.format, p)
 }

@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"gorun/engine"
@@ -117,14 +119,20 @@ func TestCheckpointFiles(t *testing.T) {
 		t.Errorf("model.safetensors differs from the final parameters")
 	}
 
-	// A checkpoint cut short (state written, parameters not) is skipped:
-	// resuming uses the newest complete one.
-	params := checkpointPath(dir, 200)
+	// A checkpoint cut short (an earlier gorun's flat state file without
+	// its parameters; a folder missing a file) is skipped: resuming uses
+	// the newest complete one.
 	st, err := os.ReadFile(statePath(checkpointPath(dir, 128)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(statePath(params), st, 0o644); err != nil {
+	if err := os.WriteFile(statePath(legacyCheckpointPath(dir, 200)), st, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(checkpointDir(dir, 300), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(statePath(checkpointPath(dir, 300)), st, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := listCheckpoints(dir); got[len(got)-1] != 128 {
@@ -210,14 +218,17 @@ func TestInterruptSavesAndResumes(t *testing.T) {
 func TestResumeRefusesAnotherPlan(t *testing.T) {
 	dir := t.TempDir()
 	runIn(t, dir, "", 1, "epochs=2", "max_steps=40")
-	for set, want := range map[string]string{
-		"seed=8":                        `train settings`,
-		"optimizer=optim.adam(lr=0.01)": `the checkpoint was made with optimizer "sgd lr 0.1`,
+	another := strings.Replace(dropoutScript, "nn.dropout(0.25)", "nn.dropout(0.5)", 1)
+	for _, c := range []struct{ src, set, want string }{
+		{dropoutScript, "seed=8", `train settings: seed was 7 in the checkpoint, is 8 now`},
+		{dropoutScript, "optimizer=optim.adam(lr=0.01)", `optimizer was sgd lr 0.1`},
+		{another, "epochs=2", `(dropout, /t/train.star:`},
+		{another, "epochs=2", `): p was 0.25 in the checkpoint, is 0.5 now`},
 	} {
-		p := compile(t, loadSpec(t, dropoutScript, "epochs=2", set), 1)
+		p := compile(t, loadSpec(t, c.src, "epochs=2", c.set), 1)
 		_, err := Run(p, RunOptions{Resume: dir})
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "resume with the script and --set that made it") {
-			t.Errorf("--resume with %s: %v", set, err)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "resume with the script and --set that made it") {
+			t.Errorf("--resume with %s: %v, want %q", c.set, err, c.want)
 		}
 	}
 	p := compile(t, loadSpec(t, dropoutScript, "epochs=3"), 1)
@@ -266,8 +277,9 @@ func TestResumePassesOverDamagedCheckpoints(t *testing.T) {
 	if err := os.WriteFile(newest, []byte("not a safetensors file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A later parameter file without its state: a crash between the two.
-	if err := os.WriteFile(checkpointPath(dir, 90), []byte("x"), 0o644); err != nil {
+	// A later parameter file without its state: an earlier gorun's crash
+	// between the two.
+	if err := os.WriteFile(legacyCheckpointPath(dir, 90), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log strings.Builder
@@ -283,5 +295,115 @@ func TestResumePassesOverDamagedCheckpoints(t *testing.T) {
 	}
 	if res.Steps != 96 {
 		t.Errorf("resumed from step 32 and ran to %d, want 96", res.Steps)
+	}
+}
+
+// TestCheckpointWholeOrAbsent: a checkpoint whose write fails part-way (a
+// full disk, injected through RunOptions.writeTensors after the state
+// file and half the parameters) leaves nothing behind: the previous
+// checkpoint is whole, no temporary or half-written file remains, and the
+// run resumes from the previous one to the parameters of an uninterrupted
+// run.
+func TestCheckpointWholeOrAbsent(t *testing.T) {
+	sets := []string{"epochs=3"}
+	whole := runIn(t, t.TempDir(), "", 1, sets...)
+	dir := t.TempDir()
+	p := compile(t, loadSpec(t, dropoutScript, sets...), 1)
+	full := func(path string, ts []safetensors.Tensor, meta map[string]string) error {
+		if meta["step"] != "64" || filepath.Base(path) != ckptParams {
+			return safetensors.WriteFile(path, ts, meta)
+		}
+		// The disk fills half-way through the parameters.
+		if err := os.WriteFile(path, []byte("half a header"), 0o644); err != nil {
+			return err
+		}
+		return &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+	}
+	_, err := Run(p, RunOptions{Out: dir, writeTensors: full})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint at step 64") || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("a checkpoint write that failed: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, CheckpointDir))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "step-00000032" {
+		t.Errorf("checkpoints/ holds %v after the failed write, want only the whole step-00000032", names)
+	}
+	for _, f := range []string{checkpointPath(dir, 32), statePath(checkpointPath(dir, 32))} {
+		if _, err := safetensors.ReadFile(f); err != nil {
+			t.Errorf("the previous checkpoint: %v", err)
+		}
+	}
+	resumed := runIn(t, "", dir, 1, sets...)
+	if d := maxRelDiff(whole.Params[0], resumed.Params[0]); d != 0 {
+		t.Errorf("resumed from the checkpoint before the failed write, the parameters differ from an uninterrupted run by %.2e", d)
+	}
+}
+
+// TestCheckpointReplace: a checkpoint of a step already saved replaces the
+// old one whole; a replacement that fails leaves the old one as it was;
+// TidyCheckpoints removes what an interrupted write left and puts back a
+// checkpoint moved aside whose replacement never arrived.
+func TestCheckpointReplace(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, CheckpointDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(content string, failAt int) func(string) error {
+		return func(tmp string) error {
+			for i, name := range []string{ckptState, ckptParams} {
+				if i == failAt {
+					return errors.New("disk full")
+				}
+				if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	read := func(step int) string {
+		a, _ := os.ReadFile(filepath.Join(checkpointDir(dir, step), ckptState))
+		b, _ := os.ReadFile(filepath.Join(checkpointDir(dir, step), ckptParams))
+		return string(a) + "+" + string(b)
+	}
+	listing := func() string {
+		entries, _ := os.ReadDir(filepath.Join(dir, CheckpointDir))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return strings.Join(names, " ")
+	}
+	if err := writeCheckpoint(dir, 5, fill("old", -1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCheckpoint(dir, 5, fill("new", 1)); err == nil || read(5) != "old+old" || listing() != "step-00000005" {
+		t.Errorf("a failed replacement: %v; the checkpoint holds %q, the folder %q; want the old one alone", err, read(5), listing())
+	}
+	if err := writeCheckpoint(dir, 5, fill("new", -1)); err != nil || read(5) != "new+new" || listing() != "step-00000005" {
+		t.Errorf("a replacement: %v; the checkpoint holds %q, the folder %q; want the new one alone", err, read(5), listing())
+	}
+
+	// What a crash mid-write leaves.
+	for _, name := range []string{".step-00000007.tmp-123", ".step-00000005.old-4", ".step-00000009.old-5"} {
+		if err := os.MkdirAll(filepath.Join(dir, CheckpointDir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, CheckpointDir, name, ckptState), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := listCheckpoints(dir); len(got) != 1 || got[0] != 5 {
+		t.Errorf("with temporary folders about, the checkpoints are %v, want [5]", got)
+	}
+	done, err := TidyCheckpoints(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listing(); got != "step-00000005 step-00000009" || len(done) != 3 {
+		t.Errorf("after TidyCheckpoints (%q) the folder holds %q, want step-00000005 and the restored step-00000009", done, got)
 	}
 }

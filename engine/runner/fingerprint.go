@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"strings"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -23,6 +24,10 @@ func (rs *runState) checkFingerprints() error {
 		return nil
 	}
 	fp := rs.plan.Fingerprint()
+	// The flags that shape the run (--init, --resume, --out, --set):
+	// rank 0's alone would otherwise decide some (its --init, its run
+	// folder) while a rank given others went on unaware.
+	fp = append(fp, rs.opts.Flags...)
 	// What the Plan cannot know but every process must agree on: the data
 	// each loaded (its sizes set the number of steps) and the checkpoint
 	// each resumes from.
@@ -91,6 +96,9 @@ func checkRank(d *worker, fp []engine.PlanStep) error {
 		return fmt.Errorf("comparing plans with rank 0: %w", err)
 	}
 	switch {
+	case first >= 0 && first < len(fp) && first < n0 && isFlag(fp[first]):
+		return fmt.Errorf("rank %d was started with %s, unlike rank 0: every process of the run must be given the same %s (an mpirun command line with ':' gives processes their own flags)",
+			d.rank, flagText(fp[first]), fp[first].Label)
 	case first >= 0 && first >= len(fp):
 		return fmt.Errorf("rank %d's plan differs from rank 0's: rank 0's has %d steps, this one %d (another script or another --set on some rank?)", d.rank, n0, len(fp))
 	case first >= 0 && first >= n0:
@@ -98,7 +106,20 @@ func checkRank(d *worker, fp []engine.PlanStep) error {
 	case first >= 0:
 		return fmt.Errorf("rank %d's plan differs from rank 0's first at %s: here %s (another script or another --set on some rank?)", d.rank, fp[first].Label, fp[first].Text)
 	case !math.IsInf(float64(who[0]), 1):
-		return fmt.Errorf("rank %d's plan differs from rank 0's (its error names the step): every rank must run the same script with the same --set", int(who[0]))
+		return fmt.Errorf("rank %d's plan or flags differ from rank 0's (its error names what differs): every rank must run the same script with the same --set, --init, --resume and --out", int(who[0]))
 	}
 	return nil
+}
+
+// isFlag reports whether a fingerprint entry is a command-line flag
+// (RunOptions.Flags: "--init").
+func isFlag(e engine.PlanStep) bool { return strings.HasPrefix(e.Label, "--") }
+
+// flagText is a flag entry as a command line gives it: "--init w.safetensors",
+// or "no --init".
+func flagText(e engine.PlanStep) string {
+	if e.Text == "" {
+		return "no " + e.Label
+	}
+	return e.Label + " " + e.Text
 }

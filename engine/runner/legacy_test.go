@@ -33,7 +33,7 @@ func TestLegacyCheckpointsResume(t *testing.T) {
 			if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 				t.Fatal(err)
 			}
-			state, err := safetensors.ReadFile(statePath(checkpointPath(dir, c.step)))
+			state, err := safetensors.ReadFile(statePath(legacyCheckpointPath(dir, c.step)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -108,5 +108,5 @@ func (rs *runState) lastCheckpoint() string {
 	if err != nil || len(steps) == 0 {
 		return ""
 	}
-	return strings.TrimPrefix(checkpointPath(rs.opts.Out, steps[len(steps)-1]), filepath.Clean(".")+"/")
+	return strings.TrimPrefix(checkpointName(rs.opts.Out, steps[len(steps)-1]), filepath.Clean(".")+"/")
 }

@@ -118,3 +118,59 @@ func TestNonFiniteNamesTheRank(t *testing.T) {
 		}
 	}
 }
+
+// TestNonFiniteSkipEveryStep: with on_nonfinite = "skip", an epoch line
+// says how many steps were skipped; an epoch whose every step was skipped
+// has no train loss (null, not the previous epoch's) and ends the run with
+// an error that says so.
+func TestNonFiniteSkipEveryStep(t *testing.T) {
+	for _, devices := range []int{1, 2} {
+		dir := t.TempDir()
+		// lr 1e30: step 1 updates, every later step is non-finite.
+		s := loadSpec(t, tinyScript, "optimizer=optim.sgd(lr=1e30)", "epochs=3")
+		s.OnNonFinite = "skip"
+		p := compile(t, s, devices)
+		var log bytes.Buffer
+		res, err := Run(p, RunOptions{Out: dir, Log: &log})
+		if err == nil {
+			t.Fatalf("%d devices: a run whose epoch 2 skipped every step succeeded", devices)
+		}
+		for _, want := range []string{"epoch 2: all 32 of its steps had a non-finite loss or gradients and were skipped", "the last good checkpoint is " + filepath.Join(dir, "checkpoints")} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%d devices: error %q lacks %q", devices, err, want)
+			}
+		}
+		if strings.Count(err.Error(), "all 32 of its steps") != 1 {
+			t.Errorf("%d devices: the error is repeated per rank: %v", devices, err)
+		}
+		if res != nil {
+			t.Errorf("%d devices: a result for a failed run", devices)
+		}
+		var epochs []map[string]any
+		for _, rec := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
+			if rec["kind"] == "epoch" {
+				epochs = append(epochs, rec)
+			}
+		}
+		if len(epochs) != 2 {
+			t.Fatalf("%d devices: %d epoch lines, want 2 (the run stops after epoch 2): %v", devices, len(epochs), epochs)
+		}
+		if l, ok := epochs[0]["train_loss"].(float64); !ok || math.IsNaN(l) || epochs[0]["skipped_steps"] != 31.0 || epochs[0]["samples"] != 16.0 {
+			t.Errorf("%d devices: epoch 1 line %v, want the loss of its one good step, skipped_steps 31, samples 16", devices, epochs[0])
+		}
+		if v, ok := epochs[1]["train_loss"]; !ok || v != nil || epochs[1]["skipped_steps"] != 32.0 {
+			t.Errorf("%d devices: epoch 2 line %v, want train_loss null and skipped_steps 32", devices, epochs[1])
+		}
+		for _, want := range []string{"epoch 1/3: loss ", ", 31 of 32 steps skipped (non-finite)", "epoch 2/3: no train loss: all 32 steps skipped (non-finite)"} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("%d devices: the log lacks %q:\n%s", devices, want, lastLines(log.String(), 6))
+			}
+		}
+	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

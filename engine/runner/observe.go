@@ -32,7 +32,7 @@ func (rs *runState) epochBegins(d *worker, sc *engine.Schedule, pr *progress, ep
 // stepDone records an optimizer step (on the process's first device): the
 // Result so far and, on rank 0, its step line, the verbose log line and
 // OnStep.
-func (rs *runState) stepDone(d *worker, epoch int, loss float64, total int, dt time.Duration) error {
+func (rs *runState) stepDone(d *worker, pr *progress, epoch int, loss float64, total int, dt time.Duration) error {
 	rs.res.Steps = d.step
 	rs.res.Samples += int64(total) // this process's, for its speed
 	rs.res.FinalLoss = loss
@@ -42,7 +42,7 @@ func (rs *runState) stepDone(d *worker, epoch int, loss float64, total int, dt t
 	}
 	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.lr, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
-		Time: time.Since(rs.start).Seconds()}
+		Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
 	if err := rs.metrics.step(&sm); err != nil {
 		return fmt.Errorf("writing %s: %w", MetricsFile, err)
 	}
@@ -59,6 +59,12 @@ func (rs *runState) stepDone(d *worker, epoch int, loss float64, total int, dt t
 func (rs *runState) endEpoch(d *worker, pr *progress, epoch int, took time.Duration) error {
 	s := rs.plan.Spec
 	r := d.rank
+	steps := (pr.Micro + s.Accumulate - 1) / s.Accumulate // the epoch's optimizer steps
+	if pr.GlobalCount == 0 && steps > 0 {
+		// Every step of the epoch was skipped (on_nonfinite = "skip"): it
+		// has no train loss, and the run has stopped learning.
+		return rs.noGoodStep(d, pr, epoch, steps, took)
+	}
 	// Each rank's epoch loss, as the tutorial prints it.
 	if rs.plan.World > 1 {
 		rankLoss := math.NaN()
@@ -77,15 +83,15 @@ func (rs *runState) endEpoch(d *worker, pr *progress, epoch int, took time.Durat
 	if r != 0 {
 		return nil
 	}
-	trainLoss := pr.GlobalLoss / pr.GlobalCount
+	trainLoss := pr.GlobalLoss / pr.GlobalCount // over the steps not skipped
 	secs := took.Seconds()
-	if err := rs.metrics.record("epoch", map[string]any{
-		"epoch": epoch + 1, "train_loss": trainLoss, "samples": int64(pr.GlobalCount),
-		"seconds": secs, "train_seconds": pr.TrainSeconds, "step": d.step,
-	}); err != nil {
+	if err := rs.epochRecord(d, pr, epoch, trainLoss, secs); err != nil {
 		return err
 	}
 	line := fmt.Sprintf("epoch %d/%d: loss %.4f, %.0f samples/s", epoch+1, s.Epochs, trainLoss, pr.GlobalCount/pr.TrainSeconds)
+	if pr.Skipped > 0 {
+		line += fmt.Sprintf(", %d of %d steps skipped (non-finite)", pr.Skipped, steps)
+	}
 	if rs.eval != nil {
 		if err := rs.metrics.record("eval", map[string]any{
 			"epoch": epoch + 1, "step": d.step, "accuracy": acc, "loss": evalLoss, "samples": rs.eval.Len(),
@@ -110,7 +116,44 @@ func (rs *runState) endEpoch(d *worker, pr *progress, epoch int, took time.Durat
 	}
 	pr.BestAccuracy = rs.best
 	fmt.Fprintf(rs.log, "%s (%.1fs)\n", line, secs)
-	return rs.metrics.flush()
+	return nil
+}
+
+// epochRecord writes the epoch's metrics.jsonl line (rank 0).
+func (rs *runState) epochRecord(d *worker, pr *progress, epoch int, trainLoss, secs float64) error {
+	return rs.metrics.record("epoch", map[string]any{
+		"epoch": epoch + 1, "train_loss": trainLoss, "samples": int64(pr.GlobalCount),
+		"seconds": secs, "train_seconds": pr.TrainSeconds, "step": d.step,
+		"skipped_steps": pr.Skipped,
+	})
+}
+
+// noGoodStep ends the run after an epoch whose every step was skipped for
+// non-finite values (every rank knows: the skips were agreed): rank 0
+// records the epoch with no train loss (null, not an earlier epoch's) and
+// its skipped steps, then, once every rank has stopped at a barrier, it
+// returns the error that says so and the other ranks stop with it
+// (errWithRank0). Nothing is evaluated or saved: the parameters are those
+// of the last good step, which the last checkpoint holds.
+func (rs *runState) noGoodStep(d *worker, pr *progress, epoch, steps int, took time.Duration) error {
+	s := rs.plan.Spec
+	if d.rank == 0 {
+		if err := rs.epochRecord(d, pr, epoch, math.NaN(), took.Seconds()); err != nil {
+			return err
+		}
+		fmt.Fprintf(rs.log, "epoch %d/%d: no train loss: all %d steps skipped (non-finite) (%.1fs)\n", epoch+1, s.Epochs, steps, took.Seconds())
+	}
+	if err := d.barrier("epoch without a good step", d.step); err != nil {
+		return err
+	}
+	if d.rank != 0 {
+		return fmt.Errorf("epoch %d had no step with finite values (rank 0's error says more): %w", epoch+1, errWithRank0)
+	}
+	msg := fmt.Sprintf("epoch %d: all %d of its steps had a non-finite loss or gradients and were skipped (on_nonfinite = \"skip\"): the epoch trained nothing, so the run stops", epoch+1, steps)
+	if last := rs.lastCheckpoint(); last != "" {
+		msg += "; the last good checkpoint is " + last
+	}
+	return fmt.Errorf("%s (lower the learning rate, or look for non-finite data: on_nonfinite = \"stop\" names the op that first produces one)", msg)
 }
 
 // summary finishes the Result and writes the summary line.

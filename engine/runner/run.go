@@ -75,6 +75,15 @@ type RunOptions struct {
 	// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK): process k of a host opens
 	// that host's devices k·D … k·D+D-1.
 	HostRank int
+	// Flags are the run-shaping command-line flags of this process, one
+	// entry each (Label the flag, "--init"; Text its value as given, ""
+	// when absent). The processes of a multi-process run compare them
+	// with rank 0's at start-up, after the Plan, and a rank given another
+	// value stops the run naming itself and the flag.
+	Flags []engine.PlanStep
+	// writeTensors, when set (tests), writes each file of a checkpoint in
+	// place of safetensors.WriteFile: a test fails it as a full disk would.
+	writeTensors checkpointWriter
 }
 
 // Result sums a finished run.
@@ -177,7 +186,15 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		ds   datasets.Dataset
 		data *spec.Data
 	}{{rs.train, &s.Data}, {rs.eval, s.Eval}} {
+		if err := checkVocabulary(p, c.ds, c.data); err != nil {
+			return nil, err
+		}
 		if err := checkTargets(c.ds, c.data, s.IgnoreIndex); err != nil {
+			return nil, err
+		}
+	}
+	if rs.eval != nil {
+		if err := p.CheckEvalBatches(rs.eval.Name(), rs.eval.Len()); err != nil {
 			return nil, err
 		}
 	}
@@ -397,6 +414,9 @@ func (rs *runState) runRanks() error {
 			d := rs.workers[r]
 			if err := rs.safeRankLoop(d); err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", d.rank, err)
+				if errors.Is(err, errWithRank0) {
+					return // rank 0 stops too, and says why
+				}
 				if rs.help != nil {
 					rs.help.failed.Store(true)
 				}
@@ -409,7 +429,7 @@ func (rs *runState) runRanks() error {
 	// another failed say nothing new).
 	var causes []error
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, comm.ErrAborted) {
+		if err != nil && !errors.Is(err, comm.ErrAborted) && !errors.Is(err, errWithRank0) {
 			causes = append(causes, err)
 		}
 	}
@@ -418,6 +438,11 @@ func (rs *runState) runRanks() error {
 	}
 	return errors.Join(causes...)
 }
+
+// errWithRank0 ends a rank that stops, with every other, where rank 0
+// returns the error that says why (an epoch without a good step): when
+// rank 0's error is among a process's, this one is not repeated.
+var errWithRank0 = errors.New("stopped with rank 0")
 
 // PanicError is a panic inside a rank's loop, turned into an error so that
 // the other ranks are released and the caller decides what to print.
@@ -447,7 +472,12 @@ func (rs *runState) schedule(e int) (*engine.Schedule, error) {
 			rs.schedErr[e] = err
 			return
 		}
-		rs.schedules[e] = engine.NewSchedule(shards, rs.plan.LocalBatch, policy)
+		sc := engine.NewSchedule(shards, rs.plan.LocalBatch, policy)
+		if err := rs.plan.CheckBatches(e, sc); err != nil {
+			rs.schedErr[e] = err
+			return
+		}
+		rs.schedules[e] = sc
 		// Ranks stay within a step of each other (every step ends with a
 		// collective), so none still reads the schedule of two epochs ago.
 		if e >= 2 {
@@ -538,9 +568,12 @@ func (rs *runState) runEpoch(d *worker, pr *progress, epoch int) (bool, error) {
 	if err := engine.CheckSchedule(s.Schedule, d.totalSteps); err != nil {
 		return false, err
 	}
-	if epoch != pr.Epoch {
+	if epoch != pr.Epoch || pr.Micro == 0 {
+		// A new epoch: its line counts its own steps. (A checkpoint made
+		// inside this epoch carries them: resuming there goes on.)
 		pr.Epoch, pr.Micro = epoch, 0
 		pr.GlobalLoss, pr.GlobalCount, pr.TrainSeconds = 0, 0, 0
+		pr.Skipped = 0
 		clear(pr.RankLoss)
 		clear(pr.RankCount)
 	}
@@ -600,19 +633,22 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	scale := p.Sync.LossScale()
 	positions := denom * p.Positions()
-	if kept, ok := rs.train.(keptCounter); ok && s.IgnoreIndex != nil {
+	noTargets := false // every target of the step is the ignore_index
+	if ig, ok := ignore32(s.IgnoreIndex); ok && p.Classes > 0 {
 		// ignore_index: the mean is over the targets kept in the whole
 		// step (every rank's, unless ranks step alone), as PyTorch's.
 		positions = 0
+		all := 0
 		for m := g0; m < g1; m++ {
-			if p.Sync.LocalLoss() || rs.plan.World == 1 {
-				positions += kept.Kept(sc.Slice(d.rank, m), int32(*s.IgnoreIndex))
-				continue
-			}
 			for r := 0; r < p.World; r++ {
-				positions += kept.Kept(sc.Slice(r, m), int32(*s.IgnoreIndex))
+				k := datasets.Kept(rs.train, sc.Slice(r, m), ig)
+				all += k
+				if r == d.rank || !p.Sync.LocalLoss() {
+					positions += k
+				}
 			}
 		}
+		noTargets = all == 0
 	}
 	d.rc.LossScale = scale / float64(max(positions, 1))
 	d.rc.Step = d.step + 1
@@ -665,7 +701,9 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		if s.OnNonFinite != "skip" {
 			return rs.nonFinite(d, epoch, bad > 0, local, gradsOK)
 		}
-		// Skip the update, as AMP's scaler does; the step still counts.
+		// Skip the update, as AMP's scaler does; the step still counts,
+		// and the epoch's line says how many were skipped.
+		pr.Skipped++
 		if d.rank == 0 {
 			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", epoch+1, d.step+1)
 		}
@@ -676,7 +714,13 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	pr.Step, pr.Micro = d.step, g1
 	d.interrupted = stops > 0
 	loss := math.NaN() // a skipped step's loss is recorded as null
-	if bads == 0 {
+	if noTargets && d.rank == 0 {
+		// PyTorch's mean over no targets is NaN, with zero gradients: the
+		// update ran on those, and the loss is recorded as null.
+		fmt.Fprintf(rs.log, "epoch %d step %d: every target of the step is the ignore_index (%d): no loss (recorded as null); the update ran with zero gradients, as PyTorch's\n",
+			epoch+1, d.step, *s.IgnoreIndex)
+	}
+	if bads == 0 && !noTargets {
 		pr.RankLoss[d.rank] += localSum
 		pr.RankCount[d.rank] += float64(mine)
 		pr.GlobalLoss += sum
@@ -687,29 +731,57 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	pr.TrainSeconds += dt.Seconds()
 	pr.Samples += int64(total)
 	if d == rs.workers[0] {
-		return rs.stepDone(d, epoch, loss, total, dt)
+		return rs.stepDone(d, pr, epoch, loss, total, dt)
 	}
 	return nil
 }
 
-// checkTargets refuses token targets below 0 that are not the run's
-// ignore_index: the class losses would index outside the scores.
+// checkTargets refuses class targets below 0 that are not the run's
+// ignore_index (the class losses would look them up outside the scores),
+// and a dataset whose every target is the ignore_index (a loss with
+// nothing to average: PyTorch's mean is NaN).
 func checkTargets(ds datasets.Dataset, d *spec.Data, ignore *int) error {
-	m, ok := ds.(interface{ MinTarget() int32 })
-	if ds == nil || !ok || m.MinTarget() >= 0 {
+	if ds == nil {
 		return nil
 	}
-	if ignore == nil || int(m.MinTarget()) != *ignore {
-		return fmt.Errorf("%s: %s has the target %d, outside the vocabulary: set train(ignore_index = %d) to skip such targets",
-			d.Pos, ds.Name(), m.MinTarget(), m.MinTarget())
+	if err := datasets.CheckNegatives(dataPos(d)+ds.Name(), datasets.Negatives(ds), ignore); err != nil {
+		return err
+	}
+	if ig, ok := ignore32(ignore); ok && datasets.Kept(ds, nil, ig) == 0 {
+		return fmt.Errorf("%s%s: every target is the ignore_index, %d: the loss has nothing to average (PyTorch's mean would be NaN)",
+			dataPos(d), ds.Name(), ig)
 	}
 	return nil
 }
 
-// keptCounter is a token dataset that counts the targets of some windows
-// that are not a given ignore_index.
-type keptCounter interface {
-	Kept(idx []int, ignore int32) int
+// ignore32 is the ignore_index as a target value, when there is one that
+// a target can hold.
+func ignore32(ignore *int) (int32, bool) {
+	if ignore == nil || *ignore != int(int32(*ignore)) {
+		return 0, false
+	}
+	return int32(*ignore), true
+}
+
+// checkVocabulary refuses token data whose vocabulary is larger than the
+// one the plan was compiled for: the compiler checked every embedding's
+// table against that one (Plan.Classes), and an id past a table would
+// look up a row of zeros.
+func checkVocabulary(p *engine.Plan, ds datasets.Dataset, d *spec.Data) error {
+	if ds == nil || !p.Tokens || ds.NumClasses() <= p.Classes {
+		return nil
+	}
+	return fmt.Errorf("%s%s has a vocabulary of %d token ids, but the plan was compiled for %d (did the data change since?): its embeddings' tables and its output are sized for those",
+		dataPos(d), ds.Name(), ds.NumClasses(), p.Classes)
+}
+
+// dataPos is "pos: " for the data.* call of d, or "" when there is none
+// (data given through RunOptions).
+func dataPos(d *spec.Data) string {
+	if d == nil || d.Pos == "" {
+		return ""
+	}
+	return string(d.Pos) + ": "
 }
 
 // evaluate runs the forward pass over this rank's part of the eval set and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 
 	"gorun/datasets"
 	"gorun/engine"
@@ -11,15 +12,39 @@ import (
 	"gorun/safetensors"
 )
 
+// MaxSampleTokens is the most tokens Generate adds in one call (gorun
+// sample --tokens): a model sees only its last window, so a longer text
+// is a second call whose prompt is the first one's end.
+const MaxSampleTokens = 1_000_000
+
 // SampleOptions say how Generate continues a prompt.
 type SampleOptions struct {
-	// Tokens is how many tokens to add.
+	// Tokens is how many tokens to add: 1 to MaxSampleTokens.
 	Tokens int
 	// Temperature divides the logits before sampling; 0 picks the most
-	// likely token every time (greedy).
+	// likely token every time (greedy). It must be finite.
 	Temperature float64
 	// Seed seeds the sampling.
 	Seed uint64
+	// Emit, when set, receives each token as it is drawn (gorun sample
+	// prints it at once), and Generate keeps none: its memory is the
+	// model's window, however many tokens it adds. An error from Emit
+	// ends Generate with that error.
+	Emit func(token int32) error
+	// Interrupt, when set and true, ends Generate before the next token,
+	// without an error (the CLI sets it on SIGINT and SIGTERM).
+	Interrupt *atomic.Bool
+}
+
+// check refuses options Generate cannot honour.
+func (o *SampleOptions) check() error {
+	switch {
+	case o.Tokens < 1 || o.Tokens > MaxSampleTokens:
+		return fmt.Errorf("%d tokens to add: want 1 to %d", o.Tokens, MaxSampleTokens)
+	case math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) || o.Temperature < 0:
+		return fmt.Errorf("temperature %g: want a finite number, 0 (greedy) or more", o.Temperature)
+	}
+	return nil
 }
 
 // Generate continues prompt (token ids) with a sequence model of p (a
@@ -29,13 +54,23 @@ type SampleOptions struct {
 // placed at the window's start while shorter) and draws the next token
 // from the logits at the last position, on a device of the Plan's
 // backend (which must be registered: cmd/gorun samples on the cpu one).
-// It returns the added tokens.
+// It returns the added tokens, or none when o.Emit takes them.
 func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([]int32, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	if !p.Tokens {
 		return nil, fmt.Errorf("the model does not read token windows (data.text): nothing to sample")
 	}
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("an empty prompt: give at least one token")
+	}
+	for i, id := range prompt {
+		// The embedding would look up a row of zeros (PyTorch: "index
+		// out of range in self").
+		if id < 0 || int(id) >= p.Classes {
+			return nil, fmt.Errorf("prompt token %d has the id %d, outside the model's vocabulary of %d ids (0 … %d)", i+1, id, p.Classes, p.Classes-1)
+		}
 	}
 	f, err := safetensors.ReadFile(params)
 	if err != nil {
@@ -64,9 +99,18 @@ func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([
 	window := &windowSet{t: t, v: v, x: make([]int32, t), y: make([]int32, t)}
 	logits := make([]float32, prog.Output.Elems())
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5a3))
-	seq := append([]int32(nil), prompt...)
+	// seq holds the window's tokens (all the added ones too without Emit),
+	// keeping at most 2T when Emit takes them.
+	seq := append(make([]int32, 0, max(len(prompt), 2*t)), prompt...)
+	var added []int32
 	probs := make([]float64, v)
 	for range o.Tokens {
+		if o.Interrupt != nil && o.Interrupt.Load() {
+			break
+		}
+		if o.Emit != nil && len(seq) >= 2*t {
+			seq = append(seq[:0], seq[len(seq)-t:]...)
+		}
 		ctx := seq[max(0, len(seq)-t):]
 		clear(window.x)
 		copy(window.x, ctx)
@@ -86,9 +130,17 @@ func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([
 			return nil, err
 		}
 		row := logits[(len(ctx)-1)*v : len(ctx)*v]
-		seq = append(seq, pick(row, probs, o.Temperature, rng))
+		tok := pick(row, probs, o.Temperature, rng)
+		seq = append(seq, tok)
+		if o.Emit == nil {
+			added = append(added, tok)
+			continue
+		}
+		if err := o.Emit(tok); err != nil {
+			return nil, err
+		}
 	}
-	return seq[len(prompt):], nil
+	return added, nil
 }
 
 // pick draws a token from logits: the largest with temperature 0, else
