@@ -84,4 +84,12 @@ func TestResumeOfAnotherModelNamesTheChange(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, want) || len(stderr) > 400 || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("exit %d, stderr (%d bytes):\n%s\nwant exit 1 and one line with %q", code, len(stderr), stderr, want)
 	}
+	// A refused resume leaves the run folder as it was: the script copy
+	// is still the run's, no earlier one set aside.
+	if _, err := os.Stat(filepath.Join(out, "script.1")); err == nil {
+		t.Error("the refused resume set the run's script copy aside as script.1")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "script", "train.star")); string(b) != small {
+		t.Errorf("the refused resume replaced the run's script copy: script/train.star holds %q", b)
+	}
 }

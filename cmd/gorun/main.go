@@ -424,15 +424,17 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	}
 	if out != "" && (f.world == nil || f.world.proc == 0) {
 		// The script and what it loaded, as they are now: what trains.
+		// Read now, written once the run is accepted (a refused --resume
+		// leaves the folder as it was).
 		m, err := snapshotScript(plan.Spec, script.SearchPathFromEnv(os.Getenv("GORUN_PATH")))
 		if err != nil {
 			return err
 		}
-		if err := writeScriptCopy(out, m, stderr); err != nil {
-			return err
-		}
-		if err := writeRunInfo(out, path, f.rawSets); err != nil {
-			return err
+		opts.Started = func() error {
+			if err := writeScriptCopy(out, m, stderr); err != nil {
+				return err
+			}
+			return writeRunInfo(out, path, f.rawSets)
 		}
 	}
 	setPhase("training %s", path)

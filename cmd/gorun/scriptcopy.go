@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,14 +160,18 @@ func (m *scriptManifest) sameFiles(old *scriptManifest) (bool, []string) {
 	}
 	var changed []string
 	for _, f := range m.Files {
-		if sum, ok := was[f.Path]; !ok || sum != f.SHA256 {
+		moved := m.Script != old.Script && f.Path == m.Script // another script: said once, below
+		if sum, ok := was[f.Path]; (!ok || sum != f.SHA256) && !moved {
 			changed = append(changed, f.Path)
 		}
 		delete(was, f.Path)
 	}
 	for p := range was {
-		changed = append(changed, p+" (no longer loaded)")
+		if m.Script == old.Script || p != old.Script {
+			changed = append(changed, p+" (no longer loaded)")
+		}
 	}
+	sort.Strings(changed)
 	if m.Script != old.Script {
 		changed = append([]string{fmt.Sprintf("the script is %s, was %s", m.Script, old.Script)}, changed...)
 	}

@@ -59,6 +59,12 @@ type RunOptions struct {
 	OnEpochEnd func(epoch int)
 	// Init is a safetensors file of initial parameters (--init).
 	Init string
+	// Started, when set, is called once in the process that holds rank 0
+	// after every check that can refuse the run (data, --init, --resume,
+	// the ranks' plans, the first epoch's shards) has passed and before
+	// step 1: what it writes into the run folder is not written for a run
+	// that was refused.
+	Started func() error
 	// Resume is a run folder to continue from its newest checkpoint
 	// (--resume); Out defaults to it.
 	Resume string
@@ -253,6 +259,11 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	}
 	if first < s.Epochs {
 		if _, err := rs.schedule(first); err != nil {
+			return nil, err
+		}
+	}
+	if rs.lead && opts.Started != nil {
+		if err := opts.Started(); err != nil {
 			return nil, err
 		}
 	}
