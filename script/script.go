@@ -140,8 +140,7 @@ func WithMaxMemory(n uint64) Option { return func(o *options) { o.maxMemory = n 
 // slow. abort is called, from another goroutine, when the heap passes the
 // memory budget (WithMaxMemory) during such an operation, or when the code
 // still runs a quarter of a second after the context ended (WithContext: a
-// signal); err
-// names the script or the strategy and says why. abort must
+// signal); err names the script or the strategy and says why. abort must
 // end the process (cmd/gorun prints err and exits). Without it, the
 // operation under way runs to its end.
 func WithAbort(abort func(err error)) Option { return func(o *options) { o.abort = abort } }

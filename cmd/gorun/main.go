@@ -363,9 +363,8 @@ func loadSpec(path string, f *flags) (*spec.Spec, error) {
 // abortScript ends gorun when Starlark code (the script, a partition
 // strategy) cannot be stopped (script.WithAbort): one operation under way
 // has passed the memory budget, or has not ended a quarter of a second
-// after a signal.
-// It says so, unlocks the run folder and exits with the signal's status
-// (143 for SIGTERM), or 1.
+// after a signal. It says so, unlocks the run folder and exits with the
+// signal's status (143 for SIGTERM), or 1.
 func (f *flags) abortScript(err error) {
 	code := 1
 	if f.sig != nil {
