@@ -7,7 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+
+	"gorun/datasets/userfile"
 )
 
 // idxKind is the kind of IDX file expected.
@@ -78,7 +79,7 @@ func readIDX(path string, kind idxKind) (*idxFile, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
 	}
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return nil, err
 	}

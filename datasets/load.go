@@ -24,14 +24,48 @@ type Info struct {
 	// Negatives are the class targets below 0 (data.tensors'), which
 	// only a loss's ignore_index may hold (CheckNegatives).
 	Negatives []Negative
+	// Vocab is token data's vocabulary (its Kind is empty for other
+	// data): what a model built for this data reads, which an eval set
+	// must use too (WithVocab).
+	Vocab Vocab
+}
+
+// Option changes how Describe and Load read a dataset.
+type Option func(*options)
+
+type options struct {
+	vocab *Vocab
+}
+
+// WithVocab reads a data.text dataset with the vocabulary of the model it
+// feeds (the training data's, Info.Vocab) instead of one of its own: an
+// eval text is then encoded as the model reads text, and a character
+// outside the model's vocabulary is an error naming it (with a vocabulary
+// of its own, an eval text with other characters would silently give its
+// ids other meanings). An empty vocabulary changes nothing.
+func WithVocab(v Vocab) Option {
+	return func(o *options) {
+		if v.Kind != "" {
+			o.vocab = &v
+		}
+	}
+}
+
+func optionsOf(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
 }
 
 // Describe gives the sample shape and targets of the dataset a Spec names
 // without loading it: fixed for MNIST and Fashion-MNIST, from the Spec for
 // synthetic data, from the labels and headers only for data.tensors. A
-// data.text dataset is read (its vocabulary is the text's). Errors carry
-// the script position of the data.* call.
-func Describe(d *spec.Data) (Info, error) {
+// data.text dataset is read (its vocabulary is the text's, or the one
+// WithVocab gives). Errors carry the script position of the data.* call.
+func Describe(d *spec.Data, opts ...Option) (Info, error) {
+	o := optionsOf(opts)
 	var info Info
 	switch d.Kind {
 	case "mnist", "fashion_mnist":
@@ -43,15 +77,18 @@ func Describe(d *spec.Data) (Info, error) {
 		if info, err = tensorsInfo(tensorsSource(d), d.Classes); err != nil {
 			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
+		if info.Tokens {
+			info.Vocab = Vocab{Kind: "ids", N: info.Classes}
+		}
 		if info.Target != nil && len(d.Transforms) > 0 {
 			return Info{}, fmt.Errorf("%s: data.%s: transforms are for images with class labels; this dataset has float targets (regression)", d.Pos, d.Kind)
 		}
 	case "text":
-		ds, err := textData(d)
+		ds, err := textData(d, o)
 		if err != nil {
 			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
-		info = Info{Sample: ds.SampleShape(), Classes: ds.NumClasses(), Tokens: true}
+		info = Info{Sample: ds.SampleShape(), Classes: ds.NumClasses(), Tokens: true, Vocab: ds.Vocab()}
 	default:
 		return Info{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
 	}
@@ -70,8 +107,10 @@ func Describe(d *spec.Data) (Info, error) {
 // Load reads the dataset a Spec names. A dataset with transforms is an
 // EpochDataset: its samples are transformed only through Epoch, which the
 // runner calls for the training set at every epoch. Errors carry the
-// script position of the data.* call.
-func Load(d *spec.Data) (Dataset, error) {
+// script position of the data.* call. WithVocab gives a data.text eval set
+// the model's vocabulary.
+func Load(d *spec.Data, opts ...Option) (Dataset, error) {
+	o := optionsOf(opts)
 	var ds Dataset
 	var err error
 	switch d.Kind {
@@ -84,7 +123,7 @@ func Load(d *spec.Data) (Dataset, error) {
 	case "synthetic":
 		ds, err = Synthetic(d.Split, d.Size, d.Shape, d.Classes, d.Noise, uint64(d.Seed))
 	case "text":
-		ds, err = textData(d)
+		ds, err = textData(d, o)
 	default:
 		err = fmt.Errorf("unknown dataset %q", d.Kind)
 	}
@@ -151,11 +190,15 @@ func transforms(d *spec.Data) ([]Transform, error) {
 	return ts, nil
 }
 
-// textData reads a data.text dataset.
-func textData(d *spec.Data) (Tokens, error) {
+// textData reads a data.text dataset, with the model's vocabulary when o
+// gives one.
+func textData(d *spec.Data, o options) (Tokens, error) {
 	text, err := ReadText(d.File)
 	if err != nil {
 		return nil, err
+	}
+	if o.vocab != nil {
+		return ModelText(d.File, text, d.SeqLen, d.Vocab, *o.vocab, d.Split, d.TestFraction)
 	}
 	return Text(d.File, text, d.SeqLen, d.Vocab, d.Split, d.TestFraction)
 }

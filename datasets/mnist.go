@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"gorun/datasets/userfile"
 )
 
 // The mean and standard deviation of MNIST's training pixels scaled to
@@ -142,11 +144,12 @@ func findIDX(name, dir, stem, kind string) (string, error) {
 	}
 	for _, c := range cands {
 		p := filepath.Join(dir, c)
-		st, err := os.Stat(p)
-		if err == nil && st.Mode().IsRegular() {
+		_, err := userfile.Check(p)
+		if err == nil {
 			return p, nil
 		}
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if !errors.Is(err, fs.ErrNotExist) {
+			// Another kind of file (a FIFO, a folder) under that name.
 			return "", fmt.Errorf("datasets: %s: %w", name, err)
 		}
 	}

@@ -7,10 +7,10 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
 	"strconv"
 	"strings"
 
+	"gorun/datasets/userfile"
 	"gorun/safetensors"
 )
 
@@ -49,7 +49,7 @@ func readNPY(path string, headerOnly bool) (*array, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
 	}
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"gorun/datasets/userfile"
 )
 
 // Tokens is a dataset of token windows for sequence models: a sample is
@@ -41,8 +43,9 @@ func (v Vocab) Size() int {
 	return len(v.Chars)
 }
 
-// Encode turns text into ids; a character the vocabulary lacks is an
-// error naming it.
+// Encode turns text into ids. Characters the vocabulary lacks are an
+// error naming them (a few, with how often each occurs): a model knows only
+// the characters of its training text.
 func (v Vocab) Encode(s string) ([]int32, error) {
 	if v.Kind == "ids" {
 		return nil, fmt.Errorf("the model was trained on token ids (data.tensors), which have no text to encode")
@@ -54,15 +57,60 @@ func (v Vocab) Encode(s string) ([]int32, error) {
 		}
 		return out, nil
 	}
-	var out []int32
+	out := make([]int32, 0, len(s))
+	var missing map[rune]int
 	for _, r := range s {
 		i, ok := slices.BinarySearch(v.Chars, r)
 		if !ok {
-			return nil, fmt.Errorf("character %q is not in the vocabulary (%d characters of the training text)", r, len(v.Chars))
+			if missing == nil {
+				missing = map[rune]int{}
+			}
+			missing[r]++
+			continue
 		}
 		out = append(out, int32(i))
 	}
+	if missing != nil {
+		return nil, v.outside(missing)
+	}
 	return out, nil
+}
+
+// maxNamed is how many characters outside a vocabulary an error names.
+const maxNamed = 5
+
+// outside is the error for characters (with their counts) that a chars
+// vocabulary lacks: the most frequent first, at most maxNamed of them.
+func (v Vocab) outside(missing map[rune]int) error {
+	rs := make([]rune, 0, len(missing))
+	total := 0
+	for r, n := range missing {
+		rs = append(rs, r)
+		total += n
+	}
+	slices.SortFunc(rs, func(a, b rune) int {
+		if missing[a] != missing[b] {
+			return missing[b] - missing[a]
+		}
+		return int(a - b)
+	})
+	var named []string
+	for _, r := range rs[:min(len(rs), maxNamed)] {
+		times := "times"
+		if missing[r] == 1 {
+			times = "time"
+		}
+		named = append(named, fmt.Sprintf("%q (%d %s)", r, missing[r], times))
+	}
+	if len(rs) > maxNamed {
+		named = append(named, fmt.Sprintf("and %d more", len(rs)-maxNamed))
+	}
+	what := fmt.Sprintf("%d characters", len(rs))
+	if len(rs) == 1 {
+		what = "1 character"
+	}
+	return fmt.Errorf("%s (%d in all) outside the model's vocabulary, the %d characters of its training text: %s",
+		what, total, len(v.Chars), strings.Join(named, ", "))
 }
 
 // Decode turns ids into text (bytes that are not UTF-8 show as U+FFFD).
@@ -119,7 +167,7 @@ func ReadText(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w%s", err, fortunesHint(path))
 	}
 	if !st.IsDir() {
-		return os.ReadFile(path)
+		return userfile.ReadFile(path, 0)
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {
@@ -134,7 +182,7 @@ func ReadText(path string) ([]byte, error) {
 	sort.Strings(names)
 	var out []byte
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(path, n))
+		b, err := userfile.ReadFile(filepath.Join(path, n), 0)
 		if err != nil {
 			return nil, err
 		}
@@ -159,6 +207,18 @@ func fortunesHint(path string) string {
 // the others "train": the two never share text. The vocabulary is built
 // from the whole text, so both splits share it.
 func Text(name string, text []byte, seqLen int, vocab, split string, testFraction float64) (Tokens, error) {
+	return textWindows(name, text, seqLen, vocab, nil, split, testFraction)
+}
+
+// ModelText is Text for a model built on other data, whose vocabulary is
+// model (an eval set's, the training data's): the text is encoded with
+// it, not with one of its own, and a character outside it is an error
+// naming it. vocab, the dataset's own setting, must be model's kind.
+func ModelText(name string, text []byte, seqLen int, vocab string, model Vocab, split string, testFraction float64) (Tokens, error) {
+	return textWindows(name, text, seqLen, vocab, &model, split, testFraction)
+}
+
+func textWindows(name string, text []byte, seqLen int, vocab string, model *Vocab, split string, testFraction float64) (Tokens, error) {
 	if seqLen < 1 {
 		return nil, fmt.Errorf("datasets: %s: seq_len must be ≥ 1, got %d", name, seqLen)
 	}
@@ -170,11 +230,29 @@ func Text(name string, text []byte, seqLen int, vocab, split string, testFractio
 	}
 	var v Vocab
 	var ids []int32
-	switch vocab {
-	case "bytes":
+	var runes []rune // the text, when it is encoded with the model's characters
+	switch {
+	case model != nil && model.Kind != vocab:
+		switch model.Kind {
+		case "ids":
+			return nil, fmt.Errorf("datasets: %s: the model reads token ids (data.tensors), which text has none of", name)
+		case "bytes", "chars":
+			return nil, fmt.Errorf("datasets: %s: vocab = %q, but the model's vocabulary is its training text's %q: give vocab = %q", name, vocab, model.Kind, model.Kind)
+		}
+		return nil, fmt.Errorf("datasets: %s: unknown model vocabulary %q", name, model.Kind)
+	case model != nil && vocab == "chars":
+		if !utf8.Valid(text) {
+			return nil, fmt.Errorf("datasets: %s: the text is not valid UTF-8, and the model's vocabulary is the characters of its training text", name)
+		}
+		// Encoded once split: only the split's characters must be the
+		// model's.
+		v = *model
+		runes = []rune(string(text))
+		ids = make([]int32, len(runes))
+	case vocab == "bytes":
 		v = Vocab{Kind: "bytes"}
 		ids, _ = v.Encode(string(text))
-	case "chars":
+	case vocab == "chars":
 		if !utf8.Valid(text) {
 			return nil, fmt.Errorf("datasets: %s: the text is not valid UTF-8; use vocab = \"bytes\"", name)
 		}
@@ -199,6 +277,13 @@ func Text(name string, text []byte, seqLen int, vocab, split string, testFractio
 	lo, hi := 0, windows-test
 	if split == "test" {
 		lo, hi = windows-test, windows
+	}
+	if runes != nil {
+		enc, err := v.Encode(string(runes[lo*seqLen : hi*seqLen+1]))
+		if err != nil {
+			return nil, fmt.Errorf("datasets: %s: the %s split has %w", name, split, err)
+		}
+		copy(ids[lo*seqLen:], enc)
 	}
 	return &textSet{name: name + "/" + split, ids: ids[lo*seqLen : hi*seqLen+1], n: hi - lo, t: seqLen, vocab: v}, nil
 }

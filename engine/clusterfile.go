@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,8 +12,13 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"gorun/datasets/userfile"
 	"gorun/engine/target"
 )
+
+// MaxClusterFileBytes is the largest cluster file LoadCluster reads (1
+// MiB): a larger one is a mistake, not a cluster.
+const MaxClusterFileBytes = 1 << 20
 
 // LoadCluster reads a cluster TOML file. Every key is optional; a key left
 // out keeps the default shown (DefaultCluster's):
@@ -63,7 +67,7 @@ import (
 // node's as "c.toml:5: node[2].slots". Set changes one key of a Cluster the
 // same way, from a string.
 func LoadCluster(path string) (Cluster, error) {
-	src, err := os.ReadFile(path)
+	src, err := userfile.ReadFile(path, MaxClusterFileBytes)
 	if err != nil {
 		return Cluster{}, fmt.Errorf("cluster file: %w", err)
 	}

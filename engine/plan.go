@@ -249,8 +249,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	}
 	if s.Eval != nil {
 		// The eval set must fit the model the training set shapes, or
-		// evaluation fails a whole epoch later.
-		ev, err := datasets.Describe(s.Eval)
+		// evaluation fails a whole epoch later; token text is read with
+		// the model's vocabulary, the training data's.
+		ev, err := datasets.Describe(s.Eval, datasets.WithVocab(info.Vocab))
 		if err != nil {
 			return nil, err
 		}

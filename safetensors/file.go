@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"gorun/datasets/userfile"
 )
 
 // ReadFile reads and validates the safetensors file at path. Format errors
 // are *Error values naming path.
 func ReadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+	b, err := userfile.ReadFile(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}

@@ -25,6 +25,9 @@ const (
 	// DefaultMaxMemory is how much the Go heap may grow while a script or
 	// a strategy runs (WithMaxMemory).
 	DefaultMaxMemory = 4 << 30
+	// MaxSourceBytes is the largest script or load()ed file read from
+	// disk: a configuration larger than 16 MiB is a mistake.
+	MaxSourceBytes = 16 << 20
 )
 
 const budgetKey = "gorun.budget"
@@ -71,21 +74,6 @@ func checkElements(name, what string, n int) error {
 		return fmt.Errorf("%s: %s = %d is more than the limit of %d elements", name, what, n, MaxElements)
 	}
 	return nil
-}
-
-// whileRunning cancels t with ctx's cause when ctx ends before the returned
-// stop function is called.
-func whileRunning(ctx context.Context, t *starlark.Thread) (stop func() bool) {
-	if ctx == nil {
-		return func() bool { return false }
-	}
-	return context.AfterFunc(ctx, func() {
-		reason := "interrupted"
-		if c := context.Cause(ctx); c != nil {
-			reason = c.Error()
-		}
-		t.Cancel(reason)
-	})
 }
 
 // boundedUniverse shadows the universe builtins whose work or result grows
@@ -156,7 +144,7 @@ func FormatBacktrace(ee *starlark.EvalError, head, tail int) string {
 }
 
 // heapBytes is the Go heap in use now (runtime/metrics: no stop of the
-// world).
+// world): live objects, and dead ones not yet swept.
 func heapBytes() uint64 {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
@@ -166,29 +154,107 @@ func heapBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// watchMemory calls cancel when the heap grows by more than max bytes while
-// it runs: a script that builds ever bigger values (x = x + x in a loop)
-// stops with an error instead of taking the machine's memory. One
-// Starlark operation is not interrupted: Starlark itself caps a repetition
-// (x * n) at 2^30 elements. stop ends the watch.
-func watchMemory(cancel func(reason string), max uint64) (stop func()) {
+// How the watch of an evaluation runs (watch).
+const (
+	// watchTick is how often the heap is read.
+	watchTick = time.Millisecond
+	// abortGrace is how long Starlark code may take to stop once its
+	// context ended before the abort function (WithAbort) ends the
+	// process.
+	abortGrace = 250 * time.Millisecond
+)
+
+// watch watches one evaluation — a script with the files it loads, or one
+// call of a partition strategy, named by what — from another goroutine,
+// until the returned stop is called:
+//
+//   - when ctx ends (a signal), it cancels the evaluation with ctx's cause;
+//   - when the Go heap has grown by more than a third of max, it cancels
+//     the evaluation. Starlark sees a cancel only between two operations,
+//     and one operation may take twice what the values it reads take (x +
+//     x, x += x): stopped at a third, a script that doubles a list stays
+//     within max, where one stopped at max reached twice max;
+//   - with abort set, when the heap passes max all the same (one
+//     operation as big as Starlark allows: a repetition [0] * n of up to
+//     2^30 elements, a join), or when the evaluation still runs
+//     abortGrace after ctx ended (an operation that takes that long), it
+//     calls abort, which ends the process: nothing else stops an
+//     operation under way. (After a cancel for memory, the operation under
+//     way is left to end: it ends within max.)
+func watch(ctx context.Context, max uint64, what string, cancel func(reason string), abort func(error)) (stop func()) {
+	w := &watcher{ctx: ctx, max: max, what: what, cancel: cancel, abort: abort, heap: heapBytes}
+	return w.start()
+}
+
+// watcher is what watch watches with; tests give it another heap.
+type watcher struct {
+	ctx    context.Context
+	max    uint64
+	what   string
+	cancel func(reason string)
+	abort  func(error)
+	heap   func() uint64 // the Go heap in use now: heapBytes
+}
+
+func (w *watcher) start() (stop func()) {
+	max, ctx := w.max, w.ctx
 	if max == 0 {
 		max = DefaultMaxMemory
 	}
-	base := heapBytes()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	interrupted := func() string {
+		if c := context.Cause(ctx); c != nil {
+			return c.Error()
+		}
+		return "interrupted"
+	}
+	if ctx.Err() != nil {
+		w.cancel(interrupted()) // before the first step
+	}
+	base := w.heap()
 	done := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(2 * time.Millisecond)
+		tick := time.NewTicker(watchTick)
 		defer tick.Stop()
+		ctxDone := ctx.Done()
+		cancelled := false
+		var signalled time.Time // when ctx ended
+		var why string          // ctx's cause
+		stopping := func(reason string) {
+			if !cancelled {
+				cancelled = true
+				w.cancel(reason)
+			}
+		}
 		for {
 			select {
 			case <-done:
 				return
+			case <-ctxDone:
+				ctxDone = nil
+				signalled, why = time.Now(), interrupted()
+				stopping(why)
 			case <-tick.C:
-				if h := heapBytes(); h > base+max {
-					cancel(fmt.Sprintf("the script's values take more than %d MiB of memory", max>>20))
-					return
-				}
+			}
+			var grown uint64
+			if h := w.heap(); h > base {
+				grown = h - base
+			}
+			if grown > max/3 {
+				stopping(fmt.Sprintf("the script's values take more than %d MiB, a third of its memory budget of %d MiB (one more operation, such as x + x, could take the rest)", max/3>>20, max>>20))
+			}
+			if w.abort == nil {
+				continue
+			}
+			switch {
+			case grown > max:
+				w.abort(fmt.Errorf("%s: stopped: its values passed the memory budget of %d MiB in one operation, which Starlark cannot interrupt (a repetition such as [0] * n, or a join)", w.what, max>>20))
+				return
+			case !signalled.IsZero() && time.Since(signalled) > abortGrace:
+				w.abort(fmt.Errorf("%s: stopped: %s, and one operation under way did not end within %v", w.what, why, abortGrace))
+				return
 			}
 		}
 	}()

@@ -23,15 +23,12 @@ func newPartition(l *loader, fn starlark.Callable) *spec.Partition {
 		p.Pos = spec.Pos(f.Position().String())
 		p.Name = fmt.Sprintf("%s (%s)", f.Name(), f.Position())
 	}
-	maxSteps, maxMemory, cancel := l.opts.maxSteps, l.opts.maxMemory, l.opts.ctx
+	maxSteps, maxMemory, ctx, abort := l.opts.maxSteps, l.opts.maxMemory, l.opts.ctx, l.opts.abort
 	p.Fn = func(pc spec.PartitionContext) ([][]int, bool, error) {
 		thread := &starlark.Thread{Name: "partition " + fn.Name()}
 		setupThread(thread, maxSteps)
-		stop := whileRunning(cancel, thread)
-		defer stop()
-		defer watchMemory(thread.Cancel, maxMemory)()
-		ctx := &partitionCtx{pc: pc}
-		v, err := starlark.Call(thread, fn, starlark.Tuple{ctx}, nil)
+		defer watch(ctx, maxMemory, "partition "+p.Name, thread.Cancel, abort)()
+		v, err := starlark.Call(thread, fn, starlark.Tuple{&partitionCtx{pc: pc}}, nil)
 		if err != nil {
 			return nil, false, fmt.Errorf("partition %s, epoch %d: %w", p.Name, pc.Epoch+1, err)
 		}

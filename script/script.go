@@ -22,6 +22,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"gorun/datasets/userfile"
 	"gorun/engine/spec"
 )
 
@@ -33,7 +34,9 @@ type FileReader interface {
 // osReader reads from the real file system.
 type osReader struct{}
 
-func (osReader) ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
+func (osReader) ReadFile(path string) ([]byte, error) {
+	return userfile.ReadFile(path, MaxSourceBytes)
+}
 
 // Override is one --set NAME=VALUE. Name is a train() parameter, or
 // PARAM.FIELD for a field of an optimizer, sync or data value
@@ -89,6 +92,7 @@ type options struct {
 	extra     starlark.StringDict
 	onThread  func(*starlark.Thread) // tests: called on every new thread
 	ctx       context.Context        // cancels the script and its strategies
+	abort     func(error)            // ends the process when they cannot be stopped
 }
 
 // Option configures Load.
@@ -124,7 +128,22 @@ func WithMaxSteps(n uint64) Option { return func(o *options) { o.maxSteps = n } 
 
 // WithMaxMemory bounds how much memory (bytes of Go heap) the script, and
 // each call of its partition strategy, may take. 0 means DefaultMaxMemory.
+// The Starlark code is stopped when the heap has grown by a third of it,
+// so that the operation under way, which Starlark does not interrupt, stays
+// within it too (x + x takes twice what x takes); see WithAbort for an
+// operation bigger than that.
 func WithMaxMemory(n uint64) Option { return func(o *options) { o.maxMemory = n } }
+
+// WithAbort gives Load the means to stop Starlark code that a cancel does
+// not stop: once begun, one Starlark operation runs to its end, and one
+// can be large (a repetition [0] * n of up to 2^30 elements, 16 GiB) or
+// slow. abort is called, from another goroutine, when the heap passes the
+// memory budget (WithMaxMemory) during such an operation, or when the code
+// still runs a quarter of a second after the context ended (WithContext: a
+// signal); err names the script or the strategy and says why. abort must
+// end the process (cmd/gorun prints err and exits). Without it, the
+// operation under way runs to its end.
+func WithAbort(abort func(err error)) Option { return func(o *options) { o.abort = abort } }
 
 // defaultMaxSteps is the step budget when WithMaxSteps gives none.
 const defaultMaxSteps = 100_000_000
@@ -160,8 +179,7 @@ func Load(path string, opts ...Option) (*spec.Spec, error) {
 	st := &state{overrides: o.overrides, loader: l}
 	thread := l.newThread("main")
 	thread.SetLocal(stateKey, st)
-	defer l.stopWatching()
-	defer watchMemory(l.cancelAll, o.maxMemory)()
+	defer watch(o.ctx, o.maxMemory, path, l.cancelAll, o.abort)()
 	if _, err := starlark.ExecFileOptions(fileOptions, thread, path, src, l.predeclared()); err != nil {
 		return nil, err
 	}
@@ -174,13 +192,16 @@ func Load(path string, opts ...Option) (*spec.Spec, error) {
 }
 
 // fileOptions are the Starlark dialect options for gorun scripts: the
-// features a configuration language benefits from.
+// features a configuration language benefits from. A name load() binds is
+// one of the file's globals, like a name it defines, so that a --set
+// expression sees it (--set model=net(...) after load("lib.star", "net")).
 var fileOptions = &syntax.FileOptions{
-	Set:             true,
-	While:           true,
-	TopLevelControl: true,
-	GlobalReassign:  true,
-	Recursion:       true,
+	Set:               true,
+	While:             true,
+	TopLevelControl:   true,
+	GlobalReassign:    true,
+	Recursion:         true,
+	LoadBindsGlobally: true,
 }
 
 const stateKey = "gorun.state"
@@ -232,26 +253,23 @@ type loader struct {
 	opts     options
 	cache    map[string]*loadEntry
 	resolved []string
-	stops    []func() bool // end the cancellation watch of each thread
 	mu       sync.Mutex
 	threads  []*starlark.Thread // every thread of this evaluation
+	stopped  string             // why cancelAll cancelled them ("" while it has not)
 }
 
 // cancelAll cancels every thread of the evaluation (the main script's and
-// those of the files it loads).
+// those of the files it loads), and those it makes later: a load() under
+// way when the cancel came.
 func (l *loader) cancelAll(reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stopped == "" {
+		l.stopped = reason
+	}
 	for _, t := range l.threads {
 		t.Cancel(reason)
 	}
-}
-
-func (l *loader) stopWatching() {
-	for _, stop := range l.stops {
-		stop()
-	}
-	l.stops = nil
 }
 
 type loadEntry struct {
@@ -271,8 +289,10 @@ func (l *loader) newThread(name string) *starlark.Thread {
 	setupThread(t, l.opts.maxSteps)
 	l.mu.Lock()
 	l.threads = append(l.threads, t)
+	if l.stopped != "" {
+		t.Cancel(l.stopped)
+	}
 	l.mu.Unlock()
-	l.stops = append(l.stops, whileRunning(l.opts.ctx, t))
 	if l.opts.onThread != nil {
 		l.opts.onThread(t)
 	}
@@ -303,12 +323,33 @@ func (l *loader) load(thread *starlark.Thread, module string) (starlark.StringDi
 	return e.globals, e.err
 }
 
+// loadRoots says where load() looks, for its errors.
+const loadRoots = "load() reads .star files from the loading script's folder, the GORUN_PATH folders and the library shipped with gorun"
+
+// checkModule refuses a load() path that could leave load()'s roots (an
+// absolute path, one with a ".." element) or name a file that is not
+// Starlark: a file that is not a script must never be read, since the
+// errors of a file that does not parse as Starlark would show its content.
+func checkModule(module string) error {
+	switch {
+	case module == "":
+		return fmt.Errorf("load(%q): an empty path; %s", module, loadRoots)
+	case filepath.IsAbs(module) || strings.HasPrefix(module, "/"):
+		return fmt.Errorf("load(%q): an absolute path; %s: give the path from one of them", module, loadRoots)
+	case !filepath.IsLocal(module):
+		return fmt.Errorf("load(%q): the path leaves its folder (through \"..\"); %s", module, loadRoots)
+	case !strings.HasSuffix(module, ".star"):
+		return fmt.Errorf("load(%q): not a .star file; %s", module, loadRoots)
+	}
+	return nil
+}
+
 // libraryPrefix marks files that come from the library inside the binary.
 const libraryPrefix = "<gorun>/"
 
 func (l *loader) find(from, module string) (string, []byte, error) {
-	if module == "" || strings.Contains(module, "..") {
-		return "", nil, fmt.Errorf("load(%q): not a valid module name", module)
+	if err := checkModule(module); err != nil {
+		return "", nil, err
 	}
 	var tried []string
 	var dirs []string
@@ -318,15 +359,9 @@ func (l *loader) find(from, module string) (string, []byte, error) {
 	} else if from != "" {
 		dirs = append(dirs, filepath.Dir(from))
 	}
-	if filepath.IsAbs(module) {
-		dirs = []string{""}
-	}
 	dirs = append(dirs, l.opts.path...)
 	for _, d := range dirs {
 		p := filepath.Join(d, module)
-		if d == "" {
-			p = module
-		}
 		src, err := l.opts.reader.ReadFile(p)
 		if err == nil {
 			return p, src, nil
@@ -337,7 +372,7 @@ func (l *loader) find(from, module string) (string, []byte, error) {
 		tried = append(tried, p)
 	}
 	if l.opts.library != nil {
-		name := strings.TrimPrefix(filepath.ToSlash(module), "/")
+		name := filepath.ToSlash(filepath.Clean(module))
 		src, err := fs.ReadFile(l.opts.library, name)
 		if err == nil {
 			return libraryPrefix + name, src, nil

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"gorun/datasets/userfile"
 )
 
 // lockRunFolder takes the advisory lock (flock) of the run folder out,
@@ -22,7 +24,7 @@ func lockRunFolder(out string) (unlock func(), err error) {
 			return nil, fmt.Errorf("run folder lock: %w", err)
 		}
 		if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			content, _ := os.ReadFile(path)
+			content, _ := userfile.ReadFile(path, 1<<12) // a FIFO in its place: not read
 			fh.Close()
 			if errors.Is(err, syscall.EWOULDBLOCK) {
 				return nil, fmt.Errorf("run folder %s is in use by %s (lock file %s); wait for it to end or choose another --out", out, holderOf(content), path)

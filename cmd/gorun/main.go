@@ -77,6 +77,9 @@ type flags struct {
 	// before leaving MPI, as mpirun may kill this process once another
 	// rank has exited with a signal's status.
 	release func()
+	// stderr is where abortScript writes (nil: Starlark code that cannot
+	// be stopped runs to its end).
+	stderr io.Writer
 }
 
 const usage = `usage:
@@ -225,7 +228,7 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 			return nil
 		}
 	}
-	var f flags
+	f := flags{stderr: stderr}
 	fs := newFlagSet(&f, stderr)
 	pos, err := parseCmdArgs(fs, args)
 	if err != nil {
@@ -351,7 +354,29 @@ func loadSpec(path string, f *flags) (*spec.Spec, error) {
 	if f.sig != nil {
 		opts = append(opts, script.WithContext(f.sig.ctx))
 	}
+	if f.stderr != nil {
+		opts = append(opts, script.WithAbort(f.abortScript))
+	}
 	return script.Load(path, opts...)
+}
+
+// abortScript ends gorun when Starlark code (the script, a partition
+// strategy) cannot be stopped (script.WithAbort): one operation under way
+// has passed the memory budget, or has not ended a quarter of a second
+// after a signal. It says so, unlocks the run folder and exits with the
+// signal's status (143 for SIGTERM), or 1.
+func (f *flags) abortScript(err error) {
+	code := 1
+	if f.sig != nil {
+		if s := f.sig.signal(); s != nil {
+			code = signalStatus(s)
+		}
+	}
+	fmt.Fprintf(f.stderr, "gorun: %v\n", err)
+	if f.release != nil {
+		f.release()
+	}
+	os.Exit(code)
 }
 
 func train(path string, f *flags, stdout, stderr io.Writer) (err error) {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"gorun/datasets"
+	"gorun/datasets/userfile"
 	"gorun/engine"
 	"gorun/engine/runner"
 	"gorun/safetensors"
@@ -101,7 +102,7 @@ func sampleCmd(args []string, stdout, stderr io.Writer) (err error) {
 		}
 	}()
 	setPhase("reading the run folder %s", dir)
-	b, err := os.ReadFile(filepath.Join(dir, runInfoFile))
+	b, err := userfile.ReadFile(filepath.Join(dir, runInfoFile), 1<<20)
 	if err != nil {
 		return fmt.Errorf("%s: not a run folder of a training that recorded its script (%v)", dir, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing/fstest" // a map as the library's fs.FS (it imports no testing)
 
+	"gorun/datasets/userfile"
 	"gorun/engine/spec"
 	"gorun/script"
 	"gorun/scripts"
@@ -42,9 +43,6 @@ import (
 const (
 	scriptCopyDir = "script"
 	manifestFile  = "manifest.json"
-	// maxScriptFile bounds a script or loaded file copied (Starlark
-	// source, not data).
-	maxScriptFile = 64 << 20
 )
 
 // scriptManifest is script/manifest.json.
@@ -143,28 +141,12 @@ func copyPlace(p, scriptDir string, searchPath []string) string {
 }
 
 // readScriptFile reads a script file to copy it: a regular file of at
-// most maxScriptFile bytes. It never waits (a FIFO in its place is
-// refused, not opened for good).
+// most script.MaxSourceBytes, as script.Load reads it. It never waits (a
+// FIFO in its place is refused, not opened).
 func readScriptFile(p string) ([]byte, error) {
-	if st, err := os.Stat(p); err != nil {
-		return nil, fmt.Errorf("copying the script: %w", err)
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("copying the script: %s is not a regular file", p)
-	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	b, err := userfile.ReadFile(p, script.MaxSourceBytes)
 	if err != nil {
 		return nil, fmt.Errorf("copying the script: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("copying the script: %s is not a regular file", p)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxScriptFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("copying the script: %w", err)
-	}
-	if len(b) > maxScriptFile {
-		return nil, fmt.Errorf("copying the script: %s is over %d MiB", p, maxScriptFile>>20)
 	}
 	return b, nil
 }
@@ -312,7 +294,7 @@ func syncFolder(dir string) error {
 // readManifest reads the manifest of the copy in folder dir and the files
 // it names (checked against their SHA-256).
 func readManifest(dir string) (*scriptManifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	b, err := userfile.ReadFile(filepath.Join(dir, manifestFile), 1<<20)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"gorun/datasets/userfile"
 )
 
 // MetricsFile is the name of the metrics log inside a run folder. It is
@@ -125,7 +127,7 @@ func ReadRun(dir string) (*Run, error) {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		path, dir = dir, filepath.Dir(dir)
 	}
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("plot: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"gorun/datasets/userfile"
 )
 
 // MetricsFile is the name of the metrics log inside a run's --out folder.
@@ -150,7 +152,7 @@ func PeakRSS() int64 {
 // the epochs it completed, no summary, and no half-written last line.
 func trimMetrics(dir string, pr *progress) error {
 	path := filepath.Join(dir, MetricsFile)
-	b, err := os.ReadFile(path)
+	b, err := userfile.ReadFile(path, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

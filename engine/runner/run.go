@@ -178,7 +178,13 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		}
 	}
 	if rs.eval == nil && s.Eval != nil {
-		if rs.eval, err = datasets.Load(s.Eval); err != nil {
+		// An eval text is encoded with the model's vocabulary: the
+		// training data's.
+		var model datasets.Vocab
+		if tk, ok := rs.train.(datasets.Tokens); ok {
+			model = tk.Vocab()
+		}
+		if rs.eval, err = datasets.Load(s.Eval, datasets.WithVocab(model)); err != nil {
 			return nil, err
 		}
 	}
