@@ -9,6 +9,7 @@
 package script
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -180,7 +181,7 @@ func Load(path string, opts ...Option) (*spec.Spec, error) {
 	thread := l.newThread("main")
 	thread.SetLocal(stateKey, st)
 	defer watch(o.ctx, o.maxMemory, path, l.cancelAll, o.abort)()
-	if _, err := starlark.ExecFileOptions(fileOptions, thread, path, src, l.predeclared()); err != nil {
+	if _, err := starlark.ExecFileOptions(fileOptions, thread, path, withoutBOM(src), l.predeclared()); err != nil {
 		return nil, err
 	}
 	if st.spec == nil {
@@ -318,7 +319,7 @@ func (l *loader) load(thread *starlark.Thread, module string) (starlark.StringDi
 	l.resolved = append(l.resolved, fmt.Sprintf("%s -> %s", module, key))
 	child := l.newThread("load " + module)
 	child.SetLocal(stateKey, &state{loader: l}) // train() is not allowed in a loaded file
-	e.globals, e.err = starlark.ExecFileOptions(fileOptions, child, key, src, l.predeclared())
+	e.globals, e.err = starlark.ExecFileOptions(fileOptions, child, key, withoutBOM(src), l.predeclared())
 	e.loading = false
 	return e.globals, e.err
 }
@@ -388,4 +389,11 @@ func position(thread *starlark.Thread) spec.Pos {
 		return ""
 	}
 	return spec.Pos(thread.CallFrame(1).Pos.String())
+}
+
+// withoutBOM drops a UTF-8 byte-order mark at the start of a source file,
+// as Python does: editors on Windows write one, and Starlark's scanner
+// would refuse it as "unexpected input character '\ufeff'".
+func withoutBOM(src []byte) []byte {
+	return bytes.TrimPrefix(src, []byte("\ufeff"))
 }
