@@ -329,6 +329,7 @@ var pkgDirs = map[string]string{
 	"cudatarget":  "cuda/cudatarget",
 	"kernels":     "cuda/kernels",
 	"hostcheck":   "cuda/kernels/hostcheck",
+	"model":       "model",
 }
 
 // decls is what one package declares: its top-level names, and the
