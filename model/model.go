@@ -106,9 +106,11 @@ func WithSet(sets ...string) Option { return func(o *options) { o.sets = append(
 // Load loads the model of a run folder: the script its run.json records
 // (the folder's own copy under RUN/script/ when it kept one) with the
 // run's --set arguments, and its model.safetensors (or WithWeights').
-// The data the script names is described again (its sample shape and
-// classes), but not read: MNIST needs nothing, data.tensors and
-// data.text files must be where the script says.
+// The script's load()s resolve as gorun's do (the script's folder,
+// GORUN_PATH, the library shipped in package scripts). The data the
+// script names is described again (its sample shape and classes), but
+// not read: MNIST needs nothing, data.tensors and data.text files must be
+// where the script says.
 func Load(dir string, opts ...Option) (*Model, error) {
 	path, sets, err := runScript(dir)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // outputs come back [N, ...OutputShape] or [...OutputShape]; see the
 // package documentation for the dtypes it takes and what they mean.
 // Concurrent calls share batches; Predict returns ctx.Err() as soon as
-// ctx is done.
+// ctx is done. x is copied before Predict queues it, and never changed.
 func (m *Model) Predict(ctx context.Context, x *tensor.Dense) (*tensor.Dense, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -128,6 +128,7 @@ func (m *Model) floats(data any, per int) ([]float32, error) {
 	var out []float32
 	switch v := data.(type) {
 	case []float32:
+		// A copy: after a cancellation an arena may still read it.
 		out = slices.Clone(v)
 	case []float64:
 		out = make([]float32, len(v))
