@@ -40,8 +40,8 @@ type segment struct {
 
 // batcher queues requests and runs them on a pool of arenas, one
 // goroutine each: an arena takes what is queued, up to maxBatch samples
-// (parts of a request when it is larger), and when its batch is not full
-// and other requests are in flight it waits up to delay for more.
+// (parts of a request when it is larger), and while callers arrive
+// together it waits up to delay for more to fill a batch (take).
 type batcher struct {
 	m         *Model
 	maxBatch  int
@@ -50,7 +50,6 @@ type batcher struct {
 	in, out   int  // elements of one sample's input and output
 	mu        sync.Mutex
 	queue     []*request
-	inFlight  int           // requests whose callers wait
 	arrived   chan struct{} // closed (and replaced) when a request is queued
 	closed    bool
 	closing   chan struct{}
@@ -91,7 +90,6 @@ func (b *batcher) submit(r *request) error {
 	}
 	r.done = make(chan struct{})
 	b.queue = append(b.queue, r)
-	b.inFlight++
 	if r.task == nil {
 		b.stats.Requests++
 	}
@@ -112,14 +110,11 @@ func (b *batcher) wait(r *request) error {
 	select {
 	case <-r.done:
 		b.mu.Lock()
-		b.inFlight--
-		err := r.err
-		b.mu.Unlock()
-		return err
+		defer b.mu.Unlock()
+		return r.err
 	case <-r.ctx.Done():
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		b.inFlight--
 		r.gone = true
 		b.dropGone()
 		return r.ctx.Err()
