@@ -126,3 +126,66 @@ func TestPredictCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictRegression: for a regression model gorun predict prints the
+// values, normalised inputs as data.tensors normalises them.
+func TestPredictRegression(t *testing.T) {
+	dir := t.TempDir()
+	const n = 40
+	x := make([]float32, n*3)
+	y := make([]float32, n)
+	for i := range n {
+		for j := range 3 {
+			x[i*3+j] = float32((i*7+j*3)%11) / 5
+		}
+		y[i] = 2*x[i*3] - x[i*3+1] + 0.5*x[i*3+2] + 1
+	}
+	writeNPY(t, filepath.Join(dir, "x.npy"), []int{n, 3}, x)
+	writeNPY(t, filepath.Join(dir, "y.npy"), []int{n}, y)
+	path := filepath.Join(dir, "reg.star")
+	src := `train(
+    model = nn.linear(3, 1, name = "fc"),
+    loss = "mse",
+    data = data.tensors(x = "x.npy", y = "y.npy", normalize = (1.0, 2.0)),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 8,
+    epochs = 300,
+    seed = 1,
+)
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "run")
+	if code, stdout, stderr := gorun(t, path, "--out", out, "-q"); code != 0 {
+		t.Fatalf("training: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := gorun(t, "predict", out, filepath.Join(dir, "x.npy"))
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d lines for %d samples:\n%s", len(lines), n, stdout)
+	}
+	var worst float64
+	for i, line := range lines {
+		var name string
+		var v float64
+		if _, err := fmt.Sscanf(line, "%s %g", &name, &v); err != nil {
+			t.Fatalf("line %d: %q: %v", i, line, err)
+		}
+		worst = math.Max(worst, math.Abs(v-float64(y[i])))
+	}
+	if worst > 0.1 {
+		t.Errorf("predicted values are up to %.3f from the targets (the linear model fits them exactly):\n%s", worst, stdout)
+	}
+	code, stdout, _ = gorun(t, "predict", "--json", out, filepath.Join(dir, "x.npy"))
+	var rec struct {
+		Index  int
+		Values []float64
+	}
+	if code != 0 || json.Unmarshal([]byte(strings.SplitN(stdout, "\n", 2)[0]), &rec) != nil || len(rec.Values) != 1 {
+		t.Errorf("--json: exit %d, %q", code, stdout)
+	}
+}
