@@ -55,11 +55,11 @@
 // needed; WithArenas, by default one per CPU core the Go runtime uses on
 // the cpu backend) and one goroutine per arena. Requests that arrive
 // while every arena is busy are joined into one batch of up to
-// WithMaxBatch samples (64), and while callers arrive together (the
-// arena's previous batch joined several requests) a batch that is not
-// full waits up to WithMaxDelay (1 ms) for more; a lone caller never
-// waits. A request larger than WithMaxBatch is split across batches, and
-// every caller gets its own samples' outputs back.
+// WithMaxBatch samples (64); WithMaxDelay adds a wait for more while
+// callers arrive together (none by default: on the cpu backend a waiting
+// arena is an idle core). A request larger than WithMaxBatch is split
+// across batches, on several arenas at once, and every caller gets its
+// own samples' outputs back.
 //
 // For the same batches, Predict's outputs are the engine's evaluation
 // outputs bit for bit. A sample's outputs may differ in the last bits
