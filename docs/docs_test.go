@@ -330,6 +330,7 @@ var pkgDirs = map[string]string{
 	"kernels":     "cuda/kernels",
 	"hostcheck":   "cuda/kernels/hostcheck",
 	"model":       "model",
+	"scriptcopy":  "script/scriptcopy",
 }
 
 // decls is what one package declares: its top-level names, and the
