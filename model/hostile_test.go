@@ -2,6 +2,8 @@ package model
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"math"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"gorun/safetensors"
+	"gorun/script/scriptcopy"
 )
 
 // TestHostileInputs: every input Predict refuses gets an error that names
@@ -132,7 +135,7 @@ func TestHostileFolders(t *testing.T) {
 		{"no weights", func() (*Model, error) { return Load(noWeights) },
 			"model: " + noWeights + " has no model.safetensors: the run did not finish (nor save any weights)"},
 		{"script gone", func() (*Model, error) { return Load(lost) },
-			"model: " + filepath.Join(lost, runInfoFile) + " records the script /nowhere/net.star, which cannot be read (stat /nowhere/net.star: no such file or directory): a copy of the script in " + filepath.Join(lost, "script") + "/ is read instead when there is one"},
+			"model: " + filepath.Join(lost, runInfoFile) + " records the script /nowhere/net.star, which cannot be read (stat /nowhere/net.star: no such file or directory), and the run folder keeps no copy of it (an earlier gorun made it)"},
 		{"bad run.json", func() (*Model, error) { return Load(badJSON) }, "model: " + filepath.Join(badJSON, runInfoFile) + ": unexpected end of JSON input"},
 		{"another model's weights", func() (*Model, error) { return Load(run, WithWeights(other)) },
 			"model: " + other + ": no tensor \"conv1.weight\" for parameter conv1.weight [4 1 5 5]"},
@@ -165,19 +168,29 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// TestKeptScript: a run folder that kept a copy of its script (RUN/script/)
-// loads from the copy when the recorded script is gone; LoadScript loads
-// a script and a weights file.
+// TestKeptScript: a run folder that kept a copy of its script (RUN/script/,
+// package scriptcopy) loads from the copy, as the script was when the run
+// began, though the recorded script is gone; a copy changed since is
+// refused; LoadScript loads a script and a weights file.
 func TestKeptScript(t *testing.T) {
 	run := trainNet(t)
-	dir := filepath.Join(t.TempDir(), "run")
-	os.MkdirAll(filepath.Join(dir, scriptDir), 0o755)
-	copyFile(t, filepath.Join(run, modelFile), filepath.Join(dir, modelFile))
 	var info struct{ Script string }
 	b, _ := os.ReadFile(filepath.Join(run, runInfoFile))
 	json.Unmarshal(b, &info)
-	copyFile(t, info.Script, filepath.Join(dir, scriptDir, "net.star"))
-	b, _ = json.Marshal(map[string]any{"script": "/gone/net.star", "sets": []string{"epochs=3"}})
+	src, err := os.ReadFile(info.Script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	copyDir := filepath.Join(dir, scriptcopy.Dir)
+	os.MkdirAll(copyDir, 0o755)
+	copyFile(t, filepath.Join(run, modelFile), filepath.Join(dir, modelFile))
+	os.WriteFile(filepath.Join(copyDir, "net.star"), src, 0o644)
+	sum := sha256.Sum256(src)
+	manifest, _ := json.Marshal(scriptcopy.Manifest{Script: "/gone/net.star", SearchPath: []string{},
+		Files: []scriptcopy.File{{Path: "/gone/net.star", Copy: "net.star", SHA256: hex.EncodeToString(sum[:])}}})
+	os.WriteFile(filepath.Join(copyDir, scriptcopy.ManifestFile), manifest, 0o644)
+	b, _ = json.Marshal(map[string]any{"script": "/gone/net.star", "sets": []string{"epochs=3"}, "copy": scriptcopy.Dir})
 	os.WriteFile(filepath.Join(dir, runInfoFile), b, 0o644)
 	m, err := Load(dir)
 	if err != nil {
@@ -187,7 +200,7 @@ func TestKeptScript(t *testing.T) {
 	if got := m.plan.Spec.Epochs; got != 3 {
 		t.Errorf("the run's --set epochs=3 gave epochs %d", got)
 	}
-	m2, err := LoadScript(filepath.Join(dir, scriptDir, "net.star"), filepath.Join(dir, modelFile), WithArenas(1))
+	m2, err := LoadScript(info.Script, filepath.Join(dir, modelFile), WithArenas(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +222,15 @@ func TestKeptScript(t *testing.T) {
 	}
 	if mean, std := m.Normalization(); float32(mean) != 0.1307 || float32(std) != 0.3081 {
 		t.Errorf("normalization %v, %v", mean, std)
+	}
+
+	os.WriteFile(filepath.Join(copyDir, "net.star"), append(src, '#'), 0o644)
+	want := "model: " + dir + ": the copy of the run's script is unreadable: " + filepath.Join(copyDir, "net.star") + ": the copy was changed (its SHA-256 is not the manifest's)"
+	if m, err := Load(dir); err == nil || err.Error() != want {
+		if m != nil {
+			m.Close()
+		}
+		t.Errorf("a changed copy: %v\nwant %s", err, want)
 	}
 }
 

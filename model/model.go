@@ -14,7 +14,6 @@ import (
 	"gorun/ops"
 	"gorun/safetensors"
 	"gorun/script"
-	"gorun/scripts"
 )
 
 // Model is a trained model ready to answer predictions: the Plan rebuilt
@@ -106,16 +105,17 @@ func WithWeights(path string) Option { return func(o *options) { o.weights = pat
 // with, after the run's own.
 func WithSet(sets ...string) Option { return func(o *options) { o.sets = append(o.sets, sets...) } }
 
-// Load loads the model of a run folder: the script its run.json records
-// (the folder's own copy under RUN/script/ when it kept one) with the
-// run's --set arguments, and its model.safetensors (or WithWeights').
-// The script's load()s resolve as gorun's do (the script's folder,
-// GORUN_PATH, the library shipped in package scripts). The data the
-// script names is described again (its sample shape and classes), but
+// Load loads the model of a run folder: the run's copy of its script
+// (RUN/script/, with every file it loaded, as the run began) with the
+// run's --set arguments, as gorun sample rebuilds it, and its
+// model.safetensors (or WithWeights'). A run folder of an earlier gorun,
+// which kept no copy, loads the script run.json records as it is now,
+// its load()s resolved as gorun's are (the script's folder, GORUN_PATH,
+// the library shipped in package scripts). The data the script names is described again (its sample shape and classes), but
 // not read: MNIST needs nothing, data.tensors and data.text files must be
 // where the script says.
 func Load(dir string, opts ...Option) (*Model, error) {
-	path, sets, err := runScript(dir)
+	path, sopts, sets, err := runScript(dir)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
@@ -124,18 +124,18 @@ func Load(dir string, opts ...Option) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	return load(path, append(slices.Clone(sets), o.sets...), weights, o)
+	return load(path, sopts, append(slices.Clone(sets), o.sets...), weights, o)
 }
 
-// LoadScript loads the model a training script declares, with the weights
-// of a safetensors file (PyTorch state_dict names, as gorun writes them:
+// LoadScript loads the model a training script declares (its load()s
+// resolved as gorun's are), with the weights of a safetensors file (PyTorch state_dict names, as gorun writes them:
 // every parameter and running statistic of the model, nothing else).
 func LoadScript(scriptPath, weights string, opts ...Option) (*Model, error) {
 	o := newOptions(opts)
 	if o.weights != "" {
 		weights = o.weights
 	}
-	return load(scriptPath, o.sets, weights, o)
+	return load(scriptPath, scriptOptions(), o.sets, weights, o)
 }
 
 func newOptions(opts []Option) *options {
@@ -146,7 +146,7 @@ func newOptions(opts []Option) *options {
 	return o
 }
 
-func load(path string, sets []string, weights string, o *options) (*Model, error) {
+func load(path string, sopts []script.Option, sets []string, weights string, o *options) (*Model, error) {
 	if o.maxBatch < 1 {
 		return nil, fmt.Errorf("model: WithMaxBatch(%d): want at least 1", o.maxBatch)
 	}
@@ -178,7 +178,7 @@ func load(path string, sets []string, weights string, o *options) (*Model, error
 		}
 		return nil, fmt.Errorf("model: weights %s is not a file", weights)
 	}
-	plan, err := compile(path, sets, be, o.maxBatch)
+	plan, err := compile(path, sopts, sets, be, o.maxBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -205,9 +205,10 @@ func load(path string, sets []string, weights string, o *options) (*Model, error
 	return m, nil
 }
 
-// compile loads the script with the run's --set arguments, the batch the
-// arenas run and no eval set, and compiles it for one device of backend.
-func compile(path string, sets []string, be string, maxBatch int) (*engine.Plan, error) {
+// compile loads the script (with sopts, which find it and what it loads)
+// with the run's --set arguments, the batch the arenas run and no eval
+// set, and compiles it for one device of backend.
+func compile(path string, sopts []script.Option, sets []string, be string, maxBatch int) (*engine.Plan, error) {
 	var ov []script.Override
 	// Batch norm refuses to compile for a batch of 1 in training (PyTorch
 	// would refuse to train on it): plan for 2 and run at most maxBatch.
@@ -218,10 +219,7 @@ func compile(path string, sets []string, be string, maxBatch int) (*engine.Plan,
 		}
 		ov = append(ov, v)
 	}
-	s, err := script.Load(path,
-		script.WithOverrides(ov...),
-		script.WithSearchPath(script.SearchPathFromEnv(os.Getenv("GORUN_PATH"))...),
-		script.WithLibrary(scripts.Library))
+	s, err := script.Load(path, append(slices.Clone(sopts), script.WithOverrides(ov...))...)
 	if err != nil {
 		return nil, fmt.Errorf("model: loading %s: %w", path, err)
 	}

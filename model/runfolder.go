@@ -9,84 +9,78 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"gorun/datasets/userfile"
+	"gorun/script"
+	"gorun/script/scriptcopy"
+	"gorun/scripts"
 )
 
 // The files of a run folder this package reads (cmd/gorun writes them).
 const (
-	runInfoFile = "run.json"          // the script and its --set arguments
-	scriptDir   = "script"            // a copy of the script, when the run kept one
+	runInfoFile = "run.json"          // the script's path and its --set arguments
 	modelFile   = "model.safetensors" // the final weights
 )
 
-// runScript is what rebuilds a run's model: the script to load and the
-// --set arguments the run was trained with. It reads RUN/run.json
-// ({"script": PATH, "sets": [...]}); when the run folder holds a copy of
-// the script (RUN/script/), that copy is preferred over the recorded
-// path, which may have changed since: RUN/script/ followed by the
-// recorded script's base name, else the folder's only .star file.
-func runScript(dir string) (script string, sets []string, err error) {
+// runScript is what rebuilds a run's model: the script to load, the
+// script.Load options that find it and what it loads, and the --set
+// arguments the run was trained with. It reads RUN/run.json ({"script":
+// PATH, "sets": [...], "copy": "script"}) and evaluates the run's copy of
+// its script (RUN/script/, package script/scriptcopy) as gorun sample
+// does, so that the model is the one that trained however the files
+// changed since; a run folder of an earlier gorun, which kept no copy,
+// loads the script at its recorded path as it is now.
+func runScript(dir string) (path string, opts []script.Option, sets []string, err error) {
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", nil, fmt.Errorf("%s: no such run folder", dir)
+		return "", nil, nil, fmt.Errorf("%s: no such run folder", dir)
 	case err != nil:
-		return "", nil, fmt.Errorf("run folder: %w", err)
+		return "", nil, nil, fmt.Errorf("run folder: %w", err)
 	case !st.IsDir():
-		return "", nil, fmt.Errorf("%s is a file, not a run folder", dir)
+		return "", nil, nil, fmt.Errorf("%s is a file, not a run folder", dir)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, runInfoFile))
+	b, err := userfile.ReadFile(filepath.Join(dir, runInfoFile), 1<<20)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil, fmt.Errorf("%s is not a run folder: it has no %s (gorun writes one when it trains with --out)", dir, runInfoFile)
+		return "", nil, nil, fmt.Errorf("%s is not a run folder: it has no %s (gorun writes one when it trains with --out)", dir, runInfoFile)
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("run folder: %w", err)
+		return "", nil, nil, fmt.Errorf("run folder: %w", err)
 	}
 	var info struct {
 		Script string   `json:"script"`
 		Sets   []string `json:"sets"`
+		Copy   string   `json:"copy"`
 	}
 	if err := json.Unmarshal(b, &info); err != nil {
-		return "", nil, fmt.Errorf("%s: %v", filepath.Join(dir, runInfoFile), err)
+		return "", nil, nil, fmt.Errorf("%s: %v", filepath.Join(dir, runInfoFile), err)
 	}
+	copyDir := filepath.Join(dir, scriptcopy.Dir)
+	m, merr := scriptcopy.Read(copyDir)
+	if merr == nil {
+		return m.Script, m.LoadOptions(), info.Sets, nil
+	}
+	if _, err := os.Stat(copyDir); err == nil || info.Copy != "" {
+		return "", nil, nil, fmt.Errorf("%s: the copy of the run's script is unreadable: %v", dir, merr)
+	}
+	// A run folder of an earlier gorun: the script as it is now.
 	if info.Script == "" {
-		return "", nil, fmt.Errorf("%s: no script recorded", filepath.Join(dir, runInfoFile))
+		return "", nil, nil, fmt.Errorf("%s: no script recorded", filepath.Join(dir, runInfoFile))
 	}
-	script = info.Script
-	if kept, ok := keptScript(dir, info.Script); ok {
-		script = kept
-	} else if !filepath.IsAbs(script) {
-		script = filepath.Join(dir, script)
+	if _, err := os.Stat(info.Script); err != nil {
+		return "", nil, nil, fmt.Errorf("%s records the script %s, which cannot be read (%v), and the run folder keeps no copy of it (an earlier gorun made it)",
+			filepath.Join(dir, runInfoFile), info.Script, err)
 	}
-	if _, err := os.Stat(script); err != nil {
-		return "", nil, fmt.Errorf("%s records the script %s, which cannot be read (%v): a copy of the script in %s/ is read instead when there is one",
-			filepath.Join(dir, runInfoFile), script, err, filepath.Join(dir, scriptDir))
-	}
-	return script, info.Sets, nil
+	return info.Script, scriptOptions(), info.Sets, nil
 }
 
-// keptScript is the run folder's copy of its script, if it kept one.
-func keptScript(dir, recorded string) (string, bool) {
-	sd := filepath.Join(dir, scriptDir)
-	if st, err := os.Stat(sd); err != nil || !st.IsDir() {
-		return "", false
+// scriptOptions find what a script loads as gorun does: the script's
+// folder, GORUN_PATH, the library shipped in package scripts.
+func scriptOptions() []script.Option {
+	return []script.Option{
+		script.WithSearchPath(script.SearchPathFromEnv(os.Getenv("GORUN_PATH"))...),
+		script.WithLibrary(scripts.Library),
 	}
-	if p := filepath.Join(sd, filepath.Base(recorded)); fileExists(p) {
-		return p, true
-	}
-	entries, err := os.ReadDir(sd)
-	if err != nil {
-		return "", false
-	}
-	var stars []string
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".star") {
-			stars = append(stars, filepath.Join(sd, e.Name()))
-		}
-	}
-	if len(stars) == 1 {
-		return stars[0], true
-	}
-	return "", false
 }
 
 func fileExists(p string) bool {
