@@ -110,6 +110,9 @@ func TestMain(m *testing.M) {
 	if trained.dir != "" {
 		os.RemoveAll(filepath.Dir(trained.dir))
 	}
+	if mnistNet.weights != "" { // BenchmarkPredict's run
+		os.RemoveAll(filepath.Dir(mnistNet.weights))
+	}
 	os.Exit(code)
 }
 
