@@ -329,6 +329,8 @@ var pkgDirs = map[string]string{
 	"cudatarget":  "cuda/cudatarget",
 	"kernels":     "cuda/kernels",
 	"hostcheck":   "cuda/kernels/hostcheck",
+	"model":       "model",
+	"scriptcopy":  "script/scriptcopy",
 }
 
 // decls is what one package declares: its top-level names, and the
