@@ -304,7 +304,7 @@
     const x = xlo + (px - MARGIN.left) / pw * (xhi - xlo);
     if (px < MARGIN.left || px > MARGIN.left + pw) { tip.hidden = true; drawCursor(c, null); return; }
     drawCursor(c, px);
-    const lines = [(state.xaxis === 'step' ? 'step ' : 'time ') + fmt(x)];
+    const lines = [state.xaxis === 'step' ? 'step ' + Math.round(x) : 'time ' + fmt(x) + ' s'];
     for (const d of c.drawn) {
       const i = nearest(d.xs, x);
       if (i < 0 || i >= d.xs.length) continue;
