@@ -61,7 +61,9 @@ func TestBoardCommandServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- serveBoard(ctx, []string{"--addr", "127.0.0.1:0", "--poll", "50ms", a, b}, &stdout, &stderr) }()
+	go func() {
+		done <- serveBoard(ctx, []string{"--addr", "127.0.0.1:0", "--poll", "50ms", a, b}, &stdout, &stderr)
+	}()
 	var url string
 	for deadline := time.Now().Add(10 * time.Second); url == ""; {
 		select {
