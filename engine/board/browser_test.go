@@ -226,6 +226,31 @@ func TestBoardInBrowser(t *testing.T) {
 		}
 	}
 
+	// The chart helpers on edge cases: a constant series, a span too small
+	// for its magnitude, gaps in a smoothed series.
+	helpers, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]any](`(() => {
+		const L = gorunBoard.lib, labels = (t) => t.map((x) => x.label).join(' ');
+		return {
+			constant: labels(L.ticks(0.01, 0.01, 5)),
+			zero: labels(L.ticks(0, 0, 5)),
+			tiny: L.ticks(1e9, 1e9 + 1e-7, 5).length,
+			loss: labels(L.ticks(0.12, 2.31, 5)),
+			smooth: L.smooth([1, NaN, 3], 0.5).map((v) => isFinite(v) ? v.toFixed(4) : 'gap').join(' '),
+			fmt: [L.fmt(14023.7), L.fmt(2.5e6), L.fmt(0.00012), L.fmt(NaN), L.fmt(0.12345)].join(' '),
+		};
+	})()`))
+	if err != nil {
+		t.Fatalf("the chart helpers: %v", err)
+	}
+	for k, want := range map[string]any{
+		"constant": "0.0090 0.0095 0.0100 0.0105 0.0110", "zero": "-1.0 -0.5 0.0 0.5 1.0", "tiny": 5.0,
+		"loss": "0.0 0.5 1.0 1.5 2.0 2.5", "smooth": "1.0000 gap 2.3333", "fmt": "14k 2.5M 1.20e-4 – 0.1235",
+	} {
+		if helpers[k] != want {
+			t.Errorf("chart helper %s: %v, want %v", k, helpers[k], want)
+		}
+	}
+
 	// The run trains on: 50 more steps, the first line written in two
 	// pieces.
 	more := trainingLines(151, 200, 1)

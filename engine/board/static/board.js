@@ -86,17 +86,19 @@
     if (!isFinite(v)) return '–';
     const a = Math.abs(v);
     if (a === 0) return '0';
-    if (a >= 1e6) return (v / 1e6).toPrecision(3) + 'M';
-    if (a >= 1e4) return (v / 1e3).toPrecision(3) + 'k';
+    if (a >= 1e6) return Number((v / 1e6).toPrecision(3)) + 'M';
+    if (a >= 1e4) return Number((v / 1e3).toPrecision(3)) + 'k';
     if (a < 1e-3) return v.toExponential(2);
     return String(Number(v.toPrecision(4)));
   }
 
   // ticks: nice values (1, 2 or 5 × 10^k) covering [lo, hi].
   function ticks(lo, hi, n) {
-    if (!(hi > lo)) {
-      const d = Math.abs(lo) / 10 || 1;
-      lo -= d; hi += d;
+    // A span too small to cut at this magnitude (a constant series, a
+    // single point) is widened by a tenth of the value, or by 1 around 0.
+    if (!(hi - lo > Math.max(Math.abs(lo), Math.abs(hi)) * 1e-9)) {
+      const c = lo / 2 + hi / 2, d = Math.abs(c) / 10 || 1;
+      lo = c - d; hi = c + d;
     }
     const raw = (hi - lo) / n;
     const k = Math.floor(Math.log10(raw));
@@ -107,7 +109,7 @@
     const first = Math.floor(lo / step + 1e-9), last = Math.ceil(hi / step - 1e-9);
     const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
     const out = [];
-    for (let i = first; i <= last; i++) {
+    for (let i = first; i <= last && out.length <= 2 * n + 4; i++) {
       const v = i * step;
       let label;
       if (Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0)) label = fmt(v);
@@ -509,5 +511,6 @@
     }).catch((e) => setStatus('could not list the runs: ' + e, 'down'));
   }
 
+  state.lib = { ticks, smooth, fmt }; // for the browser test
   start();
 })();
