@@ -304,11 +304,21 @@ func TestBoardInBrowser(t *testing.T) {
 	}
 
 	// A run hidden, then the settings of the first.
+	waitJS("the tooltip gone", `(() => {
+		document.querySelector('#chart-loss svg').dispatchEvent(new MouseEvent('mouseleave'));
+		return document.getElementById('tooltip').hidden;
+	})()`)
 	run("hiding the later run", chromedp.Click(chromedp.CSS(`#run-1 input[type=checkbox]`)))
 	waitJS("the later run hidden", pathOf("loss", 1, "train")+` === null`)
 	run("opening the settings", chromedp.Click(chromedp.CSS(`#run-0 button.info`)))
 	waitJS("run.json shown", `document.getElementById('run-json')?.textContent.includes('epochs=2')`)
 	waitJS("the script shown", `document.getElementById('script-text')?.textContent.includes('train(epochs = 2)')`)
+	if shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err != nil {
+		t.Errorf("screenshot of the settings: %v", err)
+	} else if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "board-settings.png"), shot, 0o644); err != nil {
+		t.Error(err)
+	}
+	waitJS("the plan command shown", `document.getElementById('plan-cmd')?.textContent === 'gorun plan ' + gorunBoard.runs[0].dir + "/script/train.star --set 'epochs=2'"`)
 
 	errs, reqs := pl.snapshot()
 	for _, e := range errs {

@@ -409,10 +409,17 @@
       if (info.run_json) body.appendChild(el('pre', { id: 'run-json' }, JSON.stringify(info.run_json, null, 2)));
       else body.appendChild(el('p', { class: 'note' }, info.run_json_error));
       body.appendChild(el('h3', {}, 'script'));
-      if (!info.script) {
-        body.appendChild(el('p', { class: 'note' }, info.script_error));
+      if (!info.script || !info.script.length) {
+        body.appendChild(el('p', { class: 'note' }, info.script_error || 'the script copy lists no file'));
         return;
       }
+      // The plan is not in the run folder: the command that prints it
+      // from the copy of the script, with the run's --set arguments.
+      const sets = (info.run_json && info.run_json.sets) || [];
+      const cmd = ['gorun plan', info.dir + '/script/' + info.script[0].copy]
+        .concat(sets.map((x) => "--set '" + x + "'")).join(' ');
+      body.appendChild(el('p', { class: 'note' }, 'its compiled plan (add the --devices or --cluster it ran with):'));
+      body.appendChild(el('pre', { id: 'plan-cmd' }, cmd));
       const files = el('div', { class: 'files' });
       const pre = el('pre', { id: 'script-text' });
       const where = el('p', { class: 'note' });
@@ -424,7 +431,7 @@
       body.appendChild(files);
       body.appendChild(where);
       body.appendChild(pre);
-      if (info.script.length) showFile(run, info.script[0], files.firstChild, files, pre, where);
+      showFile(run, info.script[0], files.firstChild, files, pre, where);
     }).catch((e) => {
       if (panelRun === run) body.replaceChildren(el('p', { class: 'note' }, 'could not read the settings: ' + e));
     });
