@@ -319,6 +319,7 @@ var pkgDirs = map[string]string{
 	"spec":        "engine/spec",
 	"cpu":         "engine/backend/cpu",
 	"plot":        "engine/plot",
+	"board":       "engine/board",
 	"comm":        "comm",
 	"datasets":    "datasets",
 	"torchrand":   "datasets/torchrand",

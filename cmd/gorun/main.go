@@ -6,6 +6,7 @@
 //	gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
 //	gorun sample RUN_DIR --prompt TEXT     continue a text with a trained sequence model
 //	gorun predict RUN_DIR FILE...          predict with a trained model
+//	gorun board RUN_DIR...                 a live dashboard of runs, in a browser
 //
 // Flags may come before or after the script. Exit status: 0 on success, 1
 // when the script or the run fails (an internal error too: one line, the Go
@@ -91,6 +92,8 @@ const usage = `usage:
   gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
   gorun sample RUN_DIR --prompt TEXT     continue a text with a trained sequence model
   gorun predict RUN_DIR FILE...          predict with a trained model (.npy, .safetensors arrays)
+  gorun board [--addr HOST:PORT] RUN_DIR...
+                                         a live dashboard of runs (default 127.0.0.1:6006)
 
 flags (before or after SCRIPT):
 `
@@ -227,6 +230,8 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 			return sampleCmd(args[1:], stdout, stderr)
 		case "predict":
 			return predictCmd(args[1:], stdout, stderr)
+		case "board":
+			return boardCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help", "-help":
 			fmt.Fprint(stdout, usage)
 			newFlagSet(&flags{}, stdout).PrintDefaults()
