@@ -14,8 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
+	"gorun/datasets/userfile"
 	"gorun/engine/spec"
 	"gorun/script/scriptcopy"
 	"gorun/scripts"
@@ -161,7 +161,7 @@ func writeScriptCopy(out string, m *scriptcopy.Manifest, stderr io.Writer) (err 
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := writeSynced(p, f.Data); err != nil {
+		if err := userfile.WriteNew(p, f.Data); err != nil {
 			return fmt.Errorf("copying the script into %s: %w", out, err)
 		}
 	}
@@ -169,10 +169,10 @@ func writeScriptCopy(out string, m *scriptcopy.Manifest, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
-	if err := writeSynced(filepath.Join(tmp, scriptcopy.ManifestFile), append(b, '\n')); err != nil {
+	if err := userfile.WriteNew(filepath.Join(tmp, scriptcopy.ManifestFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("copying the script into %s: %w", out, err)
 	}
-	if err := syncFolder(tmp); err != nil {
+	if err := userfile.SyncDir(tmp); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(final); err == nil {
@@ -190,7 +190,7 @@ func writeScriptCopy(out string, m *scriptcopy.Manifest, stderr io.Writer) (err 
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("copying the script into %s: %w", out, err)
 	}
-	return syncFolder(out)
+	return userfile.SyncDir(out)
 }
 
 // keepAside renames the copy at final to the first free script.N beside
@@ -213,35 +213,4 @@ func isScriptCopy(name string) bool {
 	n, ok := strings.CutPrefix(name, scriptCopyDir+".")
 	_, err := strconv.Atoi(n)
 	return ok && err == nil
-}
-
-// writeSynced writes a file and syncs it.
-func writeSynced(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// syncFolder fsyncs a folder; file systems that cannot sync folders pass.
-func syncFolder(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	d.Close()
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
-		return nil
-	}
-	return err
 }
