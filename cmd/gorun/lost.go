@@ -157,23 +157,39 @@ func (w *jobWatch) summary(c *engine.Cluster) string {
 		byCall[wt.call] = append(byCall[wt.call], r)
 		timedOut = timedOut || wt.timedOut
 	}
-	slices.Sort(calls)
-	var where []string
-	for _, call := range calls {
-		ranks := byCall[call]
+	for _, ranks := range byCall {
+		slices.Sort(ranks)
+	}
+	slices.SortFunc(calls, func(a, b string) int { return byCall[a][0] - byCall[b][0] })
+	var where string // where the others waited
+	switch len(calls) {
+	case 0:
+	case 1:
+		ranks := byCall[calls[0]]
 		slices.Sort(ranks)
 		verb := "was"
 		if len(ranks) > 1 {
 			verb = "were"
 		}
-		where = append(where, fmt.Sprintf("%s %s waiting in %s", rankList(ranks), verb, call))
+		where = fmt.Sprintf("%s %s waiting for it in %s", rankList(ranks), verb, calls[0])
+	default:
+		var parts []string
+		var all []int
+		for _, call := range calls {
+			ranks := byCall[call]
+			all = append(all, ranks...)
+			slices.Sort(ranks)
+			parts = append(parts, fmt.Sprintf("%s in %s", rankList(ranks), call))
+		}
+		slices.Sort(all)
+		where = fmt.Sprintf("%s were waiting for it: %s", rankList(all), strings.Join(parts, ", "))
 	}
 	switch {
-	case len(lost) > 0 && len(where) > 0:
-		return "gorun: launch: lost " + strings.Join(lost, "; ") + "; " + strings.Join(where, ", ") + " for it"
+	case len(lost) > 0 && where != "":
+		return "gorun: launch: lost " + strings.Join(lost, "; ") + "; " + where
 	case len(lost) > 0:
 		return "gorun: launch: lost " + strings.Join(lost, "; ")
-	case len(where) > 0 && timedOut:
+	case where != "" && timedOut:
 		// No host was lost: some rank never joined.
 		var missing []int
 		for r := range c.ProcessCount() {
@@ -181,7 +197,7 @@ func (w *jobWatch) summary(c *engine.Cluster) string {
 				missing = append(missing, r)
 			}
 		}
-		msg := "gorun: launch: " + strings.Join(where, ", ") + fmt.Sprintf(" past comm.timeout (%v)", c.Timeout)
+		msg := "gorun: launch: " + strings.Replace(where, " for it", "", 1) + fmt.Sprintf(" past comm.timeout (%v)", c.Timeout)
 		if len(missing) > 0 && len(missing) < c.ProcessCount() {
 			var on []string
 			for _, r := range missing {

@@ -34,7 +34,7 @@ the daemon itself. We cannot recover from this failure, and
 therefore will terminate the job.
 --------------------------------------------------------------------------
 ` + sigterm(0, call) + sigterm(1, call),
-			`gorun: launch: lost rank 2 on node[3] 10.77.0.3: OpenMPI lost its daemon there: the host is down, its link is cut or its packets are dropped; ranks 0 and 1 were waiting in allreduce "bucket 0" at step 45 for it`},
+			`gorun: launch: lost rank 2 on node[3] 10.77.0.3: OpenMPI lost its daemon there: the host is down, its link is cut or its packets are dropped; ranks 0 and 1 were waiting for it in allreduce "bucket 0" at step 45`},
 		{"killed", `--------------------------------------------------------------------------
 Primary job  terminated normally, but 1 process returned
 a non-zero exit code. Per user-direction, the job has been aborted.
@@ -47,15 +47,15 @@ An MPI communication peer process has unexpectedly disconnected.  This
 ` + sigterm(1, call) + `--------------------------------------------------------------------------
 mpirun noticed that process rank 2 with PID 3569 on node 10.77.0.3 exited on signal 9 (Killed).
 --------------------------------------------------------------------------
-`, `gorun: launch: lost rank 2 on node[3] 10.77.0.3: killed by signal 9 (Killed); ranks 0 and 1 were waiting in allreduce "bucket 0" at step 45 for it`},
+`, `gorun: launch: lost rank 2 on node[3] 10.77.0.3: killed by signal 9 (Killed); ranks 0 and 1 were waiting for it in allreduce "bucket 0" at step 45`},
 		{"stopped", `[grc-l:13897] plm:rsh: Warning: setpgid(13945,13945) failed in parent with errno=Permission denied(13)
 Timeout, server 10.77.0.3 not responding.
 --------------------------------------------------------------------------
 ORTE was unable to reliably start one or more daemons.
 --------------------------------------------------------------------------
 gorun: rank 0 of 3 (host grc-h1): comm: allreduce "bucket 0" at step 45 (MPI) timed out after 10s: some rank of 3 never joined it (lost, stuck, or calling another collective), or it takes longer than the timeout; aborting every rank (MPI_Abort)
-` + sigterm(1, call),
-			`gorun: launch: lost rank 2 on node[3] 10.77.0.3: it stopped answering: ssh's keepalives went unanswered; ranks 0 and 1 were waiting in allreduce "bucket 0" at step 45 for it`},
+` + sigterm(1, `allgather "loss" at step 44`),
+			`gorun: launch: lost rank 2 on node[3] 10.77.0.3: it stopped answering: ssh's keepalives went unanswered; ranks 0 and 1 were waiting for it: rank 0 in allreduce "bucket 0" at step 45, rank 1 in allgather "loss" at step 44`},
 		{"a rank that never joined", `gorun: rank 0 of 3 (host grc-h1): comm: barrier "checkpoint" at step 10 (MPI) timed out after 10s: some rank of 3 never joined it; aborting every rank (MPI_Abort)
 ` + sigterm(1, `barrier "checkpoint" at step 10`),
 			`gorun: launch: ranks 0 and 1 were waiting in barrier "checkpoint" at step 10 past comm.timeout (10s); never joined by rank 2 on node[3] 10.77.0.3`},
