@@ -510,8 +510,13 @@ func (ct *clusterTest) fault(t *testing.T, fault string) faultRow {
 	log := l.out.String()
 	row.code = l.code
 	row.line = lastLine(log)
-	t.Logf("%s: launch ended after %v, every process after %v, exit %d:\n%s", fault, row.launch.Round(100*time.Millisecond),
-		row.all.Round(100*time.Millisecond), l.code, tail(log, 12))
+	t.Logf("%s: launch ended after %v, every process after %v, exit %d", fault, row.launch.Round(100*time.Millisecond),
+		row.all.Round(100*time.Millisecond), l.code)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the run's output ended:\n%s", tail(log, 30))
+		}
+	}()
 	if l.code == 0 {
 		t.Errorf("%s: launch exited 0", fault)
 	}
