@@ -25,7 +25,8 @@ import (
 // testhosts), OpenMPI going over TCP between the addresses: the result
 // equals an in-process run's, bit for bit; launch's checks and the ranks'
 // comparison of their hosts' copies name the host at fault; a slow link
-// changes nothing but the time; and each fault — a cut link, dropped
+// changes nothing but the time; Ctrl-C stops every host's rank with a
+// checkpoint; and each fault — a cut link, dropped
 // packets, a killed rank, a host that stops answering — ends every process
 // within comm.timeout and a few seconds, naming the lost rank, its host
 // and the collective the others waited in, with the last checkpoint
@@ -76,6 +77,7 @@ func TestCluster(t *testing.T) {
 	t.Run("HostCopies", ct.hostCopies)
 	t.Run("SlowLink", ct.slowLink)
 	t.Run("BindCore", ct.bindCore)
+	t.Run("Interrupt", ct.interrupt)
 	var rows []faultRow
 	for _, f := range []string{"link cut", "packets dropped", "rank killed", "host stopped"} {
 		t.Run(strings.ReplaceAll(f, " ", "_"), func(t *testing.T) { rows = append(rows, ct.fault(t, f)) })
@@ -381,6 +383,49 @@ func (ct *clusterTest) bindCore(t *testing.T) {
 // runtimeCPUs is this machine's number of CPUs.
 func runtimeCPUs() int { return runtime.NumCPU() }
 
+// interrupt: SIGINT to gorun launch (Ctrl-C) stops the ranks on every
+// host after the same step with a checkpoint, exit 143, and the run
+// resumes from it.
+func (ct *clusterTest) interrupt(t *testing.T) {
+	script := writeScript(t, strings.Replace(small, "epochs = 3", "epochs = 400", 1))
+	cluster := ct.cluster(t, "")
+	out := filepath.Join(t.TempDir(), "run")
+	l := ct.start(t, 2*time.Minute, "--cluster", cluster, script, "--out", out, "-q")
+	ct.waitCheckpoint(t, l, out)
+	l.cmd.Process.Signal(os.Interrupt)
+	<-l.done
+	log := l.out.String()
+	if l.code != 143 || !strings.Contains(log, "checkpoint saved: continue with --resume") || !strings.Contains(log, "gorun: launch: SIGINT: every rank stops") {
+		t.Fatalf("SIGINT to launch: exit %d, want 143 and an interrupt checkpoint:\n%s", l.code, log)
+	}
+	if n := strings.Count(log, "SIGUSR2 (gorun launch's stop): stopping"); n != 3 {
+		t.Errorf("%d ranks said they were stopping, want 3:\n%s", n, log)
+	}
+	r := ct.launch(t, "--cluster", cluster, script, "--resume", out, "--set", "max_steps=200", "-q")
+	if r.code != 0 {
+		t.Errorf("resuming the interrupted run: exit %d\n%s", r.code, r.out.String())
+	}
+}
+
+// waitCheckpoint waits until the run into out has its first checkpoint.
+func (ct *clusterTest) waitCheckpoint(t *testing.T, l *launched, out string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*", "state.safetensors")); len(m) > 0 {
+			return
+		}
+		select {
+		case <-l.done:
+			t.Fatalf("the run ended before its first checkpoint: exit %d\n%s", l.code, l.out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after a minute:\n%s", l.out.String())
+		}
+	}
+}
+
 // faultRow is one line of the fault table.
 type faultRow struct {
 	fault     string
@@ -417,20 +462,7 @@ func (ct *clusterTest) fault(t *testing.T, fault string) faultRow {
 			<-l.done
 		}
 	}()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if m, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*", "state.safetensors")); len(m) > 0 {
-			break
-		}
-		select {
-		case <-l.done:
-			t.Fatalf("the run ended before its first checkpoint: exit %d\n%s", l.code, l.out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint after a minute:\n%s", l.out.String())
-		}
-	}
+	ct.waitCheckpoint(t, l, out)
 	time.Sleep(500 * time.Millisecond) // well inside an epoch's collectives
 	var victim int
 	for _, p := range ct.h.Procs(2) {

@@ -160,22 +160,29 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	watch := &jobWatch{}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, io.MultiWriter(stderr, watch)
 	// mpirun in a process group of its own: a Ctrl-C on the terminal
-	// reaches it once, through us, as the SIGTERM it forwards to every
-	// rank (which then stop after the step under way with a checkpoint);
-	// the terminal's SIGINT to the whole group would make mpirun kill them.
+	// reaches it only through us. mpirun takes SIGINT and SIGTERM as an
+	// order to kill the job (SIGTERM to the ranks, SIGKILL a second
+	// later), which leaves no time for a checkpoint; it passes SIGUSR2 on
+	// to every rank, on every host, and gorun's ranks take SIGUSR2 as
+	// their stop (watchSignals): after the step under way, with a
+	// checkpoint, exit 143. A second signal kills the job.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
-	// mpirun passes SIGINT and SIGTERM on to every rank.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
-		for {
+		for n := 0; ; n++ {
 			select {
-			case <-sigs:
-				cmd.Process.Signal(syscall.SIGTERM)
+			case s := <-sigs:
+				if n == 0 {
+					fmt.Fprintf(stderr, "\ngorun: launch: %s: every rank stops after the step under way, with a checkpoint (%s again to kill)\n", sigName(s), sigName(s))
+					cmd.Process.Signal(syscall.SIGUSR2)
+				} else {
+					cmd.Process.Signal(syscall.SIGTERM)
+				}
 			case <-done:
 				return
 			}
