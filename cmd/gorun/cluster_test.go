@@ -82,6 +82,9 @@ func TestCluster(t *testing.T) {
 	for _, f := range []string{"link cut", "packets dropped", "rank killed", "host stopped"} {
 		t.Run(strings.ReplaceAll(f, " ", "_"), func(t *testing.T) { rows = append(rows, ct.fault(t, f)) })
 	}
+	if len(rows) == 0 {
+		return
+	}
 	var tab strings.Builder
 	fmt.Fprintf(&tab, "faults on host 3 of 3, comm.timeout %v; times from the fault (a stopped host's own processes: from its SIGCONT):\n%-16s %-13s %-13s %-5s %s\n",
 		clusterTimeout, "fault", "launch ended", "all ended", "exit", "launch's last line")
@@ -365,23 +368,57 @@ func (ct *clusterTest) bindCore(t *testing.T) {
 	script := writeScript(t, wide)
 	runs := map[string]*launched{}
 	outs := map[string]string{}
+	allowed := map[string]map[string]bool{} // bind → the ranks' Cpus_allowed_list values seen
 	for _, bind := range []string{"none", "core"} {
 		outs[bind] = filepath.Join(t.TempDir(), bind)
-		l := ct.launch(t, "--cluster", ct.cluster(t, fmt.Sprintf("bind = %q\n", bind)), script, "--out", outs[bind])
+		l := ct.start(t, 2*time.Minute, "--cluster", ct.cluster(t, fmt.Sprintf("bind = %q\n", bind)), script, "--out", outs[bind])
+		allowed[bind] = map[string]bool{}
+		for running := true; running; {
+			select {
+			case <-l.done:
+				running = false
+			case <-time.After(50 * time.Millisecond):
+			}
+			for i := range 3 {
+				for _, p := range ct.h.Procs(i) {
+					if strings.HasPrefix(p.Cmd, ct.bin+" ") {
+						if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid)); err == nil {
+							if m := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)`).FindSubmatch(b); m != nil {
+								allowed[bind][string(m[1])] = true
+							}
+						}
+					}
+				}
+			}
+		}
 		if l.code != 0 {
 			t.Fatalf("bind %s: exit %d\n%s", bind, l.code, l.out.String())
 		}
 		runs[bind] = l
 	}
+	all := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+	if len(allowed["none"]) != 1 || !allowed["none"][all] {
+		t.Errorf("unbound ranks may run on CPUs %v, want all (%s)", allowed["none"], all)
+	}
+	for cpus := range allowed["core"] {
+		if strings.ContainsAny(cpus, "-,") {
+			t.Errorf("a rank bound to a core may run on CPUs %s", cpus)
+		}
+	}
+	if len(allowed["core"]) == 0 {
+		t.Error("saw no bound rank")
+	}
 	if d := relDiff(finalParams(t, outs["none"]), finalParams(t, outs["core"])); d != 0 {
 		t.Errorf("bound to cores, the parameters differ by %.3g", d)
 	}
-	t.Logf("3 hosts on this machine's %d cores: %s samples/s unbound, %s bound to cores (OpenMPI binds each host's rank to core 0)",
-		runtimeCPUs(), samplesPerS(runs["none"].out.String()), samplesPerS(runs["core"].out.String()))
+	var cores []string
+	for c := range allowed["core"] {
+		cores = append(cores, c)
+	}
+	slices.Sort(cores)
+	t.Logf("3 hosts on this machine's %d cores: %s samples/s unbound, %s bound to cores (the ranks bound to CPUs %s)",
+		runtime.NumCPU(), samplesPerS(runs["none"].out.String()), samplesPerS(runs["core"].out.String()), strings.Join(cores, ", "))
 }
-
-// runtimeCPUs is this machine's number of CPUs.
-func runtimeCPUs() int { return runtime.NumCPU() }
 
 // interrupt: SIGINT to gorun launch (Ctrl-C) stops the ranks on every
 // host after the same step with a checkpoint, exit 143, and the run
