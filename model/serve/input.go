@@ -160,43 +160,26 @@ func (s *Server) predict(ctx context.Context, w http.ResponseWriter, r *http.Req
 // value per sample), or an object {"inputs": array} (the model's inputs)
 // or {"pixels": array} (raw pixels 0 to 255, normalised as in training).
 func (s *Server) jsonInput(body []byte) (*tensor.Dense, error) {
-	t := bytes.TrimLeft(body, " \t\r\n\ufeff")
-	what, form := "the body", s.valueForm()
-	if len(t) > 0 && t[0] == '{' {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(t, &obj); err != nil {
-			return nil, errorf(http.StatusBadRequest, "the body is not JSON: %v", err)
-		}
-		var keys []string
-		for k := range obj {
-			keys = append(keys, fmt.Sprintf("%q", k))
-		}
-		in, hasIn := obj["inputs"]
-		px, hasPx := obj["pixels"]
-		switch {
-		case len(obj) != 1 || !hasIn && !hasPx:
-			return nil, errorf(http.StatusBadRequest, `the JSON object has the keys %s; want one of "inputs" (the model's inputs) or "pixels" (raw pixels 0 to 255)`, strings.Join(keys, ", "))
-		case hasIn:
-			t, what = in, "inputs"
-		case form == formTokens:
-			return nil, errorf(http.StatusBadRequest, `"pixels": the model is a sequence model of token ids: send them as "inputs"`)
-		default:
-			t, what, form = px, "pixels", formPixels
-		}
+	p := arrayParser{data: body, form: s.valueForm(), what: "the body"}
+	p.space()
+	var shape []int
+	var err error
+	if p.pos < len(p.data) && p.data[p.pos] == '{' {
+		shape, err = p.object(s.images)
+	} else {
+		shape, err = p.parse()
 	}
-	p := arrayParser{data: t, form: form, what: what}
-	shape, err := p.parse()
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "%v", err)
 	}
-	n, err := s.batchOf(shape, what)
+	n, err := s.batchOf(shape, p.what)
 	if err != nil {
 		return nil, err
 	}
 	full := append([]int{n}, s.sample...)
-	switch form {
+	switch p.form {
 	case formTokens:
-		if err := s.checkTokens(p.ids, what); err != nil {
+		if err := s.checkTokens(p.ids, p.what); err != nil {
 			return nil, err
 		}
 		return tensor.New(tensor.WithShape(full...), tensor.WithBacking(p.ids)), nil
@@ -229,7 +212,7 @@ func (s *Server) batchOf(shape []int, what string) (int, error) {
 	case len(shape) == 0 && s.per == 1:
 		n = 1
 	}
-	if n == 0 {
+	if n == 0 || n < 0 && len(shape) > 0 && shape[0] == 0 {
 		return 0, errorf(http.StatusBadRequest, "%s holds no samples (shape %v)", what, shape)
 	}
 	if n < 0 {
@@ -372,25 +355,93 @@ type arrayParser struct {
 	ids    []int64
 }
 
-// parse reads the whole of data; it returns the arrays' shape.
+// parse reads the whole of data, one array; it returns the array's
+// shape.
 func (p *arrayParser) parse() ([]int, error) {
-	p.rank = -1
-	if err := p.value(0); err != nil {
+	if err := p.array(); err != nil {
 		return nil, err
 	}
 	p.space()
 	if p.pos < len(p.data) {
 		return nil, p.errorf("more after the end of the array: %q", head(p.data[p.pos:]))
 	}
+	return p.shape, nil
+}
+
+// object reads the whole of data, an object of one key, "inputs" or
+// (images) "pixels", whose value is the array; it returns the array's
+// shape.
+func (p *arrayParser) object(images bool) ([]int, error) {
+	want := `want {"inputs": [...]} (the model's inputs)`
+	if images {
+		want = `want {"inputs": [...]} (the model's inputs) or {"pixels": [...]} (raw pixels 0 to 255)`
+	}
+	p.pos++ // {
+	p.space()
+	if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+		return nil, fmt.Errorf("the JSON object has no key: %s", want)
+	}
+	end := p.pos + 1
+	for ; end < len(p.data) && p.data[end] != '"'; end++ {
+		if p.data[end] == '\\' {
+			end++
+		}
+	}
+	var key string
+	if end >= len(p.data) || json.Unmarshal(p.data[p.pos:end+1], &key) != nil {
+		return nil, fmt.Errorf("the JSON object's first key is not a JSON string: %s", want)
+	}
+	p.pos = end + 1
+	switch {
+	case key == "inputs":
+	case key == "pixels" && p.form == formTokens:
+		return nil, fmt.Errorf(`"pixels": the model is a sequence model of token ids: send them as "inputs"`)
+	case key == "pixels" && images:
+		p.form = formPixels
+	default:
+		return nil, fmt.Errorf("the JSON object has the key %q: %s", key, want)
+	}
+	p.what = key
+	p.space()
+	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+		return nil, fmt.Errorf("the JSON object: no colon after %q", key)
+	}
+	p.pos++
+	if err := p.array(); err != nil {
+		return nil, err
+	}
+	p.space()
+	if p.pos < len(p.data) && p.data[p.pos] == ',' {
+		return nil, fmt.Errorf("the JSON object has another key after %q: %s", key, want)
+	}
+	if p.pos >= len(p.data) || p.data[p.pos] != '}' {
+		return nil, fmt.Errorf("the JSON object does not end after %q", key)
+	}
+	p.pos++
+	p.space()
+	if p.pos < len(p.data) {
+		return nil, fmt.Errorf("more after the end of the JSON object: %q", head(p.data[p.pos:]))
+	}
+	return p.shape, nil
+}
+
+// array reads one number or nested arrays of numbers from p.pos, and
+// sets p.shape.
+func (p *arrayParser) array() error {
+	p.rank = -1
+	if err := p.value(0); err != nil {
+		return err
+	}
 	if p.rank < 0 { // only empty arrays
 		p.rank = len(p.shape)
 	}
-	for i, d := range p.shape[:p.rank] {
+	p.shape = p.shape[:p.rank]
+	for i, d := range p.shape {
 		if d < 0 {
 			p.shape[i] = 0
 		}
 	}
-	return p.shape[:p.rank], nil
+	return nil
 }
 
 func (p *arrayParser) space() {
@@ -463,7 +514,7 @@ func (p *arrayParser) value(d int) error {
 				break
 			}
 			if c != ',' {
-				return p.errorf("%q where a comma or ] should be", rune(c))
+				return p.errorf("%s where a comma or ] should be", quoteByte(c))
 			}
 		}
 	}
@@ -505,7 +556,7 @@ func (p *arrayParser) number() error {
 	tok := string(p.data[start:p.pos])
 	if tok == "" {
 		if p.pos < len(p.data) {
-			return p.errorf("%q where a number or an array should be", rune(p.data[p.pos]))
+			return p.errorf("%s where a number or an array should be", quoteByte(p.data[p.pos]))
 		}
 		return p.errorf("the JSON ends early")
 	}
@@ -533,4 +584,13 @@ func (p *arrayParser) number() error {
 		p.floats = append(p.floats, float32(v))
 	}
 	return nil
+}
+
+// quoteByte writes a byte of the body, for messages: a printable ASCII
+// character quoted, else its value.
+func quoteByte(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
 }

@@ -359,7 +359,7 @@ func (s *Server) generate(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if req.Prompt == nil || *req.Prompt == "" {
 		return errorf(http.StatusBadRequest, `no "prompt": give the text to continue`)
 	}
-	o := model.GenerateOptions{Tokens: DefaultTokens, Temperature: DefaultTemperature, Seed: DefaultSeed}
+	o := model.GenerateOptions{Tokens: min(DefaultTokens, s.opts.MaxTokens), Temperature: DefaultTemperature, Seed: DefaultSeed}
 	if req.Tokens != nil {
 		o.Tokens = *req.Tokens
 	}
