@@ -70,6 +70,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.stopping.Store(true)
+	if s.opts.OnStop != nil {
+		s.opts.OnStop(s.InFlight())
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout())
 	defer cancel()
 	err := srv.Shutdown(sctx)

@@ -72,6 +72,9 @@ type Options struct {
 	// machines' networks, reached through names).
 	Hosts   []string
 	AnyHost bool
+	// OnStop, when set, is called when Serve begins to shut down, with
+	// the number of requests under way.
+	OnStop func(inFlight int)
 	// Log receives a line per failed request (5xx), per panic (with its
 	// stack) and the HTTP server's own errors (default: nowhere).
 	Log *log.Logger
