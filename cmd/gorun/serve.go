@@ -136,12 +136,12 @@ func summary(m *model.Model) string {
 	case model.Regressor:
 		what = fmt.Sprintf("a regression model, samples %v to values %v", m.InputShape(), m.OutputShape())
 	default:
-		what = fmt.Sprintf("a sequence model of %d tokens, windows of %v", m.Classes(), m.InputShape())
+		what = fmt.Sprintf("a sequence model of a %d-token vocabulary, windows of %d tokens", m.Classes(), m.InputShape()[0])
 	}
 	mean, std := m.Normalization()
 	norm := ""
 	if m.Kind() != model.Sequence && (mean != 0 || std != 1) {
-		norm = fmt.Sprintf(", inputs normalised with mean %g and std %g", mean, std)
+		norm = fmt.Sprintf(", inputs normalised with mean %s and std %s", strconv.FormatFloat(mean, 'g', -1, 32), strconv.FormatFloat(std, 'g', -1, 32))
 	}
 	return fmt.Sprintf("%s%s; batches of up to %d", what, norm, m.MaxBatch())
 }

@@ -93,18 +93,21 @@ func head(b []byte) string {
 	return string(b)
 }
 
-// checkType refuses a body whose Content-Type, when it has one, is not
-// want.
-func checkType(r *http.Request, want string) error {
+// checkJSONType refuses a body whose Content-Type says it is not JSON;
+// none, application/octet-stream and application/x-www-form-urlencoded
+// (curl's default for --data) are read as JSON.
+func checkJSONType(r *http.Request) error {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || mt != want {
-		return errorf(http.StatusUnsupportedMediaType, "Content-Type %q: %s takes %s", ct, r.URL.Path, want)
+	switch {
+	case err != nil:
+	case mt == "application/json", strings.HasSuffix(mt, "+json"), mt == "application/octet-stream", mt == "application/x-www-form-urlencoded":
+		return nil
 	}
-	return nil
+	return errorf(http.StatusUnsupportedMediaType, "Content-Type %q: %s takes application/json", ct, r.URL.Path)
 }
 
 // readBody reads a request's body (under MaxBody: the MaxBytesReader

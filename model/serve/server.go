@@ -343,7 +343,7 @@ func (s *Server) generate(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if s.m.Kind() != model.Sequence {
 		return errorf(http.StatusNotFound, "/v1/generate: the model is a %s, not a sequence model of text (data.text): POST /v1/predict", s.m.Kind())
 	}
-	if err := checkType(r, "application/json"); err != nil {
+	if err := checkJSONType(r); err != nil {
 		return err
 	}
 	body, err := readBody(r)
