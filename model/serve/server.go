@@ -54,8 +54,8 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxConcurrent is how many /v1/ requests are read and answered at
 	// once (default 64); MaxQueue how many more wait for a turn (default
-	// 256). Beyond both, a request is refused with 503 at once; one that
-	// waits past Timeout gets 503 too.
+	// 256; negative: none wait). Beyond both, a request is refused with
+	// 503 at once; one that waits past Timeout gets 503 too.
 	MaxConcurrent, MaxQueue int
 	// MaxPixels is the most pixels (width × height) an image may have
 	// (default 2048 × 2048: 16 MiB decoded), checked from its header before it is
@@ -263,7 +263,13 @@ func (s *Server) post(route string, h func(ctx context.Context, w http.ResponseW
 			// The body's time starts with the request's turn.
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.ReadTimeout))
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+		// The server's own writer, so that it closes the connection
+		// after a body over the limit.
+		rw := w
+		if rec, ok := w.(*recorder); ok {
+			rw = rec.ResponseWriter
+		}
+		r.Body = http.MaxBytesReader(rw, r.Body, s.opts.MaxBody)
 		if err := h(ctx, w, r); err != nil {
 			s.fail(w, r, err)
 		}
