@@ -13,6 +13,7 @@ import (
 	"log"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -750,4 +751,50 @@ func TestHealthzAndMetrics(t *testing.T) {
 		t.Errorf("/healthz while stopping: %d %s", r.code, r.body)
 	}
 	s.stopping.Store(false)
+}
+
+// TestClassNamesAndHosts: class names give each prediction its "label"
+// (and must be one per class); Options.Hosts adds names a request's Host
+// may give, AnyHost takes any.
+func TestClassNamesAndHosts(t *testing.T) {
+	m := netModel(t)
+	if _, err := New(m, Options{ClassNames: []string{"a", "b"}}); err == nil || err.Error() != "serve: 2 class names for a classifier of 10 classes" {
+		t.Errorf("2 names for 10 classes: %v", err)
+	}
+	names := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
+	x, _ := mnistTest(t, 4)
+	for _, c := range []struct {
+		opts Options
+		host string
+		code int
+	}{
+		{Options{ClassNames: names}, "127.0.0.1:8080", 200},
+		{Options{ClassNames: names}, "[::1]:8080", 200},
+		{Options{ClassNames: names}, "LOCALHOST", 200},
+		{Options{ClassNames: names}, "model.internal:8080", 403},
+		{Options{ClassNames: names, Hosts: []string{"model.internal"}}, "model.internal:8080", 200},
+		{Options{ClassNames: names, Hosts: []string{"model.internal"}}, "other.internal", 403},
+		{Options{ClassNames: names, AnyHost: true}, "other.internal", 200},
+	} {
+		s, err := New(m, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest("POST", "/v1/predict", bytes.NewReader(jsonArray(x, 784)))
+		req.Host = c.host
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != c.code {
+			t.Errorf("Host %s, Hosts %v: %d %s", c.host, c.opts.Hosts, rec.Code, rec.Body)
+			continue
+		}
+		if c.code != 200 {
+			continue
+		}
+		for i, p := range predictions(t, reply{code: 200, body: rec.Body.Bytes()}) {
+			if p.Class == nil || p.Label != names[*p.Class] {
+				t.Errorf("sample %d: class %v, label %q", i, p.Class, p.Label)
+			}
+		}
+	}
 }

@@ -143,10 +143,10 @@ func New(m *model.Model, opts Options) (*Server, error) {
 	}
 	s.images = takesImages(m)
 	s.metrics = newMetrics(s)
-	s.mux.HandleFunc("/v1/predict", s.post(routePredict, s.predict))
-	s.mux.HandleFunc("/v1/generate", s.post(routeGenerate, s.generate))
-	s.mux.HandleFunc("/healthz", s.get(routeHealthz, s.healthz))
-	s.mux.Handle("/metrics", s.get(routeMetrics, s.metrics.handler.ServeHTTP))
+	s.mux.HandleFunc("/v1/predict", s.post(s.predict))
+	s.mux.HandleFunc("/v1/generate", s.post(s.generate))
+	s.mux.HandleFunc("/healthz", s.get(s.healthz))
+	s.mux.Handle("/metrics", s.get(s.metrics.handler.ServeHTTP))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errorf(http.StatusNotFound, "%s: no such route (POST /v1/predict, POST /v1/generate, GET /healthz, GET /metrics)", r.URL.Path))
 	})
@@ -240,7 +240,7 @@ func (s *Server) hostAllowed(host string) bool {
 
 // post is a /v1/ route: POST only, one of MaxConcurrent at a time (after
 // waiting in the queue), under the request's deadline.
-func (s *Server) post(route string, h func(ctx context.Context, w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+func (s *Server) post(h func(ctx context.Context, w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
@@ -277,7 +277,7 @@ func (s *Server) post(route string, h func(ctx context.Context, w http.ResponseW
 }
 
 // get is a GET (and HEAD) route.
-func (s *Server) get(route string, h http.HandlerFunc) http.HandlerFunc {
+func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
