@@ -141,25 +141,31 @@ func checkPixels(name, format string, w, h int) error {
 // errors), after checking from the header that it declares at most
 // MaxImagePixels pixels.
 func DecodeImage(name string, b []byte) (image.Image, error) {
+	img, _, err := decodeImage(name, b)
+	return img, err
+}
+
+// decodeImage is DecodeImage that also gives the format's name.
+func decodeImage(name string, b []byte) (image.Image, string, error) {
 	f, err := findFormat(name, b)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	c, err := f.config(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading the %s header: %v", name, f.name, err)
+		return nil, "", fmt.Errorf("%s: reading the %s header: %v", name, f.name, err)
 	}
 	if err := checkPixels(name, f.name, c.Width, c.Height); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	img, err := f.decode(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: decoding it as %s: %v", name, f.name, err)
+		return nil, "", fmt.Errorf("%s: decoding it as %s: %v", name, f.name, err)
 	}
 	if r := img.Bounds(); checkPixels(name, f.name, r.Dx(), r.Dy()) != nil {
-		return nil, fmt.Errorf("%s: the %s image decoded to %d×%d pixels", name, f.name, r.Dx(), r.Dy())
+		return nil, "", fmt.Errorf("%s: the %s image decoded to %d×%d pixels", name, f.name, r.Dx(), r.Dy())
 	}
-	return img, nil
+	return img, f.name, nil
 }
 
 // errImageSize is an image whose size is not the one wanted, when no
@@ -193,7 +199,7 @@ func PrepareImage(p ImagePrep, name string, b []byte, out []byte) error {
 // prepare decodes one file into out (planar, Channels × h × w with (h, w)
 // = size).
 func (ip *imagePrepper) prepare(name string, b []byte, out []byte, size [2]int) error {
-	img, err := DecodeImage(name, b)
+	img, format, err := decodeImage(name, b)
 	if err != nil {
 		return err
 	}
@@ -209,14 +215,14 @@ func (ip *imagePrepper) prepare(name string, b []byte, out []byte, size [2]int) 
 	}
 	var src image.Image
 	if ip.prep.Channels == 1 {
-		ip.gray = toGray(img, ip.gray, &ip.rgb)
+		ip.gray = toGray(img, ip.gray, &ip.rgb, format == "JPEG")
 		if !resize {
 			copyRows(out[:plane], ip.gray.Pix, ip.gray.Stride, w, h, 1)
 			return nil
 		}
 		src = ip.gray
 	} else {
-		ip.rgb = toRGB(img, ip.rgb)
+		ip.rgb = toRGB(img, ip.rgb, format == "JPEG")
 		if !resize {
 			for c := range 3 {
 				copyRows(out[c*plane:(c+1)*plane], ip.rgb.Pix[c:], ip.rgb.Stride, w, h, 4)
@@ -265,8 +271,10 @@ func copyRows(dst, src []byte, stride, w, h, step int) {
 
 // toRGB returns img as opaque RGBA holding its straight (not
 // premultiplied) colours, as PIL's convert("RGB") gives them: the alpha
-// channel is dropped. scratch is reused when it has img's size.
-func toRGB(img image.Image, scratch *image.RGBA) *image.RGBA {
+// channel is dropped. scratch is reused when it has img's size. jpeg says
+// the image is a decoded JPEG: its chroma is then upsampled and converted
+// as libjpeg does (jpegRGB).
+func toRGB(img image.Image, scratch *image.RGBA, jpeg bool) *image.RGBA {
 	r := img.Bounds()
 	w, h := r.Dx(), r.Dy()
 	dst := scratch
@@ -275,7 +283,11 @@ func toRGB(img image.Image, scratch *image.RGBA) *image.RGBA {
 	}
 	switch s := img.(type) {
 	case *image.YCbCr:
-		// The standard library's JFIF conversion, as color.YCbCrToRGB.
+		// A JPEG's colours as libjpeg makes them; else (WebP, rare
+		// JPEG subsamplings) the standard library's JFIF conversion.
+		if jpeg && jpegRGB(s, dst) {
+			return dst
+		}
 		stddraw.Draw(dst, dst.Rect, s, r.Min, stddraw.Src)
 		return dst
 	case *image.Gray:
@@ -351,7 +363,7 @@ func toRGB(img image.Image, scratch *image.RGBA) *image.RGBA {
 // >> 16 (ITU-R 601-2 luma, PIL's fixed point). A grayscale image is kept
 // as it is (the formula gives it back unchanged). scratch, and *rgb for
 // the RGB image on the way, are reused when they have img's size.
-func toGray(img image.Image, scratch *image.Gray, rgb **image.RGBA) *image.Gray {
+func toGray(img image.Image, scratch *image.Gray, rgb **image.RGBA, jpeg bool) *image.Gray {
 	r := img.Bounds()
 	w, h := r.Dx(), r.Dy()
 	dst := scratch
@@ -365,7 +377,7 @@ func toGray(img image.Image, scratch *image.Gray, rgb **image.RGBA) *image.Gray 
 		}
 		return dst
 	}
-	c := toRGB(img, *rgb)
+	c := toRGB(img, *rgb, jpeg)
 	*rgb = c
 	for y := range h {
 		src := c.Pix[y*c.Stride:]
