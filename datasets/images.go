@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"gorun/datasets/torchrand"
+	"gorun/datasets/userfile"
 )
 
 // ImagesConfig says which images data.images reads and how it makes them
@@ -76,6 +77,9 @@ type imageList struct {
 	folderOrder   bool
 	height, width int // the sample size
 	channels      int
+	// resize is set when the script gave the size: images of another
+	// size are resized (else refused).
+	resize bool
 }
 
 // DefaultImageBudget is the memory the decoded images of one data.images
@@ -270,8 +274,8 @@ func listImages(c ImagesConfig) (*imageList, error) {
 	if len(l.files) == 0 {
 		return nil, fmt.Errorf("%s: no images in the %s split", c.Dir, c.Split)
 	}
-	l.height, l.width = c.Height, c.Width
-	if l.height == 0 {
+	l.height, l.width, l.resize = c.Height, c.Width, c.Height > 0
+	if !l.resize {
 		first := l.files[0].path
 		b, err := ReadImageFile(first)
 		if err != nil {
@@ -290,7 +294,7 @@ func listImages(c ImagesConfig) (*imageList, error) {
 	per := int64(l.channels) * int64(l.height) * int64(l.width)
 	if need := per * int64(len(l.files)); need > budget {
 		return nil, fmt.Errorf("the %d images of %s decode to %s (%d×%d×%d bytes each), more than %s (%s): data.images holds the decoded images in memory and does not stream them from disk; give a smaller size, channels = 1 or a limit, or raise memory_limit",
-			len(l.files), c.Dir, humanBytes(need), l.channels, l.height, l.width, what, humanBytes(budget))
+			len(l.files), c.Dir, userfile.Bytes(need), l.channels, l.height, l.width, what, userfile.Bytes(budget))
 	}
 	return l, nil
 }
@@ -321,16 +325,6 @@ func limitImages(files []imageFile, n int, folderOrder bool, classes int) []imag
 		out[i] = files[j]
 	}
 	return out
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // checkFolder reports a folder that is missing or not a folder.
@@ -477,7 +471,10 @@ func decodeImages(l *imageList, progress func(Progress)) ([]byte, error) {
 	var done atomic.Int64
 	var failed atomic.Bool
 	errs := make([]error, n) // by file: only the failing ones are set
-	prep := ImagePrep{Height: l.height, Width: l.width, Channels: l.channels}
+	prep := ImagePrep{Channels: l.channels}
+	if l.resize {
+		prep.Height, prep.Width = l.height, l.width
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
@@ -495,7 +492,7 @@ func decodeImages(l *imageList, progress func(Progress)) ([]byte, error) {
 					err = ip.prepare(f.path, b, pixels[i*per:(i+1)*per], [2]int{l.height, l.width})
 					var es errImageSize
 					if errors.As(err, &es) {
-						err = fmt.Errorf("%s is %d×%d, but %s, the first image, is %d×%d: give data.images a size = (height, width) to resize every image to",
+						err = fmt.Errorf("%s is %d wide and %d high, but %s, the first image, is %d wide and %d high: give data.images a size = (height, width) to resize every image to",
 							f.path, es.w, es.h, l.files[0].path, l.width, l.height)
 					}
 				}
