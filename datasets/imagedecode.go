@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"golang.org/x/image/bmp"
-	"golang.org/x/image/draw"
 	"golang.org/x/image/tiff"
 	"golang.org/x/image/webp"
 
@@ -175,78 +174,89 @@ type errImageSize struct{ w, h int }
 func (e errImageSize) Error() string { return fmt.Sprintf("%d×%d", e.w, e.h) }
 
 // imagePrepper turns decoded images into samples. It keeps its scratch
-// images and the scalers of the sizes it has seen, so it is not safe for
+// images and the resizers of the sizes it has seen, so it is not safe for
 // concurrent use: each decoding goroutine has its own.
 type imagePrepper struct {
-	prep    ImagePrep
-	rgb     *image.RGBA
-	gray    *image.Gray
-	dst     *image.RGBA
-	scalers map[[2]int]draw.Scaler
+	prep     ImagePrep
+	rgb      *image.RGBA
+	gray     *image.Gray
+	planes   []byte
+	resizers map[[4]int]*pilResizer
 }
 
 func newImagePrepper(p ImagePrep) *imagePrepper {
-	return &imagePrepper{prep: p, scalers: map[[2]int]draw.Scaler{}}
+	return &imagePrepper{prep: p, resizers: map[[4]int]*pilResizer{}}
 }
 
 // PrepareImage decodes an image file's bytes into a sample as p says,
-// writing len = Channels × Height × Width bytes into out. With Height
-// and Width 0, the image must be want[0] × want[1] (height, width).
+// writing Channels × Height × Width bytes into out (planar: channel, row,
+// column). With Height and Width 0 the image keeps its own size, which
+// out must have room for.
 func PrepareImage(p ImagePrep, name string, b []byte, out []byte) error {
-	return newImagePrepper(p).prepare(name, b, out, [2]int{p.Height, p.Width})
+	ip := newImagePrepper(p)
+	size := [2]int{p.Height, p.Width}
+	if p.Height == 0 || p.Width == 0 {
+		_, w, h, err := ImageConfig(name, b)
+		if err != nil {
+			return err
+		}
+		size = [2]int{h, w}
+	}
+	return ip.prepare(name, b, out, size)
 }
 
 // prepare decodes one file into out (planar, Channels × h × w with (h, w)
-// = size).
+// = size): decoded, converted to the channels at the image's own size,
+// then resized as PIL resizes (pilResizer) when its size is not size.
 func (ip *imagePrepper) prepare(name string, b []byte, out []byte, size [2]int) error {
 	img, format, err := decodeImage(name, b)
 	if err != nil {
 		return err
 	}
 	r := img.Bounds()
+	sw, sh := r.Dx(), r.Dy()
 	h, w := size[0], size[1]
-	resize := r.Dy() != h || r.Dx() != w
+	resize := sh != h || sw != w
 	if resize && (ip.prep.Height == 0 || ip.prep.Width == 0) {
-		return errImageSize{r.Dx(), r.Dy()}
+		return errImageSize{sw, sh}
 	}
 	plane := h * w
-	if len(out) < ip.prep.Channels*plane {
-		panic(fmt.Sprintf("datasets: prepare %s: %d bytes for a %d×%d×%d sample", name, len(out), ip.prep.Channels, h, w))
+	ch := ip.prep.Channels
+	if len(out) < ch*plane {
+		panic(fmt.Sprintf("datasets: prepare %s: %d bytes for a %d×%d×%d sample", name, len(out), ch, h, w))
 	}
-	var src image.Image
-	if ip.prep.Channels == 1 {
-		ip.gray = toGray(img, ip.gray, &ip.rgb, format == "JPEG")
-		if !resize {
-			copyRows(out[:plane], ip.gray.Pix, ip.gray.Stride, w, h, 1)
-			return nil
+	// The channels at the image's own size, planar: straight into out
+	// when no resize follows.
+	src := out[:ch*plane]
+	if resize {
+		if cap(ip.planes) < ch*sw*sh {
+			ip.planes = make([]byte, ch*sw*sh)
 		}
-		src = ip.gray
+		src = ip.planes[:ch*sw*sh]
+	}
+	if ch == 1 {
+		ip.gray = toGray(img, ip.gray, &ip.rgb, format == "JPEG")
+		copyRows(src, ip.gray.Pix, ip.gray.Stride, sw, sh, 1)
 	} else {
 		ip.rgb = toRGB(img, ip.rgb, format == "JPEG")
-		if !resize {
-			for c := range 3 {
-				copyRows(out[c*plane:(c+1)*plane], ip.rgb.Pix[c:], ip.rgb.Stride, w, h, 4)
-			}
-			return nil
+		for c := range 3 {
+			copyRows(src[c*sw*sh:(c+1)*sw*sh], ip.rgb.Pix[c:], ip.rgb.Stride, sw, sh, 4)
 		}
-		src = ip.rgb
 	}
-	if ip.dst == nil || ip.dst.Rect.Dx() != w || ip.dst.Rect.Dy() != h {
-		ip.dst = image.NewRGBA(image.Rect(0, 0, w, h))
+	if !resize {
+		return nil
 	}
-	key := [2]int{r.Dx(), r.Dy()}
-	sc, ok := ip.scalers[key]
+	key := [4]int{sw, sh, w, h}
+	rs, ok := ip.resizers[key]
 	if !ok {
-		sc = draw.BiLinear.NewScaler(w, h, r.Dx(), r.Dy())
-		if len(ip.scalers) > 64 {
-			clear(ip.scalers) // many sizes: keep the map small
+		if len(ip.resizers) > 64 {
+			clear(ip.resizers) // many sizes: keep the map small
 		}
-		ip.scalers[key] = sc
+		rs = newPILResizer(sw, sh, w, h)
+		ip.resizers[key] = rs
 	}
-	sb := src.Bounds()
-	sc.Scale(ip.dst, ip.dst.Rect, src, sb, draw.Src, nil)
-	for c := range ip.prep.Channels {
-		copyRows(out[c*plane:(c+1)*plane], ip.dst.Pix[c:], ip.dst.Stride, w, h, 4)
+	for c := range ch {
+		rs.resize(out[c*plane:(c+1)*plane], src[c*sw*sh:(c+1)*sw*sh])
 	}
 	return nil
 }
