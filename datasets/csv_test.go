@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -96,6 +97,32 @@ func TestCSVClasses(t *testing.T) {
 	if !slices.Equal(meta.X, c.X) || meta.Y != "kind" || meta.Task != "classes" || math.Abs(meta.Mean[0]-mean[0]) > 1e-12 || math.Abs(meta.Std[1]-std[1]) > 1e-12 ||
 		m[MetaClasses] != `["setosa","versicolor","virginica"]` {
 		t.Fatalf("metadata %v", m)
+	}
+	// The metadata makes a new row the sample training made of it.
+	r := perm[6]
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	got, err := meta.Sample([]string{"kind", "petal, width", "petal length"}, []string{"?", f(rows[r][1]), f(rows[r][0])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 2)
+	var y [1]int32
+	test.Fill([]int{0}, x, y[:])
+	if !slices.Equal(got, x) {
+		t.Fatalf("CSVMeta.Sample %v, the test sample (row %d) %v", got, r+1, x)
+	}
+	for _, bad := range []struct {
+		header, row []string
+		want        string
+	}{
+		{[]string{"petal length"}, []string{"1"}, `no column "petal, width": the model reads the columns "petal length", "petal, width"`},
+		{[]string{"petal length", "petal, width"}, []string{"1", ""}, `column "petal, width": missing value`},
+		{[]string{"petal length", "petal, width"}, []string{"1", "wide"}, `column "petal, width": "wide" is not a number`},
+		{[]string{"petal length", "petal, width"}, []string{"inf", "1"}, `column "petal length": "inf" is not a finite number`},
+	} {
+		if _, err := meta.Sample(bad.header, bad.row); err == nil || err.Error() != bad.want {
+			t.Errorf("Sample(%q, %q): %v, want %s", bad.header, bad.row, err, bad.want)
+		}
 	}
 }
 

@@ -28,8 +28,9 @@ type ImagesConfig struct {
 	Dir string
 	// Split is "train" or "test".
 	Split string
-	// Height and Width are the size every image is resized to (bilinear,
-	// antialiased when shrinking); 0 and 0 keep the images' own size,
+	// Height and Width are the size every image is resized to (PIL's
+	// bilinear filter, as torchvision's Resize: resample.go); 0 and 0
+	// keep the images' own size,
 	// which must then be the same for all.
 	Height, Width int
 	// Channels is 1 (grayscale) or 3 (RGB).

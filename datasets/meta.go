@@ -3,6 +3,10 @@ package datasets
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
 )
 
 // What a model trained on a dataset must know of it to be used later
@@ -26,8 +30,8 @@ const (
 
 // ImageMeta is how data.images turned an image file into a sample: decoded,
 // converted to Channels (1: PIL's convert("L"), 3: convert("RGB")),
-// resized to Height × Width with Resize ("bilinear": golang.org/x/image/draw's
-// BiLinear, antialiased when shrinking), scaled to [0, 1] and, when Mean
+// resized to Height × Width with Resize ("bilinear": PIL's antialiased
+// bilinear filter, as torchvision's Resize), scaled to [0, 1] and, when Mean
 // is not nil, normalized as (v − Mean[c])/Std[c].
 type ImageMeta struct {
 	Height   int       `json:"height"`
@@ -76,6 +80,42 @@ type CSVMeta struct {
 	Task string    `json:"task"`
 	Mean []float64 `json:"mean,omitempty"`
 	Std  []float64 `json:"std,omitempty"`
+}
+
+// Sample makes the input of one table row as training saw it: header
+// names the row's fields (the row may hold other columns too, in any
+// order); the values of the columns X are read as numbers and, when Mean
+// is set, standardised. Errors name the column.
+func (m CSVMeta) Sample(header, row []string) ([]float32, error) {
+	if len(row) != len(header) {
+		return nil, fmt.Errorf("a row of %d fields for %d column names", len(row), len(header))
+	}
+	if m.Mean != nil && (len(m.Mean) != len(m.X) || len(m.Std) != len(m.X)) {
+		return nil, fmt.Errorf("csv metadata: %d means and %d stds for %d columns", len(m.Mean), len(m.Std), len(m.X))
+	}
+	out := make([]float32, len(m.X))
+	for i, col := range m.X {
+		j := slices.Index(header, col)
+		if j < 0 {
+			return nil, fmt.Errorf("no column %q: the model reads the columns %s", col, quoteList(m.X, 30))
+		}
+		s := strings.TrimSpace(row[j])
+		if s == "" {
+			return nil, fmt.Errorf("column %q: missing value", col)
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %q is not a number", col, clip(s))
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("column %q: %q is not a finite number", col, clip(s))
+		}
+		if m.Mean != nil {
+			v = (v - m.Mean[i]) / m.Std[i]
+		}
+		out[i] = float32(v)
+	}
+	return out, nil
 }
 
 // metadataSource is a dataset that carries metadata for the model.
