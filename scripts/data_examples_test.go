@@ -3,6 +3,8 @@ package scripts_test
 import (
 	"encoding/csv"
 	"encoding/json"
+	"image"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -399,4 +401,61 @@ func TestImagesExample(t *testing.T) {
 		t.Errorf("model.safetensors' classes %q (%v), want %v", a.Metadata["classes"], err, sorted)
 	}
 	t.Logf("%d steps, test accuracy %.4f from both", res.Steps, res.TestAccuracy)
+}
+
+// writeGrayPNG writes a 4×4 grey PNG at path (its folders made).
+func writeGrayPNG(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var px [16]byte
+	img := &image.Gray{Pix: px[:], Stride: 4, Rect: image.Rect(0, 0, 4, 4)}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestImagesCompileChecks: before any image is decoded, compiling refuses
+// an eval folder whose classes are not the training folder's (same count,
+// other names), and a set that does not fit the cluster's memory_limit.
+func TestImagesCompileChecks(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"a/cat/1.png", "a/dog/1.png", "b/cat/1.png", "b/cow/1.png"} {
+		writeGrayPNG(t, filepath.Join(dir, p))
+	}
+	path := filepath.Join(dir, "train.star")
+	if err := os.WriteFile(path, []byte(`
+train(
+    model = nn.sequential(nn.flatten(), nn.linear(16, 2)),
+    loss = "cross_entropy",
+    data = data.images("a", channels = 1, test_fraction = 0),
+    eval = data.images("b", channels = 1, test_fraction = 0),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 2,
+)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := script.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.Compile(s, engine.DefaultCluster())
+	want := path + ":6:23: eval set data.images names its classes cat, cow, but the model learns the training set's cat, dog (in this order)"
+	if err == nil || err.Error() != want {
+		t.Errorf("eval classes: %v, want %s", err, want)
+	}
+	s.Eval = nil
+	c := engine.DefaultCluster()
+	c.MemoryLimit = 30 // bytes
+	_, err = engine.Compile(s, c)
+	if err == nil || !strings.Contains(err.Error(), "decode to 32 bytes (1×4×4 bytes each), more than the cluster's memory_limit (30 bytes)") {
+		t.Errorf("memory_limit 30: %v", err)
+	}
 }
