@@ -77,15 +77,15 @@ func dataProgress(w io.Writer, terminal bool) func(datasets.Progress) {
 	return func(p datasets.Progress) {
 		rate := float64(p.Done) / max(p.Elapsed.Seconds(), 1e-9)
 		line := fmt.Sprintf("decoding %s: %d/%d images (%.0f/s)", p.What, p.Done, p.Total, rate)
+		if finished[p.What] {
+			return
+		}
 		if terminal {
 			end := ""
 			if p.Done == p.Total {
-				end = "\n"
+				end, finished[p.What] = "\n", true
 			}
 			fmt.Fprintf(w, "\r\x1b[K%s%s", line, end)
-			return
-		}
-		if finished[p.What] {
 			return
 		}
 		tenth := p.Done * 10 / max(p.Total, 1)
