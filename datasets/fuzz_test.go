@@ -1,7 +1,9 @@
 package datasets
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +72,59 @@ func FuzzNPY(f *testing.F) {
 			idx[i] = i
 		}
 		fillAll(d, idx)
+	})
+}
+
+// FuzzImage feeds arbitrary bytes as an image file. Preparing a sample
+// (one and three channels, resized and at its own size) must fail with an
+// error naming the file, or fill the sample; it must never panic, and a
+// header that declares more than MaxImagePixels is refused before
+// decoding.
+func FuzzImage(f *testing.F) {
+	for _, name := range []string{"fashion0.png", "photo.jpg", "odd.jpg", "palette.gif", "color.bmp", "color.tiff", "color.webp", "rgba.png"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "images", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add(bombPNG(10000, 10000))
+	f.Add([]byte("GIF89a\x10\x27\x10\x27"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, c := range []int{1, 3} {
+			out := make([]byte, c*9*7)
+			err := PrepareImage(ImagePrep{Height: 9, Width: 7, Channels: c}, "f.img", b, out)
+			if err != nil && !strings.HasPrefix(err.Error(), "f.img") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+		}
+	})
+}
+
+// FuzzCSV feeds arbitrary text as a table with columns a, b and y. Reading
+// must fail with an error naming the file or give a dataset whose every
+// sample can be filled; it must never panic.
+func FuzzCSV(f *testing.F) {
+	f.Add("a,b,y\n1,2,cat\n3,4,dog\n")
+	f.Add("a,b,y\n1,2,0\n3,4,1\n5,6,1\n")
+	f.Add("a,\"b\",y\r\n1,\"2\",\"c\"\"at\"\r\n3,4,dog\r\n")
+	f.Add("\ufeffa,b,y\n1,,cat\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		path := filepath.Join(t.TempDir(), "t.csv")
+		writeFile(t, path, []byte(text))
+		for _, regression := range []bool{false, true} {
+			d, err := CSV(CSVConfig{Path: path, Y: "y", Regression: regression, Standardize: true, Split: "train", TestFraction: 0.5})
+			if err != nil {
+				if !strings.Contains(err.Error(), path) {
+					t.Fatalf("error %q does not name the file", err)
+				}
+				continue
+			}
+			idx := make([]int, d.Len())
+			for i := range idx {
+				idx[i] = i
+			}
+			fillAll(d, idx)
+		}
 	})
 }
