@@ -1,6 +1,12 @@
 package datasets
 
 import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,4 +133,116 @@ func FuzzCSV(f *testing.F) {
 			fillAll(d, idx)
 		}
 	})
+}
+
+// FuzzFastPNG holds the reusing PNG decoder (pngfast.go) to image/png:
+// whatever it decodes, image/png decodes too, to the same size and the
+// same colours (as toRGB reads them); it declines the rest.
+func FuzzFastPNG(f *testing.F) {
+	for _, name := range []string{"fashion0.png", "color.png", "rgba.png", "la.png", "pal.png"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "images", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add(palettePNG())
+	var s pngState
+	f.Fuzz(func(t *testing.T, b []byte) {
+		b = fixCRCs(b) // so that mutations reach past the checksums
+		img, ok := s.decode(b)
+		if !ok {
+			return
+		}
+		std, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("decoded, but image/png says %v", err)
+		}
+		if img.Bounds() != std.Bounds() {
+			t.Fatalf("bounds %v, image/png's %v", img.Bounds(), std.Bounds())
+		}
+		if a, b := toRGB(img, nil, false), toRGB(std, nil, false); !bytes.Equal(a.Pix, b.Pix) {
+			t.Fatalf("colours differ from image/png's (%T and %T)", img, std)
+		}
+	})
+}
+
+// fixCRCs returns a copy of a PNG file with every chunk's CRC made right,
+// as far as its chunks are whole.
+func fixCRCs(b []byte) []byte {
+	b = bytes.Clone(b)
+	if len(b) < 8 {
+		return b
+	}
+	for p := 8; p+12 <= len(b); {
+		n := int(binary.BigEndian.Uint32(b[p:]))
+		if n < 0 || n > len(b)-p-12 {
+			break
+		}
+		binary.BigEndian.PutUint32(b[p+8+n:], crc32.ChecksumIEEE(b[p+4:p+8+n]))
+		p += 12 + n
+	}
+	return b
+}
+
+// TestFastPNG: the reusing decoder takes the PNG files of the tests (grey,
+// RGB, RGBA, grey and alpha, a palette with transparency), one after the
+// other on one state, and gives image/png's colours; it declines what it
+// does not handle, such as a 16-bit file.
+func TestFastPNG(t *testing.T) {
+	var s pngState
+	files := map[string][]byte{"palette8.png": palettePNG()}
+	for _, name := range []string{"fashion0.png", "color.png", "rgba.png", "la.png", "fashion1.png"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "images", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	for round := range 2 {
+		for name, b := range files {
+			img, ok := s.decode(b)
+			if !ok {
+				t.Fatalf("round %d: %s declined", round, name)
+			}
+			std, _ := png.Decode(bytes.NewReader(b))
+			if a, b := toRGB(img, nil, false), toRGB(std, nil, false); !bytes.Equal(a.Pix, b.Pix) || img.Bounds() != std.Bounds() {
+				t.Fatalf("round %d: %s: colours differ from image/png's", round, name)
+			}
+		}
+	}
+	var b bytes.Buffer
+	png.Encode(&b, image.NewGray16(image.Rect(0, 0, 3, 2)))
+	if _, ok := s.decode(b.Bytes()); ok {
+		t.Fatal("a 16-bit PNG was not declined")
+	}
+	// A corrupt checksum is declined: image/png then says what is wrong.
+	good, _ := os.ReadFile(filepath.Join("testdata", "images", "fashion0.png"))
+	bad := bytes.Clone(good)
+	bad[len(bad)-20] ^= 1
+	if _, ok := s.decode(bad); ok {
+		t.Fatal("a PNG with a broken chunk was not declined")
+	}
+}
+
+// palettePNG is an 8-bit palette PNG (40 colours, some transparent: a
+// tRNS chunk), 7×5.
+func palettePNG() []byte {
+	var p color.Palette
+	for i := range 40 {
+		if i%7 == 3 {
+			p = append(p, color.NRGBA{byte(6 * i), byte(255 - 6*i), 9, byte(5 * i)})
+		} else {
+			p = append(p, color.RGBA{byte(6 * i), byte(255 - 6*i), 9, 255})
+		}
+	}
+	img := image.NewPaletted(image.Rect(0, 0, 7, 5), p)
+	for i := range img.Pix {
+		img.Pix[i] = byte(i * 3 % 40)
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
 }

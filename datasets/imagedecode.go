@@ -182,6 +182,7 @@ type imagePrepper struct {
 	gray     *image.Gray
 	planes   []byte
 	resizers map[[4]int]*pilResizer
+	png      pngState
 }
 
 func newImagePrepper(p ImagePrep) *imagePrepper {
@@ -209,9 +210,13 @@ func PrepareImage(p ImagePrep, name string, b []byte, out []byte) error {
 // = size): decoded, converted to the channels at the image's own size,
 // then resized as PIL resizes (pilResizer) when its size is not size.
 func (ip *imagePrepper) prepare(name string, b []byte, out []byte, size [2]int) error {
-	img, format, err := decodeImage(name, b)
-	if err != nil {
-		return err
+	img, ok := ip.png.decode(b)
+	format := "PNG"
+	if !ok {
+		var err error
+		if img, format, err = decodeImage(name, b); err != nil {
+			return err
+		}
 	}
 	r := img.Bounds()
 	sw, sh := r.Dx(), r.Dy()

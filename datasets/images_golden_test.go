@@ -61,8 +61,8 @@ func TestImagesMatchTorchvision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Names()) < 60 {
-		t.Fatalf("%d goldens, want the 64 gen_golden.py writes", len(f.Names()))
+	if len(f.Names()) < 80 {
+		t.Fatalf("%d goldens, want the 80 gen_golden.py writes", len(f.Names()))
 	}
 	for _, name := range f.Names() {
 		want, _ := f.Get(name)

@@ -43,6 +43,9 @@ def make_inputs():
     a = (x * 255 // (w - 1)).astype(np.uint8)
     Image.fromarray(np.dstack([rgb, a]), "RGBA").save(os.path.join(HERE, "rgba.png"))
     Image.fromarray(rgb, "RGB").quantize(16).save(os.path.join(HERE, "palette.gif"))
+    # PNG's other colour types: grey with alpha, a palette with transparency.
+    Image.fromarray(np.dstack([rgb[:, :, 1], a]), "LA").save(os.path.join(HERE, "la.png"))
+    Image.fromarray(rgb, "RGB").quantize(16).save(os.path.join(HERE, "pal.png"), transparency=bytes(range(0, 256, 16)))
     # JPEGs (PIL's defaults: quality 75, 4:2:0), a larger smooth photo-like one.
     h2, w2 = 40, 48
     y2, x2 = np.mgrid[0:h2, 0:w2]
@@ -89,7 +92,7 @@ def write_safetensors(path, tensors):
 def main():
     make_inputs()
     files = ["fashion0.png", "fashion1.png", "fashion2.png", "color.png", "color.bmp", "color.tiff",
-             "color.webp", "rgba.png", "palette.gif", "photo.jpg", "gray.jpg", "odd.jpg", "photo422.jpg", "photo444.jpg"]
+             "color.webp", "rgba.png", "la.png", "pal.png", "palette.gif", "photo.jpg", "gray.jpg", "odd.jpg", "photo422.jpg", "photo444.jpg"]
     out = {}
     for f in files:
         path = os.path.join(HERE, f)
