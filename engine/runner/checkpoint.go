@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"gorun/datasets"
+	"gorun/datasets/userfile"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -319,7 +319,7 @@ func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err err
 	if err := fill(tmp); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := userfile.SyncDir(tmp); err != nil {
 		return fmt.Errorf("writing %s: syncing %s: %w", final, tmp, err)
 	}
 	var aside string
@@ -341,7 +341,7 @@ func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err err
 		}
 		return fmt.Errorf("writing %s: %w", final, err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := userfile.SyncDir(parent); err != nil {
 		return fmt.Errorf("%s written, but syncing %s failed: %w", final, parent, err)
 	}
 	if aside != "" {
@@ -352,23 +352,6 @@ func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err err
 	os.Remove(legacy)
 	os.Remove(statePath(legacy))
 	return nil
-}
-
-// syncDir fsyncs a folder so that what was created or renamed in it is
-// durable; file systems that cannot sync folders pass.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
-		return nil
-	}
-	return err
 }
 
 // TidyCheckpoints clears what an interrupted checkpoint write left in the

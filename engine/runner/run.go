@@ -11,7 +11,10 @@
 //   - the observer (observe.go) turns rank 0's steps and epochs into
 //     metrics.jsonl lines, log lines and callbacks;
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
-//     checkpoints, best and final parameters.
+//     checkpoints, best and final parameters;
+//   - the evaluator (eval.go) runs the evaluation pass of a trained model
+//     outside training: package model's predictions, gorun sample's text
+//     (sample.go).
 //
 // The runner never touches buffer memory: it moves data through the
 // Device (upload, download, gather). It imports no backend: it opens the
