@@ -29,13 +29,13 @@ const MaxImagePixels = 8192 * 8192
 // MaxImageFileBytes is the largest image file read (256 MiB).
 const MaxImageFileBytes = 256 << 20
 
-// ImageExtensions are the file name endings (compared in lower case) of
+// imageExtensions are the file name endings (compared in lower case) of
 // the images data.images reads: those of torchvision's IMG_EXTENSIONS that
 // Go decodes, and .gif. Other files in a class folder are passed over, as
 // ImageFolder passes them over; the netpbm ones torchvision lists (.ppm,
 // .pgm) are refused with an error rather than left out, so that a folder
 // never gives gorun fewer samples than torchvision without a word.
-var ImageExtensions = []string{".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
+var imageExtensions = []string{".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
 // netpbmExtensions are in torchvision's IMG_EXTENSIONS, but gorun has no
 // decoder for them.
@@ -410,11 +410,11 @@ func luma(r, g, b byte) byte {
 }
 
 // hasImageExtension reports whether a file name ends (in lower case) with
-// one of ImageExtensions; netpbm reports a netpbm name torchvision would
+// one of imageExtensions; netpbm reports a netpbm name torchvision would
 // read.
 func hasImageExtension(name string) (ok, netpbm bool) {
 	lower := strings.ToLower(name)
-	for _, e := range ImageExtensions {
+	for _, e := range imageExtensions {
 		if strings.HasSuffix(lower, e) {
 			return true, false
 		}

@@ -402,7 +402,7 @@ func classFiles(root string, classes []string, index map[string]int32) ([]imageF
 			}
 		}
 		if len(out) == n {
-			return nil, fmt.Errorf("class folder %s holds no images (files ending in %s)", dir, strings.Join(ImageExtensions, ", "))
+			return nil, fmt.Errorf("class folder %s holds no images (files ending in %s)", dir, strings.Join(imageExtensions, ", "))
 		}
 	}
 	return out, nil
