@@ -290,7 +290,7 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		if err := write(filepath.Join(tmp, ckptState), state, meta); err != nil {
 			return err
 		}
-		return write(filepath.Join(tmp, ckptParams), ts, map[string]string{"format": "pt", "step": meta["step"]})
+		return write(filepath.Join(tmp, ckptParams), ts, rs.paramsMeta(map[string]string{"step": meta["step"]}))
 	})
 	if err != nil {
 		return err
@@ -462,18 +462,24 @@ func (rs *runState) saveParams(name string, meta map[string]string) error {
 	if rs.opts.Out == "" {
 		return nil
 	}
-	m := map[string]string{"format": "pt"}
-	if tk, ok := rs.train.(datasets.Tokens); ok {
-		m["vocab"] = tk.Vocab().String() // gorun sample decodes with it
-	}
-	for k, v := range meta {
-		m[k] = v
-	}
 	ts, err := rs.paramTensors()
 	if err != nil {
 		return err
 	}
-	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, m)
+	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, rs.paramsMeta(meta))
+}
+
+// paramsMeta is the metadata of a parameters file: the format, what the
+// model must know of its training data (datasets.Metadata: a text's
+// vocabulary, which gorun sample decodes with; class names; how an image
+// or a CSV row became a sample), and meta.
+func (rs *runState) paramsMeta(meta map[string]string) map[string]string {
+	m := datasets.Metadata(rs.train)
+	m["format"] = "pt"
+	for k, v := range meta {
+		m[k] = v
+	}
+	return m
 }
 
 // loadParams sets rank 0's parameters from a safetensors file of PyTorch
