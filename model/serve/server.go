@@ -65,7 +65,9 @@ type Options struct {
 	// (default 2000).
 	MaxTokens int
 	// ClassNames, when set, are the classes' names, one per class: each
-	// prediction gives its class's name as "label".
+	// prediction gives its class's name as "label". By default they are
+	// the model's own (Model.ClassNames: data.images' class folders,
+	// data.csv's labels), when it has them.
 	ClassNames []string
 	// Hosts are host names that requests may name besides IP addresses
 	// and localhost; AnyHost takes every Host (a server bound to other
@@ -132,6 +134,9 @@ type Server struct {
 // every class of a classifier.
 func New(m *model.Model, opts Options) (*Server, error) {
 	opts.defaults()
+	if opts.ClassNames == nil && m.Kind() == model.Classifier {
+		opts.ClassNames = m.ClassNames()
+	}
 	if n := len(opts.ClassNames); n > 0 && (m.Kind() != model.Classifier || n != m.Classes()) {
 		return nil, fmt.Errorf("serve: %d class names for a %s of %d classes", n, m.Kind(), m.Classes())
 	}
