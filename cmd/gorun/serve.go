@@ -132,14 +132,15 @@ func summary(m *model.Model) string {
 	var what string
 	switch m.Kind() {
 	case model.Classifier:
-		what = fmt.Sprintf("a classifier of %d classes, samples %v", m.Classes(), m.InputShape())
+		what = fmt.Sprintf("a classifier of %d classes", m.Classes())
+		if names := m.ClassNames(); len(names) > 0 {
+			what += " (" + quoteNames(names, 10) + ")"
+		}
+		what += fmt.Sprintf(", samples %v", m.InputShape())
 	case model.Regressor:
 		what = fmt.Sprintf("a regression model, samples %v to values %v", m.InputShape(), m.OutputShape())
 	default:
 		what = fmt.Sprintf("a sequence model of a %d-token vocabulary, windows of %d tokens", m.Classes(), m.InputShape()[0])
-	}
-	if names := m.ClassNames(); len(names) > 0 {
-		what += " (" + quoteNames(names, 10) + ")"
 	}
 	return fmt.Sprintf("%s%s; batches of up to %d", what, normSummary(m), m.MaxBatch())
 }

@@ -323,14 +323,15 @@ func (s *Server) acquire(ctx context.Context) (func(), error) {
 	}
 }
 
-// healthz answers the model's kind and shapes, or 503 once the server is
-// stopping.
+// healthz answers the model's kind and shapes (its class names and a
+// data.csv model's input columns when it has them), or 503 once the
+// server is stopping.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	status, code := "ok", http.StatusOK
 	if s.stopping.Load() {
 		status, code = "stopping", http.StatusServiceUnavailable
 	}
-	s.writeJSON(w, code, map[string]any{
+	h := map[string]any{
 		"status":       status,
 		"kind":         s.m.Kind().String(),
 		"input_shape":  s.sample,
@@ -338,7 +339,14 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		"classes":      s.m.Classes(),
 		"max_batch":    s.m.MaxBatch(),
 		"images":       s.images,
-	})
+	}
+	if len(s.opts.ClassNames) > 0 {
+		h["class_names"] = s.opts.ClassNames
+	}
+	if cm, ok := s.m.CSVMeta(); ok {
+		h["csv_columns"] = cm.X
+	}
+	s.writeJSON(w, code, h)
 }
 
 // generateRequest is the body of /v1/generate.
