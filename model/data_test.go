@@ -574,3 +574,31 @@ func writeNPYFile(t testing.TB, path string, shape []int, v []float32) {
 		t.Fatal(err)
 	}
 }
+
+// TestTextWithoutData: a sequence model of data.text loads once its text
+// is gone (the vocabulary and the window from model.safetensors), with a
+// weights file that records its data's shape and with one of an earlier
+// gorun (described from its vocabulary), and continues a prompt as it
+// did with the text there.
+func TestTextWithoutData(t *testing.T) {
+	run, plan := trainText(t)
+	m := loadRun(t, run)
+	want, err := m.Generate(context.Background(), "the ", GenerateOptions{Tokens: 20, Temperature: 0.8, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(plan.Spec.Data.File)
+	for _, drop := range []bool{false, true} {
+		if drop {
+			dropMetadata(t, filepath.Join(run, modelFile), datasets.MetaData)
+		}
+		m := loadRun(t, run)
+		if m.Kind() != Sequence || !slices.Equal(m.InputShape(), []int{8}) || m.Classes() != 256 {
+			t.Fatalf("without %q %v: kind %v, input shape %v, %d classes", datasets.MetaData, drop, m.Kind(), m.InputShape(), m.Classes())
+		}
+		got, err := m.Generate(context.Background(), "the ", GenerateOptions{Tokens: 20, Temperature: 0.8, Seed: 5})
+		if err != nil || got != want {
+			t.Errorf("without the text (dropped %q: %v): %q, %v; with it %q", datasets.MetaData, drop, got, err, want)
+		}
+	}
+}
