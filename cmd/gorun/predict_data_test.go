@@ -326,3 +326,23 @@ train(
 		}
 	}
 }
+
+// TestSampleWithoutText: gorun sample continues a prompt as before once
+// the run's text is gone: the vocabulary and the window come from
+// model.safetensors.
+func TestSampleWithoutText(t *testing.T) {
+	script, run := tokenRun(t, "max_steps=6")
+	sample := func() (int, string, string) {
+		return gorun(t, "sample", run, "--prompt", "the ", "--tokens", "30", "--temperature", "0")
+	}
+	code, want, stderr := sample()
+	if code != 0 || !strings.HasPrefix(want, "the ") {
+		t.Fatalf("sample: exit %d, %q\n%s", code, want, stderr)
+	}
+	if err := os.Remove(filepath.Join(filepath.Dir(script), "text.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if code, got, stderr := sample(); code != 0 || got != want {
+		t.Errorf("without the text: exit %d, %q, want %q\n%s", code, got, want, stderr)
+	}
+}
