@@ -58,7 +58,10 @@
 // model's ("input has shape [3 28 28], the model takes [N 1 28 28] or one
 // sample [1 28 28]"), an empty batch, a NaN or infinite value (naming the
 // sample and the element: one caller's bad value never reaches a batch it
-// shares with others), a token id outside the vocabulary.
+// shares with others), a token id outside the vocabulary, uint8 inputs to
+// a data.csv model. FromImage and FromCSV name the file (or "the image",
+// "the CSV"), the line and the column: a file that is not an image, a
+// table without one of the model's columns, a missing value.
 //
 // # Concurrency
 //
