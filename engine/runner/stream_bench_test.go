@@ -15,7 +15,11 @@ import (
 // scripts/examples/resnet_images.star's ResNet (one device, batch 64):
 // Fashion-MNIST's first 600 training images of each class written out as
 // PNGs (6,000 files, 28×28 grey) and read as a streamed set with nothing
-// cached (a memory limit of one byte). It reports
+// cached (a memory limit of one byte):
+//
+//	go test -bench StreamResNet -run '^$' -benchtime 1x ./engine/runner
+//
+// It reports
 //
 //   - decode_images/s: the streamed decode throughput, a Prefetcher
 //     (3 batches of 64 ahead, one goroutine per core) filled batch after
@@ -26,8 +30,6 @@ import (
 //     it waits), and their ratio; first_wait_ms the first step's;
 //   - samples/s and cached_samples/s: that run's speed and, right after,
 //     the same run's on the images decoded into memory first.
-//
-//	go test -bench StreamResNet -run '^$' -benchtime 1x ./engine/runner
 func BenchmarkStreamResNet(b *testing.B) {
 	if _, err := os.Stat(fashionDir); err != nil {
 		b.Skip("SKIP: Fashion-MNIST not found; install dataset-fashion-mnist")
