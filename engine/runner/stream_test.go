@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"gorun/datasets"
+	"gorun/safetensors"
 )
 
 // imageFolder writes train/ and test/ folders of RGB PNGs (varied sizes
@@ -372,5 +374,50 @@ func TestStreamStopsOnErrorAndInterrupt(t *testing.T) {
 	}
 	if g := goroutinesSettle(before); g > before {
 		t.Errorf("after an error: %d goroutines left, %d before", g, before)
+	}
+}
+
+// TestEvaluatorOutputsStreamed: the evaluation pass outside training
+// (Evaluator.Outputs, behind package model) gives a streamed set's
+// outputs bit for bit as the cached set's.
+func TestEvaluatorOutputsStreamed(t *testing.T) {
+	dir := imageFolder(t, 8, 12)
+	s := loadSpec(t, imagesScript(dir), "epochs=1")
+	p := compile(t, s, 1)
+	out := t.TempDir()
+	if _, err := Run(p, RunOptions{Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(out, ModelFile)
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEvaluator(p, 0, path, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cached, err := datasets.Load(s.Eval)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed, err := datasets.Load(s.Eval, datasets.WithMemoryLimit(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := datasets.Streamed(streamed); !ok {
+		t.Fatal("not streamed")
+	}
+	want, err := e.Outputs(cached, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Outputs(streamed, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 36*3 || !slices.Equal(got, want) {
+		t.Errorf("streamed eval outputs (%d values) differ from the cached set's (%d)", len(got), len(want))
 	}
 }
