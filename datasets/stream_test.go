@@ -251,13 +251,19 @@ func TestPrefetchBoundedAndStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if n := reads.Load(); n != 6 {
+	// reached waits (up to 5s) for n reads, then a while for more.
+	reached := func(n int64) int64 {
+		for i := 0; i < 500 && reads.Load() < n; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return reads.Load()
+	}
+	if n := reached(6); n != 6 {
 		t.Errorf("%d files read ahead of no Fill, want the window's 6", n)
 	}
 	fillBatches(p.Dataset(), order[:10], 5)
-	time.Sleep(100 * time.Millisecond)
-	if n := reads.Load(); n != 16 {
+	if n := reached(16); n != 16 {
 		t.Errorf("%d files read after 10 samples were filled, want 16", n)
 	}
 	if g := runtime.NumGoroutine(); g < before+4 {
