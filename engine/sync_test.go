@@ -54,14 +54,14 @@ func TestSyncStrategies(t *testing.T) {
 		if !slices.Equal(updaters, c.updaters) {
 			t.Errorf("%s: ranks %v run the optimizer, want %v", c.set, updaters, c.updaters)
 		}
-		if err := s.Resumes(c.kind); err != nil {
+		if err := s.Resumes(c.kind, 3); err != nil {
 			t.Errorf("%s refuses its own checkpoints: %v", c.set, err)
 		}
 		other := spec.SyncNone
 		if c.kind == other {
 			other = spec.SyncAllReduce
 		}
-		if err := s.Resumes(other); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("made with sync %s, the script now says %s", other, c.kind)) {
+		if err := s.Resumes(other, 3); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("made with sync %s, the script now says %s", other, c.kind)) {
 			t.Errorf("%s resumes a checkpoint of sync %s: %v", c.set, other, err)
 		}
 

@@ -578,10 +578,11 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if m["format"] != ckptFormat {
 		return nil, fmt.Errorf("%s: not a gorun checkpoint state (format %q)", statePath(params), m["format"])
 	}
-	if got := strconv.Itoa(p.World); m["devices"] != got {
-		return nil, fmt.Errorf("--resume %s: the checkpoint was made with %s devices, this run has %s", dir, m["devices"], got)
+	savedWorld, err := strconv.Atoi(m["devices"])
+	if err != nil {
+		return nil, fmt.Errorf("%s: bad metadata: devices %q", statePath(params), m["devices"])
 	}
-	if err := p.Sync.Resumes(spec.SyncKind(m["sync"])); err != nil {
+	if err := p.Sync.Resumes(spec.SyncKind(m["sync"]), savedWorld); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
 	if err := comparePlanKey(m["plan"], m["plan_format"], p); err != nil {

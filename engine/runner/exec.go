@@ -48,6 +48,14 @@ type worker struct {
 	results chan asyncResult
 	pending int
 	tail    int // tailStart of prog.Steps
+	// waitFor[i] is the latest collective before step i that may run on
+	// the collective goroutine and touches memory step i touches (a
+	// sharded plan reuses a reduced bucket's memory), or -1: step i waits
+	// until it is done. issued[j] numbers collective j when it was handed
+	// to the goroutine (sent counts them), done counts those finished.
+	waitFor    []int
+	issued     []int64
+	sent, done int64
 
 	// lend is the device's side of helping (help.go): nil when its
 	// steps always run on it alone.
@@ -69,6 +77,8 @@ type asyncResult struct {
 func (d *worker) startAsync() {
 	d.async = make(chan *engine.Step, len(d.prog.Steps))
 	d.results = make(chan asyncResult, len(d.prog.Steps))
+	d.waitFor = hazards(d.prog.Steps, d.tail)
+	d.issued = make([]int64, len(d.prog.Steps))
 	go func() {
 		for st := range d.async {
 			t0 := time.Now()
@@ -88,14 +98,60 @@ func (d *worker) stopAsync() {
 // wait waits for every collective in flight and returns the first error.
 func (d *worker) wait() error {
 	var first error
-	for ; d.pending > 0; d.pending-- {
-		r := <-d.results
-		d.commTime += r.dt
-		if r.err != nil && first == nil {
-			first = r.err
+	for d.pending > 0 {
+		if err := d.collect(); err != nil && first == nil {
+			first = err
 		}
 	}
 	return first
+}
+
+// collect waits for the next collective in flight to finish.
+func (d *worker) collect() error {
+	r := <-d.results
+	d.pending--
+	d.done++
+	d.commTime += r.dt
+	return r.err
+}
+
+// waitUntil waits until collective step j, if it was handed to the
+// collective goroutine, has finished (those before it too: it runs them
+// in order). An error fails the micro-step.
+func (d *worker) waitUntil(j int) error {
+	for d.pending > 0 && d.done < d.issued[j] {
+		if err := d.collect(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hazards is waitFor for steps whose collectives in the sync phase before
+// tail run on the collective goroutine: for each step, the latest such
+// collective that touches memory the step touches, or -1.
+func hazards(steps []*engine.Step, tail int) []int {
+	out := make([]int, len(steps))
+	touches := make([]touch, len(steps))
+	for i, st := range steps {
+		touches[i] = stepTouch(st)
+	}
+	async := func(j int) bool {
+		return steps[j].Kind == engine.CollectiveStep && steps[j].Phase == engine.PhaseSync && j < tail
+	}
+	for i := range steps {
+		out[i] = -1
+		if async(i) {
+			continue // after the earlier ones: the goroutine runs them in order
+		}
+		for j := i - 1; j >= 0; j-- {
+			if async(j) && conflict(&touches[i], &touches[j]) {
+				out[i] = j
+				break
+			}
+		}
+	}
+	return out
 }
 
 // runStep runs one micro-batch of the training Program: forward and
@@ -126,11 +182,20 @@ func (d *worker) runStep(first, last bool) error {
 		if st.Phase == engine.PhaseUpdate || (!last && st.Phase == engine.PhaseSync) {
 			continue
 		}
+		if d.waitFor != nil && d.waitFor[i] >= 0 {
+			// A collective in flight reads memory this step writes (or
+			// writes memory it reads).
+			if err := d.waitUntil(d.waitFor[i]); err != nil {
+				return d.fail(err)
+			}
+		}
 		if l != nil && l.plan[i].ok {
 			l.put(i) // runs later, here or on a helper
 			continue
 		}
 		if st.Phase == engine.PhaseSync && i < d.tail && d.async != nil {
+			d.sent++
+			d.issued[i] = d.sent
 			d.async <- st
 			d.pending++
 			continue

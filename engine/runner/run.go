@@ -332,8 +332,12 @@ func (rs *runState) closeDevices() {
 func (rs *runState) initParams() error {
 	p := rs.plan
 	for _, d := range rs.workers {
-		if err := d.dev.Zero(d.prog.GradArena); err != nil {
-			return err
+		for _, b := range append([]*engine.Buffer{d.prog.GradArena, d.prog.GradShard, d.prog.Zeros}, d.prog.StateShards...) {
+			if b != nil {
+				if err := d.dev.Zero(b); err != nil {
+					return err
+				}
+			}
 		}
 		for _, st := range d.prog.State {
 			for _, b := range st {
@@ -685,7 +689,7 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	// A non-finite loss or gradient must not reach the parameters.
 	bad := 0.0
-	gradsOK, err := d.finite(d.prog.GradArena)
+	gradsOK, err := d.finite(d.prog.SyncedGrads)
 	if err != nil {
 		return err
 	}
