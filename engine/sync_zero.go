@@ -185,7 +185,7 @@ func (s *zero) Update(p *Plan, prog *Program) error {
 		sq := prog.newBuffer("gradient norm² parts", nil, []int{len(blocks)}, false, false)
 		for j, g := range blocks {
 			part := prog.view(fmt.Sprintf("gradient norm² part %d", j), nil, sq, j, []int{1}, false)
-			prog.Steps = append(prog.Steps, &Step{Kind: KernelStep, Phase: PhaseUpdate, Op: ops.GradNormSq, In: []*Buffer{g}, Out: []*Buffer{part},
+			prog.Steps = append(prog.Steps, &Step{Kind: KernelStep, Phase: PhaseUpdate, Op: ops.GradNormSq, In: []*Buffer{g, part},
 				Layer: "clip_grad_norm (this rank's sum of squares)", Pos: p.Spec.Pos})
 		}
 		if s.world > 1 {

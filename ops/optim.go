@@ -33,10 +33,10 @@ const (
 	// Attrs: MaxNorm.
 	ClipGradNorm Op = "clip_grad_norm"
 
-	// GradNormSq: in grads (a part of the gradients) → out [1], their sum
-	// of squares (summed in float64): ClipGradNorm's first half, for
-	// gradients sharded across ranks, whose parts' sums an all-reduce
-	// adds before ClipGradScale.
+	// GradNormSq: in grads (a part of the gradients), sq [1]: writes the
+	// sum of squares of grads (summed in float64) into sq — ClipGradNorm's
+	// first half, for gradients sharded across ranks, whose parts' sums an
+	// all-reduce adds before ClipGradScale. Updates sq in place.
 	GradNormSq Op = "grad_norm_sq"
 
 	// ClipGradScale: in grads (a part of the gradients), sq [k] (sums of
@@ -64,7 +64,7 @@ var optimizerOps = []*Def{
 		Kernel32: clipGradNorm[float32], Kernel64: clipGradNorm[float64],
 	},
 	{
-		Op: GradNormSq, In: []Input{{Name: "grads"}}, Out: []Output{{Name: "sq", Unbatched: true, NoGrad: true}},
+		Op: GradNormSq, InPlace: true, In: []Input{{Name: "grads"}, {Name: "sq"}},
 		Kernel32: gradNormSq[float32], Kernel64: gradNormSq[float64],
 	},
 	{
@@ -207,14 +207,14 @@ func clipGradNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	}
 }
 
-// gradNormSq writes the sum of squares of the gradients (a part of them),
-// summed in float64 as clipGradNorm does, to out[0].
+// gradNormSq writes the sum of squares of the gradients in[0] (a part of
+// them), summed in float64 as clipGradNorm does, into in[1][0].
 func gradNormSq[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	var s float64
 	for _, x := range live(in[0]) {
 		s += float64(x) * float64(x)
 	}
-	out[0].Data[0] = T(s)
+	in[1].Data[0] = T(s)
 }
 
 // clipGradScale scales the gradients (a part of them) by min(1,

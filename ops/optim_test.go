@@ -177,7 +177,7 @@ func TestClipInPartsMatchesWhole(t *testing.T) {
 		for i := range parts {
 			parts[i] = &Buf[float32]{Shape: []int{cuts[i+1] - cuts[i]}, Data: grads[cuts[i]:cuts[i+1]]}
 			one := &Buf[float32]{Shape: []int{1}, Data: sq.Data[i : i+1]}
-			Kernels32[GradNormSq](&Ctx[float32]{}, &Attrs{}, []*Buf[float32]{parts[i]}, []*Buf[float32]{one})
+			Kernels32[GradNormSq](&Ctx[float32]{}, &Attrs{}, []*Buf[float32]{parts[i], one}, nil)
 		}
 		for _, part := range parts {
 			Kernels32[ClipGradScale](&Ctx[float32]{}, &Attrs{MaxNorm: c.MaxNorm}, []*Buf[float32]{part, sq}, nil)
