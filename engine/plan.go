@@ -265,6 +265,18 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) { return CompileProcess(s, 
 // only (global ranks proc·Devices … proc·Devices+Devices-1), planned for the
 // whole world.
 func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
+	p, err := compileProcess(s, c, proc)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.checkMemory(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// compileProcess is CompileProcess without the memory check.
+func compileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -344,9 +356,6 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		p.Devices = append(p.Devices, prog)
 	}
 	if err := checkOps(t, p.Devices[0]); err != nil {
-		return nil, err
-	}
-	if err := p.checkMemory(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -596,6 +605,9 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 		if sh.Grads {
 			prog.gradWin = prog.newWindow("bucket gradients")
+			if p.Sync.Overlap() {
+				prog.gradWin.keep = 1
+			}
 			prog.GradArena = prog.gradWin.buf
 			prog.GradShard = prog.newBuffer("gradient shard", nil, []int{sh.ShardElems}, false, false)
 			prog.Zeros = prog.newBuffer("zeros", nil, []int{max(sh.World-1, 1)}, false, false)

@@ -131,6 +131,11 @@ type window struct {
 	buf   *Buffer
 	items []int                // elements of each item
 	at    map[*Buffer]windowAt // each view of the window: its item and place in it
+	// keep holds each item's memory in training until the keep-th item to
+	// end after it has ended too: a collective still reading an item on
+	// its own goroutine (overlap) does not hold back the next item's
+	// first step, which would wait for it (double buffering, keep 1).
+	keep int
 }
 
 type windowAt struct{ item, rel int }
@@ -180,6 +185,21 @@ func (w *window) place(prog *Program) {
 		return out
 	}
 	train, eval := live(prog.Steps), live(prog.Eval)
+	if w.keep > 0 {
+		var ends []int
+		for _, sp := range train {
+			if sp.lo <= sp.hi {
+				ends = append(ends, sp.hi)
+			}
+		}
+		sort.Ints(ends)
+		for i, sp := range train {
+			if sp.lo <= sp.hi {
+				k, _ := slices.BinarySearch(ends, sp.hi)
+				train[i].hi = ends[min(k+w.keep, len(ends)-1)]
+			}
+		}
+	}
 	meet := func(a, b span) bool { return a.lo <= a.hi && b.lo <= b.hi && a.lo <= b.hi && b.lo <= a.hi }
 	order := make([]int, len(w.items))
 	for i := range order {

@@ -205,3 +205,14 @@ func paramStep(p *Plan, prog *Program, c *Collective, every int) *Step {
 	return &Step{Kind: CollectiveStep, Phase: PhaseUpdate, Collective: c, Every: every,
 		Layer: string(c.Kind) + " " + c.Tag, Pos: p.Spec.Sync.Pos}
 }
+
+// allReduceTwin compiles p's script again for the same cluster and
+// process with plain sync.allreduce (p's bucket size, overlap and
+// broadcast_buffers): what `gorun plan` sets a sharded plan beside. The
+// memory limit is not checked.
+func (p *Plan) allReduceTwin() (*Plan, error) {
+	sc := *p.Spec
+	sy := p.Spec.Sync
+	sc.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: sy.BucketMB, Overlap: sy.Overlap, BroadcastBuffers: sy.BroadcastBuffers, Pos: sy.Pos}
+	return compileProcess(&sc, p.Cluster, p.Process)
+}

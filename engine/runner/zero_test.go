@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"gorun/engine"
+	"gorun/engine/backend"
+	"gorun/engine/backend/cpu"
 )
 
 // namedParams is rank r's final parameters in res by name, wherever the
@@ -152,4 +154,102 @@ func TestZeroNonFinite(t *testing.T) {
 			t.Errorf("%s: %s differs from allreduce's by %.2e after a skipped step", sync, where, d)
 		}
 	}
+}
+
+// mlpScript is a stack of equal linear layers: many buckets of about one
+// layer each, so that the buckets being reduced at a time are a small
+// part of the model.
+const mlpScript = `
+layers = [nn.flatten(), nn.linear(64, 48, name = "in")]
+for i in range(12):
+    layers += [nn.relu(), nn.linear(48, 48, name = "h%d" % i)]
+layers += [nn.relu(), nn.linear(48, 4, name = "out"), nn.log_softmax()]
+train(
+    model = nn.sequential(*layers),
+    loss = "nll",
+    data = data.synthetic(size = 64, shape = (1, 8, 8), classes = 4, seed = 3),
+    optimizer = optim.adam(lr = 0.001),
+    batch_size = 8,
+    max_steps = 2,
+)
+`
+
+// TestZeroMemory: the arenas a CPU device allocates for fp32 Adam hold,
+// per device, 16Ψ bytes of parameters, gradients and optimizer state with
+// allreduce, 8Ψ + 8Ψ/N with stage 1, 4Ψ + 12Ψ/N with stage 2 and 16Ψ/N
+// with stage 3 — plus the padding of the blocks, the alignment of the
+// buffers, and the memory stage 2 and 3 reuse for the buckets being
+// reduced and the layers gathered, which must stay a few buckets' worth;
+// the arenas are smaller than allreduce's by the difference. The plan's
+// figures are the allocated ones, and each stage's collectives send what
+// allreduce's do (stage 3: 1.5 times).
+func TestZeroMemory(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		ar := compile(t, loadSpec(t, mlpScript), n)
+		psi := int64(ar.NumParam)
+		arBytes := allocated(t, ar, 0)
+		for _, c := range []struct {
+			sync  string
+			want  int64 // params + grads + state, bytes
+			ratio float64
+		}{
+			{"sync.allreduce(bucket_mb=0.01)", 16 * psi, 1},
+			{"sync.zero(stage=1, bucket_mb=0.01)", 8*psi + 8*psi/int64(n), 1},
+			{"sync.zero(stage=2, bucket_mb=0.01)", 4*psi + 12*psi/int64(n), 1},
+		} {
+			p := compile(t, loadSpec(t, mlpScript, "sync="+c.sync), n)
+			prog := p.Devices[0]
+			m := prog.Memory()
+			if got := allocated(t, p, 0); got != prog.MemoryBytes() || m.Total() != got {
+				t.Errorf("%s on %d: the plan says %d bytes (by kind %d), the device allocated %d", c.sync, n, prog.MemoryBytes(), m.Total(), got)
+			}
+			held := m.Params + m.Grads + m.State
+			// Padding: at most N-1 values a bucket, in parameters,
+			// gradients and two kinds of state; alignment: 64 bytes a
+			// buffer.
+			slack := int64(len(p.Buckets)*(n-1)*4*4) + int64(64*(len(prog.StateShards)+6))
+			reused := m.InFlightGrads + m.InFlightParams
+			if held < c.want || held > c.want+reused+slack {
+				t.Errorf("%s on %d devices: parameters, gradients and optimizer state take %d bytes, want %d (Ψ = %d) + up to %d reused + %d padding",
+					c.sync, n, held, c.want, psi, reused, slack)
+			}
+			var largest int64 // bytes of the largest bucket
+			for _, b := range p.Buckets {
+				largest = max(largest, int64(b.Elems+b.Pad)*4)
+			}
+			if reused > 3*largest {
+				t.Errorf("%s on %d devices: %d bytes reused for buckets in flight, more than 3 of the largest bucket (%d)", c.sync, n, reused, 3*largest)
+			}
+			saved := arBytes - allocated(t, p, 0)
+			if want := 16*psi - c.want; saved < want-reused-slack || saved > want+slack {
+				t.Errorf("%s on %d devices: the arena is %d bytes smaller than allreduce's, want about %d", c.sync, n, saved, want)
+			}
+			sent := func(pl *engine.Plan) (all int64) {
+				for _, v := range pl.Devices[0].Traffic(n, 1) {
+					all += v
+				}
+				return all
+			}
+			if r := float64(sent(p)) / float64(sent(ar)); math.Abs(r-c.ratio) > 0.01 {
+				t.Errorf("%s on %d devices: sends %.3f× allreduce's traffic, want %.2f×", c.sync, n, r, c.ratio)
+			}
+			t.Logf("%s on %d devices: Ψ = %d; params %d, grads %d (%d reused), state %d: %d bytes (formula %d); arena %d, allreduce's %d",
+				c.sync, n, psi, m.Params, m.Grads, m.InFlightGrads, m.State, held, c.want, allocated(t, p, 0), arBytes)
+		}
+	}
+}
+
+// allocated loads rank r's Program of p on a CPU device and returns the
+// bytes its arena holds.
+func allocated(t *testing.T, p *engine.Plan, r int) int64 {
+	t.Helper()
+	dev, err := cpu.Backend{}.Open(r, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if err := dev.Load(p.Devices[r]); err != nil {
+		t.Fatal(err)
+	}
+	return dev.(*cpu.Device).ArenaBytes()
 }
