@@ -103,10 +103,10 @@ func (p *Plan) Describe(w io.Writer) error {
 // Stream says where a step runs on its device: "compute" for kernels and
 // copies; "comm" for collectives that overlap the backward pass (a stream
 // of their own on a GPU, a goroutine of their own on the CPU: the sync
-// strategy's Overlap); "compute" too for collectives that run in order
-// with the kernels.
+// strategy's Overlap) and prefetched ones (Step.Beside); "compute" too for
+// collectives that run in order with the kernels.
 func Stream(p *Plan, st *Step) string {
-	if st.Kind == CollectiveStep && st.Phase == PhaseSync && p.Sync.Overlap() {
+	if st.Kind == CollectiveStep && (st.Phase == PhaseSync && p.Sync.Overlap() || st.Beside) {
 		return "comm"
 	}
 	return "compute"

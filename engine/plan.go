@@ -172,6 +172,11 @@ type Step struct {
 	// step (parameter gradients, the loss): they run with
 	// Attrs.Accumulate after the first micro-batch.
 	Acc bool
+	// Beside is set on a collective of the forward or backward phase
+	// that may run beside the steps after it (stage 3's prefetched
+	// gathers: on the device's collective goroutine, a communication
+	// stream) until a step that touches its memory, which waits for it.
+	Beside bool
 	// ID is the step's index in its Program's Steps, or len(Steps) plus its
 	// index in Eval: backends keep what they prepare per step by it.
 	ID int
@@ -600,6 +605,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		arenaElems = sh.FlatElems
 		if sh.Params {
 			prog.paramWin = prog.newWindow("gathered parameters")
+			prog.paramWin.refill = CollectiveAllGather
 			prog.ParamArena = prog.paramWin.buf
 			prog.ParamShard = prog.newBuffer("parameter shard", nil, []int{sh.ShardElems}, false, false)
 		}
@@ -927,7 +933,9 @@ func paramGroup(groups []spec.ParamGroup, name string) *spec.ParamGroup {
 	return nil
 }
 
-// InitialParams returns the parameter arena's first values as PyTorch's
+// InitialParams returns the parameters' first values, laid out whole
+// (ParamElems, ParamOffset: the parameter arena's layout unless the
+// parameters are sharded), as PyTorch's
 // default initialisation draws them: weights from U(-1/√fan_in, 1/√fan_in)
 // (kaiming_uniform_ with a=√5) and biases from the same range, batch
 // norm's weights 1 and biases 0, or as the layer's init= asks for its
@@ -935,15 +943,34 @@ func paramGroup(groups []spec.ParamGroup, name string) *spec.ParamGroup {
 // seeded with seed. The runner uploads them to rank 0, which broadcasts
 // them.
 func (p *Plan) InitialParams(seed int64) []float32 {
-	prog := p.Devices[0]
-	out := make([]float32, prog.ParamArena.Elems())
+	out := make([]float32, p.ParamElems())
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	for i, prm := range p.Graph.Params {
-		b := prog.Params[i]
-		data := out[b.Offset-prog.ParamArena.Offset:][:b.Elems()]
+		data := out[p.ParamOffset(i):][:prm.Value.Elems()]
 		initParam(data, prm, rng)
 	}
 	return out
+}
+
+// ParamElems is the length of the parameters laid out whole: the
+// parameter arena's, or, in a sharded plan, the flattened list's (padding
+// included), which every rank's parameter arena is unless the parameters
+// themselves are sharded (Sharding.Params).
+func (p *Plan) ParamElems() int {
+	if p.Sharding != nil {
+		return p.Sharding.FlatElems
+	}
+	return p.Devices[0].ParamArena.Elems()
+}
+
+// ParamOffset is parameter i's (Graph.Params) first element in the
+// parameters laid out whole (ParamElems).
+func (p *Plan) ParamOffset(i int) int {
+	if p.Sharding != nil {
+		return p.Sharding.ParamAt[i]
+	}
+	prog := p.Devices[0]
+	return prog.Params[i].Offset - prog.ParamArena.Offset
 }
 
 // initParam fills data with parameter prm's first values (see InitialParams).

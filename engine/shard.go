@@ -136,6 +136,11 @@ type window struct {
 	// its own goroutine (overlap) does not hold back the next item's
 	// first step, which would wait for it (double buffering, keep 1).
 	keep int
+	// refill, when set, is the collective that fills a whole item anew
+	// (stage 3's gathers): the item's memory is free between the last
+	// step that touches it and the next refill, so that each layer holds
+	// memory only around its forward and its backward steps.
+	refill CollectiveKind
 }
 
 type windowAt struct{ item, rel int }
@@ -164,22 +169,31 @@ func (w *window) view(prog *Program, name string, v *Value, it, rel int, shape [
 // it (prog.Steps and prog.Eval, separately), puts the window at the end
 // of the arena, and sets its views' offsets.
 func (w *window) place(prog *Program) {
-	type span struct{ lo, hi int } // steps, inclusive; lo > hi: untouched
-	live := func(steps []*Step) []span {
-		out := make([]span, len(w.items))
-		for i := range out {
-			out[i] = span{1 << 62, -1}
-		}
+	type span struct{ lo, hi int } // steps, inclusive
+	// live gives each item's spans: from a step that touches it to the
+	// last one before it is refilled (or the end).
+	live := func(steps []*Step) [][]span {
+		out := make([][]span, len(w.items))
 		for i, st := range steps {
 			bufs := slices.Concat(st.In, st.Out)
+			fill := -1
 			if c := st.Collective; c != nil {
 				bufs = append(bufs, c.Buffer, c.Part)
+				if at, ok := w.at[c.Buffer]; ok && w.refill != "" && c.Kind == w.refill {
+					fill = at.item
+				}
 			}
 			for _, b := range bufs {
-				if at, ok := w.at[b]; ok {
-					s := &out[at.item]
-					s.lo, s.hi = min(s.lo, i), max(s.hi, i)
+				at, ok := w.at[b]
+				if !ok {
+					continue
 				}
+				sp := out[at.item]
+				if len(sp) == 0 || at.item == fill && sp[len(sp)-1].hi < i {
+					out[at.item] = append(sp, span{i, i})
+					continue
+				}
+				sp[len(sp)-1].hi = i
 			}
 		}
 		return out
@@ -188,24 +202,40 @@ func (w *window) place(prog *Program) {
 	if w.keep > 0 {
 		var ends []int
 		for _, sp := range train {
-			if sp.lo <= sp.hi {
-				ends = append(ends, sp.hi)
+			if len(sp) > 0 {
+				ends = append(ends, sp[len(sp)-1].hi)
 			}
 		}
 		sort.Ints(ends)
-		for i, sp := range train {
-			if sp.lo <= sp.hi {
-				k, _ := slices.BinarySearch(ends, sp.hi)
-				train[i].hi = ends[min(k+w.keep, len(ends)-1)]
+		for _, sp := range train {
+			if len(sp) > 0 {
+				last := &sp[len(sp)-1]
+				k, _ := slices.BinarySearch(ends, last.hi)
+				last.hi = ends[min(k+w.keep, len(ends)-1)]
 			}
 		}
 	}
-	meet := func(a, b span) bool { return a.lo <= a.hi && b.lo <= b.hi && a.lo <= b.hi && b.lo <= a.hi }
+	meet := func(a, b []span) bool {
+		for _, x := range a {
+			for _, y := range b {
+				if x.lo <= y.hi && y.lo <= x.hi {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	first := func(it int) int {
+		if len(train[it]) == 0 {
+			return 1 << 62
+		}
+		return train[it][0].lo
+	}
 	order := make([]int, len(w.items))
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(x, y int) bool { return train[order[x]].lo < train[order[y]].lo })
+	sort.SliceStable(order, func(x, y int) bool { return first(order[x]) < first(order[y]) })
 	start := make([]int, len(w.items))
 	placed := []int{}
 	size := 0

@@ -40,6 +40,17 @@ import (
 type zero struct {
 	sy    spec.Sync
 	world int
+	// gathersAt holds, in stage 3, the buckets gathered before each node,
+	// by pass (gathers' keys) and node index: the same on every rank.
+	gathersAt map[gatherAt][]int
+}
+
+// gatherAt is a node of one pass: training's forward or backward pass
+// (phase), or evaluation's forward pass (eval).
+type gatherAt struct {
+	phase Phase
+	eval  bool
+	node  int
 }
 
 func init() { registerSync(spec.SyncZero, newZero) }
@@ -252,9 +263,85 @@ func (s *zero) Update(p *Plan, prog *Program) error {
 	return nil
 }
 
-// gathers are stage 3's all-gathers before node i (set in the next
-// commit).
-func (s *zero) gathers(p *Plan, prog *Program, phase Phase, i int, eval bool) []*Step { return nil }
+// gathers are stage 3's all-gathers of the buckets (layers) whose
+// parameters node i of the pass reads, from every rank's shard into the
+// memory the bucket takes in the window until its last reader of the
+// pass. In training the gathers go Prefetch buckets ahead: the gather of
+// the k-th bucket a pass reads sits before the first reader of the
+// (k−Prefetch)-th, running beside its steps (Step.Beside) with overlap.
+func (s *zero) gathers(p *Plan, prog *Program, phase Phase, i int, eval bool) []*Step {
+	if s.gathersAt == nil {
+		s.planGathers(p)
+	}
+	var steps []*Step
+	for _, bi := range s.gathersAt[gatherAt{phase, eval, i}] {
+		b := p.Buckets[bi]
+		n := b.Elems + b.Pad
+		when := "forward"
+		switch {
+		case eval:
+			when = "evaluation"
+		case phase == PhaseBackward:
+			when = "backward"
+		}
+		c := &Collective{Kind: CollectiveAllGather, Tag: fmt.Sprintf("parameters of bucket %d (%s)", bi, when), Buffer: prog.unitParams[bi], Elems: n,
+			Part: prog.ParamShard, PartOffset: b.ShardOffset, Block: b.Block, Bytes: int64(n) * 4}
+		steps = append(steps, &Step{Kind: CollectiveStep, Phase: phase, Collective: c, Beside: !eval && s.sy.Prefetch > 0 && s.sy.Overlap,
+			Layer: fmt.Sprintf("allgather of %d parameters (%s … %s) for %s", len(b.Params), b.Params[0].Name, b.Params[len(b.Params)-1].Name, when),
+			Pos:   s.sy.Pos})
+	}
+	return steps
+}
+
+// planGathers decides where each pass gathers each bucket: before the
+// first node of the pass that reads one of its parameters (Prefetch
+// buckets earlier in training).
+func (s *zero) planGathers(p *Plan) {
+	s.gathersAt = map[gatherAt][]int{}
+	g := p.Graph
+	bucketOf := map[*Value]int{}
+	for i, prm := range g.Params {
+		bucketOf[prm.Value] = p.Sharding.ParamBucket[i]
+	}
+	pass := func(phase Phase, eval bool, nodes []*Node) {
+		first := map[int]int{} // bucket → the first node reading it
+		var order []int        // buckets by first reader
+		for i, n := range nodes {
+			if n == nil {
+				continue
+			}
+			for _, v := range n.In {
+				if bi, ok := bucketOf[v]; ok {
+					if _, seen := first[bi]; !seen {
+						first[bi] = i
+						order = append(order, bi)
+					}
+				}
+			}
+		}
+		ahead := s.sy.Prefetch
+		if eval {
+			ahead = 0
+		}
+		for k, bi := range order {
+			at := gatherAt{phase, eval, first[order[max(k-ahead, 0)]]}
+			s.gathersAt[at] = append(s.gathersAt[at], bi)
+		}
+	}
+	pass(PhaseForward, false, g.Forward)
+	pass(PhaseBackward, false, g.Backward)
+	evalNodes := make([]*Node, len(g.Forward))
+	for i, n := range g.Forward {
+		switch {
+		case n.TrainOnly:
+		case n.Eval != nil:
+			evalNodes[i] = n.Eval
+		default:
+			evalNodes[i] = n
+		}
+	}
+	pass(PhaseForward, true, evalNodes)
+}
 
 func (s *zero) LossScale() float64    { return 1 }
 func (s *zero) LocalLoss() bool       { return false }

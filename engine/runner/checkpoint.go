@@ -138,16 +138,23 @@ type progress struct {
 	Samples      int64
 }
 
-// params reads device d's parameters, by Graph.Params.
+// params reads device d's parameters, by Graph.Params: from its
+// parameter arena, or, where parameters are sharded, from what the ranks
+// last gathered (gatherParams).
 func (rs *runState) params(d *worker) ([][]float32, error) {
-	arena := d.prog.ParamArena
-	all := make([]float32, arena.Elems())
-	if err := d.dev.DownloadF32(arena, 0, all); err != nil {
-		return nil, err
+	p := rs.plan
+	all := d.whole
+	if !paramsSharded(p) {
+		var err error
+		if all, err = download(d, d.prog.ParamArena); err != nil {
+			return nil, err
+		}
+	} else if all == nil {
+		return nil, fmt.Errorf("%s: the parameters were not gathered", d.dev.Name())
 	}
-	out := make([][]float32, len(d.prog.Params))
-	for i, b := range d.prog.Params {
-		out[i] = all[b.Offset-arena.Offset:][:b.Elems()]
+	out := make([][]float32, len(p.Graph.Params))
+	for i, prm := range p.Graph.Params {
+		out[i] = all[p.ParamOffset(i):][:prm.Value.Elems()]
 	}
 	return out, nil
 }
@@ -539,7 +546,8 @@ func (rs *runState) setParams(d *worker, path string, f *safetensors.File, prefi
 	return nil
 }
 
-// setParam uploads values into parameter name of device d.
+// setParam uploads values into parameter name of device d (into d.whole
+// where parameters are sharded: the first broadcast shares them out).
 func setParam(d *worker, name string, shape []int, values []float32) error {
 	for i, b := range d.prog.Params {
 		if b.Value.Param.Name != name {
@@ -548,7 +556,11 @@ func setParam(d *worker, name string, shape []int, values []float32) error {
 		if !slices.Equal(shape, b.Max) {
 			return fmt.Errorf("parameter %s: shape %v, the model has %v", name, shape, b.Max)
 		}
-		return d.dev.UploadF32(d.prog.ParamArena, b.Offset-d.prog.ParamArena.Offset, values[:d.prog.Params[i].Elems()])
+		if d.whole != nil {
+			copy(d.whole[d.plan.ParamOffset(i):], values[:b.Elems()])
+			return nil
+		}
+		return d.dev.UploadF32(d.prog.ParamArena, b.Offset-d.prog.ParamArena.Offset, values[:b.Elems()])
 	}
 	return fmt.Errorf("the model has no parameter %s", name)
 }
@@ -781,6 +793,11 @@ func (rs *runState) gatherState(d *worker, pr *progress) (*gathered, error) {
 		g.rankCount = append(g.rankCount, joinF64(w[rngWords+2], w[rngWords+3]))
 	}
 	if p.Sharding != nil {
+		if paramsSharded(p) {
+			if err := d.gatherParams(p); err != nil {
+				return nil, err
+			}
+		}
 		// Every rank's shard of each kind of state, put back together.
 		for k, b := range d.prog.StateShards {
 			v, err := download(d, b)

@@ -17,6 +17,7 @@ import (
 // goroutine. Everything it touches per step is allocated before the first.
 type worker struct {
 	rank int
+	plan *engine.Plan
 	prog *engine.Program
 	dev  backend.Device
 	// perEpoch and totalSteps are the optimizer steps of an epoch and of
@@ -60,6 +61,12 @@ type worker struct {
 	// lend is the device's side of helping (help.go): nil when its
 	// steps always run on it alone.
 	lend *lender
+	// whole holds the parameters laid out whole (engine.Plan.ParamElems)
+	// in a plan whose parameters are sharded, where no device holds them
+	// so: what rank 0 starts from (initial values, --init, a checkpoint)
+	// until the first broadcast, then every rank's shards gathered
+	// (gatherParams) for a checkpoint, best.safetensors or the result.
+	whole []float32
 
 	progress    *progress // where this rank's run stands
 	interrupted bool      // the ranks agreed to stop (RunOptions.Interrupt)
@@ -128,8 +135,9 @@ func (d *worker) waitUntil(j int) error {
 }
 
 // hazards is waitFor for steps whose collectives in the sync phase before
-// tail run on the collective goroutine: for each step, the latest such
-// collective that touches memory the step touches, or -1.
+// tail, and those marked Beside, run on the collective goroutine: for each
+// step, the latest such collective that touches memory the step touches,
+// or -1.
 func hazards(steps []*engine.Step, tail int) []int {
 	out := make([]int, len(steps))
 	touches := make([]touch, len(steps))
@@ -137,7 +145,7 @@ func hazards(steps []*engine.Step, tail int) []int {
 		touches[i] = stepTouch(st)
 	}
 	async := func(j int) bool {
-		return steps[j].Kind == engine.CollectiveStep && steps[j].Phase == engine.PhaseSync && j < tail
+		return steps[j].Kind == engine.CollectiveStep && (steps[j].Phase == engine.PhaseSync && j < tail || steps[j].Beside)
 	}
 	for i := range steps {
 		out[i] = -1
@@ -193,14 +201,14 @@ func (d *worker) runStep(first, last bool) error {
 			l.put(i) // runs later, here or on a helper
 			continue
 		}
-		if st.Phase == engine.PhaseSync && i < d.tail && d.async != nil {
+		if (st.Phase == engine.PhaseSync && i < d.tail || st.Beside) && d.async != nil {
 			d.sent++
 			d.issued[i] = d.sent
 			d.async <- st
 			d.pending++
 			continue
 		}
-		if st.Phase == engine.PhaseSync && d.pending > 0 {
+		if st.Kind == engine.CollectiveStep && d.pending > 0 {
 			// A collective this goroutine runs itself: those in flight go
 			// first (every rank calls collectives in one order).
 			if err := d.wait(); err != nil {
@@ -326,8 +334,21 @@ func (d *worker) collective(st *engine.Step) error {
 }
 
 // broadcastParams sends rank 0's parameters (and optimizer state) to
-// every rank: every run starts with it.
-func (d *worker) broadcastParams() error {
+// every rank: every run starts with it. Where parameters are sharded,
+// rank 0's whole parameters go to every rank through the host
+// communicator, and each keeps its shard.
+func (d *worker) broadcastParams(p *engine.Plan) error {
+	if paramsSharded(p) {
+		if d.whole == nil {
+			d.whole = make([]float32, p.ParamElems())
+		}
+		if err := d.host.Broadcast(d.whole, 0, comm.Tag{Name: "initial parameters"}); err != nil {
+			return err
+		}
+		err := d.dev.UploadF32(d.prog.ParamShard, 0, p.ShardOf(d.whole, d.rank))
+		d.whole = nil
+		return err
+	}
 	if d.coll == nil {
 		return nil
 	}
@@ -417,3 +438,28 @@ func (d *worker) readLoss() (float64, error) {
 // stepHook, when set (tests), runs before each step of a micro-step that
 // runStep walks.
 var stepHook func(d *worker, i int)
+
+// paramsSharded reports whether no device holds p's parameters whole
+// between steps (a sharded plan's stage 3).
+func paramsSharded(p *engine.Plan) bool { return p.Sharding != nil && p.Sharding.Params }
+
+// gatherParams brings d's parameters together, laid out whole, into
+// d.whole: in a plan whose parameters are sharded every rank's shard (every
+// rank calls it), else d's parameter arena.
+func (d *worker) gatherParams(p *engine.Plan) error {
+	if !paramsSharded(p) {
+		v, err := download(d, d.prog.ParamArena)
+		d.whole = v
+		return err
+	}
+	shard, err := download(d, d.prog.ParamShard)
+	if err != nil {
+		return err
+	}
+	all, err := d.gather(shard, "parameters")
+	if err != nil {
+		return err
+	}
+	d.whole = p.Unshard(all)
+	return nil
+}

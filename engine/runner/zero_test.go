@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -86,7 +87,7 @@ func zeroModels(t *testing.T) []struct {
 			"clip_grad_norm=0.05", "schedule=sched.linear_warmup(2, then=sched.cosine())"}},
 		{"mnist net, sgd", mnist, []string{"max_steps=3", "batch_size=24"}},
 		{"resnet, adamw", resnetScript, []string{"max_steps=3", "batch_size=12", "optimizer=optim.adamw(lr=0.01)"}},
-		{"gpt, sgd, accumulate", strings.Replace(gptScript, "TEXT", text, 1), []string{"max_steps=4", "batch_size=12", "accumulate=2",
+		{"gpt, sgd, accumulate, clipping", strings.Replace(gptScript, "TEXT", text, 1), []string{"max_steps=4", "batch_size=12", "accumulate=2",
 			"optimizer=optim.sgd(lr=0.1, momentum=0.9)", "clip_grad_norm=0.5"}},
 	}
 }
@@ -104,7 +105,8 @@ func TestZeroMatchesAllReduce(t *testing.T) {
 		for _, n := range []int{1, 2, 3, 4} {
 			pa, ra := trainSync(t, m.src, n, RunOptions{}, append(m.sets, "sync=sync.allreduce()")...)
 			want := namedParams(pa, ra, 0)
-			for _, sync := range []string{"sync.zero(stage=1)", "sync.zero(stage=2)", "sync.zero(stage=2, bucket_mb=0.0005)", "sync.zero(stage=1, bucket_mb=0.0005, overlap=False)"} {
+			for _, sync := range []string{"sync.zero(stage=1)", "sync.zero(stage=2)", "sync.zero(stage=2, bucket_mb=0.0005)", "sync.zero(stage=1, bucket_mb=0.0005, overlap=False)",
+				"sync.zero(stage=3)", "sync.fsdp(prefetch=0, overlap=False)"} {
 				pz, rz := trainSync(t, m.src, n, RunOptions{}, append(m.sets, "sync="+sync)...)
 				var worst float64
 				for r := 0; r < n; r++ {
@@ -197,6 +199,10 @@ func TestZeroMemory(t *testing.T) {
 			{"sync.allreduce(bucket_mb=0.01)", 16 * psi, 1},
 			{"sync.zero(stage=1, bucket_mb=0.01)", 8*psi + 8*psi/int64(n), 1},
 			{"sync.zero(stage=2, bucket_mb=0.01)", 4*psi + 12*psi/int64(n), 1},
+			// Stage 3 gathers every layer before its forward steps, and
+			// again before the backward steps that read it: all but the
+			// first layer's weights (its input has no gradient).
+			{"sync.zero(stage=3)", 16 * psi / int64(n), 1.5 - float64(64*48+48)/float64(2*psi)},
 		} {
 			p := compile(t, loadSpec(t, mlpScript, "sync="+c.sync), n)
 			prog := p.Devices[0]
@@ -218,8 +224,9 @@ func TestZeroMemory(t *testing.T) {
 			for _, b := range p.Buckets {
 				largest = max(largest, int64(b.Elems+b.Pad)*4)
 			}
-			if reused > 3*largest {
-				t.Errorf("%s on %d devices: %d bytes reused for buckets in flight, more than 3 of the largest bucket (%d)", c.sync, n, reused, 3*largest)
+			if m.InFlightGrads > 3*largest || m.InFlightParams > 3*largest {
+				t.Errorf("%s on %d devices: %d bytes reused for buckets being reduced and %d for layers gathered, more than 3 of the largest bucket (%d)",
+					c.sync, n, m.InFlightGrads, m.InFlightParams, 3*largest)
 			}
 			saved := arBytes - allocated(t, p, 0)
 			if want := 16*psi - c.want; saved < want-reused-slack || saved > want+slack {
@@ -234,8 +241,8 @@ func TestZeroMemory(t *testing.T) {
 			if r := float64(sent(p)) / float64(sent(ar)); math.Abs(r-c.ratio) > 0.01 {
 				t.Errorf("%s on %d devices: sends %.3f× allreduce's traffic, want %.2f×", c.sync, n, r, c.ratio)
 			}
-			t.Logf("%s on %d devices: Ψ = %d; params %d, grads %d (%d reused), state %d: %d bytes (formula %d); arena %d, allreduce's %d",
-				c.sync, n, psi, m.Params, m.Grads, m.InFlightGrads, m.State, held, c.want, allocated(t, p, 0), arBytes)
+			t.Logf("%s on %d devices: Ψ = %d; params %d (%d reused), grads %d (%d reused), state %d: %d bytes (formula %d); arena %d, allreduce's %d; traffic %.3f×",
+				c.sync, n, psi, m.Params, m.InFlightParams, m.Grads, m.InFlightGrads, m.State, held, c.want, allocated(t, p, 0), arBytes, float64(sent(p))/float64(sent(ar)))
 		}
 	}
 }
@@ -264,7 +271,7 @@ func TestZeroCheckpointsAreAllReduces(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		ref := t.TempDir()
 		trainSync(t, tinyScript, n, RunOptions{Out: ref}, append(sets, "sync=sync.allreduce()")...)
-		for _, sync := range []string{"sync.zero(stage=1)", "sync.zero(stage=2, bucket_mb=0.0005)"} {
+		for _, sync := range []string{"sync.zero(stage=1)", "sync.zero(stage=2, bucket_mb=0.0005)", "sync.fsdp()"} {
 			dir := t.TempDir()
 			trainSync(t, tinyScript, n, RunOptions{Out: dir}, append(sets, "sync="+sync)...)
 			for _, file := range []string{ckptParams, ckptState} {
@@ -324,6 +331,10 @@ func TestZeroResumesAcross(t *testing.T) {
 		{"sync.zero(stage=2, bucket_mb=0.0005)", 3, "sync.allreduce()", 1},
 		{"sync.allreduce()", 2, "sync.zero(stage=2)", 3},
 		{"sync.zero(stage=1)", 4, "sync.zero(stage=2, bucket_mb=0.0005)", 2},
+		{"sync.zero(stage=2, bucket_mb=0.0005)", 2, "sync.fsdp()", 3},
+		{"sync.fsdp()", 3, "sync.zero(stage=2)", 2},
+		{"sync.fsdp()", 4, "sync.allreduce()", 4},
+		{"sync.allreduce()", 2, "sync.zero(stage=3, prefetch=0)", 4},
 	} {
 		dir := t.TempDir()
 		trainSync(t, tinyScript, c.fromN, RunOptions{Out: dir}, append(sets, "max_steps=5", "sync="+c.from)...)
@@ -350,4 +361,52 @@ func TestZeroResumesAcross(t *testing.T) {
 	if _, err := Run(compile(t, loadSpec(t, tinyScript, append(sets, "max_steps=10", "sync=sync.zero(stage=1)")...), 2), RunOptions{Resume: dir}); err == nil || !strings.Contains(err.Error(), "made with sync local_sgd, the script now says zero") {
 		t.Errorf("zero resuming local_sgd's: %v", err)
 	}
+}
+
+// TestZeroMemoryLimit: with cluster.memory_limit between what stage 3
+// needs and what allreduce needs, allreduce is refused at compile time,
+// naming the limit, and stage 3 trains.
+func TestZeroMemoryLimit(t *testing.T) {
+	const n = 4
+	need := func(sync string) int64 {
+		var all int64
+		for _, prog := range compile(t, loadSpec(t, mlpScript, "sync="+sync), n).Devices {
+			all += prog.MemoryBytes()
+		}
+		return all
+	}
+	ar, z3 := need("sync.allreduce(bucket_mb=0.01)"), need("sync.zero(stage=3)")
+	if z3 >= ar {
+		t.Fatalf("stage 3 needs %d bytes, allreduce %d", z3, ar)
+	}
+	kib := (ar + z3) / 2 / 1024
+	limit := fmt.Sprintf("cluster.memory_limit=%dKiB", kib)
+	_, err := engine.Compile(loadSpec(t, mlpScript, "sync=sync.allreduce(bucket_mb=0.01)"), clusterOf(t, n, limit))
+	if err == nil || !strings.Contains(err.Error(), "more than the cluster's memory_limit") {
+		t.Fatalf("allreduce under a limit of %d KiB (it needs %d bytes): %v", kib, ar, err)
+	}
+	p, err := engine.Compile(loadSpec(t, mlpScript, "sync=sync.zero(stage=3)"), clusterOf(t, n, limit))
+	if err != nil {
+		t.Fatalf("stage 3 (%d bytes) under a limit of %d KiB: %v", z3, kib, err)
+	}
+	res, err := Run(p, RunOptions{})
+	if err != nil || res.Steps != 2 || math.IsNaN(res.FinalLoss) {
+		t.Fatalf("stage 3 under the limit: %v, %+v", err, res)
+	}
+	t.Logf("%d devices: allreduce needs %d bytes, stage 3 %d; limit %d KiB", n, ar, z3, kib)
+}
+
+// clusterOf is the default cluster of n devices with keys set as --set
+// sets them.
+func clusterOf(t *testing.T, n int, keys ...string) engine.Cluster {
+	t.Helper()
+	c := engine.DefaultCluster()
+	c.Devices = n
+	for _, kv := range keys {
+		k, v, _ := strings.Cut(kv, "=")
+		if err := c.Set(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
 }
