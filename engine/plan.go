@@ -544,7 +544,12 @@ func planBuckets(g *Graph, s *spec.Spec, c Cluster) []Bucket {
 	if limitMB <= 0 {
 		limitMB = 25
 	}
-	limit := int(limitMB * (1 << 20) / 4)
+	return bucketsOf(g, int(limitMB*(1<<20)/4))
+}
+
+// bucketsOf is planBuckets with buckets of at most limit elements (a
+// gradient larger than that alone in its bucket).
+func bucketsOf(g *Graph, limit int) []Bucket {
 	var buckets []Bucket
 	off := 0
 	for i, n := range g.Backward {

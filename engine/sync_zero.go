@@ -40,6 +40,9 @@ import (
 type zero struct {
 	sy    spec.Sync
 	world int
+	// capped is stage 2's bucket limit (elements) when it is below
+	// bucket_mb's: a quarter of a rank's shard; 0 otherwise.
+	capped int
 	// gathersAt holds, in stage 3, the buckets gathered before each node,
 	// by pass (gathers' keys) and node index: the same on every rank.
 	gathersAt map[gatherAt][]int
@@ -66,6 +69,9 @@ func (s *zero) Kind() spec.SyncKind { return spec.SyncZero }
 
 func (s *zero) Describe(p *Plan) string {
 	out := fmt.Sprintf("zero(stage=%d, bucket_mb=%g, overlap=%v", s.sy.Stage, bucketMB(p), s.sy.Overlap)
+	if s.capped > 0 {
+		out += fmt.Sprintf(" [buckets of at most %d values, a quarter of a rank's shard]", s.capped)
+	}
 	if s.sy.Stage == 3 {
 		out += fmt.Sprintf(", prefetch=%d", s.sy.Prefetch)
 	}
@@ -76,11 +82,22 @@ func (s *zero) Describe(p *Plan) string {
 // are gathered together), pads every bucket to a multiple of the world
 // and sets the Plan's Sharding.
 func (s *zero) Prepare(p *Plan) error {
-	if s.sy.Stage == 3 {
+	grads := s.sy.Stage >= 2 && s.world > 1 && p.Spec.Accumulate == 1
+	switch {
+	case s.sy.Stage == 3:
 		p.Buckets = layerBuckets(p.Graph, p.Buckets)
+	case grads:
+		// A bucket's gradients are whole until it is reduced, and two
+		// are at a time: buckets of the script's size (25 MB by default)
+		// would hold a small model's every gradient. Stage 2 keeps them
+		// to a quarter of a rank's shard.
+		limit := max(p.NumParam/s.world/4, 1)
+		if largest := slices.MaxFunc(p.Buckets, func(a, b Bucket) int { return a.Elems - b.Elems }); largest.Elems > limit {
+			p.Buckets, s.capped = bucketsOf(p.Graph, limit), limit
+		}
 	}
 	sh := p.padBuckets(s.sy.Stage, s.world)
-	sh.Grads = s.sy.Stage >= 2 && s.world > 1 && p.Spec.Accumulate == 1
+	sh.Grads = grads
 	sh.Params = s.sy.Stage == 3 && s.world > 1
 	sh.Prefetch = s.sy.Prefetch
 	if err := sh.check(); err != nil {
