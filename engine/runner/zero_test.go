@@ -118,6 +118,14 @@ func TestZeroMatchesAllReduce(t *testing.T) {
 						t.Errorf("%s, %s, %d devices, rank %d: %s differs from allreduce's by %.2e", m.name, sync, n, r, where, d)
 					}
 				}
+				// The evaluation (tiny has an eval set) runs on the same
+				// parameters: stage 3 gathers them for it.
+				if strings.HasPrefix(m.name, "tiny") && math.IsNaN(ra.TestLoss) {
+					t.Errorf("%s: no evaluation ran", m.name)
+				}
+				if !math.IsNaN(ra.TestLoss) && (rz.TestAccuracy != ra.TestAccuracy || math.Abs(rz.TestLoss-ra.TestLoss) > 1e-5*math.Abs(ra.TestLoss)) {
+					t.Errorf("%s, %s, %d devices: test accuracy %v, loss %v; allreduce's %v, %v", m.name, sync, n, rz.TestAccuracy, rz.TestLoss, ra.TestAccuracy, ra.TestLoss)
+				}
 				t.Logf("%s, %s, %d devices: max relative difference %.2e", m.name, sync, n, worst)
 			}
 		}
