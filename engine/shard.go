@@ -270,7 +270,7 @@ func (w *window) place(prog *Program) {
 // alignUp rounds n elements up to the arena's alignment.
 func alignUp(n int) int { return (n + arenaAlign - 1) / arenaAlign * arenaAlign }
 
-// checkShard refuses a sharding whose sizes do not add up (a bug, not a
+// check refuses a sharding whose sizes do not add up (a bug, not a
 // user's mistake).
 func (sh *Sharding) check() error {
 	if sh.FlatElems != sh.ShardElems*sh.World {

@@ -418,3 +418,31 @@ func clusterOf(t *testing.T, n int, keys ...string) engine.Cluster {
 	}
 	return c
 }
+
+// TestZeroReusedMemory: stage 2's bucket gradients and stage 3's gathered
+// layers take memory in turns — the memory they share is less than half
+// of theirs together — while reduce-scatters and prefetched gathers run
+// on the collective goroutine; the steps that reuse a collective's memory
+// wait for it, so the run is race-free (make test runs this under the
+// race detector) and ends with allreduce's parameters.
+func TestZeroReusedMemory(t *testing.T) {
+	sets := []string{"max_steps=3", "optimizer=optim.sgd(lr=0.1, momentum=0.9)"}
+	for _, n := range []int{2, 3} {
+		pa, ra := trainSync(t, mlpScript, n, RunOptions{}, append(sets, "sync=sync.allreduce()")...)
+		for _, sync := range []string{"sync.zero(stage=2, bucket_mb=0.005)", "sync.fsdp(prefetch=2)"} {
+			pz, rz := trainSync(t, mlpScript, n, RunOptions{}, append(sets, "sync="+sync)...)
+			var whole int64 // what the buckets take one after another
+			for _, b := range pz.Buckets {
+				whole += int64(b.Elems+b.Pad) * 4
+			}
+			m := pz.Devices[0].Memory()
+			if m.InFlightGrads == 0 || 2*m.InFlightGrads >= whole || (pz.Sharding.Params && 2*m.InFlightParams >= whole) {
+				t.Errorf("%s on %d: %d bytes for buckets being reduced and %d for layers gathered, not less than half the %d of them all",
+					sync, n, m.InFlightGrads, m.InFlightParams, whole)
+			}
+			if d, where := relDiff(namedParams(pz, rz, n-1), namedParams(pa, ra, 0)); d > 1e-6 {
+				t.Errorf("%s on %d: %s differs from allreduce's by %.2e", sync, n, where, d)
+			}
+		}
+	}
+}
