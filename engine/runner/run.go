@@ -867,6 +867,24 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 			}
 		}
 	}
+	// Every rank runs the evaluation's collectives (stage 3's gathers of
+	// the parameters) as often as the rank with the most batches: a rank
+	// with fewer runs them alone for the batches it lacks.
+	mine := (hi - lo + batch - 1) / batch
+	most := mine
+	for r := 0; r < p.World; r++ {
+		l, h := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, r)
+		most = max(most, (h-l+batch-1)/batch)
+	}
+	for ; mine < most; mine++ {
+		for _, st := range prog.Eval {
+			if st.Kind == engine.CollectiveStep {
+				if err := d.exec(st); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+	}
 	var lossSum float64
 	if hi > lo {
 		if lossSum, err = d.readLoss(); err != nil {
