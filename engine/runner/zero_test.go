@@ -17,14 +17,9 @@ import (
 // namedParams is rank r's final parameters in res by name, wherever the
 // plan keeps them (its arena, or the flattened layout of a sharded plan).
 func namedParams(p *engine.Plan, res *Result, r int) map[string][]float32 {
-	prog := p.Devices[r]
 	out := map[string][]float32{}
 	for i, prm := range p.Graph.Params {
-		off := prog.Params[i].Offset - prog.ParamArena.Offset
-		if p.Sharding != nil {
-			off = p.Sharding.ParamAt[i]
-		}
-		out[prm.Name] = res.Params[r][off:][:prm.Value.Elems()]
+		out[prm.Name] = res.Params[r][p.ParamOffset(i):][:prm.Value.Elems()]
 	}
 	return out
 }
