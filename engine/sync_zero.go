@@ -41,7 +41,8 @@ type zero struct {
 	sy    spec.Sync
 	world int
 	// capped is stage 2's bucket limit (elements) when it is below
-	// bucket_mb's: a quarter of a rank's shard; 0 otherwise.
+	// bucket_mb's: a quarter of a rank's shard or the largest gradient; 0
+	// otherwise.
 	capped int
 	// gathersAt holds, in stage 3, the buckets gathered before each node,
 	// by pass (gathers' keys) and node index: the same on every rank.
@@ -70,7 +71,7 @@ func (s *zero) Kind() spec.SyncKind { return spec.SyncZero }
 func (s *zero) Describe(p *Plan) string {
 	out := fmt.Sprintf("zero(stage=%d, bucket_mb=%g, overlap=%v", s.sy.Stage, bucketMB(p), s.sy.Overlap)
 	if s.capped > 0 {
-		out += fmt.Sprintf(" [buckets of at most %d values, a quarter of a rank's shard]", s.capped)
+		out += fmt.Sprintf(" [buckets of at most %d values: a quarter of a rank's shard or the largest gradient]", s.capped)
 	}
 	if s.sy.Stage == 3 {
 		out += fmt.Sprintf(", prefetch=%d", s.sy.Prefetch)
@@ -90,8 +91,13 @@ func (s *zero) Prepare(p *Plan) error {
 		// A bucket's gradients are whole until it is reduced, and two
 		// are at a time: buckets of the script's size (25 MB by default)
 		// would hold a small model's every gradient. Stage 2 keeps them
-		// to a quarter of a rank's shard.
+		// to a quarter of a rank's shard, or to the largest gradient when
+		// that is larger (the memory must hold it anyway, and fewer
+		// buckets are fewer collectives).
 		limit := max(p.NumParam/s.world/4, 1)
+		for _, prm := range p.Graph.Params {
+			limit = max(limit, prm.Value.Elems())
+		}
 		if largest := slices.MaxFunc(p.Buckets, func(a, b Bucket) int { return a.Elems - b.Elems }); largest.Elems > limit {
 			p.Buckets, s.capped = bucketsOf(p.Graph, limit), limit
 		}
