@@ -319,6 +319,7 @@ var pkgDirs = map[string]string{
 	"spec":        "engine/spec",
 	"cpu":         "engine/backend/cpu",
 	"plot":        "engine/plot",
+	"board":       "engine/board",
 	"comm":        "comm",
 	"datasets":    "datasets",
 	"torchrand":   "datasets/torchrand",
@@ -329,6 +330,9 @@ var pkgDirs = map[string]string{
 	"cudatarget":  "cuda/cudatarget",
 	"kernels":     "cuda/kernels",
 	"hostcheck":   "cuda/kernels/hostcheck",
+	"model":       "model",
+	"serve":       "model/serve",
+	"scriptcopy":  "script/scriptcopy",
 }
 
 // decls is what one package declares: its top-level names, and the

@@ -60,6 +60,12 @@ func (p *Plan) fingerprint(step func(n *Node) (string, error), nodes map[string]
 		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v seq_len %d vocab %s test_fraction %g",
 			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, baseName(d.File), baseName(d.X), baseName(d.Y), d.Transforms, d.SeqLen, d.Vocab, d.TestFraction)},
 	}
+	if d.Kind == "images" || d.Kind == "csv" {
+		// Added only for these kinds: the fingerprints of other data stay
+		// as earlier gorun versions wrote them.
+		out[len(out)-1].Text += fmt.Sprintf(" size %v channels %d mean %v std %v columns %q y %q regression %v standardize %v test_file %q",
+			d.ImageSize, d.Channels, d.ChannelMean, d.ChannelStd, d.Columns, d.Y, d.Regression, d.Standardize, baseName(d.TestFile))
+	}
 	if s.Partition != nil {
 		out = append(out, PlanStep{"partition", s.Partition.Name})
 	}

@@ -288,7 +288,7 @@ func compileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if proc < 0 || proc >= c.ProcessCount() {
 		return nil, fmt.Errorf("process %d is not one of the cluster's %d processes", proc, c.ProcessCount())
 	}
-	info, err := datasets.Describe(&s.Data)
+	info, err := datasets.Describe(&s.Data, datasets.WithMemoryLimit(c.MemoryLimit))
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +299,13 @@ func compileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		// The eval set must fit the model the training set shapes, or
 		// evaluation fails a whole epoch later; token text is read with
 		// the model's vocabulary, the training data's.
-		ev, err := datasets.Describe(s.Eval, datasets.WithVocab(info.Vocab))
+		ev, err := datasets.Describe(s.Eval, datasets.WithVocab(info.Vocab), datasets.WithMemoryLimit(c.MemoryLimit))
 		if err != nil {
 			return nil, err
+		}
+		if ev.ClassNames != nil && info.ClassNames != nil && !slices.Equal(ev.ClassNames, info.ClassNames) {
+			return nil, fmt.Errorf("%s: eval set data.%s names its classes %s, but the model learns the training set's %s (in this order)",
+				s.Eval.Pos, s.Eval.Kind, strings.Join(ev.ClassNames, ", "), strings.Join(info.ClassNames, ", "))
 		}
 		if !slices.Equal(ev.Sample, info.Sample) || ev.Classes != info.Classes || !slices.Equal(ev.Target, info.Target) || ev.Tokens != info.Tokens {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",

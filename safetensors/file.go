@@ -2,12 +2,10 @@ package safetensors
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"gorun/datasets/userfile"
 )
@@ -111,27 +109,9 @@ func writeFile(path string, tensors []Tensor, metadata map[string]string, hooks 
 		return fail("renaming temporary file", err)
 	}
 	renamed = true
-	if derr := syncDir(dir); derr != nil {
+	if derr := userfile.SyncDir(dir); derr != nil {
 		// The new file is in place: nothing to clean up.
 		return fmt.Errorf("safetensors: %s written, but syncing its directory failed: %w", path, derr)
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	// Some file systems cannot sync directories; that is not an error we
-	// can act on.
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
-		return nil
-	}
-	return err
 }

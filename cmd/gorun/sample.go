@@ -18,6 +18,7 @@ import (
 	"gorun/engine/runner"
 	"gorun/safetensors"
 	"gorun/script"
+	"gorun/script/scriptcopy"
 )
 
 // runInfo is RUN/run.json: what gorun sample needs to rebuild the model of
@@ -181,12 +182,12 @@ func sampleModel(dir string, info *runInfo, sig *sigWatch, stderr io.Writer) (*e
 		return nil, err
 	}
 	copyDir := filepath.Join(dir, scriptCopyDir)
-	m, merr := readManifest(copyDir)
+	m, merr := scriptcopy.Read(copyDir)
 	if merr == nil {
-		if changed := m.changedSince(); len(changed) > 0 {
+		if changed := m.ChangedSince(); len(changed) > 0 {
 			fmt.Fprintf(stderr, "gorun: sampling with the script as the run trained it (%s); changed since: %s\n", copyDir, listSome(changed, 3))
 		}
-		opts := append(m.loadOptions(), script.WithOverrides(sampling...), script.WithContext(sig.ctx))
+		opts := append(m.LoadOptions(), script.WithOverrides(sampling...), script.WithContext(sig.ctx))
 		s, err := script.Load(m.Script, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("rebuilding the model of %s from its copy of %s: %w", dir, m.Script, err)

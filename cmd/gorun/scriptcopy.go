@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,86 +14,53 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
-	"testing/fstest" // a map as the library's fs.FS (it imports no testing)
 
 	"gorun/datasets/userfile"
 	"gorun/engine/spec"
-	"gorun/script"
+	"gorun/script/scriptcopy"
 	"gorun/scripts"
 )
 
 // The run folder keeps the text of the script that trained and of every
-// file it load()ed, so that gorun sample rebuilds the model that ran
-// however the files changed since:
-//
-//	script/manifest.json    what each copy is: the path it was read from, its SHA-256
-//	script/train.star       the script
-//	script/lib/blocks.star  a file it loaded from its own folder, where it lay
-//	script/gorun_path-1/…   one loaded from the first GORUN_PATH folder
-//	script/library/…        one of the library shipped with gorun
-//	script/other/…          one loaded from anywhere else
+// file it load()ed (package script/scriptcopy: the layout, reading it
+// back), so that gorun sample rebuilds the model that ran however the
+// files changed since.
 //
 // The copy is written as a run starts, as one unit (a temporary folder
 // renamed into place). A resumed run trains with the script it is given
 // (its plan must match the checkpoint's); when that script or a file it
 // loads differs from the copy, the copy becomes the new one and the
-// earlier is kept as script.1 (script.2, … on later resumes).
-const (
-	scriptCopyDir = "script"
-	manifestFile  = "manifest.json"
-)
+// earlier is kept as script.1 (script.2, … on later resumes). This file
+// writes the copy; package script/scriptcopy reads it.
 
-// scriptManifest is script/manifest.json.
-type scriptManifest struct {
-	// Script is the script's absolute path when the run started.
-	Script string `json:"script"`
-	// SearchPath holds the GORUN_PATH folders (absolute) load() searched.
-	SearchPath []string `json:"search_path"`
-	// Files are the script, then each loaded file in the order loaded.
-	Files []copiedFile `json:"files"`
-}
-
-// copiedFile is one file of the copy.
-type copiedFile struct {
-	// Path is where it was read: an absolute path, or <gorun>/NAME for
-	// the library shipped with gorun.
-	Path string `json:"path"`
-	// Copy is the copy's path inside script/, slash-separated.
-	Copy   string `json:"copy"`
-	SHA256 string `json:"sha256"`
-	data   []byte
-}
-
-// libraryPrefix marks load() paths of the library shipped with gorun (as
-// spec.Spec.Loads names them).
-const libraryPrefix = "<gorun>/"
+// scriptCopyDir is the copy's folder in a run folder.
+const scriptCopyDir = scriptcopy.Dir
 
 // snapshotScript reads the script s was loaded from and every file it
 // load()ed (s.Loads), for the run folder's copy; searchPath is GORUN_PATH
 // as load() searched it.
-func snapshotScript(s *spec.Spec, searchPath []string) (*scriptManifest, error) {
+func snapshotScript(s *spec.Spec, searchPath []string) (*scriptcopy.Manifest, error) {
 	main, err := filepath.Abs(s.Script)
 	if err != nil {
 		return nil, err
 	}
-	m := &scriptManifest{Script: main, SearchPath: []string{}}
+	m := &scriptcopy.Manifest{Script: main, SearchPath: []string{}}
 	for _, d := range searchPath {
 		if abs, err := filepath.Abs(d); err == nil {
 			d = abs
 		}
 		m.SearchPath = append(m.SearchPath, d)
 	}
-	taken := map[string]bool{manifestFile: true}
+	taken := map[string]bool{scriptcopy.ManifestFile: true}
 	add := func(p, copyPath string, data []byte) {
 		if taken[copyPath] || copyPath == "" {
 			copyPath = fmt.Sprintf("other/%d-%s", len(m.Files), path.Base(filepath.ToSlash(p)))
 		}
 		taken[copyPath] = true
 		sum := sha256.Sum256(data)
-		m.Files = append(m.Files, copiedFile{Path: p, Copy: copyPath, SHA256: hex.EncodeToString(sum[:]), data: data})
+		m.Files = append(m.Files, scriptcopy.File{Path: p, Copy: copyPath, SHA256: hex.EncodeToString(sum[:]), Data: data})
 	}
-	data, err := readScriptFile(main)
+	data, err := scriptcopy.ReadSource(main)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +70,7 @@ func snapshotScript(s *spec.Spec, searchPath []string) (*scriptManifest, error) 
 		if !ok {
 			continue
 		}
-		if name, ok := strings.CutPrefix(key, libraryPrefix); ok {
+		if name, ok := strings.CutPrefix(key, scriptcopy.LibraryPrefix); ok {
 			data, err := fs.ReadFile(scripts.Library, name)
 			if err != nil {
 				return nil, fmt.Errorf("copying the script: %s: %w", key, err)
@@ -116,7 +82,7 @@ func snapshotScript(s *spec.Spec, searchPath []string) (*scriptManifest, error) 
 		if err != nil {
 			return nil, err
 		}
-		data, err := readScriptFile(p)
+		data, err := scriptcopy.ReadSource(p)
 		if err != nil {
 			return nil, err
 		}
@@ -140,20 +106,9 @@ func copyPlace(p, scriptDir string, searchPath []string) string {
 	return ""
 }
 
-// readScriptFile reads a script file to copy it: a regular file of at
-// most script.MaxSourceBytes, as script.Load reads it. It never waits (a
-// FIFO in its place is refused, not opened).
-func readScriptFile(p string) ([]byte, error) {
-	b, err := userfile.ReadFile(p, script.MaxSourceBytes)
-	if err != nil {
-		return nil, fmt.Errorf("copying the script: %w", err)
-	}
-	return b, nil
-}
-
 // sameFiles reports whether two manifests copy the same files with the
 // same contents; otherwise it names those that differ.
-func (m *scriptManifest) sameFiles(old *scriptManifest) (bool, []string) {
+func sameFiles(m, old *scriptcopy.Manifest) (bool, []string) {
 	was := map[string]string{}
 	for _, f := range old.Files {
 		was[f.Path] = f.SHA256
@@ -182,13 +137,13 @@ func (m *scriptManifest) sameFiles(old *scriptManifest) (bool, []string) {
 // one unit: a temporary folder, synced, renamed into place. A copy already
 // there (a resumed run) stays when it holds the same files; otherwise it
 // is kept as script.N, saying so on stderr.
-func writeScriptCopy(out string, m *scriptManifest, stderr io.Writer) (err error) {
+func writeScriptCopy(out string, m *scriptcopy.Manifest, stderr io.Writer) (err error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
 	final := filepath.Join(out, scriptCopyDir)
-	if old, err := readManifest(final); err == nil {
-		if same, _ := m.sameFiles(old); same {
+	if old, err := scriptcopy.Read(final); err == nil {
+		if same, _ := sameFiles(m, old); same {
 			return nil
 		}
 	}
@@ -206,7 +161,7 @@ func writeScriptCopy(out string, m *scriptManifest, stderr io.Writer) (err error
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := writeSynced(p, f.data); err != nil {
+		if err := userfile.WriteNew(p, f.Data); err != nil {
 			return fmt.Errorf("copying the script into %s: %w", out, err)
 		}
 	}
@@ -214,10 +169,10 @@ func writeScriptCopy(out string, m *scriptManifest, stderr io.Writer) (err error
 	if err != nil {
 		return err
 	}
-	if err := writeSynced(filepath.Join(tmp, manifestFile), append(b, '\n')); err != nil {
+	if err := userfile.WriteNew(filepath.Join(tmp, scriptcopy.ManifestFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("copying the script into %s: %w", out, err)
 	}
-	if err := syncFolder(tmp); err != nil {
+	if err := userfile.SyncDir(tmp); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(final); err == nil {
@@ -226,8 +181,8 @@ func writeScriptCopy(out string, m *scriptManifest, stderr io.Writer) (err error
 			return fmt.Errorf("copying the script into %s: %w", out, err)
 		}
 		what := "a file it loads"
-		if old, err := readManifest(kept); err == nil {
-			_, changed := m.sameFiles(old)
+		if old, err := scriptcopy.Read(kept); err == nil {
+			_, changed := sameFiles(m, old)
 			what = listSome(changed, 3)
 		}
 		fmt.Fprintf(stderr, "gorun: the script differs from the copy in %s (changed: %s): the copy is now this one, the earlier kept in %s\n", final, what, kept)
@@ -235,7 +190,7 @@ func writeScriptCopy(out string, m *scriptManifest, stderr io.Writer) (err error
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("copying the script into %s: %w", out, err)
 	}
-	return syncFolder(out)
+	return userfile.SyncDir(out)
 }
 
 // keepAside renames the copy at final to the first free script.N beside
@@ -258,121 +213,4 @@ func isScriptCopy(name string) bool {
 	n, ok := strings.CutPrefix(name, scriptCopyDir+".")
 	_, err := strconv.Atoi(n)
 	return ok && err == nil
-}
-
-// writeSynced writes a file and syncs it.
-func writeSynced(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// syncFolder fsyncs a folder; file systems that cannot sync folders pass.
-func syncFolder(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	d.Close()
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
-		return nil
-	}
-	return err
-}
-
-// readManifest reads the manifest of the copy in folder dir and the files
-// it names (checked against their SHA-256).
-func readManifest(dir string) (*scriptManifest, error) {
-	b, err := userfile.ReadFile(filepath.Join(dir, manifestFile), 1<<20)
-	if err != nil {
-		return nil, err
-	}
-	var m scriptManifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, manifestFile), err)
-	}
-	if m.Script == "" || len(m.Files) == 0 || m.Files[0].Path != m.Script {
-		return nil, fmt.Errorf("%s: no script in it", filepath.Join(dir, manifestFile))
-	}
-	for i := range m.Files {
-		f := &m.Files[i]
-		p := filepath.Join(dir, filepath.FromSlash(f.Copy))
-		if !filepath.IsLocal(filepath.FromSlash(f.Copy)) {
-			return nil, fmt.Errorf("%s: copy %q is outside the folder", filepath.Join(dir, manifestFile), f.Copy)
-		}
-		if f.data, err = readScriptFile(p); err != nil {
-			return nil, err
-		}
-		if sum := sha256.Sum256(f.data); hex.EncodeToString(sum[:]) != f.SHA256 {
-			return nil, fmt.Errorf("%s: the copy was changed (its SHA-256 is not the manifest's)", p)
-		}
-	}
-	return &m, nil
-}
-
-// loadOptions are the script.Load options that evaluate the copy: the
-// files it holds stand where they were read, load() searches as it did
-// (nothing else is found), and the library is the copy's.
-func (m *scriptManifest) loadOptions() []script.Option {
-	files := map[string][]byte{}
-	lib := fstest.MapFS{}
-	for _, f := range m.Files {
-		if name, ok := strings.CutPrefix(f.Path, libraryPrefix); ok {
-			lib[name] = &fstest.MapFile{Data: f.data, Mode: 0o444}
-			continue
-		}
-		files[f.Path] = f.data
-	}
-	return []script.Option{
-		script.WithFileReader(copyReader(files)),
-		script.WithSearchPath(m.SearchPath...),
-		script.WithLibrary(lib),
-	}
-}
-
-// copyReader serves the copied files under the paths they were read from.
-type copyReader map[string][]byte
-
-// ReadFile implements script.FileReader.
-func (r copyReader) ReadFile(p string) ([]byte, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return nil, err
-	}
-	if b, ok := r[abs]; ok {
-		return bytes.Clone(b), nil
-	}
-	return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
-}
-
-// changedSince names the copied files that differ on disk now (or are
-// gone), for a note: the copy is what ran.
-func (m *scriptManifest) changedSince() []string {
-	var out []string
-	for _, f := range m.Files {
-		if strings.HasPrefix(f.Path, libraryPrefix) {
-			continue
-		}
-		b, err := readScriptFile(f.Path)
-		switch sum := sha256.Sum256(b); {
-		case errors.Is(err, fs.ErrNotExist):
-			out = append(out, f.Path+" (removed)")
-		case err != nil:
-			out = append(out, f.Path+" (not a regular file)")
-		case hex.EncodeToString(sum[:]) != f.SHA256:
-			out = append(out, f.Path)
-		}
-	}
-	return out
 }

@@ -12,6 +12,11 @@
 // between is refused too. ReadFile also refuses a file larger than the
 // limit its caller gives (the caller's documented budget).
 //
+// It also holds the two steps every "whole or absent" write of a run
+// folder shares (a checkpoint, the script's copy, a safetensors file):
+// WriteNew, a new file synced, and SyncDir, its folder synced after a
+// rename (durable.go).
+//
 // Errors name the file. A missing file is the *fs.PathError of os.Open
 // (errors.Is(err, fs.ErrNotExist) holds); a file of the wrong kind is a
 // *NotRegularError ("data.txt is a named pipe (FIFO), not a regular

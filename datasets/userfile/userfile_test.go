@@ -103,3 +103,25 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteNewAndSyncDir: WriteNew writes and syncs a new file, refuses
+// to replace one, and SyncDir syncs its folder (or says why not).
+func TestWriteNewAndSyncDir(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := WriteNew(p, []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "data" {
+		t.Fatalf("read back %q, %v", b, err)
+	}
+	if err := WriteNew(p, []byte("other")); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("WriteNew over an existing file: %v, want fs.ErrExist", err)
+	}
+	if err := SyncDir(dir); err != nil {
+		t.Errorf("SyncDir: %v", err)
+	}
+	if err := SyncDir(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("SyncDir of a missing folder: %v, want fs.ErrNotExist", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"gorun/datasets"
+	"gorun/datasets/userfile"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"gorun/comm"
 	"gorun/engine"
@@ -292,7 +292,7 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		if err := write(filepath.Join(tmp, ckptState), state, meta); err != nil {
 			return err
 		}
-		return write(filepath.Join(tmp, ckptParams), ts, map[string]string{"format": "pt", "step": meta["step"]})
+		return write(filepath.Join(tmp, ckptParams), ts, rs.paramsMeta(map[string]string{"step": meta["step"]}))
 	})
 	if err != nil {
 		return err
@@ -321,7 +321,7 @@ func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err err
 	if err := fill(tmp); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := userfile.SyncDir(tmp); err != nil {
 		return fmt.Errorf("writing %s: syncing %s: %w", final, tmp, err)
 	}
 	var aside string
@@ -343,7 +343,7 @@ func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err err
 		}
 		return fmt.Errorf("writing %s: %w", final, err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := userfile.SyncDir(parent); err != nil {
 		return fmt.Errorf("%s written, but syncing %s failed: %w", final, parent, err)
 	}
 	if aside != "" {
@@ -354,23 +354,6 @@ func writeCheckpoint(dir string, step int, fill func(tmp string) error) (err err
 	os.Remove(legacy)
 	os.Remove(statePath(legacy))
 	return nil
-}
-
-// syncDir fsyncs a folder so that what was created or renamed in it is
-// durable; file systems that cannot sync folders pass.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
-		return nil
-	}
-	return err
 }
 
 // TidyCheckpoints clears what an interrupted checkpoint write left in the
@@ -481,18 +464,24 @@ func (rs *runState) saveParams(name string, meta map[string]string) error {
 	if rs.opts.Out == "" {
 		return nil
 	}
-	m := map[string]string{"format": "pt"}
-	if tk, ok := rs.train.(datasets.Tokens); ok {
-		m["vocab"] = tk.Vocab().String() // gorun sample decodes with it
-	}
-	for k, v := range meta {
-		m[k] = v
-	}
 	ts, err := rs.paramTensors()
 	if err != nil {
 		return err
 	}
-	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, m)
+	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, rs.paramsMeta(meta))
+}
+
+// paramsMeta is the metadata of a parameters file: the format, what the
+// model must know of its training data (datasets.Metadata: a text's
+// vocabulary, which gorun sample decodes with; class names; how an image
+// or a CSV row became a sample), and meta.
+func (rs *runState) paramsMeta(meta map[string]string) map[string]string {
+	m := datasets.Metadata(rs.train)
+	m["format"] = "pt"
+	for k, v := range meta {
+		m[k] = v
+	}
+	return m
 }
 
 // loadParams sets rank 0's parameters from a safetensors file of PyTorch

@@ -11,7 +11,10 @@
 //   - the observer (observe.go) turns rank 0's steps and epochs into
 //     metrics.jsonl lines, log lines and callbacks;
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
-//     checkpoints, best and final parameters.
+//     checkpoints, best and final parameters;
+//   - the evaluator (eval.go) runs the evaluation pass of a trained model
+//     outside training: package model's predictions, gorun sample's text
+//     (sample.go).
 //
 // The runner never touches buffer memory: it moves data through the
 // Device (upload, download, gather). It imports no backend: it opens the
@@ -68,6 +71,9 @@ type RunOptions struct {
 	// Resume is a run folder to continue from its newest checkpoint
 	// (--resume); Out defaults to it.
 	Resume string
+	// DataProgress, when set, is called as a dataset that takes a while
+	// to decode (data.images) is decoded, before step 1.
+	DataProgress func(datasets.Progress)
 	// Interrupt, when set and true, stops the run after the step under
 	// way (every rank after the same step) and saves a checkpoint; the
 	// CLI sets it on SIGINT and SIGTERM.
@@ -175,7 +181,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	rs.log = &lockedWriter{w: rs.log} // ranks log from their own goroutines
 	var err error
 	if rs.train == nil {
-		if rs.train, err = datasets.Load(&s.Data); err != nil {
+		if rs.train, err = datasets.Load(&s.Data, rs.dataOptions()...); err != nil {
 			return nil, err
 		}
 	}
@@ -186,7 +192,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		if tk, ok := rs.train.(datasets.Tokens); ok {
 			model = tk.Vocab()
 		}
-		if rs.eval, err = datasets.Load(s.Eval, datasets.WithVocab(model)); err != nil {
+		if rs.eval, err = datasets.Load(s.Eval, append(rs.dataOptions(), datasets.WithVocab(model))...); err != nil {
 			return nil, err
 		}
 	}
@@ -786,6 +792,12 @@ func ignore32(ignore *int) (int32, bool) {
 		return 0, false
 	}
 	return int32(*ignore), true
+}
+
+// dataOptions are how the run's datasets are read: within the cluster's
+// memory_limit, reporting decoding progress to RunOptions.DataProgress.
+func (rs *runState) dataOptions() []datasets.Option {
+	return []datasets.Option{datasets.WithMemoryLimit(rs.plan.Cluster.MemoryLimit), datasets.WithProgress(rs.opts.DataProgress)}
 }
 
 // checkVocabulary refuses token data whose vocabulary is larger than the

@@ -1,14 +1,13 @@
 package runner
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
 
-	"gorun/datasets"
 	"gorun/engine"
-	"gorun/engine/backend"
 	"gorun/safetensors"
 )
 
@@ -48,7 +47,7 @@ func (o *SampleOptions) check() error {
 }
 
 // Generate continues prompt (token ids) with a sequence model of p (a
-// Plan for one device, batch 1, whose input is a window of T token ids)
+// Plan for one device whose input is a window of T token ids)
 // whose parameters are in the safetensors file params: at every step it
 // runs the model in evaluation mode on the last T tokens (the prompt
 // placed at the window's start while shorter) and draws the next token
@@ -56,92 +55,46 @@ func (o *SampleOptions) check() error {
 // backend (which must be registered: cmd/gorun samples on the cpu one).
 // It returns the added tokens, or none when o.Emit takes them.
 func Generate(p *engine.Plan, params string, prompt []int32, o SampleOptions) ([]int32, error) {
-	if err := o.check(); err != nil {
+	if err := checkGenerate(p, prompt, &o); err != nil {
 		return nil, err
-	}
-	if !p.Tokens {
-		return nil, fmt.Errorf("the model does not read token windows (data.text): nothing to sample")
-	}
-	if len(prompt) == 0 {
-		return nil, fmt.Errorf("an empty prompt: give at least one token")
-	}
-	for i, id := range prompt {
-		// The embedding would look up a row of zeros (PyTorch: "index
-		// out of range in self").
-		if id < 0 || int(id) >= p.Classes {
-			return nil, fmt.Errorf("prompt token %d has the id %d, outside the model's vocabulary of %d ids (0 … %d)", i+1, id, p.Classes, p.Classes-1)
-		}
 	}
 	f, err := safetensors.ReadFile(params)
 	if err != nil {
 		return nil, err
 	}
-	be, err := backend.Get(p.Cluster.Backend)
+	e, err := NewEvaluator(p, 0, params, f)
 	if err != nil {
 		return nil, err
 	}
-	dev, err := be.Open(0, backend.Options{Settings: p.Cluster.BackendSettings()})
-	if err != nil {
-		return nil, err
-	}
-	defer dev.Close()
-	prog := p.Devices[0]
-	if err := dev.Load(prog); err != nil {
-		return nil, err
-	}
-	d := &worker{rank: 0, prog: prog, dev: dev}
-	rs := &runState{plan: p, workers: []*worker{d}}
-	if err := rs.setParams(d, params, f, ""); err != nil {
-		return nil, err
-	}
-	t := p.Sample[0]
-	v := p.Classes
-	window := &windowSet{t: t, v: v, x: make([]int32, t), y: make([]int32, t)}
-	logits := make([]float32, prog.Output.Elems())
-	rng := rand.New(rand.NewPCG(o.Seed, 0x5a3))
-	// seq holds the window's tokens (all the added ones too without Emit),
-	// keeping at most 2T when Emit takes them.
-	seq := append(make([]int32, 0, max(len(prompt), 2*t)), prompt...)
-	var added []int32
-	probs := make([]float64, v)
-	for range o.Tokens {
-		if o.Interrupt != nil && o.Interrupt.Load() {
-			break
-		}
-		if o.Emit != nil && len(seq) >= 2*t {
-			seq = append(seq[:0], seq[len(seq)-t:]...)
-		}
-		ctx := seq[max(0, len(seq)-t):]
-		clear(window.x)
-		copy(window.x, ctx)
-		data, err := dev.LoadData(window)
-		if err != nil {
-			return nil, err
-		}
-		dev.SetBatch(1)
-		if err := dev.Gather(data, []int{0}, prog.Input, prog.Target); err != nil {
-			return nil, err
-		}
-		d.rc.LossScale = 1
-		if err := d.evalBatch(true); err != nil {
-			return nil, err
-		}
-		if err := dev.DownloadF32(prog.Output, 0, logits[:t*v]); err != nil {
-			return nil, err
-		}
-		row := logits[(len(ctx)-1)*v : len(ctx)*v]
-		tok := pick(row, probs, o.Temperature, rng)
-		seq = append(seq, tok)
-		if o.Emit == nil {
-			added = append(added, tok)
-			continue
-		}
-		if err := o.Emit(tok); err != nil {
-			return nil, err
-		}
-	}
-	return added, nil
+	defer e.Close()
+	return e.Generate(context.Background(), prompt, o)
 }
+
+// checkGenerate refuses what Generate cannot continue: options out of
+// range, a model that does not read token windows, an empty prompt, a
+// token outside the vocabulary.
+func checkGenerate(p *engine.Plan, prompt []int32, o *SampleOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if !p.Tokens {
+		return fmt.Errorf("the model does not read token windows (data.text): nothing to sample")
+	}
+	if len(prompt) == 0 {
+		return fmt.Errorf("an empty prompt: give at least one token")
+	}
+	for i, id := range prompt {
+		// The embedding would look up a row of zeros (PyTorch: "index
+		// out of range in self").
+		if id < 0 || int(id) >= p.Classes {
+			return fmt.Errorf("prompt token %d has the id %d, outside the model's vocabulary of %d ids (0 … %d)", i+1, id, p.Classes, p.Classes-1)
+		}
+	}
+	return nil
+}
+
+// newSampler is the random source of a Generate seeded with seed.
+func newSampler(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5a3)) }
 
 // pick draws a token from logits: the largest with temperature 0, else
 // from softmax(logits / temperature).
@@ -167,22 +120,4 @@ func pick(logits []float32, probs []float64, temperature float64, rng *rand.Rand
 		}
 	}
 	return int32(best)
-}
-
-// windowSet is one token window, for Generate's forward passes.
-type windowSet struct {
-	t, v int
-	x, y []int32
-}
-
-func (w *windowSet) Name() string                         { return "prompt" }
-func (w *windowSet) Len() int                             { return 1 }
-func (w *windowSet) SampleShape() []int                   { return []int{w.t} }
-func (w *windowSet) NumClasses() int                      { return w.v }
-func (w *windowSet) Labels() []int32                      { return nil }
-func (w *windowSet) Vocab() datasets.Vocab                { return datasets.Vocab{} }
-func (w *windowSet) Fill(_ []int, x []float32, _ []int32) { panic("windowSet: Fill") }
-func (w *windowSet) FillTokens(_ []int, x, y []int32) {
-	copy(x, w.x)
-	copy(y, w.y)
 }

@@ -151,7 +151,7 @@ func (l *Layer) Label() string {
 
 // Data describes a dataset.
 type Data struct {
-	Kind      string // "mnist", "fashion_mnist", "tensors", "text" or "synthetic"
+	Kind      string // "mnist", "fashion_mnist", "tensors", "text", "images", "csv" or "synthetic"
 	Split     string // "train" or "test"
 	Dir       string // mnist: "" for the copy that ships with the GoMNIST module; fashion_mnist: "" for Debian's
 	Normalize [2]float64
@@ -182,6 +182,30 @@ type Data struct {
 		Padding       int     // random_crop: values added on every side first
 		P             float64 // hflip: the probability of a flip
 	}
+
+	// Images (data.images): Dir is a folder of class folders (torchvision's
+	// ImageFolder layout), or of train/ and test/ folders that each hold
+	// them. ImageSize is the (height, width) every image is resized to
+	// ({0, 0}: the images' own, which must then all be alike); Channels is
+	// 1 (grayscale) or 3 (RGB); ChannelMean and ChannelStd (one value per
+	// channel, nil for none) normalize each channel after scaling to
+	// [0, 1]. Without train/ and test/ folders, the TestFraction of each
+	// class's images drawn with Seed are the test split.
+	ImageSize               [2]int
+	Channels                int
+	ChannelMean, ChannelStd []float64
+
+	// CSV (data.csv): File is the table (a header line, then one sample a
+	// row); Columns are the input columns (nil: every column but the
+	// targets); Y names the target column; Regression makes it a float
+	// target (else class labels: integers 0..K-1, or names mapped to their
+	// sorted order); Standardize scales every input column by the training
+	// split's mean and standard deviation. The test split is TestFile when
+	// given, else the TestFraction of the rows drawn with Seed.
+	Columns     []string
+	Regression  bool
+	Standardize bool
+	TestFile    string
 
 	// Synthetic data: Size samples of Shape in Classes classes, template
 	// plus Gaussian noise of std Noise, drawn from Seed.
