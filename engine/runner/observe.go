@@ -80,6 +80,13 @@ func (rs *runState) endEpoch(d *worker, pr *progress, epoch int, took time.Durat
 			return err
 		}
 	}
+	if rs.eval != nil && paramsSharded(rs.plan) {
+		// Rank 0 may write best.safetensors below: every rank's shard,
+		// gathered.
+		if err := d.gatherParams(rs.plan); err != nil {
+			return err
+		}
+	}
 	if r != 0 {
 		return nil
 	}

@@ -125,8 +125,10 @@ type Result struct {
 	// HelpedSteps counts the gradient kernels a device of this process
 	// ran for a slower one (helping, help.go).
 	HelpedSteps int64
-	// Params holds each local rank's final parameter arena, in the
-	// Program's arena order (Program.Params give each parameter's place).
+	// Params holds each local rank's final parameters, laid out whole as
+	// engine.Plan.ParamOffset places them (the parameter arena's order:
+	// Program.Params give each parameter's place, unless the parameters
+	// are sharded).
 	Params [][]float32
 }
 
@@ -307,7 +309,7 @@ func (rs *runState) openDevices() error {
 		if err != nil {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
-		d := &worker{rank: prog.Rank, prog: prog, dev: dev, tail: tailStart(prog.Steps),
+		d := &worker{rank: prog.Rank, plan: p, prog: prog, dev: dev, tail: tailStart(prog.Steps),
 			shareState: p.Sync.ShareState()}
 		rs.workers = append(rs.workers, d)
 		if err := dev.Load(prog); err != nil {
@@ -347,8 +349,12 @@ func (rs *runState) closeDevices() {
 func (rs *runState) initParams() error {
 	p := rs.plan
 	for _, d := range rs.workers {
-		if err := d.dev.Zero(d.prog.GradArena); err != nil {
-			return err
+		for _, b := range append([]*engine.Buffer{d.prog.GradArena, d.prog.GradShard, d.prog.Zeros}, d.prog.StateShards...) {
+			if b != nil {
+				if err := d.dev.Zero(b); err != nil {
+					return err
+				}
+			}
 		}
 		for _, st := range d.prog.State {
 			for _, b := range st {
@@ -366,7 +372,9 @@ func (rs *runState) initParams() error {
 		}
 	}
 	root := rs.workers[0]
-	if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
+	if paramsSharded(p) {
+		root.whole = p.InitialParams(p.Spec.Seed) // the shards come with the first broadcast
+	} else if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
 		return err
 	}
 	if rs.opts.Init != "" {
@@ -520,7 +528,7 @@ func (rs *runState) rankLoop(d *worker) error {
 	// Every run starts from rank 0's parameters, except a resumed run
 	// whose ranks kept parameters of their own.
 	if rs.resume == nil || !p.Sync.OwnParams() {
-		if err := d.broadcastParams(); err != nil {
+		if err := d.broadcastParams(p); err != nil {
 			return err
 		}
 	}
@@ -544,6 +552,12 @@ func (rs *runState) rankLoop(d *worker) error {
 	}
 	if d == rs.workers[0] {
 		rs.res.Interrupted = d.interrupted
+	}
+	if paramsSharded(p) {
+		// The final parameters, for model.safetensors and the result.
+		if err := d.gatherParams(p); err != nil {
+			return err
+		}
 	}
 	if d.rank == 0 {
 		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
@@ -708,7 +722,7 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	// A non-finite loss or gradient must not reach the parameters.
 	bad := 0.0
-	gradsOK, err := d.finite(d.prog.GradArena)
+	gradsOK, err := d.finite(d.prog.SyncedGrads)
 	if err != nil {
 		return err
 	}
@@ -906,6 +920,24 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 			}
 		}
 	}
+	// Every rank runs the evaluation's collectives (stage 3's gathers of
+	// the parameters) as often as the rank with the most batches: a rank
+	// with fewer runs them alone for the batches it lacks.
+	mine := (hi - lo + batch - 1) / batch
+	most := mine
+	for r := 0; r < p.World; r++ {
+		l, h := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, r)
+		most = max(most, (h-l+batch-1)/batch)
+	}
+	for ; mine < most; mine++ {
+		for _, st := range prog.Eval {
+			if st.Kind == engine.CollectiveStep {
+				if err := d.exec(st); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+	}
 	var lossSum float64
 	if hi > lo {
 		if lossSum, err = d.readLoss(); err != nil {
@@ -928,12 +960,17 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 	return correct / n, lossSum / n, nil
 }
 
-// finalParams reads every local rank's final parameters into the Result.
+// finalParams reads every local rank's final parameters into the Result:
+// its parameter arena, or, where parameters are sharded, the parameters
+// its rank gathered whole at the end.
 func (rs *runState) finalParams() error {
 	for _, d := range rs.workers {
-		v := make([]float32, d.prog.ParamArena.Elems())
-		if err := d.dev.DownloadF32(d.prog.ParamArena, 0, v); err != nil {
-			return err
+		v := d.whole
+		if !paramsSharded(rs.plan) {
+			v = make([]float32, d.prog.ParamArena.Elems())
+			if err := d.dev.DownloadF32(d.prog.ParamArena, 0, v); err != nil {
+				return err
+			}
 		}
 		rs.res.Params = append(rs.res.Params, v)
 		if d.lend != nil {
