@@ -12,6 +12,9 @@
 //     metrics.jsonl lines, log lines and callbacks;
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
 //     checkpoints, best and final parameters;
+//   - the prefetch (stream.go) decodes a dataset streamed from disk ahead
+//     of each rank's steps, in its schedule's order, and measures the
+//     time a step waited for it (data_wait_seconds);
 //   - the evaluator (eval.go) runs the evaluation pass of a trained model
 //     outside training: package model's predictions, gorun sample's text
 //     (sample.go).
