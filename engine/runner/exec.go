@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gorun/comm"
+	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
 )
@@ -73,6 +74,14 @@ type worker struct {
 	train, eval backend.Data
 	out         []float32 // evaluation outputs read back
 	labels      []int32   // evaluation targets read back
+
+	// trainPF decodes this epoch's samples of a streamed training set
+	// ahead of the steps; nextPF, started as epoch nextEpoch−1 ended, the
+	// next epoch's (stream.go). dataWait is the time the step's Gathers
+	// waited for them, epochWait the epoch's so far.
+	trainPF, nextPF     *datasets.Prefetcher
+	nextEpoch           int
+	dataWait, epochWait time.Duration
 }
 
 type asyncResult struct {
