@@ -22,6 +22,13 @@
 //
 // A Dataset is immutable once opened and safe for concurrent use: several
 // workers may call Fill on the same Dataset at once.
+//
+// A data.images set whose decoded images exceed its memory budget is not
+// held in memory but streamed from disk (stream.go): its Fill reads and
+// decodes each sample (allocating as decoding does, and panicking on a
+// file it cannot decode), unless a Prefetcher, given the order of the
+// Fill calls to come, decoded them ahead; a Prefetcher's Fill reports
+// such a file through Prefetcher.Err instead.
 package datasets
 
 import "fmt"

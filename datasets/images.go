@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"gorun/datasets/torchrand"
-	"gorun/datasets/userfile"
 )
 
 // ImagesConfig says which images data.images reads and how it makes them
@@ -47,8 +46,18 @@ type ImagesConfig struct {
 	// Limit, when > 0, keeps Limit images of the split (see LimitImages).
 	Limit int
 	// MemoryLimit bounds the decoded images (uint8) held in memory, in
-	// bytes; 0 is DefaultImageBudget().
+	// bytes; 0 is DefaultImageBudget(). A set whose decoded images are
+	// larger is streamed from disk (stream.go): its samples are decoded as
+	// the steps need them, and the first that fit what Prefetch leaves of
+	// the budget are kept once decoded.
 	MemoryLimit int64
+	// Prefetch is the most samples a streamed set's prefetchers hold
+	// decoded at once (every device's window, see Prefetch): the part of
+	// the memory budget kept for them. 0 keeps none.
+	Prefetch int
+	// ReadFile reads an image file whole; nil is ReadImageFile. Tests
+	// slow it down or count the reads.
+	ReadFile func(path string) ([]byte, error)
 	// Progress, when set, is called as the images are decoded (every
 	// tenth of a second or so, and once at the end).
 	Progress func(Progress)
@@ -140,8 +149,7 @@ func (c *ImagesConfig) check() error {
 
 // ImagesInfo lists the images data.images would read and gives their
 // sample shape ([channels, height, width]) and class names, reading the
-// folders and one image header only. It refuses a set whose decoded
-// images would not fit the memory budget.
+// folders and one image header only.
 func ImagesInfo(c ImagesConfig) (shape []int, classes []string, err error) {
 	l, err := listImages(c)
 	if err != nil {
@@ -151,19 +159,34 @@ func ImagesInfo(c ImagesConfig) (shape []int, classes []string, err error) {
 }
 
 // Images reads the images of one split of an image folder (see
-// ImagesConfig), decoding them on all the cores into memory as uint8.
-// Samples have shape [channels, height, width]; Fill writes each value v
-// as (v/255 − mean)/std in float32, as torchvision's ToTensor and
-// Normalize. Labels are the class folders' indices in sorted order, as
-// ImageFolder's; ClassNames gives the names.
+// ImagesConfig), decoding them on all the cores into memory as uint8 —
+// or, when their decoded bytes exceed the memory budget (MemoryLimit),
+// only listing them: such a set is streamed from disk, its samples
+// decoded as they are filled, ahead of the steps by a Prefetcher when the
+// order is known (Streamed, Prefetch). Samples have shape [channels,
+// height, width]; Fill writes each value v as (v/255 − mean)/std in
+// float32, as torchvision's ToTensor and Normalize. Labels are the class
+// folders' indices in sorted order, as ImageFolder's; ClassNames gives
+// the names.
 func Images(c ImagesConfig) (Dataset, error) {
 	l, err := listImages(c)
 	if err != nil {
 		return nil, err
 	}
-	pixels, err := decodeImages(l, c.Progress)
-	if err != nil {
-		return nil, err
+	readFile := c.ReadFile
+	if readFile == nil {
+		readFile = ReadImageFile
+	}
+	budget, what := c.MemoryLimit, "the cluster's memory_limit"
+	if budget <= 0 {
+		budget, what = DefaultImageBudget(), "half the memory this machine has available"
+	}
+	per := int64(l.channels) * int64(l.height) * int64(l.width)
+	var pixels []byte
+	if per*int64(len(l.files)) <= budget {
+		if pixels, err = decodeImages(l, readFile, c.Progress); err != nil {
+			return nil, err
+		}
 	}
 	labels := make([]int32, len(l.files))
 	for i, f := range l.files {
@@ -179,11 +202,13 @@ func Images(c ImagesConfig) (Dataset, error) {
 	d := newImageSetChannels(l.name, pixels, labels, []int{l.channels, l.height, l.width}, len(l.classes), mean, std)
 	d.classNames = l.classes
 	d.prep = &ImageMeta{Height: l.height, Width: l.width, Channels: l.channels, Mean: c.Mean, Std: c.Std, Resize: "bilinear"}
+	if pixels == nil {
+		d.stream = newImageStream(l, readFile, budget, what, c.Prefetch)
+	}
 	return d, nil
 }
 
-// listImages finds the images of c's split, checks the memory they will
-// take and the sample size.
+// listImages finds the images of c's split and the sample size.
 func listImages(c ImagesConfig) (*imageList, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -287,15 +312,6 @@ func listImages(c ImagesConfig) (*imageList, error) {
 			return nil, err
 		}
 		l.height, l.width = h, w
-	}
-	budget, what := c.MemoryLimit, "the cluster's memory_limit"
-	if budget <= 0 {
-		budget, what = DefaultImageBudget(), "half the memory this machine has available"
-	}
-	per := int64(l.channels) * int64(l.height) * int64(l.width)
-	if need := per * int64(len(l.files)); need > budget {
-		return nil, fmt.Errorf("the %d images of %s decode to %s (%d×%d×%d bytes each), more than %s (%s): data.images holds the decoded images in memory and does not stream them from disk; give a smaller size, channels = 1 or a limit, or raise memory_limit",
-			len(l.files), c.Dir, userfile.Bytes(need), l.channels, l.height, l.width, what, userfile.Bytes(budget))
 	}
 	return l, nil
 }
@@ -459,11 +475,11 @@ func quoteList(names []string, n int) string {
 	return b.String()
 }
 
-// decodeImages decodes the files of l into one uint8 array (sample after
-// sample, each channels × height × width) on a pool of goroutines, one per
-// core, fed through a bounded queue. The first error (in file order among
-// those met) stops it.
-func decodeImages(l *imageList, progress func(Progress)) ([]byte, error) {
+// decodeImages decodes the files of l (read by readFile) into one uint8
+// array (sample after sample, each channels × height × width) on a pool of
+// goroutines, one per core, fed through a bounded queue. The first error
+// (in file order among those met) stops it.
+func decodeImages(l *imageList, readFile func(string) ([]byte, error), progress func(Progress)) ([]byte, error) {
 	per := l.channels * l.height * l.width
 	n := len(l.files)
 	pixels := make([]byte, n*per)
@@ -472,32 +488,18 @@ func decodeImages(l *imageList, progress func(Progress)) ([]byte, error) {
 	var done atomic.Int64
 	var failed atomic.Bool
 	errs := make([]error, n) // by file: only the failing ones are set
-	prep := ImagePrep{Channels: l.channels}
-	if l.resize {
-		prep.Height, prep.Width = l.height, l.width
-	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ip := newImagePrepper(prep)
+			ip := l.prepper()
 			for i := range jobs {
 				if failed.Load() {
 					continue
 				}
-				f := l.files[i]
-				b, err := ReadImageFile(f.path)
-				if err == nil {
-					err = ip.prepare(f.path, b, pixels[i*per:(i+1)*per], [2]int{l.height, l.width})
-					var es errImageSize
-					if errors.As(err, &es) {
-						err = fmt.Errorf("%s is %d wide and %d high, but %s, the first image, is %d wide and %d high: give data.images a size = (height, width) to resize every image to",
-							f.path, es.w, es.h, l.files[0].path, l.width, l.height)
-					}
-				}
-				if err != nil {
+				if err := l.prepare(ip, readFile, i, pixels[i*per:(i+1)*per]); err != nil {
 					errs[i] = err
 					failed.Store(true)
 				}
@@ -542,4 +544,30 @@ func decodeImages(l *imageList, progress func(Progress)) ([]byte, error) {
 		progress(Progress{What: l.name, Done: n, Total: n, Elapsed: time.Since(start)})
 	}
 	return pixels, nil
+}
+
+// prepper is an imagePrepper for l's samples (one per goroutine).
+func (l *imageList) prepper() *imagePrepper {
+	prep := ImagePrep{Channels: l.channels}
+	if l.resize {
+		prep.Height, prep.Width = l.height, l.width
+	}
+	return newImagePrepper(prep)
+}
+
+// prepare reads file i of l with readFile and decodes it into out (one
+// sample's bytes) with ip.
+func (l *imageList) prepare(ip *imagePrepper, readFile func(string) ([]byte, error), i int, out []byte) error {
+	f := l.files[i]
+	b, err := readFile(f.path)
+	if err != nil {
+		return err
+	}
+	err = ip.prepare(f.path, b, out, [2]int{l.height, l.width})
+	var es errImageSize
+	if errors.As(err, &es) {
+		err = fmt.Errorf("%s is %d wide and %d high, but %s, the first image, is %d wide and %d high: give data.images a size = (height, width) to resize every image to",
+			f.path, es.w, es.h, l.files[0].path, l.width, l.height)
+	}
+	return err
 }

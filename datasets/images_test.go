@@ -324,9 +324,6 @@ func TestImagesHostile(t *testing.T) {
 		{"a test fraction of no image", func(dir string) ImagesConfig {
 			return ImagesConfig{Split: "test", TestFraction: 0.1}
 		}, "test_fraction 0.1 of the 4 images of DIR is no image: raise it"},
-		{"over the memory limit", func(dir string) ImagesConfig {
-			return ImagesConfig{Height: 100, Width: 100, MemoryLimit: 100000}
-		}, "the 4 images of DIR decode to 117.2 KiB (3×100×100 bytes each), more than the cluster's memory_limit (97.7 KiB): data.images holds the decoded images in memory and does not stream them from disk; give a smaller size, channels = 1 or a limit, or raise memory_limit"},
 		{"channels 2", func(dir string) ImagesConfig {
 			return ImagesConfig{Channels: 2}
 		}, "channels must be 1 (grayscale) or 3 (RGB), got 2"},

@@ -16,10 +16,11 @@ import (
 // index the sample's (five digits or more), so that data.images and
 // ImageFolder read them back. perClass > 0 keeps the first perClass
 // samples of each class; 0 writes every sample. Samples must have 1
-// (grayscale) or 3 (RGB) channels. It returns the number of files written.
+// (grayscale) or 3 (RGB) channels, held in memory (not streamed). It
+// returns the number of files written.
 func WriteImageFolder(ds Dataset, dir string, names []string, perClass int) (int, error) {
 	set, ok := base(ds).(*imageSet)
-	if !ok || ds.Len() != set.Len() {
+	if !ok || ds.Len() != set.Len() || set.stream != nil {
 		return 0, fmt.Errorf("datasets: %s: WriteImageFolder writes whole 8-bit image datasets", ds.Name())
 	}
 	shape := set.SampleShape()

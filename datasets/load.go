@@ -40,14 +40,23 @@ type Option func(*options)
 type options struct {
 	vocab       *Vocab
 	memoryLimit int64
+	prefetch    int
 	progress    func(Progress)
 }
 
 // WithMemoryLimit bounds the memory a dataset held decoded (data.images)
 // may take: the cluster's memory_limit. 0 (the default) is
-// DefaultImageBudget().
+// DefaultImageBudget(). A data.images set over it is streamed from disk
+// (Streamed).
 func WithMemoryLimit(bytes int64) Option {
 	return func(o *options) { o.memoryLimit = bytes }
+}
+
+// WithPrefetch is the most samples the prefetchers of a streamed set
+// (Prefetch) will hold at once, over every device of the process: the
+// part of the memory limit kept for them (ImagesConfig.Prefetch).
+func WithPrefetch(samples int) Option {
+	return func(o *options) { o.prefetch = samples }
 }
 
 // WithProgress has Load report how far decoding has come, for data that
@@ -221,7 +230,7 @@ func Load(d *spec.Data, opts ...Option) (Dataset, error) {
 func imagesConfig(d *spec.Data, o options) ImagesConfig {
 	return ImagesConfig{Dir: d.Dir, Split: d.Split, Height: d.ImageSize[0], Width: d.ImageSize[1], Channels: d.Channels,
 		Mean: d.ChannelMean, Std: d.ChannelStd, TestFraction: d.TestFraction, Seed: d.Seed, Limit: d.Limit,
-		MemoryLimit: o.memoryLimit, Progress: o.progress}
+		MemoryLimit: o.memoryLimit, Prefetch: o.prefetch, Progress: o.progress}
 }
 
 // csvConfig is a data.csv dataset's settings.

@@ -270,6 +270,8 @@ func base(ds Dataset) Dataset {
 			ds = d.base
 		case *Augmented:
 			ds = d.base
+		case *fetchSet:
+			return d.imageSet
 		default:
 			return ds
 		}

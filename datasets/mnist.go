@@ -172,6 +172,9 @@ type imageSet struct {
 	// files became samples (nil for other data).
 	classNames []string
 	prep       *ImageMeta
+	// stream, when set, reads the samples from disk as they are filled
+	// (pixels is nil): data.images over its memory budget (stream.go).
+	stream *imageStream
 }
 
 func newImageSet(name string, pixels []byte, labels []int32, shape []int, classes int, mean, std float64) *imageSet {
@@ -222,12 +225,20 @@ func (d *imageSet) Fill(idx []int, x []float32, y []int32) {
 
 // fillOne writes sample k (which must be in range) into x (len size).
 func (d *imageSet) fillOne(k int, x []float32, y *int32) {
-	s := d.size
-	for c := range d.luts {
-		lo := k*s + c*d.plane
-		fillPlane(x[c*d.plane:(c+1)*d.plane], d.pixels[lo:lo+d.plane], &d.luts[c])
+	if d.stream != nil {
+		d.stream.fill(d, k, x)
+	} else {
+		d.fillPixels(x, d.pixels[k*d.size:(k+1)*d.size])
 	}
 	*y = d.labels[k]
+}
+
+// fillPixels writes one sample's bytes px, normalized, into x.
+func (d *imageSet) fillPixels(x []float32, px []byte) {
+	for c := range d.luts {
+		lo := c * d.plane
+		fillPlane(x[lo:lo+d.plane], px[lo:lo+d.plane], &d.luts[c])
+	}
 }
 
 // fillPlane writes lut[src[j]] into dst[j] for every j.

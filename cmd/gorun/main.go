@@ -427,6 +427,9 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	if !f.quiet && (isTerminal(f.stderr) || f.verbose) {
 		opts.DataProgress = dataProgress(f.stderr, isTerminal(f.stderr))
 	}
+	if !f.quiet {
+		opts.Notices = f.stderr // a dataset streamed from disk
+	}
 	if f.quiet {
 		opts.Log = io.Discard
 	} else if isTerminal(stdout) && !f.verbose && !(underLauncher && launched > 1) { // mpirun gives ranks a pty, but several bars would garble it

@@ -287,6 +287,9 @@ const (
 	SyncParameterServer SyncKind = "parameter_server"
 	SyncLocalSGD        SyncKind = "local_sgd"
 	SyncNone            SyncKind = "none"
+	// SyncZero is sync.zero and sync.fsdp: sharded data parallelism
+	// (ZeRO stages 1–3, Stage).
+	SyncZero SyncKind = "zero"
 )
 
 // Sync describes how replicas are kept in step.
@@ -300,7 +303,13 @@ type Sync struct {
 	BroadcastBuffers bool
 	Root             int // parameter_server
 	Every            int // local_sgd
-	Pos              Pos
+	// Stage (zero) is what the ranks shard: 1 the optimizer state, 2 also
+	// the gradients, 3 also the parameters (sync.fsdp).
+	Stage int
+	// Prefetch (zero, stage 3) is how many layers ahead the parameters
+	// are gathered: 0 gathers each layer's just before it runs.
+	Prefetch int
+	Pos      Pos
 }
 
 // PartitionContext is what a partition strategy is told.
