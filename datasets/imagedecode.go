@@ -126,14 +126,25 @@ func ImageConfig(name string, b []byte) (format string, width, height int, err e
 }
 
 func checkPixels(name, format string, w, h int) error {
-	if w <= 0 || h <= 0 {
-		return fmt.Errorf("%s: the %s header declares a %d×%d image", name, format, w, h)
-	}
-	if int64(w)*int64(h) > MaxImagePixels {
-		return fmt.Errorf("%s: the %s header declares a %d×%d image (%d pixels), more than the %d (8192×8192) data.images decodes; shrink the image",
-			name, format, w, h, int64(w)*int64(h), MaxImagePixels)
+	if w <= 0 || h <= 0 || int64(w)*int64(h) > MaxImagePixels {
+		return &ImagePixelsError{Name: name, Format: format, Width: w, Height: h}
 	}
 	return nil
+}
+
+// ImagePixelsError is an image whose header declares no pixels, or more
+// than MaxImagePixels.
+type ImagePixelsError struct {
+	Name, Format  string // the file, its format
+	Width, Height int    // the size the header declares
+}
+
+func (e *ImagePixelsError) Error() string {
+	if e.Width <= 0 || e.Height <= 0 {
+		return fmt.Sprintf("%s: the %s header declares a %d×%d image", e.Name, e.Format, e.Width, e.Height)
+	}
+	return fmt.Sprintf("%s: the %s header declares a %d×%d image (%d pixels), more than the %d (8192×8192) data.images decodes; shrink the image",
+		e.Name, e.Format, e.Width, e.Height, int64(e.Width)*int64(e.Height), MaxImagePixels)
 }
 
 // DecodeImage decodes an image file's bytes (name is the file, for

@@ -91,8 +91,13 @@ func optionsOf(opts []Option) options {
 // without loading it: fixed for MNIST and Fashion-MNIST, from the Spec for
 // synthetic data, from the labels and headers only for data.tensors. A
 // data.text dataset is read (its vocabulary is the text's, or the one
-// WithVocab gives). Errors carry the script position of the data.* call.
+// WithVocab gives). A Data that carries a trained model's record
+// (spec.Data.Recorded, see Recorded) is described from it alone. Errors
+// carry the script position of the data.* call.
 func Describe(d *spec.Data, opts ...Option) (Info, error) {
+	if d.Recorded != nil {
+		return recordedInfo(d)
+	}
 	o := optionsOf(opts)
 	var info Info
 	switch d.Kind {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"gorun/engine/spec"
 )
 
 // What a model trained on a dataset must know of it to be used later
@@ -26,7 +28,141 @@ const (
 	MetaCSV = "csv"
 	// MetaVocab is a token dataset's vocabulary (Vocab.String).
 	MetaVocab = "vocab"
+	// MetaData is a JSON DataMeta: the data's kind, sample shape and
+	// targets, with which the model is compiled again without its data
+	// (Recorded).
+	MetaData = "data"
 )
+
+// DataMeta is what the compiler learnt of a model's training data
+// (Describe's Info, less what other keys hold: the class names, the
+// vocabulary): the data.* kind, one sample's shape after the transforms,
+// the number of classes (token data: the vocabulary's size), a regression
+// target's shape, and whether samples are token windows.
+type DataMeta struct {
+	Kind    string `json:"kind"`
+	Sample  []int  `json:"sample"`
+	Classes int    `json:"classes"`
+	Target  []int  `json:"target,omitempty"`
+	Tokens  bool   `json:"tokens,omitempty"`
+}
+
+// String is m as the MetaData key's value.
+func (m DataMeta) String() string { return jsonString(m) }
+
+// Record is what a trained model keeps of info (spec.Data.Recorded).
+func (i Info) Record() *spec.DataRecord {
+	r := &spec.DataRecord{Sample: slices.Clone(i.Sample), Classes: i.Classes, Target: slices.Clone(i.Target), Tokens: i.Tokens,
+		ClassNames: slices.Clone(i.ClassNames)}
+	if i.Vocab.Kind != "" {
+		r.Vocab = i.Vocab.String()
+	}
+	return r
+}
+
+// Recorded reads what the metadata of a model's weights file (meta)
+// records of its training data d, for spec.Data.Recorded: the MetaData
+// key with the class names and the vocabulary, or, in a file written
+// before gorun kept MetaData, what MetaImage (data.images), MetaCSV
+// (data.csv) and MetaVocab (data.text) say. It returns nil when the
+// metadata say too little (data.tensors without MetaData): the data must
+// then be read (Describe). Errors name the metadata key.
+func Recorded(d *spec.Data, meta map[string]string) (*spec.DataRecord, error) {
+	var names []string
+	if s, ok := meta[MetaClasses]; ok {
+		if err := json.Unmarshal([]byte(s), &names); err != nil {
+			return nil, fmt.Errorf("metadata %q: %v", MetaClasses, err)
+		}
+	}
+	vocab := meta[MetaVocab]
+	var v Vocab
+	if vocab != "" {
+		var err error
+		if v, err = ParseVocab(vocab); err != nil {
+			return nil, fmt.Errorf("metadata %q: %v", MetaVocab, err)
+		}
+	}
+	if s, ok := meta[MetaData]; ok {
+		var m DataMeta
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			return nil, fmt.Errorf("metadata %q: %v", MetaData, err)
+		}
+		switch {
+		case m.Kind != d.Kind:
+			return nil, fmt.Errorf("metadata %q: the model was trained on data.%s, but the script declares data.%s", MetaData, m.Kind, d.Kind)
+		case len(m.Sample) == 0 || slices.ContainsFunc(m.Sample, func(n int) bool { return n < 1 }):
+			return nil, fmt.Errorf("metadata %q: sample shape %v", MetaData, m.Sample)
+		case m.Classes < 0 || m.Classes == 0 && m.Target == nil:
+			return nil, fmt.Errorf("metadata %q: %d classes and no regression target", MetaData, m.Classes)
+		case names != nil && len(names) != m.Classes:
+			return nil, fmt.Errorf("metadata %q names %d classes, %q says %d", MetaClasses, len(names), MetaData, m.Classes)
+		}
+		return &spec.DataRecord{Sample: m.Sample, Classes: m.Classes, Target: m.Target, Tokens: m.Tokens, ClassNames: names, Vocab: vocab}, nil
+	}
+	// A weights file from before MetaData.
+	switch d.Kind {
+	case "images":
+		s, ok := meta[MetaImage]
+		if !ok || names == nil {
+			return nil, nil
+		}
+		var m ImageMeta
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			return nil, fmt.Errorf("metadata %q: %v", MetaImage, err)
+		}
+		shape := []int{m.Channels, m.Height, m.Width}
+		if len(d.Transforms) > 0 {
+			ts, err := transforms(d)
+			if err == nil {
+				shape, err = TransformedShape(shape, ts)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: data.%s: transforms: %w", d.Pos, d.Kind, err)
+			}
+		}
+		return &spec.DataRecord{Sample: shape, Classes: len(names), ClassNames: names}, nil
+	case "csv":
+		s, ok := meta[MetaCSV]
+		if !ok {
+			return nil, nil
+		}
+		var m CSVMeta
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			return nil, fmt.Errorf("metadata %q: %v", MetaCSV, err)
+		}
+		r := &spec.DataRecord{Sample: []int{len(m.X)}}
+		switch {
+		case m.Task == "regression":
+			r.Target = []int{1}
+		case names == nil:
+			return nil, nil
+		default:
+			r.Classes, r.ClassNames = len(names), names
+		}
+		return r, nil
+	case "text":
+		if vocab == "" {
+			return nil, nil
+		}
+		return &spec.DataRecord{Sample: []int{d.SeqLen}, Classes: v.Size(), Tokens: true, Vocab: vocab}, nil
+	}
+	return nil, nil
+}
+
+// recordedInfo is Describe of a Data that carries a model's record.
+func recordedInfo(d *spec.Data) (Info, error) {
+	r := d.Recorded
+	info := Info{Sample: slices.Clone(r.Sample), Classes: r.Classes, Target: slices.Clone(r.Target), Tokens: r.Tokens,
+		ClassNames: slices.Clone(r.ClassNames)}
+	if r.Vocab != "" {
+		v, err := ParseVocab(r.Vocab)
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: data.%s: the model's record of its data: %w", d.Pos, d.Kind, err)
+		}
+		info.Vocab = v
+	}
+	return info, nil
+}
 
 // ImageMeta is how data.images turned an image file into a sample: decoded,
 // converted to Channels (1: PIL's convert("L"), 3: convert("RGB")),

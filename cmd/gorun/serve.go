@@ -132,18 +132,66 @@ func summary(m *model.Model) string {
 	var what string
 	switch m.Kind() {
 	case model.Classifier:
-		what = fmt.Sprintf("a classifier of %d classes, samples %v", m.Classes(), m.InputShape())
+		what = fmt.Sprintf("a classifier of %d classes", m.Classes())
+		if names := m.ClassNames(); len(names) > 0 {
+			what += " (" + quoteNames(names, 10) + ")"
+		}
+		what += fmt.Sprintf(", samples %v", m.InputShape())
 	case model.Regressor:
 		what = fmt.Sprintf("a regression model, samples %v to values %v", m.InputShape(), m.OutputShape())
 	default:
 		what = fmt.Sprintf("a sequence model of a %d-token vocabulary, windows of %d tokens", m.Classes(), m.InputShape()[0])
 	}
-	mean, std := m.Normalization()
-	norm := ""
-	if m.Kind() != model.Sequence && (mean != 0 || std != 1) {
-		norm = fmt.Sprintf(", inputs normalised with mean %s and std %s", strconv.FormatFloat(mean, 'g', -1, 32), strconv.FormatFloat(std, 'g', -1, 32))
+	return fmt.Sprintf("%s%s; batches of up to %d", what, normSummary(m), m.MaxBatch())
+}
+
+// normSummary says how the model's inputs were normalised, for summary:
+// "" when they were not.
+func normSummary(m *model.Model) string {
+	if m.Kind() == model.Sequence {
+		return ""
 	}
-	return fmt.Sprintf("%s%s; batches of up to %d", what, norm, m.MaxBatch())
+	mean, std := m.Normalization()
+	same := true
+	for i := range mean {
+		same = same && mean[i] == 0 && std[i] == 1
+	}
+	if same {
+		return ""
+	}
+	list := func(v []float64) string {
+		s := make([]string, len(v))
+		for i, f := range v {
+			s[i] = strconv.FormatFloat(f, 'g', 4, 64)
+		}
+		if len(s) == 1 {
+			return s[0]
+		}
+		return "(" + strings.Join(s, ", ") + ")"
+	}
+	switch {
+	case m.DataKind() == "csv":
+		return fmt.Sprintf(", its %d input columns standardised", len(mean))
+	case len(mean) > 1:
+		return fmt.Sprintf(", channels normalised with means %s and stds %s", list(mean), list(std))
+	}
+	return fmt.Sprintf(", inputs normalised with mean %s and std %s", strconv.FormatFloat(mean[0], 'g', -1, 32), strconv.FormatFloat(std[0], 'g', -1, 32))
+}
+
+// quoteNames is names quoted and joined, at most n of them.
+func quoteNames(names []string, n int) string {
+	var b strings.Builder
+	for i, s := range names {
+		if i == n {
+			fmt.Fprintf(&b, ", … (%d in all)", len(names))
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(s))
+	}
+	return b.String()
 }
 
 // parseSize reads a size in bytes: a number, with a unit or not ("10MiB",

@@ -474,9 +474,13 @@ func (rs *runState) saveParams(name string, meta map[string]string) error {
 // paramsMeta is the metadata of a parameters file: the format, what the
 // model must know of its training data (datasets.Metadata: a text's
 // vocabulary, which gorun sample decodes with; class names; how an image
-// or a CSV row became a sample), and meta.
+// or a CSV row became a sample; and datasets.MetaData: the sample shape
+// and targets the Plan was compiled for, with which package model
+// compiles it again without the data), and meta.
 func (rs *runState) paramsMeta(meta map[string]string) map[string]string {
 	m := datasets.Metadata(rs.train)
+	p := rs.plan
+	m[datasets.MetaData] = datasets.DataMeta{Kind: p.Spec.Data.Kind, Sample: p.Sample, Classes: p.Classes, Target: p.Target, Tokens: p.Tokens}.String()
 	m["format"] = "pt"
 	for k, v := range meta {
 		m[k] = v

@@ -215,7 +215,25 @@ type Data struct {
 	Noise   float64
 	Seed    int64
 
+	// Recorded, when set, is what a trained model recorded of this data
+	// (the metadata of its model.safetensors): datasets.Describe returns
+	// it instead of reading the data, so that the model loads where its
+	// training data are not (package model sets it).
+	Recorded *DataRecord
+
 	Pos Pos
+}
+
+// DataRecord is what a trained model keeps of its training data's
+// description (datasets.Info): enough to compile the model again without
+// reading the data.
+type DataRecord struct {
+	Sample     []int    // one sample's shape, after the transforms
+	Classes    int      // the number of classes (token data: the vocabulary's size)
+	Target     []int    // a regression target's shape; nil for class labels
+	Tokens     bool     // token data: token ids in, a class per position out
+	ClassNames []string // the classes' names in label order; nil when they have none
+	Vocab      string   // token data's vocabulary (datasets.Vocab.String); "" for others
 }
 
 // ParamGroup gives the parameters whose names match one of the glob

@@ -7,11 +7,14 @@
 //
 // Routes:
 //
-//	POST /v1/predict    a PNG or JPEG image (image models), a JSON array
-//	                    (one sample or a batch, nested to the model's
-//	                    shape or flat rows; or {"inputs": …} or
-//	                    {"pixels": …}), or CSV rows of numbers; answers
-//	                    {"predictions": [one object per sample]}
+//	POST /v1/predict    an image (PNG, JPEG, GIF, BMP, TIFF, WebP; image
+//	                    models), a JSON array (one sample or a batch,
+//	                    nested to the model's shape or flat rows; or
+//	                    {"inputs": …} or {"pixels": …}), CSV rows of
+//	                    numbers, or a table with a header (data.csv
+//	                    models); answers {"predictions": [one object
+//	                    per sample]}, with the class's name as "label"
+//	                    when the classes have names
 //	POST /v1/generate   a sequence model continues a prompt:
 //	                    {"prompt", "tokens", "temperature", "seed"}
 //	GET  /healthz       the model's kind and shapes (503 while stopping)
@@ -25,8 +28,9 @@
 //	            recovered, the limit on requests at once and its queue
 //	input.go    the body of /v1/predict: Content-Type or sniffing, JSON
 //	            arrays (parsed without building Go values per number), CSV
-//	image.go    images: the size checked with DecodeConfig before
-//	            decoding, converted to [C, H, W] pixels (imagePixels)
+//	image.go    images: the size checked from the header before
+//	            decoding, then Model.FromImage (as training made its
+//	            samples)
 //	output.go   the answers, float32 written so that they round-trip
 //	metrics.go  the Prometheus registry of one Server
 //	listen.go   Listen, and Server.Serve: the HTTP server's timeouts and
@@ -35,8 +39,10 @@
 // Inputs. JSON and CSV numbers are the model's inputs as Model.Predict
 // takes float32 values (after the training set's normalisation), parsed
 // as float32 directly so that a float32 written with the shortest
-// representation arrives with the same bits; {"pixels": …} and images
-// are raw uint8 pixels, normalised as in training. Outputs are float32
+// representation arrives with the same bits; {"pixels": …} are raw
+// uint8 pixels, normalised as in training; images and a data.csv model's
+// tables with a header go through Model.FromImage and Model.FromCSV,
+// which make samples exactly as training did. Outputs are float32
 // written with strconv's shortest representation ('g', -1, 32), so that
 // they parse back to Predict's bits.
 //
@@ -45,7 +51,7 @@
 // (Options.ReadTimeout, counted from when a request's turn comes), the
 // time to answer (Options.Timeout: the context passed to Predict), the
 // time to write the answer (Options.WriteTimeout); an image's pixels
-// (Options.MaxPixels, read from its header by image.DecodeConfig before
+// (Options.MaxPixels, read from its header by datasets.ImageConfig before
 // any pixel is decoded). At most Options.MaxConcurrent requests are read
 // and answered at once; up to Options.MaxQueue more wait for a turn, and
 // the rest are refused with 503. Non-finite values are refused. A request

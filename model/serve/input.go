@@ -25,16 +25,27 @@ const (
 	bodyUnknown bodyKind = iota
 	bodyJSON
 	bodyCSV
+	// The images (Model.FromImage decodes them).
 	bodyPNG
 	bodyJPEG
+	bodyGIF
+	bodyBMP
+	bodyTIFF
+	bodyWebP
 )
 
 func (k bodyKind) String() string {
-	return [...]string{"unknown", "JSON", "CSV", "PNG", "JPEG"}[k]
+	return [...]string{"unknown", "JSON", "CSV", "PNG", "JPEG", "GIF", "BMP", "TIFF", "WebP"}[k]
+}
+
+// imageTypes are the Content-Types of images.
+var imageTypes = map[string]bodyKind{
+	"image/png": bodyPNG, "image/jpeg": bodyJPEG, "image/jpg": bodyJPEG, "image/gif": bodyGIF,
+	"image/bmp": bodyBMP, "image/x-ms-bmp": bodyBMP, "image/tiff": bodyTIFF, "image/webp": bodyWebP,
 }
 
 // accepted lists the Content-Types of /v1/predict, for messages.
-const accepted = "application/json, text/csv, image/png or image/jpeg"
+const accepted = "application/json, text/csv or an image (image/png, image/jpeg, image/gif, image/bmp, image/tiff, image/webp)"
 
 // kindOf is the body's kind by its Content-Type; a body without one, or
 // with a type that says nothing of its content (application/octet-stream,
@@ -52,10 +63,8 @@ func kindOf(r *http.Request, body []byte) (bodyKind, error) {
 			return bodyJSON, nil
 		case mt == "text/csv":
 			return bodyCSV, nil
-		case mt == "image/png":
-			return bodyPNG, nil
-		case mt == "image/jpeg" || mt == "image/jpg":
-			return bodyJPEG, nil
+		case imageTypes[mt] != bodyUnknown:
+			return imageTypes[mt], nil
 		case mt == "application/octet-stream" || mt == "application/x-www-form-urlencoded":
 		default:
 			return 0, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: /v1/predict takes %s", mt, accepted)
@@ -71,6 +80,14 @@ func sniff(body []byte) (bodyKind, error) {
 		return bodyPNG, nil
 	case bytes.HasPrefix(body, []byte("\xff\xd8\xff")):
 		return bodyJPEG, nil
+	case bytes.HasPrefix(body, []byte("GIF87a")) || bytes.HasPrefix(body, []byte("GIF89a")):
+		return bodyGIF, nil
+	case bytes.HasPrefix(body, []byte("II*\x00")) || bytes.HasPrefix(body, []byte("MM\x00*")):
+		return bodyTIFF, nil
+	case len(body) >= 12 && bytes.Equal(body[:4], []byte("RIFF")) && bytes.Equal(body[8:12], []byte("WEBP")):
+		return bodyWebP, nil
+	case bytes.HasPrefix(body, []byte("BM")):
+		return bodyBMP, nil
 	}
 	t := bytes.TrimLeft(body, " \t\r\n\ufeff")
 	if len(t) == 0 {
@@ -250,7 +267,18 @@ func (s *Server) checkTokens(ids []int64, what string) error {
 
 // csvInput reads CSV rows of numbers, one sample each (a row of
 // InputShape's values in row-major order), with an optional header row.
+// For a model trained on data.csv, a body whose first row is a header is
+// a table such as the training file: its rows become samples through
+// Model.FromCSV (the model's columns by name, standardised as in
+// training).
 func (s *Server) csvInput(body []byte) (*tensor.Dense, error) {
+	if _, ok := s.m.CSVMeta(); ok && !numericRow(body) {
+		x, err := s.m.FromCSV(bytes.NewReader(body))
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "%s", strings.Replace(err.Error(), "model: the CSV", "the CSV body", 1))
+		}
+		return x, nil
+	}
 	cr := csv.NewReader(bytes.NewReader(body))
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
@@ -319,6 +347,15 @@ func (s *Server) csvInput(body []byte) (*tensor.Dense, error) {
 		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(ids)), nil
 	}
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(floats)), nil
+}
+
+// numericRow says whether a CSV body's first field is a number (else its
+// first row is a header).
+func numericRow(body []byte) bool {
+	cr := csv.NewReader(bytes.NewReader(body))
+	cr.FieldsPerRecord = -1
+	rec, err := cr.Read()
+	return err != nil || numeric(rec[0])
 }
 
 // numeric says whether a CSV field is a number (else the row is a

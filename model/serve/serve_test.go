@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"image"
 	"image/color"
+	"image/gif"
 	"image/png"
 	"io"
 	"log"
@@ -22,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/image/bmp"
+	"golang.org/x/image/tiff"
 	"gorgonia.org/tensor"
 
 	"gorun/datasets"
@@ -553,34 +556,71 @@ func grayPNG(t testing.TB, pix []uint8, w, h int) []byte {
 	return b.Bytes()
 }
 
-// TestImagePixels: a grey image of the model's size is its pixels; an
-// RGB image becomes grey levels as color.GrayModel makes them, or three
-// planes; a larger image is resized (a uniform image stays uniform).
-func TestImagePixels(t *testing.T) {
-	g := image.NewGray(image.Rect(0, 0, 3, 2))
-	copy(g.Pix, []uint8{1, 2, 3, 4, 5, 6})
-	if got := imagePixels(g, 1, 2, 3); !bytes.Equal(got, []uint8{1, 2, 3, 4, 5, 6}) {
-		t.Errorf("grey 3×2: %v", got)
+// TestImageFormats: a digit as a PNG, a GIF, a BMP and a TIFF (each
+// lossless) gives the outputs of Predict on its pixels; an RGB PNG of
+// it (grey in every channel) is converted to grey as training converts
+// images (PIL's convert("L")) and gives them too; a larger uniform image
+// is resized as training resizes (still uniform), through
+// Model.FromImage.
+func TestImageFormats(t *testing.T) {
+	m := netModel(t)
+	s := serve(t, m, Options{})
+	_, raw := mnistTest(t, 1)
+	want := predict(t, m, dense([]int{1, 1, 28, 28}, raw))
+	g := image.NewGray(image.Rect(0, 0, 28, 28))
+	copy(g.Pix, raw)
+	pal := make(color.Palette, 256)
+	for i := range pal {
+		pal[i] = color.Gray{uint8(i)}
 	}
-	rgb := image.NewNRGBA(image.Rect(0, 0, 2, 1))
-	rgb.Set(0, 0, color.NRGBA{200, 100, 50, 255})
-	rgb.Set(1, 0, color.NRGBA{0, 255, 0, 255})
-	y0 := color.GrayModel.Convert(color.NRGBA{200, 100, 50, 255}).(color.Gray).Y
-	if got := imagePixels(rgb, 1, 1, 2); !bytes.Equal(got, []uint8{y0, 150}) {
-		t.Errorf("RGB as grey: %v, want [%d 150]", got, y0)
+	p := image.NewPaletted(g.Rect, pal)
+	copy(p.Pix, raw)
+	rgb := image.NewNRGBA(g.Rect)
+	for i, v := range raw {
+		copy(rgb.Pix[4*i:], []uint8{v, v, v, 255})
 	}
-	if got := imagePixels(rgb, 3, 1, 2); !bytes.Equal(got, []uint8{200, 0, 100, 255, 50, 0}) {
-		t.Errorf("RGB planes: %v", got)
-	}
-	big := image.NewGray(image.Rect(0, 0, 56, 40))
-	for i := range big.Pix {
-		big.Pix[i] = 77
-	}
-	got := imagePixels(big, 1, 28, 28)
-	for i, v := range got {
-		if v != 77 {
-			t.Fatalf("a uniform 56×40 image resized to 28×28: pixel %d is %d, want 77", i, v)
+	encode := func(f func(io.Writer) error) []byte {
+		var b bytes.Buffer
+		if err := f(&b); err != nil {
+			t.Fatal(err)
 		}
+		return b.Bytes()
+	}
+	for _, c := range []struct {
+		name, ctype string
+		body        []byte
+	}{
+		{"PNG", "image/png", encode(func(w io.Writer) error { return png.Encode(w, g) })},
+		{"GIF", "image/gif", encode(func(w io.Writer) error { return gif.Encode(w, p, nil) })},
+		{"GIF, sniffed", "", encode(func(w io.Writer) error { return gif.Encode(w, p, nil) })},
+		{"BMP", "image/bmp", encode(func(w io.Writer) error { return bmp.Encode(w, g) })},
+		{"TIFF", "image/tiff", encode(func(w io.Writer) error { return tiff.Encode(w, g, nil) })},
+		{"TIFF, sniffed", "", encode(func(w io.Writer) error { return tiff.Encode(w, g, nil) })},
+		{"an RGB PNG", "image/png", encode(func(w io.Writer) error { return png.Encode(w, rgb) })},
+	} {
+		preds := predictions(t, s.do(t, "POST", "/v1/predict", c.ctype, c.body))
+		if len(preds) != 1 || sameBits(floats32(t, preds[0].Outputs), want) >= 0 {
+			t.Errorf("%s: %+v; want outputs %v", c.name, preds, want)
+		}
+	}
+	uniform := make([]uint8, 56*40)
+	for i := range uniform {
+		uniform[i] = 77
+	}
+	x, err := m.FromImage(bytes.NewReader(grayPNG(t, uniform, 56, 40)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := make([]uint8, 784)
+	for i := range same {
+		same[i] = 77
+	}
+	norm, err := m.Normalize(dense([]int{1, 28, 28}, same))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := sameBits(x.Data().([]float32), norm.Data().([]float32)); j >= 0 {
+		t.Errorf("a uniform 56×40 image resized to 28×28: value %d is %v, want %v", j, x.Data().([]float32)[j], norm.Data().([]float32)[j])
 	}
 }
 

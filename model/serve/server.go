@@ -65,7 +65,9 @@ type Options struct {
 	// (default 2000).
 	MaxTokens int
 	// ClassNames, when set, are the classes' names, one per class: each
-	// prediction gives its class's name as "label".
+	// prediction gives its class's name as "label". By default they are
+	// the model's own (Model.ClassNames: data.images' class folders,
+	// data.csv's labels), when it has them.
 	ClassNames []string
 	// Hosts are host names that requests may name besides IP addresses
 	// and localhost; AnyHost takes every Host (a server bound to other
@@ -132,6 +134,9 @@ type Server struct {
 // every class of a classifier.
 func New(m *model.Model, opts Options) (*Server, error) {
 	opts.defaults()
+	if opts.ClassNames == nil && m.Kind() == model.Classifier {
+		opts.ClassNames = m.ClassNames()
+	}
 	if n := len(opts.ClassNames); n > 0 && (m.Kind() != model.Classifier || n != m.Classes()) {
 		return nil, fmt.Errorf("serve: %d class names for a %s of %d classes", n, m.Kind(), m.Classes())
 	}
@@ -318,14 +323,15 @@ func (s *Server) acquire(ctx context.Context) (func(), error) {
 	}
 }
 
-// healthz answers the model's kind and shapes, or 503 once the server is
-// stopping.
+// healthz answers the model's kind and shapes (its class names and a
+// data.csv model's input columns when it has them), or 503 once the
+// server is stopping.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	status, code := "ok", http.StatusOK
 	if s.stopping.Load() {
 		status, code = "stopping", http.StatusServiceUnavailable
 	}
-	s.writeJSON(w, code, map[string]any{
+	h := map[string]any{
 		"status":       status,
 		"kind":         s.m.Kind().String(),
 		"input_shape":  s.sample,
@@ -333,7 +339,14 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		"classes":      s.m.Classes(),
 		"max_batch":    s.m.MaxBatch(),
 		"images":       s.images,
-	})
+	}
+	if len(s.opts.ClassNames) > 0 {
+		h["class_names"] = s.opts.ClassNames
+	}
+	if cm, ok := s.m.CSVMeta(); ok {
+		h["csv_columns"] = cm.X
+	}
+	s.writeJSON(w, code, h)
 }
 
 // generateRequest is the body of /v1/generate.
