@@ -13,11 +13,11 @@ build:
 run: build
 	./$(BIN) $(EXAMPLE) --out runs/mnist
 
-## test: gofmt, go vet and every test (about a few minutes on 2 cores); the ops again with -tags purego (the portable Go kernels); helping under the race detector (purego, so that it sees the kernels' memory); as root, make test-cluster
+## test: gofmt, go vet and every test (about a few minutes on 2 cores); the ops again with -tags purego (the portable Go kernels); helping and sharded memory reuse under the race detector (purego, so that it sees the kernels' memory); as root, make test-cluster
 test: vet kernels-check test-mpi cuda-check test-cluster
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./ops/...
-	$(GO) test -count=1 -race -tags purego -run 'TestHelping|TestLendPlan' ./engine/runner/
+	$(GO) test -count=1 -race -tags purego -run 'TestHelping|TestLendPlan|TestZeroReusedMemory' ./engine/runner/
 	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=30s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 30s (make fuzz: FUZZTIME each)"; fi
 
 vet:

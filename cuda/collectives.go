@@ -323,3 +323,106 @@ func (h *hostColl) Reduce(b *engine.Buffer, off, n, root int, op comm.ReduceOp, 
 func (h *hostColl) Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) error {
 	return h.stage(b, off, n, func(buf []float32) error { return h.c.Broadcast(buf, root, t) })
 }
+
+// ReduceScatter reduces elements [off, off+n) of b across the group and
+// copies this member's block into part: an all-reduce of the range
+// through the group's rendezvous (the rest of the range then holds the
+// sum too), then a copy on the compute stream.
+func (c *localColl) ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, op comm.ReduceOp, t comm.Tag) error {
+	size := len(c.g.devs)
+	if n%size != 0 {
+		return fmt.Errorf("reduce_scatter %q: %d elements do not split into %d blocks", t.Name, n, size)
+	}
+	if err := c.run("allreduce", b, off, n, 0, op, t); err != nil {
+		return err
+	}
+	blk := n / size
+	return c.g.devs[c.rank].copyWithin(part, partOff, b, off+c.rank*blk, blk)
+}
+
+// AllGather copies every member's block of part into elements [off,
+// off+n) of b: each member's block goes into its own place, then one
+// broadcast per member through the group's rendezvous.
+func (c *localColl) AllGather(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, t comm.Tag) error {
+	size := len(c.g.devs)
+	if n%size != 0 {
+		return fmt.Errorf("all_gather %q: %d elements do not split into %d blocks", t.Name, n, size)
+	}
+	blk := n / size
+	if err := c.g.devs[c.rank].copyWithin(b, off+c.rank*blk, part, partOff, blk); err != nil {
+		return err
+	}
+	for r := 0; r < size; r++ {
+		if err := c.run("broadcast", b, off+r*blk, blk, r, comm.Sum, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyWithin copies n elements of src from srcOff to dst from dstOff on
+// the compute stream (nothing when they are the same memory).
+func (d *Device) copyWithin(dst *engine.Buffer, dstOff int, src *engine.Buffer, srcOff, n int) error {
+	to, err := d.span(dst, dstOff, n)
+	if err != nil {
+		return err
+	}
+	from, err := d.span(src, srcOff, n)
+	if err != nil {
+		return err
+	}
+	if to == from || n == 0 {
+		return nil
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return err
+	}
+	return memcpyDtoD(cu.DevicePtr(to), cu.DevicePtr(from), 4*n, d.stream)
+}
+
+// ReduceScatter reduces elements [off, off+n) of b across the group into
+// this rank's block of part, through host memory.
+func (h *hostColl) ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, op comm.ReduceOp, t comm.Tag) error {
+	size := h.c.Size()
+	if n%size != 0 {
+		return fmt.Errorf("%s: reduce_scatter %q: %d elements do not split into %d blocks", h.d.Name(), t.Name, n, size)
+	}
+	blk := n / size
+	if cap(h.buf) < n+blk {
+		h.buf = make([]float32, n+blk)
+	}
+	send, recv := h.buf[:n], h.buf[n:n+blk]
+	if err := h.d.DownloadF32(b, off, send); err != nil {
+		return err
+	}
+	if err := h.c.ReduceScatter(send, recv, op, t); err != nil {
+		return err
+	}
+	return h.d.UploadF32(part, partOff, recv)
+}
+
+// AllGather copies every rank's block of part into elements [off, off+n)
+// of b, through host memory.
+func (h *hostColl) AllGather(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, t comm.Tag) error {
+	size := h.c.Size()
+	if n%size != 0 {
+		return fmt.Errorf("%s: all_gather %q: %d elements do not split into %d blocks", h.d.Name(), t.Name, n, size)
+	}
+	blk := n / size
+	if cap(h.buf) < n {
+		h.buf = make([]float32, n)
+	}
+	recv := h.buf[:n]
+	send := recv[h.c.Rank()*blk:][:blk] // in place: this rank's own block
+	if err := h.d.DownloadF32(part, partOff, send); err != nil {
+		return err
+	}
+	if err := h.c.AllGather(send, recv, t); err != nil {
+		return err
+	}
+	return h.d.UploadF32(b, off, recv)
+}

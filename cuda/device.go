@@ -597,6 +597,10 @@ func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) {
 	if _, ok := ds.(datasets.Tokens); ok {
 		return nil, fmt.Errorf("%s: %s holds token windows, which the cuda backend does not gather yet; use backend = \"cpu\"", d.Name(), ds.Name())
 	}
+	if info, ok := datasets.Streamed(ds); ok {
+		return nil, fmt.Errorf("%s: %s: data.images would stream it from disk, which the cuda backend does not do: it holds a whole dataset in GPU memory, as float32 (%.1f GiB here); raise the cluster's memory_limit so that the images are decoded into memory before step 1 (or give data.images a smaller size, channels = 1 or a limit), or train with backend = \"cpu\", which streams",
+			d.Name(), info, float64(4*info.Decoded)/(1<<30))
+	}
 	n, per := ds.Len(), datasets.SampleSize(ds)
 	if err := d.enter(); err != nil {
 		return nil, err

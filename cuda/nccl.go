@@ -11,6 +11,8 @@ typedef int (*gorun_ncclCommDestroy_t)(void *);
 typedef int (*gorun_ncclAllReduce_t)(const void *, void *, size_t, int, int, void *, void *);
 typedef int (*gorun_ncclReduce_t)(const void *, void *, size_t, int, int, int, void *, void *);
 typedef int (*gorun_ncclBroadcast_t)(const void *, void *, size_t, int, int, void *, void *);
+typedef int (*gorun_ncclReduceScatter_t)(const void *, void *, size_t, int, int, void *, void *);
+typedef int (*gorun_ncclAllGather_t)(const void *, void *, size_t, int, void *, void *);
 typedef int (*gorun_ncclGroup_t)(void);
 typedef const char *(*gorun_ncclGetErrorString_t)(int);
 typedef int (*gorun_ncclGetVersion_t)(int *);
@@ -27,6 +29,12 @@ static int gorun_nccl_reduce(void *f, uintptr_t buf, size_t n, int op, int root,
 }
 static int gorun_nccl_broadcast(void *f, uintptr_t buf, size_t n, int root, void *c, void *s) {
 	return ((gorun_ncclBroadcast_t)f)((const void *)buf, (void *)buf, n, 7, root, c, s);
+}
+static int gorun_nccl_reduce_scatter(void *f, uintptr_t send, uintptr_t recv, size_t n, int op, void *c, void *s) {
+	return ((gorun_ncclReduceScatter_t)f)((const void *)send, (void *)recv, n, 7, op, c, s);
+}
+static int gorun_nccl_all_gather(void *f, uintptr_t send, uintptr_t recv, size_t n, void *c, void *s) {
+	return ((gorun_ncclAllGather_t)f)((const void *)send, (void *)recv, n, 7, c, s);
 }
 static int gorun_nccl_group(void *f) { return ((gorun_ncclGroup_t)f)(); }
 static const char *gorun_nccl_error(void *f, int r) {
@@ -55,6 +63,7 @@ import (
 type ncclLib struct {
 	path                                                    string
 	getUniqueID, initAll, destroy, allReduce, reduce, bcast unsafe.Pointer
+	reduceScatter, allGather                                unsafe.Pointer
 	groupStart, groupEnd, errorString, version              unsafe.Pointer
 }
 
@@ -91,6 +100,8 @@ func loadNCCL(override string) (*ncclLib, error) {
 		{"ncclAllReduce", &l.allReduce},
 		{"ncclReduce", &l.reduce},
 		{"ncclBroadcast", &l.bcast},
+		{"ncclReduceScatter", &l.reduceScatter},
+		{"ncclAllGather", &l.allGather},
 		{"ncclGroupStart", &l.groupStart},
 		{"ncclGroupEnd", &l.groupEnd},
 		{"ncclGetErrorString", &l.errorString},
@@ -262,4 +273,78 @@ func (c *ncclColl) Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) err
 	s := unsafe.Pointer(cStream(c.d.comm))
 	err = c.g.lib.check("ncclBroadcast", C.gorun_nccl_broadcast(c.g.lib.bcast, C.uintptr_t(p), C.size_t(n), C.int(root), c.g.comms[c.rank], s))
 	return c.end(err)
+}
+
+// endOrdered is end for a collective whose memory the steps after it
+// touch (a sharded plan's reduce-scatters into reused memory, its
+// gathers of the parameters a layer reads next): the compute stream
+// waits for the communication stream's work so far before anything
+// queued after it.
+func (c *ncclColl) endOrdered(err error) error {
+	defer c.d.exit()
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.d.Name(), err)
+	}
+	c.d.commMu.Lock()
+	defer c.d.commMu.Unlock()
+	if err := record(c.d.evComm, c.d.comm); err != nil {
+		return err
+	}
+	c.d.commPending = false
+	return waitEvent(c.d.stream, c.d.evComm)
+}
+
+// ReduceScatter reduces elements [off, off+n) of b across the group and
+// leaves this rank's block in part from partOff, with NCCL on the
+// communication stream, ordered before the compute stream's next work.
+func (c *ncclColl) ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, op comm.ReduceOp, t comm.Tag) error {
+	size := len(c.g.devs)
+	if n%size != 0 {
+		return fmt.Errorf("%s: reduce_scatter %q: %d elements do not split into %d blocks", c.d.Name(), t.Name, n, size)
+	}
+	send, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	recv, err := c.span(part, partOff, n/size)
+	if err != nil {
+		return err
+	}
+	nop, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	s := unsafe.Pointer(cStream(c.d.comm))
+	err = c.g.lib.check("ncclReduceScatter", C.gorun_nccl_reduce_scatter(c.g.lib.reduceScatter, C.uintptr_t(send), C.uintptr_t(recv), C.size_t(n/size), nop, c.g.comms[c.rank], s))
+	if err == nil && op == comm.Mean {
+		err = scaleOn(c.d, c.d.comm, c.args, &c.bits, recv, n/size, 1/float64(size))
+	}
+	return c.endOrdered(err)
+}
+
+// AllGather copies every rank's block of part into elements [off, off+n)
+// of b, with NCCL on the communication stream, ordered before the compute
+// stream's next work.
+func (c *ncclColl) AllGather(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, t comm.Tag) error {
+	size := len(c.g.devs)
+	if n%size != 0 {
+		return fmt.Errorf("%s: all_gather %q: %d elements do not split into %d blocks", c.d.Name(), t.Name, n, size)
+	}
+	recv, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	send, err := c.span(part, partOff, n/size)
+	if err != nil {
+		return err
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	s := unsafe.Pointer(cStream(c.d.comm))
+	err = c.g.lib.check("ncclAllGather", C.gorun_nccl_all_gather(c.g.lib.allGather, C.uintptr_t(send), C.uintptr_t(recv), C.size_t(n/size), c.g.comms[c.rank], s))
+	return c.endOrdered(err)
 }

@@ -625,6 +625,23 @@ func opCases() []opCase {
 			return []*engine.Buffer{g}
 		})
 	}
+	for _, maxNorm := range []float64{0.5, 1e6} {
+		// Clipping gradients sharded in parts (sync.zero): two parts' sums
+		// of squares, then each part scaled by their total.
+		add(fmt.Sprintf("grad_norm_sq and clip_grad_scale max_norm %g", maxNorm), steps, func(b *progBuilder) []*engine.Buffer {
+			g1, g2, sq := b.f("grads 1", false, 40013), b.f("grads 2", false, 517), b.f("sq", false, 2)
+			part := func(j int) *engine.Buffer { // element j of sq
+				v := &engine.Buffer{ID: len(b.p.Buffers), Name: fmt.Sprintf("sq %d", j), Max: []int{1}, View: sq, Offset: sq.Offset + j}
+				b.p.Buffers = append(b.p.Buffers, v)
+				return v
+			}
+			b.step(engine.PhaseUpdate, ops.GradNormSq, ops.Attrs{}, false, []*engine.Buffer{g1, part(0)})
+			b.step(engine.PhaseUpdate, ops.GradNormSq, ops.Attrs{}, false, []*engine.Buffer{g2, part(1)})
+			b.step(engine.PhaseUpdate, ops.ClipGradScale, ops.Attrs{MaxNorm: maxNorm}, false, []*engine.Buffer{g1, sq})
+			b.step(engine.PhaseUpdate, ops.ClipGradScale, ops.Attrs{MaxNorm: maxNorm}, false, []*engine.Buffer{g2, sq})
+			return []*engine.Buffer{g1, g2, sq}
+		})
+	}
 	for _, a := range []ops.Attrs{
 		{LR: 0.01},
 		{LR: 0.01, Momentum: 0.5},

@@ -63,8 +63,11 @@ func partialsNeeded(prog *engine.Program) int {
 			}
 			x := st.In[0].Max
 			rows, d := lastDimShape(x)
-			if st.Op == ops.ClipGradNorm {
+			switch st.Op {
+			case ops.ClipGradNorm, ops.GradNormSq:
 				need = max(need, bnPartials(1, st.In[0].Elems()))
+			case ops.ClipGradScale:
+				need = max(need, bnPartials(1, st.In[1].Elems()))
 			}
 			if len(x) < 2 {
 				continue

@@ -5,9 +5,12 @@
 // (engine/runner) opens the datasets a Spec names once, before the first
 // step (Load), and a device then fills every batch from them. Before that,
 // the compiler (engine.Compile) asks Describe for their sample shapes and
-// targets, which reads headers only; it never loads a dataset. Every
-// switch over the Spec's data kinds (data.mnist, data.tensors, data.text,
-// …) and transforms is in load.go.
+// targets, which reads headers and folder listings only (data.text and
+// data.csv read their text: their shapes and classes are in it); it never
+// decodes images. Every switch over the Spec's data kinds (data.mnist,
+// data.tensors, data.text, data.images, data.csv, …) and transforms is in
+// load.go. What a trained model must keep of its data (class names, how
+// an image or a table row became a sample) is Metadata (meta.go).
 //
 // Opening a dataset (MNIST, MNISTDefaultDir) reports every problem as an
 // error, never a panic: a missing folder or file, a bad magic number, a
@@ -19,6 +22,13 @@
 //
 // A Dataset is immutable once opened and safe for concurrent use: several
 // workers may call Fill on the same Dataset at once.
+//
+// A data.images set whose decoded images exceed its memory budget is not
+// held in memory but streamed from disk (stream.go): its Fill reads and
+// decodes each sample (allocating as decoding does, and panicking on a
+// file it cannot decode), unless a Prefetcher, given the order of the
+// Fill calls to come, decoded them ahead; a Prefetcher's Fill reports
+// such a file through Prefetcher.Err instead.
 package datasets
 
 import "fmt"

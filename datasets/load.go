@@ -28,13 +28,41 @@ type Info struct {
 	// data): what a model built for this data reads, which an eval set
 	// must use too (WithVocab).
 	Vocab Vocab
+	// ClassNames are the names of the classes in label order (data.images'
+	// class folders, data.csv's label names), nil when they have none: an
+	// eval set must name the same classes in the same order.
+	ClassNames []string
 }
 
 // Option changes how Describe and Load read a dataset.
 type Option func(*options)
 
 type options struct {
-	vocab *Vocab
+	vocab       *Vocab
+	memoryLimit int64
+	prefetch    int
+	progress    func(Progress)
+}
+
+// WithMemoryLimit bounds the memory a dataset held decoded (data.images)
+// may take: the cluster's memory_limit. 0 (the default) is
+// DefaultImageBudget(). A data.images set over it is streamed from disk
+// (Streamed).
+func WithMemoryLimit(bytes int64) Option {
+	return func(o *options) { o.memoryLimit = bytes }
+}
+
+// WithPrefetch is the most samples the prefetchers of a streamed set
+// (Prefetch) will hold at once, over every device of the process: the
+// part of the memory limit kept for them (ImagesConfig.Prefetch).
+func WithPrefetch(samples int) Option {
+	return func(o *options) { o.prefetch = samples }
+}
+
+// WithProgress has Load report how far decoding has come, for data that
+// take a while to decode (data.images).
+func WithProgress(f func(Progress)) Option {
+	return func(o *options) { o.progress = f }
 }
 
 // WithVocab reads a data.text dataset with the vocabulary of the model it
@@ -63,8 +91,13 @@ func optionsOf(opts []Option) options {
 // without loading it: fixed for MNIST and Fashion-MNIST, from the Spec for
 // synthetic data, from the labels and headers only for data.tensors. A
 // data.text dataset is read (its vocabulary is the text's, or the one
-// WithVocab gives). Errors carry the script position of the data.* call.
+// WithVocab gives). A Data that carries a trained model's record
+// (spec.Data.Recorded, see Recorded) is described from it alone. Errors
+// carry the script position of the data.* call.
 func Describe(d *spec.Data, opts ...Option) (Info, error) {
+	if d.Recorded != nil {
+		return recordedInfo(d)
+	}
 	o := optionsOf(opts)
 	var info Info
 	switch d.Kind {
@@ -89,6 +122,24 @@ func Describe(d *spec.Data, opts ...Option) (Info, error) {
 			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
 		}
 		info = Info{Sample: ds.SampleShape(), Classes: ds.NumClasses(), Tokens: true, Vocab: ds.Vocab()}
+	case "images":
+		shape, classes, err := ImagesInfo(imagesConfig(d, o))
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		info = Info{Sample: shape, Classes: len(classes), ClassNames: classes}
+	case "csv":
+		ds, err := CSV(csvConfig(d))
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: data.%s: %w", d.Pos, d.Kind, err)
+		}
+		info = Info{Sample: ds.SampleShape(), Classes: ds.NumClasses(), ClassNames: ClassNames(ds)}
+		if r, ok := ds.(Regression); ok {
+			info.Target = r.TargetShape()
+		}
+		if info.Target != nil && len(d.Transforms) > 0 {
+			return Info{}, fmt.Errorf("%s: data.%s: transforms are for images; this is a table", d.Pos, d.Kind)
+		}
 	default:
 		return Info{}, fmt.Errorf("%s: unknown dataset %q", d.Pos, d.Kind)
 	}
@@ -124,6 +175,10 @@ func Load(d *spec.Data, opts ...Option) (Dataset, error) {
 		ds, err = Synthetic(d.Split, d.Size, d.Shape, d.Classes, d.Noise, uint64(d.Seed))
 	case "text":
 		ds, err = textData(d, o)
+	case "images":
+		ds, err = Images(imagesConfig(d, o))
+	case "csv":
+		ds, err = CSV(csvConfig(d))
 	default:
 		err = fmt.Errorf("unknown dataset %q", d.Kind)
 	}
@@ -133,12 +188,20 @@ func Load(d *spec.Data, opts ...Option) (Dataset, error) {
 	if err == nil && len(d.Transforms) > 0 {
 		var ts []Transform
 		if ts, err = transforms(d); err == nil {
-			// Padding is black: the value a zero pixel takes.
-			pad := float32(0)
-			if d.Normalize[1] > 0 {
-				pad = NormalizedZero(d.Normalize[0], d.Normalize[1])
+			// Padding is black: the value a zero pixel takes, in
+			// every channel.
+			pads := []float32{0}
+			switch {
+			case d.ChannelMean != nil:
+				pads = make([]float32, len(d.ChannelMean))
+				for c := range pads {
+					pads[c] = NormalizedZero(d.ChannelMean[c], d.ChannelStd[c])
+				}
+			case d.Kind == "images":
+			case d.Normalize[1] > 0:
+				pads[0] = NormalizedZero(d.Normalize[0], d.Normalize[1])
 			}
-			ds, err = Augment(ds, pad, ts)
+			ds, err = AugmentChannels(ds, pads, ts)
 		}
 	}
 	if err != nil {
@@ -147,7 +210,7 @@ func Load(d *spec.Data, opts ...Option) (Dataset, error) {
 		}
 		return nil, err
 	}
-	if d.Kind == "tensors" || d.Kind == "text" {
+	if d.Kind == "tensors" || d.Kind == "text" || d.Kind == "csv" || d.Kind == "images" {
 		// Its shape and classes come from the files just read: checking
 		// them would read the files again.
 		return ds, nil
@@ -161,6 +224,19 @@ func Load(d *spec.Data, opts ...Option) (Dataset, error) {
 			d.Pos, ds.Name(), ds.SampleShape(), ds.NumClasses(), info.Sample, info.Classes)
 	}
 	return ds, nil
+}
+
+// imagesConfig is a data.images dataset's settings.
+func imagesConfig(d *spec.Data, o options) ImagesConfig {
+	return ImagesConfig{Dir: d.Dir, Split: d.Split, Height: d.ImageSize[0], Width: d.ImageSize[1], Channels: d.Channels,
+		Mean: d.ChannelMean, Std: d.ChannelStd, TestFraction: d.TestFraction, Seed: d.Seed, Limit: d.Limit,
+		MemoryLimit: o.memoryLimit, Prefetch: o.prefetch, Progress: o.progress}
+}
+
+// csvConfig is a data.csv dataset's settings.
+func csvConfig(d *spec.Data) CSVConfig {
+	return CSVConfig{Path: d.File, TestFile: d.TestFile, X: d.Columns, Y: d.Y, Regression: d.Regression, Classes: d.Classes,
+		Standardize: d.Standardize, Split: d.Split, TestFraction: d.TestFraction, Seed: d.Seed}
 }
 
 // tensorsSource is where a data.tensors dataset's arrays are.

@@ -157,7 +157,8 @@ func findIDX(name, dir, stem, kind string) (string, error) {
 		name, stem, dir, strings.Join(cands, ", "), fs.ErrNotExist)
 }
 
-// imageSet is a dataset of byte-valued samples normalized on the fly.
+// imageSet is a dataset of byte-valued samples normalized on the fly,
+// channel by channel.
 type imageSet struct {
 	name    string
 	pixels  []byte // n samples of size values each
@@ -165,21 +166,39 @@ type imageSet struct {
 	shape   []int
 	size    int
 	classes int
-	lut     [256]float32 // byte value -> normalized float32
+	plane   int            // values per channel: size / len(luts)
+	luts    [][256]float32 // per channel: byte value -> normalized float32
+	// classNames and prep are data.images' class folders and how its
+	// files became samples (nil for other data).
+	classNames []string
+	prep       *ImageMeta
+	// stream, when set, reads the samples from disk as they are filled
+	// (pixels is nil): data.images over its memory budget (stream.go).
+	stream *imageStream
 }
 
 func newImageSet(name string, pixels []byte, labels []int32, shape []int, classes int, mean, std float64) *imageSet {
+	return newImageSetChannels(name, pixels, labels, shape, classes, []float64{mean}, []float64{std})
+}
+
+// newImageSetChannels is an imageSet whose samples are len(mean) planes
+// (channels), channel c normalized with mean[c] and std[c].
+func newImageSetChannels(name string, pixels []byte, labels []int32, shape []int, classes int, mean, std []float64) *imageSet {
 	d := &imageSet{name: name, pixels: pixels, labels: labels, shape: shape, classes: classes}
 	d.size = 1
 	for _, s := range shape {
 		d.size *= s
 	}
+	d.plane = d.size / len(mean)
+	d.luts = make([][256]float32, len(mean))
 	// As torchvision: ToTensor divides by 255 in float32, Normalize then
 	// subtracts the mean and divides by the std, also in float32.
-	m, s := float32(mean), float32(std)
-	for p := range d.lut {
-		v := float32(p) / 255
-		d.lut[p] = (v - m) / s
+	for c := range mean {
+		m, s := float32(mean[c]), float32(std[c])
+		for p := range d.luts[c] {
+			v := float32(p) / 255
+			d.luts[c][p] = (v - m) / s
+		}
 	}
 	return d
 }
@@ -206,10 +225,25 @@ func (d *imageSet) Fill(idx []int, x []float32, y []int32) {
 
 // fillOne writes sample k (which must be in range) into x (len size).
 func (d *imageSet) fillOne(k int, x []float32, y *int32) {
-	s := d.size
-	src := d.pixels[k*s : (k+1)*s]
-	dst := x[:len(src)]
-	lut := &d.lut
+	if d.stream != nil {
+		d.stream.fill(d, k, x)
+	} else {
+		d.fillPixels(x, d.pixels[k*d.size:(k+1)*d.size])
+	}
+	*y = d.labels[k]
+}
+
+// fillPixels writes one sample's bytes px, normalized, into x.
+func (d *imageSet) fillPixels(x []float32, px []byte) {
+	for c := range d.luts {
+		lo := c * d.plane
+		fillPlane(x[lo:lo+d.plane], px[lo:lo+d.plane], &d.luts[c])
+	}
+}
+
+// fillPlane writes lut[src[j]] into dst[j] for every j.
+func fillPlane(dst []float32, src []byte, lut *[256]float32) {
+	dst = dst[:len(src)]
 	zero := lut[0]
 	j := 0
 	for ; j+8 <= len(src); j += 8 {
@@ -232,5 +266,4 @@ func (d *imageSet) fillOne(k int, x []float32, y *int32) {
 	for ; j < len(src); j++ {
 		dst[j] = lut[src[j]]
 	}
-	*y = d.labels[k]
 }

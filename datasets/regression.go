@@ -24,6 +24,7 @@ type regressionSet struct {
 	size, tsize   int
 	x, y          []float32
 	n             int
+	csv           *CSVMeta // how data.csv made the samples (nil for other data)
 }
 
 func (s *regressionSet) Name() string                           { return s.name }

@@ -59,6 +59,10 @@ type floatSet struct {
 	size    int
 	x       []float32
 	labels  []int32
+	// classNames and csv are data.csv's class names and how its rows
+	// became samples (nil for other data).
+	classNames []string
+	csv        *CSVMeta
 }
 
 func (s *floatSet) Name() string       { return s.name }

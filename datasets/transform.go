@@ -3,6 +3,7 @@ package datasets
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -110,7 +111,7 @@ type EpochDataset interface {
 type Augmented struct {
 	base     Dataset
 	ts       []Transform
-	fill     float32
+	fills    []float32 // the padding value of each plane (one: of all)
 	name     string
 	shape    []int // the transformed sample shape
 	planes   int   // the product of the sample's leading dimensions
@@ -137,6 +138,13 @@ var _ EpochDataset = (*Augmented)(nil)
 // that returns transforms every sample. Augment returns an error when a
 // transform does not fit d's samples.
 func Augment(d Dataset, pad float32, ts []Transform) (*Augmented, error) {
+	return AugmentChannels(d, []float32{pad}, ts)
+}
+
+// AugmentChannels is Augment with a padding value per channel (the
+// samples' leading dimension): pads[c] is what a zero pixel is in channel
+// c once normalized. A single value pads every channel.
+func AugmentChannels(d Dataset, pads []float32, ts []Transform) (*Augmented, error) {
 	shape, err := TransformedShape(d.SampleShape(), ts)
 	if err != nil {
 		return nil, fmt.Errorf("datasets: %s: %w", d.Name(), err)
@@ -149,13 +157,16 @@ func Augment(d Dataset, pad float32, ts []Transform) (*Augmented, error) {
 		cur, _ = t.outShape(cur)
 		room = max(room, product(cur))
 	}
-	a := &Augmented{base: d, ts: append([]Transform(nil), ts...), fill: pad,
+	a := &Augmented{base: d, ts: append([]Transform(nil), ts...), fills: slices.Clone(pads),
 		name: d.Name() + "+" + strings.Join(names, "+"), shape: shape,
 		inSize: SampleSize(d), outSize: product(shape)}
 	a.h, a.w, a.planes = 1, a.inSize, 1
 	if in := d.SampleShape(); len(in) >= 2 { // always, unless ts is empty
 		a.h, a.w = in[len(in)-2], in[len(in)-1]
 		a.planes = a.inSize / (a.h * a.w)
+	}
+	if len(pads) != 1 && len(pads) != a.planes {
+		return nil, fmt.Errorf("datasets: %s: %d padding values for %d channels", d.Name(), len(pads), a.planes)
 	}
 	a.scratch = &sync.Pool{New: func() any {
 		b := make([]float32, 2*room)
@@ -231,7 +242,7 @@ func (a *Augmented) Fill(idx []int, x []float32, y []int32) {
 					top, left = rt, rl
 				}
 				dst := other[:a.planes*t.height*t.width]
-				crop(cur, dst, a.planes, h, w, t.height, t.width, top-t.padding, left-t.padding, a.fill)
+				crop(cur, dst, a.planes, h, w, t.height, t.width, top-t.padding, left-t.padding, a.fills)
 				cur, other = dst, cur[:cap(cur)] // cur's half: cap(cur) is the end of its half
 				h, w = t.height, t.width
 			case flipTransform:
@@ -247,11 +258,16 @@ func (a *Augmented) Fill(idx []int, x []float32, y []int32) {
 
 // crop writes the h×w window of every one of planes H×W planes of src whose
 // top-left corner is at row top, column left (either may be negative or
-// reach past the plane: those values are pad) into dst.
-func crop(src, dst []float32, planes, H, W, h, w, top, left int, pad float32) {
+// reach past the plane: those values are pads[p], or pads[0] for every
+// plane when there is one) into dst.
+func crop(src, dst []float32, planes, H, W, h, w, top, left int, pads []float32) {
 	// The columns of the window that fall inside the source.
 	c0, c1 := max(0, -left), min(w, W-left)
 	for p := range planes {
+		pad := pads[0]
+		if len(pads) > 1 {
+			pad = pads[p]
+		}
 		in := src[p*H*W : (p+1)*H*W]
 		out := dst[p*h*w : (p+1)*h*w]
 		for r := range h {

@@ -118,7 +118,7 @@ func isFlipOfCrop(got []float32, base Dataset, k, h, w, p int, pad float32) bool
 	buf := make([]float32, len(got))
 	for top := 0; top <= H+2*p-h; top++ {
 		for left := 0; left <= W+2*p-w; left++ {
-			crop(x, buf, planes, H, W, h, w, top-p, left-p, pad)
+			crop(x, buf, planes, H, W, h, w, top-p, left-p, []float32{pad})
 			hflip(buf, w)
 			if slices.Equal(buf, got) {
 				return true
@@ -166,7 +166,7 @@ func TestCropKeepsShape(t *testing.T) {
 	}
 	x, _ = fillAll(c, []int{4})
 	want := make([]float32, 2*3*5)
-	crop(ref[4*per:5*per], want, 2, 7, 9, 3, 5, 2, 2, 0)
+	crop(ref[4*per:5*per], want, 2, 7, 9, 3, 5, 2, 2, []float32{0})
 	if !slices.Equal(x, want) {
 		t.Errorf("centre crop %v, want %v", x, want)
 	}
@@ -178,7 +178,7 @@ func isCrop(got, src []float32, planes, H, W, h, w, p int) bool {
 	buf := make([]float32, len(got))
 	for top := 0; top <= H+2*p-h; top++ {
 		for left := 0; left <= W+2*p-w; left++ {
-			crop(src, buf, planes, H, W, h, w, top-p, left-p, 0)
+			crop(src, buf, planes, H, W, h, w, top-p, left-p, []float32{0})
 			if slices.Equal(buf, got) {
 				return true
 			}
@@ -191,15 +191,15 @@ func TestCropByHand(t *testing.T) {
 	// One 2×3 plane, padding 1, window 2×3 at offset (-1, 1).
 	src := []float32{1, 2, 3, 4, 5, 6}
 	dst := make([]float32, 6)
-	crop(src, dst, 1, 2, 3, 2, 3, -1, 1, -9)
+	crop(src, dst, 1, 2, 3, 2, 3, -1, 1, []float32{-9})
 	if want := []float32{-9, -9, -9, 2, 3, -9}; !slices.Equal(dst, want) {
 		t.Errorf("crop = %v, want %v", dst, want)
 	}
-	crop(src, dst, 1, 2, 3, 2, 3, 0, 0, -9)
+	crop(src, dst, 1, 2, 3, 2, 3, 0, 0, []float32{-9})
 	if !slices.Equal(dst, src) {
 		t.Errorf("crop at 0, 0 = %v", dst)
 	}
-	crop(src, dst, 1, 2, 3, 2, 3, 1, -1, 0)
+	crop(src, dst, 1, 2, 3, 2, 3, 1, -1, []float32{0})
 	if want := []float32{0, 4, 5, 0, 0, 0}; !slices.Equal(dst, want) {
 		t.Errorf("crop = %v, want %v", dst, want)
 	}

@@ -331,6 +331,7 @@ var pkgDirs = map[string]string{
 	"kernels":     "cuda/kernels",
 	"hostcheck":   "cuda/kernels/hostcheck",
 	"model":       "model",
+	"serve":       "model/serve",
 	"scriptcopy":  "script/scriptcopy",
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -61,6 +62,9 @@ func (p *Plan) Describe(w io.Writer) error {
 				humanBytes(int64(b.Elems)*4), at[fmt.Sprintf("bucket %d", i)], last.Op, last.Layer, paramNames(b))
 		}
 	}
+	if p.Sharding != nil {
+		p.describeSharding(ew)
+	}
 	for _, prog := range p.Devices {
 		ew.printf("\ndevice %d (rank %d, %s): batch %d, memory %s in one arena (buffers %s, scratch %s)\n", prog.Rank, prog.Rank,
 			p.Cluster.Backend, p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
@@ -99,10 +103,10 @@ func (p *Plan) Describe(w io.Writer) error {
 // Stream says where a step runs on its device: "compute" for kernels and
 // copies; "comm" for collectives that overlap the backward pass (a stream
 // of their own on a GPU, a goroutine of their own on the CPU: the sync
-// strategy's Overlap); "compute" too for collectives that run in order
-// with the kernels.
+// strategy's Overlap) and prefetched ones (Step.Beside); "compute" too for
+// collectives that run in order with the kernels.
 func Stream(p *Plan, st *Step) string {
-	if st.Kind == CollectiveStep && st.Phase == PhaseSync && p.Sync.Overlap() {
+	if st.Kind == CollectiveStep && (st.Phase == PhaseSync && p.Sync.Overlap() || st.Beside) {
 		return "comm"
 	}
 	return "compute"
@@ -214,4 +218,64 @@ func describeSchedule(sc *spec.Schedule) string {
 		return fmt.Sprintf("sched.onecycle(max_lr=%g, pct_start=%g, div_factor=%g, final_div_factor=%g)", sc.MaxLR, sc.PctStart, sc.DivFactor, sc.FinalDivFactor)
 	}
 	return sc.Kind
+}
+
+// describeSharding writes what a sharded plan (Plan.Sharding) holds on
+// each device, by kind, and what its collectives send per step, beside
+// what plain allreduce would need for the same script.
+func (p *Plan) describeSharding(ew *errWriter) {
+	sh := p.Sharding
+	ew.printf("\nsharding (stage %d): every bucket padded to a multiple of %d and split into one block per rank; a rank's shard is %d values (%s) of the %d flattened (%d of them padding)\n",
+		sh.Stage, sh.World, sh.ShardElems, humanBytes(int64(sh.ShardElems)*4), sh.FlatElems, sh.FlatElems-p.NumParam)
+	twin, err := p.allReduceTwin()
+	if err != nil {
+		ew.printf("  (plain allreduce does not compile for this script: %v)\n", err)
+	}
+	ew.printf("\nmemory per device, by what it holds, beside plain allreduce:\n")
+	tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  rank\tsync\tparameters\tgradients\toptimizer state\tparams+grads+state\tactivations\tscratch\ttotal\t\n")
+	row := func(rank string, name string, m MemoryUse) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", rank, name, humanBytes(m.Params), humanBytes(m.Grads), humanBytes(m.State),
+			humanBytes(m.Params+m.Grads+m.State), humanBytes(m.Activations), humanBytes(m.Scratch), humanBytes(m.Total()))
+	}
+	for i, prog := range p.Devices {
+		row(fmt.Sprint(prog.Rank), fmt.Sprintf("zero stage %d", sh.Stage), prog.Memory())
+		if twin != nil {
+			row("", "allreduce", twin.Devices[i].Memory())
+		}
+	}
+	tw.Flush()
+	if m := p.Devices[0].Memory(); m.InFlightGrads > 0 || m.InFlightParams > 0 {
+		ew.printf("  of which reused over the step: gradients of buckets being reduced %s, parameters of layers gathered %s\n",
+			humanBytes(m.InFlightGrads), humanBytes(m.InFlightParams))
+	}
+	if p.Spec.Accumulate > 1 && sh.Stage >= 2 && sh.World > 1 {
+		ew.printf("  accumulate %d: the gradients sum over micro-batches whole, as in stage 1\n", p.Spec.Accumulate)
+	}
+	if p.World == 1 {
+		return
+	}
+	ew.printf("\ncollectives per step, what each device sends (ring algorithms; payloads in the steps below):\n")
+	line := func(name string, prog *Program) int64 {
+		t := prog.Traffic(p.World, p.Spec.Accumulate)
+		var kinds []string
+		for k := range t {
+			kinds = append(kinds, string(k))
+		}
+		slices.Sort(kinds)
+		var parts []string
+		var all int64
+		for _, k := range kinds {
+			parts = append(parts, fmt.Sprintf("%s %s", k, humanBytes(t[CollectiveKind(k)])))
+			all += t[CollectiveKind(k)]
+		}
+		ew.printf("  %s: %s, %s in all\n", name, strings.Join(parts, ", "), humanBytes(all))
+		return all
+	}
+	mine := line(fmt.Sprintf("rank %d, zero stage %d", p.Devices[0].Rank, sh.Stage), p.Devices[0])
+	if twin != nil {
+		if ar := line(fmt.Sprintf("rank %d, allreduce", twin.Devices[0].Rank), twin.Devices[0]); ar > 0 {
+			ew.printf("  zero stage %d sends %.2f× what allreduce sends\n", sh.Stage, float64(mine)/float64(ar))
+		}
+	}
 }

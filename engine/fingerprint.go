@@ -54,11 +54,17 @@ func (p *Plan) fingerprint(step func(n *Node) (string, error), nodes map[string]
 		{"optimizer", fmt.Sprintf("%s lr %g momentum %g dampening %g weight_decay %g nesterov %v betas (%g, %g) eps %g%s",
 			o.Kind, o.LR, o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov, o.Beta1, o.Beta2, o.Eps, groupsString(o.Groups))},
 		{"schedule", scheduleString(s.Schedule)},
-		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d broadcast_buffers %v", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every, sy.BroadcastBuffers)},
+		{"sync", fmt.Sprintf("%s op %s bucket_mb %g overlap %v root %d every %d broadcast_buffers %v%s", sy.Kind, sy.Op, sy.BucketMB, sy.Overlap, sy.Root, sy.Every, sy.BroadcastBuffers, stageString(sy))},
 		// Data files by name: where the script and its data lie (their
 		// folder) may change between a run and its resume.
 		{"data", fmt.Sprintf("%s split %s limit %d normalize %v size %d shape %v classes %d noise %g seed %d file %q x %q y %q transforms %+v seq_len %d vocab %s test_fraction %g",
 			d.Kind, d.Split, d.Limit, d.Normalize, d.Size, d.Shape, d.Classes, d.Noise, d.Seed, baseName(d.File), baseName(d.X), baseName(d.Y), d.Transforms, d.SeqLen, d.Vocab, d.TestFraction)},
+	}
+	if d.Kind == "images" || d.Kind == "csv" {
+		// Added only for these kinds: the fingerprints of other data stay
+		// as earlier gorun versions wrote them.
+		out[len(out)-1].Text += fmt.Sprintf(" size %v channels %d mean %v std %v columns %q y %q regression %v standardize %v test_file %q",
+			d.ImageSize, d.Channels, d.ChannelMean, d.ChannelStd, d.Columns, d.Y, d.Regression, d.Standardize, baseName(d.TestFile))
 	}
 	if s.Partition != nil {
 		out = append(out, PlanStep{"partition", s.Partition.Name})
@@ -180,17 +186,21 @@ const ResumeKeyFormat = "meaning-1"
 // computes: a checkpoint resumes on another backend, and those written
 // before such a fusion existed still resume.
 func (p *Plan) ResumeKey() []PlanStep {
-	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nil)
+	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nil, p.MaxBatch)
 	return out
 }
 
 // resumeKey is ResumeKey with the graph's nodes written by step (and, when
-// nodes is not nil, each step entry's node by its label).
-func (p *Plan) resumeKey(step func(n *Node) (string, error), nodes map[string]*Node) ([]PlanStep, error) {
+// nodes is not nil, each step entry's node by its label), its shapes at a
+// batch of batch samples a device.
+func (p *Plan) resumeKey(step func(n *Node) (string, error), nodes map[string]*Node, batch int) ([]PlanStep, error) {
 	q := p
-	if p.graphOpts.Supports != nil {
-		g, err := BuildGraph(&p.Spec.Model, p.loss, p.MaxBatch, p.Sample, GraphOptions{NoFusion: p.graphOpts.NoFusion})
+	if p.graphOpts.Supports != nil || batch != p.MaxBatch {
+		g, err := BuildGraph(&p.Spec.Model, p.loss, batch, p.Sample, GraphOptions{NoFusion: p.graphOpts.NoFusion})
 		if err != nil {
+			if batch != p.MaxBatch {
+				return nil, fmt.Errorf("at the checkpoint's batch of %d a device: %w", batch, err)
+			}
 			panic(fmt.Sprintf("the plan's graph without the backend's fusions: %v", err)) // it compiled with them
 		}
 		c := *p
@@ -217,16 +227,39 @@ func (p *Plan) resumeKey(step func(n *Node) (string, error), nodes map[string]*N
 // plan's key written as that format wrote it (LegacyStepKey), its data
 // files by name only.
 func (p *Plan) CheckResumeKey(format string, saved []PlanStep) error {
+	return p.checkResumeKey(format, saved, p.MaxBatch, false)
+}
+
+// CheckResumeKeyAcross is CheckResumeKey for a checkpoint that this plan's
+// sync strategy resumes (SyncStrategy.Resumes) although it was made on
+// another number of devices or under another strategy (a sharded run's,
+// or allreduce's into a sharded one): the sync settings and the gradient
+// buckets are not compared, and the steps are compared at the
+// checkpoint's batch a device, batch (its devices' largest share).
+func (p *Plan) CheckResumeKeyAcross(format string, saved []PlanStep, batch int) error {
+	return p.checkResumeKey(format, saved, batch, true)
+}
+
+// acrossLabel reports whether a resume key entry is left out of
+// CheckResumeKeyAcross's comparison.
+func acrossLabel(label string) bool {
+	return label == "sync" || strings.HasPrefix(label, "bucket ")
+}
+
+func (p *Plan) checkResumeKey(format string, saved []PlanStep, batch int, across bool) error {
 	var key []PlanStep
 	nodes := map[string]*Node{}
 	legacy := false
 	switch format {
 	case ResumeKeyFormat:
-		key, _ = p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nodes)
+		var err error
+		if key, err = p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nodes, batch); err != nil {
+			return err
+		}
 	case "":
 		legacy = true
 		var err error
-		if key, err = p.resumeKey(LegacyStepKey, nodes); err != nil {
+		if key, err = p.resumeKey(LegacyStepKey, nodes, batch); err != nil {
 			return fmt.Errorf("the checkpoint's plan key was written before keys by meaning, with every attribute ops had then, and this run's %w: the checkpoint was made by another plan", err)
 		}
 		saved = append([]PlanStep(nil), saved...)
@@ -239,6 +272,18 @@ func (p *Plan) CheckResumeKey(format string, saved []PlanStep) error {
 		return fmt.Errorf("the checkpoint's plan key is of format %q, which this gorun does not read (it writes %q): resume with the gorun that made it", format, ResumeKeyFormat)
 	}
 	const fix = "resume with the script and --set that made it"
+	if across {
+		drop := func(es []PlanStep) []PlanStep {
+			var out []PlanStep
+			for _, e := range es {
+				if !acrossLabel(e.Label) {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		key, saved = drop(key), drop(saved)
+	}
 	old := map[string]string{}
 	for _, e := range saved {
 		old[e.Label] = e.Text
@@ -303,4 +348,13 @@ func ignoreString(ig *int) string {
 		return "none"
 	}
 	return fmt.Sprint(*ig)
+}
+
+// stageString is the sync entry's tail for a sharded strategy's settings
+// ("" for the others, whose keys stay as they were).
+func stageString(sy spec.Sync) string {
+	if sy.Stage == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" stage %d prefetch %d", sy.Stage, sy.Prefetch)
 }

@@ -92,7 +92,7 @@ func TestCheckResumeKey(t *testing.T) {
 	if err := p.CheckResumeKey(ResumeKeyFormat, key); err != nil {
 		t.Errorf("the plan's own key: %v", err)
 	}
-	legacy, err := p.resumeKey(LegacyStepKey, nil)
+	legacy, err := p.resumeKey(LegacyStepKey, nil, p.MaxBatch)
 	if err != nil {
 		t.Fatal(err)
 	}

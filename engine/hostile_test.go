@@ -280,7 +280,7 @@ train(
 func TestResumeRefusalNamesTheChange(t *testing.T) {
 	p := compile(t, loadSpec(t, convScript), 1)
 	key := p.ResumeKey()
-	legacy, err := p.resumeKey(LegacyStepKey, nil)
+	legacy, err := p.resumeKey(LegacyStepKey, nil, p.MaxBatch)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,10 @@ type Plan struct {
 	// Sync is the script's sync strategy (Spec.Sync) for this world: where
 	// the collectives go, how the loss is scaled, what checkpoints hold.
 	Sync SyncStrategy
+	// Sharding, set by a sharded strategy (sync.zero), is how the ranks
+	// split the parameters, gradients and optimizer state; nil when every
+	// rank holds them whole.
+	Sharding *Sharding
 	// Devices are this process's Programs, one per local device, in rank
 	// order; World is the number of devices (ranks) of the whole run, and
 	// Process this process's index (its devices are ranks
@@ -63,6 +67,11 @@ type Bucket struct {
 	Offset   int // first element in the gradient arena
 	Elems    int
 	AfterOps int // index in Graph.Backward of the node that completes it
+	// Pad, Block and ShardOffset are set in a sharded plan (Sharding):
+	// the zeros after the bucket's gradients so that Elems+Pad divides
+	// by the world, each rank's block of it (Elems+Pad)/world, and where
+	// that block lies in a rank's shard.
+	Pad, Block, ShardOffset int
 }
 
 // DType is a buffer's element type.
@@ -163,6 +172,11 @@ type Step struct {
 	// step (parameter gradients, the loss): they run with
 	// Attrs.Accumulate after the first micro-batch.
 	Acc bool
+	// Beside is set on a collective of the forward or backward phase
+	// that may run beside the steps after it (stage 3's prefetched
+	// gathers: on the device's collective goroutine, a communication
+	// stream) until a step that touches its memory, which waits for it.
+	Beside bool
 	// ID is the step's index in its Program's Steps, or len(Steps) plus its
 	// index in Eval: backends keep what they prepare per step by it.
 	ID int
@@ -195,8 +209,30 @@ type Program struct {
 	// Work is the scratch space kernels share (nil when none needs any);
 	// LossSeed holds 1, the gradient of the loss with respect to itself.
 	Work, LossSeed *Buffer
+	// SyncedGrads holds this rank's gradients once the sync phase is
+	// done, which the runner checks for non-finite values: GradArena, or
+	// GradShard when gradients are sharded.
+	SyncedGrads *Buffer
+
+	// A sharded plan's (Plan.Sharding) own buffers, nil otherwise:
+	// GradShard and ParamShard hold the rank's blocks of the reduced
+	// gradients (when Sharding.Grads) and of the parameters (when
+	// Sharding.Params); StateShards the optimizer state of the rank's
+	// shard, one buffer per kind of state (named as PyTorch names it:
+	// "momentum_buffer"; "exp_avg", "exp_avg_sq"), in shard layout, of
+	// which State's buffers are views; Zeros holds zeros that stay zero
+	// (the runner clears it), copied into the padding of gradient buckets
+	// whose memory is reused.
+	GradShard, ParamShard *Buffer
+	StateShards           []*Buffer
+	Zeros                 *Buffer
 
 	byValue map[*Value]*Buffer // while compiling
+	// gradWin and paramWin are a sharded plan's windows (while
+	// compiling); bucketGrads and unitParams the views of each bucket's
+	// gradients and of each bucket's parameters in them, padding included.
+	gradWin, paramWin       *window
+	bucketGrads, unitParams []*Buffer
 }
 
 // Positions is the number of class targets in one sample: a window's
@@ -234,13 +270,25 @@ func Compile(s *spec.Spec, c Cluster) (*Plan, error) { return CompileProcess(s, 
 // only (global ranks proc·Devices … proc·Devices+Devices-1), planned for the
 // whole world.
 func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
+	p, err := compileProcess(s, c, proc)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.checkMemory(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// compileProcess is CompileProcess without the memory check.
+func compileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if proc < 0 || proc >= c.ProcessCount() {
 		return nil, fmt.Errorf("process %d is not one of the cluster's %d processes", proc, c.ProcessCount())
 	}
-	info, err := datasets.Describe(&s.Data)
+	info, err := datasets.Describe(&s.Data, datasets.WithMemoryLimit(c.MemoryLimit))
 	if err != nil {
 		return nil, err
 	}
@@ -251,9 +299,13 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		// The eval set must fit the model the training set shapes, or
 		// evaluation fails a whole epoch later; token text is read with
 		// the model's vocabulary, the training data's.
-		ev, err := datasets.Describe(s.Eval, datasets.WithVocab(info.Vocab))
+		ev, err := datasets.Describe(s.Eval, datasets.WithVocab(info.Vocab), datasets.WithMemoryLimit(c.MemoryLimit))
 		if err != nil {
 			return nil, err
+		}
+		if ev.ClassNames != nil && info.ClassNames != nil && !slices.Equal(ev.ClassNames, info.ClassNames) {
+			return nil, fmt.Errorf("%s: eval set data.%s names its classes %s, but the model learns the training set's %s (in this order)",
+				s.Eval.Pos, s.Eval.Kind, strings.Join(ev.ClassNames, ", "), strings.Join(info.ClassNames, ", "))
 		}
 		if !slices.Equal(ev.Sample, info.Sample) || ev.Classes != info.Classes || !slices.Equal(ev.Target, info.Target) || ev.Tokens != info.Tokens {
 			return nil, fmt.Errorf("%s: eval set data.%s has samples of shape %v in %d classes, but the model is built for the training set's %v in %d classes",
@@ -302,6 +354,9 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		p.NumParam += prm.Value.Elems()
 	}
 	p.Buckets = planBuckets(g, s, c)
+	if err := p.Sync.Prepare(p); err != nil {
+		return nil, err
+	}
 	for r := proc * c.Devices; r < (proc+1)*c.Devices; r++ {
 		prog, err := p.compileProgram(r)
 		if err != nil {
@@ -310,9 +365,6 @@ func CompileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 		p.Devices = append(p.Devices, prog)
 	}
 	if err := checkOps(t, p.Devices[0]); err != nil {
-		return nil, err
-	}
-	if err := p.checkMemory(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -496,7 +548,12 @@ func planBuckets(g *Graph, s *spec.Spec, c Cluster) []Bucket {
 	if limitMB <= 0 {
 		limitMB = 25
 	}
-	limit := int(limitMB * (1 << 20) / 4)
+	return bucketsOf(g, int(limitMB*(1<<20)/4))
+}
+
+// bucketsOf is planBuckets with buckets of at most limit elements (a
+// gradient larger than that alone in its bucket).
+func bucketsOf(g *Graph, limit int) []Bucket {
 	var buckets []Bucket
 	off := 0
 	for i, n := range g.Backward {
@@ -548,21 +605,67 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 	prog := &Program{Rank: r, byValue: map[*Value]*Buffer{}}
 
 	// Parameter gradients live in one arena, in bucket order.
+	sh := p.Sharding
 	arenaElems := 0
 	for _, prm := range g.Params {
 		arenaElems += prm.Value.Elems()
 	}
-	prog.ParamArena = prog.newBuffer("parameters", nil, []int{arenaElems}, false, false)
-	prog.GradArena = prog.newBuffer("gradients", nil, []int{arenaElems}, false, false)
+	if sh != nil {
+		arenaElems = sh.FlatElems
+		if sh.Params {
+			prog.paramWin = prog.newWindow("gathered parameters")
+			prog.paramWin.refill = CollectiveAllGather
+			prog.ParamArena = prog.paramWin.buf
+			prog.ParamShard = prog.newBuffer("parameter shard", nil, []int{sh.ShardElems}, false, false)
+		}
+		if sh.Grads {
+			prog.gradWin = prog.newWindow("bucket gradients")
+			if p.Sync.Overlap() {
+				prog.gradWin.keep = 1
+			}
+			prog.GradArena = prog.gradWin.buf
+			prog.GradShard = prog.newBuffer("gradient shard", nil, []int{sh.ShardElems}, false, false)
+			prog.Zeros = prog.newBuffer("zeros", nil, []int{max(sh.World-1, 1)}, false, false)
+		}
+	}
+	if prog.ParamArena == nil {
+		prog.ParamArena = prog.newBuffer("parameters", nil, []int{arenaElems}, false, false)
+	}
+	if prog.GradArena == nil {
+		prog.GradArena = prog.newBuffer("gradients", nil, []int{arenaElems}, false, false)
+	}
+	prog.SyncedGrads = prog.GradArena
+	if prog.GradShard != nil {
+		prog.SyncedGrads = prog.GradShard
+	}
 	arenaAt := map[*Value]int{}
 	gradAt := map[*Value]int{}
-	for _, b := range p.Buckets {
+	bucketOf := map[*Value]int{} // a windowed value's bucket
+	for bi, b := range p.Buckets {
 		off := b.Offset
 		for _, prm := range b.Params {
 			gradAt[prm.Grad] = off
 			arenaAt[prm.Value] = off
 			arenaAt[prm.Grad] = off
+			bucketOf[prm.Value], bucketOf[prm.Grad] = bi, bi
 			off += prm.Value.Elems()
+		}
+	}
+	// A window's items are the buckets: a view of each whole (padding
+	// included) for the collectives over it.
+	for _, w := range []*window{prog.gradWin, prog.paramWin} {
+		if w == nil {
+			continue
+		}
+		views := make([]*Buffer, len(p.Buckets))
+		for bi, b := range p.Buckets {
+			it := w.item(b.Elems + b.Pad)
+			views[bi] = w.view(prog, fmt.Sprintf("%s of bucket %d", w.buf.Name, bi), nil, it, 0, []int{b.Elems + b.Pad})
+		}
+		if w == prog.gradWin {
+			prog.bucketGrads = views
+		} else {
+			prog.unitParams = views
 		}
 	}
 
@@ -598,7 +701,12 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 				case isStat[v]:
 					arena = prog.StatArena
 				}
-				b = prog.view(v.Name, v, arena, off, v.Shape, false)
+				if w := prog.windowOf(arena); w != nil {
+					bi := bucketOf[v]
+					b = w.view(prog, v.Name, v, bi, off-p.Buckets[bi].Offset, v.Shape)
+				} else {
+					b = prog.view(v.Name, v, arena, off, v.Shape, false)
+				}
 			} else {
 				b = prog.newBuffer(v.Name, v, v.Shape, v.Batched, v.Int)
 			}
@@ -644,7 +752,8 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 	// broadcast_buffers), loss, backward with the strategy's gradient
 	// collectives, and the update as the strategy places it.
 	prog.Steps = append(prog.Steps, p.Sync.BeforeForward(p, prog)...)
-	for _, n := range g.Forward {
+	for i, n := range g.Forward {
+		prog.Steps = append(prog.Steps, p.Sync.BeforeNode(p, prog, PhaseForward, i, false)...)
 		st := prog.kernelStep(n, PhaseForward)
 		if len(n.Out) > 0 {
 			st.Acc = n.Out[0] == g.Loss // the step's loss sums its micro-batches
@@ -653,6 +762,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Steps = append(prog.Steps, p.allReduceAfter(prog, n, PhaseForward)...)
 	}
 	for i, n := range g.Backward {
+		prog.Steps = append(prog.Steps, p.Sync.BeforeNode(p, prog, PhaseBackward, i, false)...)
 		st := prog.kernelStep(n, PhaseBackward)
 		if _, isGrad := gradAt[n.Out[0]]; isGrad {
 			st.Acc = true
@@ -667,10 +777,11 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 
 	// Evaluation: the forward pass and the loss, dropout off, batch norm
 	// with its running statistics.
-	for _, n := range g.Forward {
+	for i, n := range g.Forward {
 		if n.TrainOnly {
 			continue
 		}
+		prog.Eval = append(prog.Eval, p.Sync.BeforeNode(p, prog, PhaseForward, i, true)...)
 		if n.Eval != nil {
 			prog.Eval = append(prog.Eval, prog.kernelStep(n.Eval, PhaseForward))
 			continue
@@ -685,14 +796,29 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		st.Acc = n.Out[0] == g.Loss // the loss sums every evaluation batch
 		prog.Eval = append(prog.Eval, st)
 	}
+	for _, w := range []*window{prog.gradWin, prog.paramWin} {
+		if w != nil {
+			w.place(prog)
+		}
+	}
 	for i, st := range prog.Steps {
 		st.ID = i
 	}
 	for i, st := range prog.Eval {
 		st.ID = len(prog.Steps) + i
 	}
-	prog.byValue = nil
+	prog.byValue, prog.gradWin, prog.paramWin, prog.bucketGrads, prog.unitParams = nil, nil, nil, nil, nil
 	return prog, nil
+}
+
+// windowOf is the window whose buffer arena is, or nil.
+func (prog *Program) windowOf(arena *Buffer) *window {
+	for _, w := range []*window{prog.gradWin, prog.paramWin} {
+		if w != nil && w.buf == arena {
+			return w
+		}
+	}
+	return nil
 }
 
 // allReduceAfter returns the all-reduce (sum) of node n's output that n
@@ -732,46 +858,76 @@ func (p *Plan) optimizerSteps(prog *Program, update bool) error {
 		prog.Steps = append(prog.Steps, &Step{Kind: KernelStep, Phase: PhaseUpdate, Op: ops.ClipGradNorm,
 			Attrs: ops.Attrs{MaxNorm: max}, In: []*Buffer{prog.GradArena}, Layer: "clip_grad_norm", Pos: p.Spec.Pos})
 	}
+	kinds, err := stateKinds(o)
+	if err != nil {
+		return err
+	}
 	for i, prm := range p.Graph.Params {
-		param, grad := prog.Params[i], prog.Grads[i]
-		st := &Step{Kind: KernelStep, Phase: PhaseUpdate, Layer: "optimizer " + prm.Name, Pos: o.Pos}
-		lr, wd := o.LR, o.WeightDecay
-		if g := paramGroup(o.Groups, prm.Name); g != nil {
-			if g.LR != nil {
-				lr = *g.LR
-			}
-			if g.WeightDecay != nil {
-				wd = *g.WeightDecay
-			}
+		for _, k := range kinds {
+			prog.State[i] = append(prog.State[i], prog.newBuffer(prm.Name+"."+k, nil, prm.Value.Shape, false, false))
 		}
-		switch o.Kind {
-		case "sgd":
-			st.Op = ops.SGDStep
-			st.Attrs = ops.Attrs{LR: lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: wd, Nesterov: o.Nesterov}
-			var mom *Buffer
-			if o.Momentum != 0 {
-				mom = prog.newBuffer(prm.Name+".momentum_buffer", nil, prm.Value.Shape, false, false)
-				prog.State[i] = []*Buffer{mom}
-			}
-			st.In = []*Buffer{param, grad, mom}
-		case "adam", "adamw":
-			st.Op = ops.AdamStep
-			if o.Kind == "adamw" {
-				st.Op = ops.AdamWStep
-			}
-			st.Attrs = ops.Attrs{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: wd}
-			m := prog.newBuffer(prm.Name+".exp_avg", nil, prm.Value.Shape, false, false)
-			v := prog.newBuffer(prm.Name+".exp_avg_sq", nil, prm.Value.Shape, false, false)
-			prog.State[i] = []*Buffer{m, v}
-			st.In = []*Buffer{param, grad, m, v}
-		default:
-			return fmt.Errorf("%s: unknown optimizer %q", o.Pos, o.Kind)
+		st, err := p.optimizerStep(prm, prog.Params[i], prog.Grads[i], prog.State[i])
+		if err != nil {
+			return err
 		}
 		if update {
 			prog.Steps = append(prog.Steps, st)
 		}
 	}
 	return nil
+}
+
+// stateKinds names the optimizer state a parameter needs, one buffer
+// each, as PyTorch's optimizer state_dict names them: SGD's
+// momentum_buffer (none without momentum), Adam's exp_avg and exp_avg_sq.
+func stateKinds(o spec.Optimizer) ([]string, error) {
+	switch o.Kind {
+	case "sgd":
+		if o.Momentum != 0 {
+			return []string{"momentum_buffer"}, nil
+		}
+		return nil, nil
+	case "adam", "adamw":
+		return []string{"exp_avg", "exp_avg_sq"}, nil
+	}
+	return nil, fmt.Errorf("%s: unknown optimizer %q", o.Pos, o.Kind)
+}
+
+// optimizerStep is the update-phase step of parameter prm (or of a part
+// of it) over param, its gradient grad and its state (stateKinds' buffers
+// in order), with the learning rate and weight decay of prm's group.
+func (p *Plan) optimizerStep(prm *Param, param, grad *Buffer, state []*Buffer) (*Step, error) {
+	o := p.Spec.Optimizer
+	st := &Step{Kind: KernelStep, Phase: PhaseUpdate, Layer: "optimizer " + prm.Name, Pos: o.Pos}
+	lr, wd := o.LR, o.WeightDecay
+	if g := paramGroup(o.Groups, prm.Name); g != nil {
+		if g.LR != nil {
+			lr = *g.LR
+		}
+		if g.WeightDecay != nil {
+			wd = *g.WeightDecay
+		}
+	}
+	switch o.Kind {
+	case "sgd":
+		st.Op = ops.SGDStep
+		st.Attrs = ops.Attrs{LR: lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: wd, Nesterov: o.Nesterov}
+		var mom *Buffer
+		if len(state) > 0 {
+			mom = state[0]
+		}
+		st.In = []*Buffer{param, grad, mom}
+	case "adam", "adamw":
+		st.Op = ops.AdamStep
+		if o.Kind == "adamw" {
+			st.Op = ops.AdamWStep
+		}
+		st.Attrs = ops.Attrs{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: wd}
+		st.In = []*Buffer{param, grad, state[0], state[1]}
+	default:
+		return nil, fmt.Errorf("%s: unknown optimizer %q", o.Pos, o.Kind)
+	}
+	return st, nil
 }
 
 // paramGroup is the first of groups with a pattern matching name, or nil.
@@ -786,7 +942,9 @@ func paramGroup(groups []spec.ParamGroup, name string) *spec.ParamGroup {
 	return nil
 }
 
-// InitialParams returns the parameter arena's first values as PyTorch's
+// InitialParams returns the parameters' first values, laid out whole
+// (ParamElems, ParamOffset: the parameter arena's layout unless the
+// parameters are sharded), as PyTorch's
 // default initialisation draws them: weights from U(-1/√fan_in, 1/√fan_in)
 // (kaiming_uniform_ with a=√5) and biases from the same range, batch
 // norm's weights 1 and biases 0, or as the layer's init= asks for its
@@ -794,15 +952,34 @@ func paramGroup(groups []spec.ParamGroup, name string) *spec.ParamGroup {
 // seeded with seed. The runner uploads them to rank 0, which broadcasts
 // them.
 func (p *Plan) InitialParams(seed int64) []float32 {
-	prog := p.Devices[0]
-	out := make([]float32, prog.ParamArena.Elems())
+	out := make([]float32, p.ParamElems())
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	for i, prm := range p.Graph.Params {
-		b := prog.Params[i]
-		data := out[b.Offset-prog.ParamArena.Offset:][:b.Elems()]
+		data := out[p.ParamOffset(i):][:prm.Value.Elems()]
 		initParam(data, prm, rng)
 	}
 	return out
+}
+
+// ParamElems is the length of the parameters laid out whole: the
+// parameter arena's, or, in a sharded plan, the flattened list's (padding
+// included), which every rank's parameter arena is unless the parameters
+// themselves are sharded (Sharding.Params).
+func (p *Plan) ParamElems() int {
+	if p.Sharding != nil {
+		return p.Sharding.FlatElems
+	}
+	return p.Devices[0].ParamArena.Elems()
+}
+
+// ParamOffset is parameter i's (Graph.Params) first element in the
+// parameters laid out whole (ParamElems).
+func (p *Plan) ParamOffset(i int) int {
+	if p.Sharding != nil {
+		return p.Sharding.ParamAt[i]
+	}
+	prog := p.Devices[0]
+	return prog.Params[i].Offset - prog.ParamArena.Offset
 }
 
 // initParam fills data with parameter prm's first values (see InitialParams).

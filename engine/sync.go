@@ -13,22 +13,24 @@ import (
 // sync.* kind of the script (spec.Sync), made for the run's world by
 // NewSyncStrategy and held by the Plan (Plan.Sync). Each strategy lives in
 // one file (sync_allreduce.go, sync_parameter_server.go, sync_local_sgd.go,
-// sync_none.go) that registers it; the compiler asks it where collectives
-// go, the runner how to scale the loss and what a checkpoint holds, and
-// neither looks at the kind.
+// sync_none.go, sync_zero.go) that registers it; the compiler asks it
+// where collectives go, the runner how to scale the loss and what a
+// checkpoint holds, and neither looks at the kind.
 //
-// A sharded strategy (ZeRO stages 1–3, issue 27) plugs in as another file
-// through the same hooks: AfterBackward places a reduce-scatter of each
-// bucket (a CollectiveKind of its own, with the backends' Collectives
-// gaining it); Update plans each rank's optimizer over its shard of the
-// parameters, with optimizer state buffers for that shard only, followed
-// by an all-gather of the parameters; StateRanks answers every rank, each
-// holding a shard, so a checkpoint gathers whole tensors and stays
+// The sharded strategy (sync.zero, ZeRO stages 1–3) plugs in through the
+// same hooks: Prepare pads the gradient buckets so that each splits into
+// one block per rank and sets Plan.Sharding, which the compiler reads to
+// lay out the rank's shards; AfterBackward places a reduce-scatter of each
+// bucket (CollectiveReduceScatter); Update plans each rank's optimizer
+// over its blocks of the parameters, with optimizer state for those
+// blocks only, followed by an all-gather of the parameters
+// (CollectiveAllGather); StateRanks answers every rank, each holding a
+// shard, and a checkpoint gathers whole tensors so that it stays
 // independent of the world; Resumes accepts allreduce's checkpoints and
-// the other stages'. Stage 3, which gathers each layer's parameters before
-// its forward and its backward node, would add a per-node hook beside
-// AfterBackward (BeforeNode), called from compileProgram's forward and
-// backward loops; the strategies that need none return nothing.
+// the other stages', from any device count. Stage 3 gathers each layer's
+// parameters before its forward and its backward node through BeforeNode,
+// called from compileProgram's forward, backward and evaluation loops; the
+// strategies that need none return nothing.
 type SyncStrategy interface {
 	// Kind is the script's sync.* kind: the checkpoint's "sync" metadata
 	// and the name `gorun plan` gives the gradient buckets.
@@ -37,6 +39,11 @@ type SyncStrategy interface {
 	// with its settings: "allreduce(op=mean, bucket_mb=25, overlap=true)".
 	Describe(p *Plan) string
 
+	// Prepare is called once the graph and the gradient buckets
+	// (Plan.Buckets) are planned, before any device's Program: a sharded
+	// strategy pads and regroups the buckets and sets Plan.Sharding; the
+	// others leave the Plan as it is.
+	Prepare(p *Plan) error
 	// BeforeForward returns the collectives that open every training
 	// step, before the first forward kernel (allreduce's
 	// broadcast_buffers: rank 0's running statistics to every device).
@@ -45,6 +52,12 @@ type SyncStrategy interface {
 	// node i (Graph.Backward[i]) of prog: the gradient buckets it
 	// completes, or, without overlap, every bucket after the last node.
 	AfterBackward(p *Plan, prog *Program, i int) []*Step
+	// BeforeNode returns the collectives placed right before node i of
+	// the forward pass (phase PhaseForward: Graph.Forward[i], in training
+	// or, with eval set, in evaluation) or of the backward pass
+	// (PhaseBackward: Graph.Backward[i]): stage 3's gathers of the
+	// parameters the node reads.
+	BeforeNode(p *Plan, prog *Program, phase Phase, i int, eval bool) []*Step
 	// Update appends prog's update phase: gradient clipping and the
 	// optimizer on the ranks that step (Plan.optimizerSteps plans every
 	// rank's optimizer state either way), then the collectives that
@@ -81,8 +94,12 @@ type SyncStrategy interface {
 	// from one rank, an all-gather from all) and restores each rank's.
 	StateRanks() []int
 	// Resumes returns nil when a checkpoint written under sync kind saved
-	// may resume under this strategy, else an error saying why not.
-	Resumes(saved spec.SyncKind) error
+	// on a world of savedWorld devices may resume under this strategy,
+	// else an error saying why not. A checkpoint made on another device
+	// count resumes only where both strategies keep checkpoints
+	// independent of the world (a sharded strategy's, and allreduce's
+	// into a sharded one and back).
+	Resumes(saved spec.SyncKind, savedWorld int) error
 }
 
 // syncMakers are the registered strategies, by kind: each strategy's file
@@ -118,11 +135,32 @@ func SyncKinds() []string {
 }
 
 // sameSync is the Resumes of a strategy whose checkpoints resume only
-// under the same kind.
-func sameSync(kind, saved spec.SyncKind) error {
+// under the same kind, on the same number of devices.
+func sameSync(kind, saved spec.SyncKind, world, savedWorld int) error {
+	if err := sameWorld(world, savedWorld); err != nil {
+		return err
+	}
 	if saved != kind {
 		return fmt.Errorf("the checkpoint was made with sync %s, the script now says %s", saved, kind)
 	}
+	return nil
+}
+
+// sameWorld refuses a checkpoint made on another number of devices.
+func sameWorld(world, savedWorld int) error {
+	if savedWorld != world {
+		return fmt.Errorf("the checkpoint was made with %d devices, this run has %d", savedWorld, world)
+	}
+	return nil
+}
+
+// unsharded is the part of SyncStrategy that strategies holding every
+// parameter on every rank share: nothing to prepare, nothing before a
+// node.
+type unsharded struct{}
+
+func (unsharded) Prepare(p *Plan) error { return nil }
+func (unsharded) BeforeNode(p *Plan, prog *Program, phase Phase, i int, eval bool) []*Step {
 	return nil
 }
 
@@ -166,4 +204,15 @@ func paramStep(p *Plan, prog *Program, c *Collective, every int) *Step {
 	c.Buffer, c.Elems, c.Bytes = prog.ParamArena, elems, int64(elems)*4
 	return &Step{Kind: CollectiveStep, Phase: PhaseUpdate, Collective: c, Every: every,
 		Layer: string(c.Kind) + " " + c.Tag, Pos: p.Spec.Sync.Pos}
+}
+
+// allReduceTwin compiles p's script again for the same cluster and
+// process with plain sync.allreduce (p's bucket size, overlap and
+// broadcast_buffers): what `gorun plan` sets a sharded plan beside. The
+// memory limit is not checked.
+func (p *Plan) allReduceTwin() (*Plan, error) {
+	sc := *p.Spec
+	sy := p.Spec.Sync
+	sc.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: sy.BucketMB, Overlap: sy.Overlap, BroadcastBuffers: sy.BroadcastBuffers, Pos: sy.Pos}
+	return compileProcess(&sc, p.Cluster, p.Process)
 }

@@ -18,6 +18,7 @@ import (
 // its division). With broadcast_buffers, rank 0's running statistics go
 // to every device before each forward pass.
 type allReduce struct {
+	unsharded
 	sy    spec.Sync
 	op    comm.ReduceOp // comm.Sum or comm.Mean, from sy.Op
 	world int
@@ -68,7 +69,14 @@ func (s *allReduce) LocalLoss() bool       { return false }
 func (s *allReduce) Overlap() bool         { return s.sy.Overlap }
 func (s *allReduce) SharedGradients() bool { return s.world > 1 }
 
-func (s *allReduce) OwnParams() bool                   { return false }
-func (s *allReduce) ShareState() bool                  { return true }
-func (s *allReduce) StateRanks() []int                 { return []int{0} } // every rank's is rank 0's
-func (s *allReduce) Resumes(saved spec.SyncKind) error { return sameSync(s.Kind(), saved) }
+func (s *allReduce) OwnParams() bool   { return false }
+func (s *allReduce) ShareState() bool  { return true }
+func (s *allReduce) StateRanks() []int { return []int{0} } // every rank's is rank 0's
+// Resumes: allreduce's own checkpoints on the same devices, and a sharded
+// run's (sync.zero), which hold whole tensors, from any device count.
+func (s *allReduce) Resumes(saved spec.SyncKind, savedWorld int) error {
+	if saved == spec.SyncZero {
+		return nil
+	}
+	return sameSync(s.Kind(), saved, s.world, savedWorld)
+}

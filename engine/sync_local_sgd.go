@@ -13,6 +13,7 @@ import (
 // parameters and optimizer state of its own, and a checkpoint saves every
 // rank's.
 type localSGD struct {
+	unsharded
 	sy    spec.Sync
 	world int
 }
@@ -53,4 +54,6 @@ func (s *localSGD) ShareState() bool { return true }
 
 func (s *localSGD) StateRanks() []int { return allRanks(s.world) }
 
-func (s *localSGD) Resumes(saved spec.SyncKind) error { return sameSync(s.Kind(), saved) }
+func (s *localSGD) Resumes(saved spec.SyncKind, savedWorld int) error {
+	return sameSync(s.Kind(), saved, s.world, savedWorld)
+}

@@ -7,6 +7,7 @@ import "gorun/engine/spec"
 // parameters and optimizer state of its own, all saved by a checkpoint. A
 // baseline for the other strategies.
 type none struct {
+	unsharded
 	world int
 }
 
@@ -27,7 +28,9 @@ func (s *none) LocalLoss() bool       { return s.world > 1 }
 func (s *none) Overlap() bool         { return false }
 func (s *none) SharedGradients() bool { return false }
 
-func (s *none) OwnParams() bool                   { return s.world > 1 }
-func (s *none) ShareState() bool                  { return true }
-func (s *none) StateRanks() []int                 { return allRanks(s.world) }
-func (s *none) Resumes(saved spec.SyncKind) error { return sameSync(s.Kind(), saved) }
+func (s *none) OwnParams() bool   { return s.world > 1 }
+func (s *none) ShareState() bool  { return true }
+func (s *none) StateRanks() []int { return allRanks(s.world) }
+func (s *none) Resumes(saved spec.SyncKind, savedWorld int) error {
+	return sameSync(s.Kind(), saved, s.world, savedWorld)
+}

@@ -14,6 +14,7 @@ import (
 // ranks plan theirs and leave it untouched, and a checkpoint saves the
 // root's.
 type parameterServer struct {
+	unsharded
 	sy    spec.Sync
 	world int
 }
@@ -60,7 +61,9 @@ func (s *parameterServer) LocalLoss() bool       { return false }
 func (s *parameterServer) Overlap() bool         { return false }
 func (s *parameterServer) SharedGradients() bool { return s.world > 1 }
 
-func (s *parameterServer) OwnParams() bool                   { return false }
-func (s *parameterServer) ShareState() bool                  { return false }
-func (s *parameterServer) StateRanks() []int                 { return []int{s.sy.Root} }
-func (s *parameterServer) Resumes(saved spec.SyncKind) error { return sameSync(s.Kind(), saved) }
+func (s *parameterServer) OwnParams() bool   { return false }
+func (s *parameterServer) ShareState() bool  { return false }
+func (s *parameterServer) StateRanks() []int { return []int{s.sy.Root} }
+func (s *parameterServer) Resumes(saved spec.SyncKind, savedWorld int) error {
+	return sameSync(s.Kind(), saved, s.world, savedWorld)
+}

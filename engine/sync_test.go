@@ -34,6 +34,9 @@ func TestSyncStrategies(t *testing.T) {
 		{"sync.parameter_server(root=2)", spec.SyncParameterServer, "parameter_server(root=2)", 1, false, true, false, false, []int{2}, []int{2}},
 		{"sync.local_sgd(every=4)", spec.SyncLocalSGD, "local_sgd(every=4)", 1, true, false, false, true, []int{0, 1, 2}, []int{0, 1, 2}},
 		{"sync.none()", spec.SyncNone, "none", 1, true, false, false, true, []int{0, 1, 2}, []int{0, 1, 2}},
+		{"sync.zero(stage=1)", spec.SyncZero, "zero(stage=1, bucket_mb=25, overlap=true)", 1, false, true, true, false, []int{0, 1, 2}, []int{0, 1, 2}},
+		{"sync.zero(stage=2, overlap=False)", spec.SyncZero, "zero(stage=2, bucket_mb=25, overlap=false [buckets of at most 16000 values: a quarter of a rank's shard or the largest gradient])", 1, false, true, false, false, []int{0, 1, 2}, []int{0, 1, 2}},
+		{"sync.fsdp(prefetch=2)", spec.SyncZero, "zero(stage=3, bucket_mb=25, overlap=true, prefetch=2)", 1, false, true, true, false, []int{0, 1, 2}, []int{0, 1, 2}},
 	} {
 		p := compile(t, loadSpec(t, mnistScript, "sync="+c.set), 3)
 		s := p.Sync
@@ -54,14 +57,14 @@ func TestSyncStrategies(t *testing.T) {
 		if !slices.Equal(updaters, c.updaters) {
 			t.Errorf("%s: ranks %v run the optimizer, want %v", c.set, updaters, c.updaters)
 		}
-		if err := s.Resumes(c.kind); err != nil {
+		if err := s.Resumes(c.kind, 3); err != nil {
 			t.Errorf("%s refuses its own checkpoints: %v", c.set, err)
 		}
 		other := spec.SyncNone
 		if c.kind == other {
 			other = spec.SyncAllReduce
 		}
-		if err := s.Resumes(other); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("made with sync %s, the script now says %s", other, c.kind)) {
+		if err := s.Resumes(other, 3); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("made with sync %s, the script now says %s", other, c.kind)) {
 			t.Errorf("%s resumes a checkpoint of sync %s: %v", c.set, other, err)
 		}
 
@@ -84,7 +87,7 @@ func TestSyncStrategies(t *testing.T) {
 	// A kind no strategy registered is refused at compile time.
 	s := loadSpec(t, mnistScript)
 	s.Sync.Kind = "gossip"
-	if _, err := Compile(s, DefaultCluster()); err == nil || !strings.Contains(err.Error(), `unknown sync strategy "gossip" (gorun has allreduce, local_sgd, none, parameter_server)`) {
+	if _, err := Compile(s, DefaultCluster()); err == nil || !strings.Contains(err.Error(), `unknown sync strategy "gossip" (gorun has allreduce, local_sgd, none, parameter_server, zero)`) {
 		t.Errorf("unknown sync kind: %v", err)
 	}
 }
@@ -94,7 +97,7 @@ func TestSyncStrategies(t *testing.T) {
 // (engine/sync_*.go); the compiler, the runner and the backends ask the
 // strategy instead.
 func TestNoSyncKindOutsideTheStrategies(t *testing.T) {
-	kinds := regexp.MustCompile(`\bspec\.Sync(AllReduce|ParameterServer|LocalSGD|None)\b|\.Sync\.Kind([^(\w]|$)`)
+	kinds := regexp.MustCompile(`\bspec\.Sync(AllReduce|ParameterServer|LocalSGD|None|Zero)\b|\.Sync\.Kind([^(\w]|$)`)
 	root := ".."
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {

@@ -9,7 +9,10 @@
 //
 // It belongs to the run half, after training: Load rebuilds the run's
 // Plan from its script (package script, then engine.Compile for one
-// device of the chosen backend, at the batch WithMaxBatch sets), and
+// device of the chosen backend, at the batch WithMaxBatch sets), with the
+// training data described by what the weights file's metadata record
+// of them (datasets.Recorded: the sample shape, classes and their names,
+// the vocabulary), so that no data file is read, and
 // Predict runs the Plan's evaluation pass through runner.Evaluator: the
 // very steps evaluation during training runs (dropout off, batch norm
 // on its running statistics), so Predict's outputs are the training
@@ -23,17 +26,26 @@
 // sample shape is InputShape ([1 28 28] for MNIST):
 //
 //   - float32 values are the model's inputs as its first layer takes
-//     them, that is after the training set's normalisation, as a PyTorch
-//     model(x) takes them; float64 values are converted to float32 first.
-//   - uint8 values are raw pixels, converted as the training set converted
-//     its pixels: v/255, then (v − mean)/std with the data's normalize, in
-//     float32 as torchvision's ToTensor and Normalize do.
+//     them, that is after the training set's preprocessing (normalised
+//     pixels, standardised CSV columns), as a PyTorch model(x) takes
+//     them; float64 values are converted to float32 first.
+//   - uint8 values are raw pixels of a model trained on images, converted
+//     as the training set converted its pixels: v/255, then
+//     (v − mean[c])/std[c] with channel c's own mean and std, in float32
+//     as torchvision's ToTensor and Normalize do. A data.csv model
+//     refuses them.
 //   - token models (data.text, integer data.tensors) take int32, int64 or
 //     int token ids, [N, T], each id in [0, Classes).
 //
-// Normalize converts float data in the training files' own form (before
-// normalisation) into model inputs; gorun predict uses it, as it reads
-// files like the training set's.
+// Raw data become model inputs as training made them: FromImage for an
+// image file (data.images, data.mnist and data.fashion_mnist models:
+// decoded, converted to the model's channels, resized and normalised by
+// the training's own code, datasets.ImageMeta.Sample), FromCSV for a
+// table with a header (data.csv models: the columns found by name,
+// standardised with the training split's statistics,
+// datasets.CSVMeta.Sample), and Normalize for arrays in the training
+// files' own form (each channel, column, or every value, with its own
+// mean and std: Normalization). gorun predict and gorun serve use them.
 //
 // Predict returns float32 outputs, [N, ...OutputShape]: what the model's
 // last layer computes (logits, or log-probabilities after
@@ -46,7 +58,10 @@
 // model's ("input has shape [3 28 28], the model takes [N 1 28 28] or one
 // sample [1 28 28]"), an empty batch, a NaN or infinite value (naming the
 // sample and the element: one caller's bad value never reaches a batch it
-// shares with others), a token id outside the vocabulary.
+// shares with others), a token id outside the vocabulary, uint8 inputs to
+// a data.csv model. FromImage and FromCSV name the file (or "the image",
+// "the CSV"), the line and the column: a file that is not an image, a
+// table without one of the model's columns, a missing value.
 //
 // # Concurrency
 //

@@ -220,7 +220,7 @@ func TestKeptScript(t *testing.T) {
 	if m.Kind() != Classifier || m.Classes() != 10 || m.MaxBatch() != DefaultMaxBatch {
 		t.Errorf("kind %v, classes %d, max batch %d", m.Kind(), m.Classes(), m.MaxBatch())
 	}
-	if mean, std := m.Normalization(); float32(mean) != 0.1307 || float32(std) != 0.3081 {
+	if mean, std := m.Normalization(); len(mean) != 1 || len(std) != 1 || float32(mean[0]) != 0.1307 || float32(std[0]) != 0.3081 {
 		t.Errorf("normalization %v, %v", mean, std)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
 	_ "gorun/engine/backend/cpu" // the default backend
@@ -25,7 +26,7 @@ type Model struct {
 	file    *safetensors.File
 	kind    Kind
 	last    ops.Op // the op that makes the output (log_softmax, softmax, …)
-	norm    [2]float32
+	prep    *prep  // how the training data became inputs
 	b       *batcher
 }
 
@@ -111,9 +112,15 @@ func WithSet(sets ...string) Option { return func(o *options) { o.sets = append(
 // model.safetensors (or WithWeights'). A run folder of an earlier gorun,
 // which kept no copy, loads the script run.json records as it is now,
 // its load()s resolved as gorun's are (the script's folder, GORUN_PATH,
-// the library shipped in package scripts). The data the script names is described again (its sample shape and classes), but
-// not read: MNIST needs nothing, data.tensors and data.text files must be
-// where the script says.
+// the library shipped in package scripts).
+//
+// The training data need not be there: the model's input shape, classes,
+// vocabulary and preprocessing (an image's size, channels and
+// normalisation; a table's columns and their statistics) come from the
+// metadata of model.safetensors. A weights file of an earlier gorun that
+// records too little of its data (data.tensors) has the data the script
+// names described again (headers only), and Load then fails, naming
+// what is missing, when they are gone.
 func Load(dir string, opts ...Option) (*Model, error) {
 	path, sopts, sets, err := runScript(dir)
 	if err != nil {
@@ -178,15 +185,19 @@ func load(path string, sopts []script.Option, sets []string, weights string, o *
 		}
 		return nil, fmt.Errorf("model: weights %s is not a file", weights)
 	}
-	plan, err := compile(path, sopts, sets, be, o.maxBatch)
-	if err != nil {
-		return nil, err
-	}
 	f, err := safetensors.ReadFile(weights)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	m := &Model{plan: plan, weights: weights, file: f, norm: normalization(plan)}
+	plan, err := compile(path, sopts, sets, be, o.maxBatch, weights, f.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := newPrep(plan, f.Metadata, weights)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	m := &Model{plan: plan, weights: weights, file: f, prep: pr}
 	switch {
 	case plan.Tokens:
 		m.kind = Sequence
@@ -207,8 +218,11 @@ func load(path string, sopts []script.Option, sets []string, weights string, o *
 
 // compile loads the script (with sopts, which find it and what it loads)
 // with the run's --set arguments, the batch the arenas run and no eval
-// set, and compiles it for one device of backend.
-func compile(path string, sopts []script.Option, sets []string, be string, maxBatch int) (*engine.Plan, error) {
+// set, and compiles it for one device of backend, its training data
+// described by what the metadata of the weights file records
+// (datasets.Recorded), or, when it records too little, by the data
+// themselves.
+func compile(path string, sopts []script.Option, sets []string, be string, maxBatch int, weights string, meta map[string]string) (*engine.Plan, error) {
 	var ov []script.Override
 	// Batch norm refuses to compile for a batch of 1 in training (PyTorch
 	// would refuse to train on it): plan for 2 and run at most maxBatch.
@@ -223,6 +237,19 @@ func compile(path string, sopts []script.Option, sets []string, be string, maxBa
 	if err != nil {
 		return nil, fmt.Errorf("model: loading %s: %w", path, err)
 	}
+	rec, err := datasets.Recorded(&s.Data, meta)
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", weights, err)
+	}
+	if rec == nil {
+		// A weights file of an earlier gorun: the data describe the model.
+		info, err := datasets.Describe(&s.Data)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s does not record the shape of its training data (an earlier gorun wrote it), so it is read from the data the script names, which failed: %w", weights, err)
+		}
+		rec = info.Record()
+	}
+	s.Data.Recorded = rec
 	c := engine.DefaultCluster()
 	c.Backend = be
 	plan, err := engine.Compile(s, c)
@@ -230,16 +257,6 @@ func compile(path string, sopts []script.Option, sets []string, be string, maxBa
 		return nil, fmt.Errorf("model: compiling %s: %w", path, err)
 	}
 	return plan, nil
-}
-
-// normalization is the training set's normalize (mean, std) in float32,
-// as the datasets apply it.
-func normalization(p *engine.Plan) [2]float32 {
-	n := p.Spec.Data.Normalize
-	if !(n[1] > 0) {
-		return [2]float32{0, 1}
-	}
-	return [2]float32{float32(n[0]), float32(n[1])}
 }
 
 // Kind says what the model's outputs are.
@@ -260,10 +277,50 @@ func (m *Model) Classes() int { return m.plan.Classes }
 // MaxBatch is the largest batch an arena runs (WithMaxBatch).
 func (m *Model) MaxBatch() int { return m.b.maxBatch }
 
-// Normalization is the training set's normalize: uint8 inputs and
-// Normalize's float inputs v become (v − mean)/std.
-func (m *Model) Normalization() (mean, std float64) {
-	return float64(m.norm[0]), float64(m.norm[1])
+// Normalization is the training set's normalisation, one mean and std
+// per channel of an image model (data.images' normalize, each channel
+// after scaling to [0, 1]), per input column of a data.csv model (the
+// training split's statistics when it standardised them), or one of each
+// for every value (data.mnist's, data.tensors' normalize): value v of
+// channel or column c becomes (v − mean[c])/std[c] (see Normalize). An
+// unnormalised model gives means of 0 and stds of 1.
+func (m *Model) Normalization() (mean, std []float64) {
+	return slices.Clone(m.prep.mean), slices.Clone(m.prep.std)
+}
+
+// ClassNames are the names of the classes in label order, as the
+// training data named them (data.images' class folders, data.csv's
+// labels), or nil when they have none (data.mnist).
+func (m *Model) ClassNames() []string { return slices.Clone(m.prep.names) }
+
+// DataKind is the data.* kind the model was trained on ("mnist",
+// "images", "csv", "tensors", …).
+func (m *Model) DataKind() string { return m.prep.data }
+
+// ImageMeta is how an image file becomes one of the model's samples
+// (FromImage), for a model trained on images: data.images' (its
+// channels, size and normalisation, as the weights file records them),
+// or 28×28 grayscale with data.mnist's or data.fashion_mnist's normalize;
+// ok is false for other models.
+func (m *Model) ImageMeta() (meta datasets.ImageMeta, ok bool) {
+	if m.prep.image == nil {
+		return datasets.ImageMeta{}, false
+	}
+	im := *m.prep.image
+	im.Mean, im.Std = slices.Clone(im.Mean), slices.Clone(im.Std)
+	return im, true
+}
+
+// CSVMeta is how a table row becomes one of the model's samples
+// (FromCSV), for a model trained on data.csv: its input columns in
+// order and their statistics; ok is false for other models.
+func (m *Model) CSVMeta() (meta datasets.CSVMeta, ok bool) {
+	if m.prep.csv == nil {
+		return datasets.CSVMeta{}, false
+	}
+	c := *m.prep.csv
+	c.X, c.Mean, c.Std = slices.Clone(c.X), slices.Clone(c.Mean), slices.Clone(c.Std)
+	return c, true
 }
 
 // Plan is the compiled Plan the model runs (for gorun plan's printing,

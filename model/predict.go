@@ -46,20 +46,9 @@ func (m *Model) request(x *tensor.Dense) (r *request, single bool, err error) {
 	if x == nil {
 		return nil, false, errors.New("model: Predict: the input is a nil tensor")
 	}
-	sample := m.plan.Sample
-	shape := []int(x.Shape())
-	want := fmt.Sprintf("[N %s] or one sample %v", dims(sample), sample)
-	var n int
-	switch {
-	case slices.Equal(shape, sample):
-		n, single = 1, true
-	case len(shape) == len(sample)+1 && slices.Equal(shape[1:], sample):
-		n = shape[0]
-	default:
-		return nil, false, fmt.Errorf("model: input has shape %v, the model takes %s", shape, want)
-	}
-	if n == 0 {
-		return nil, false, fmt.Errorf("model: input has shape %v: no samples (the model takes %s)", shape, want)
+	n, single, err := m.batchOf(x.Shape())
+	if err != nil {
+		return nil, false, err
 	}
 	data, err := values(x)
 	if err != nil {
@@ -76,6 +65,25 @@ func (m *Model) request(x *tensor.Dense) (r *request, single bool, err error) {
 		return nil, false, err
 	}
 	return r, single, nil
+}
+
+// batchOf checks an input's shape: a batch [N, ...InputShape] of N > 0
+// samples, or one sample (single).
+func (m *Model) batchOf(shape []int) (n int, single bool, err error) {
+	sample := m.plan.Sample
+	want := fmt.Sprintf("[N %s] or one sample %v", dims(sample), sample)
+	switch {
+	case slices.Equal(shape, sample):
+		return 1, true, nil
+	case len(shape) == len(sample)+1 && slices.Equal(shape[1:], sample):
+		n = shape[0]
+	default:
+		return 0, false, fmt.Errorf("model: input has shape %v, the model takes %s", shape, want)
+	}
+	if n == 0 {
+		return 0, false, fmt.Errorf("model: input has shape %v: no samples (the model takes %s)", shape, want)
+	}
+	return n, false, nil
 }
 
 // dims writes a shape's dimensions without brackets ("1 28 28").
@@ -139,7 +147,10 @@ func (m *Model) floats(data any, per int) ([]float32, error) {
 			}
 		}
 	case []uint8:
-		return m.pixels(v), nil
+		if m.prep.csv != nil {
+			return nil, fmt.Errorf("model: input has dtype uint8: a model trained on data.csv takes float32 inputs (its columns standardised as in training: Normalize or FromCSV make them from raw values), not pixels")
+		}
+		return m.prep.pixels(v), nil
 	default:
 		return nil, fmt.Errorf("model: input has dtype %s: the model takes float32 values (float64 converted, uint8 pixels normalised as in training), not token ids", dtypeOf(data))
 	}
@@ -149,21 +160,6 @@ func (m *Model) floats(data any, per int) ([]float32, error) {
 		}
 	}
 	return out, nil
-}
-
-// pixels converts raw uint8 pixels as the datasets do (torchvision's
-// ToTensor then Normalize, in float32).
-func (m *Model) pixels(v []uint8) []float32 {
-	var lut [256]float32
-	mean, std := m.norm[0], m.norm[1]
-	for p := range lut {
-		lut[p] = (float32(p)/255 - mean) / std
-	}
-	out := make([]float32, len(v))
-	for i, p := range v {
-		out[i] = lut[p]
-	}
-	return out
 }
 
 // tokens converts a sequence model's input: integer ids in the vocabulary.
@@ -212,10 +208,15 @@ func dtypeOf(data any) string {
 }
 
 // Normalize turns data in the form of the training set's files into the
-// model's inputs, as the training set's reader does: uint8 v becomes
-// (v/255 − mean)/std, float32 or float64 v becomes (v − mean)/std, in
-// float32 (mean and std are the data's normalize; see Normalization).
-// Integer token ids come back unchanged.
+// model's inputs, as the training set's reader does, channel by channel
+// (Normalization): for a model trained on images (data.images,
+// data.mnist, data.fashion_mnist, uint8 data.tensors), uint8 pixels v
+// become (v/255 − mean)/std and float values (pixels already scaled to
+// [0, 1], or data.tensors' floats) (v − mean)/std, in float32; for a
+// data.csv model, float values of its input columns in order become
+// (v − mean)/std computed in float64, as data.csv standardised them. x is
+// a batch [N, ...InputShape] or one sample; a model with one mean and std
+// for every value takes any shape. Integer token ids come back unchanged.
 func (m *Model) Normalize(x *tensor.Dense) (*tensor.Dense, error) {
 	if x == nil {
 		return nil, errors.New("model: Normalize: the input is a nil tensor")
@@ -223,24 +224,33 @@ func (m *Model) Normalize(x *tensor.Dense) (*tensor.Dense, error) {
 	if m.kind == Sequence {
 		return x, nil
 	}
+	pr := m.prep
+	if len(pr.mean) > 1 {
+		if _, _, err := m.batchOf(x.Shape()); err != nil {
+			return nil, err
+		}
+	}
 	data, err := values(x)
 	if err != nil {
 		return nil, err
 	}
-	mean, std := m.norm[0], m.norm[1]
+	size := pr.plane * len(pr.mean)
 	var out []float32
 	switch v := data.(type) {
 	case []uint8:
-		out = m.pixels(v)
+		if pr.csv != nil {
+			return nil, fmt.Errorf("model: Normalize: input has dtype uint8: a model trained on data.csv takes float values of its columns")
+		}
+		out = pr.pixels(v)
 	case []float32:
 		out = make([]float32, len(v))
 		for i, f := range v {
-			out[i] = (f - mean) / std
+			out[i] = pr.normalize(i%size, float64(f))
 		}
 	case []float64:
 		out = make([]float32, len(v))
 		for i, f := range v {
-			out[i] = (float32(f) - mean) / std
+			out[i] = pr.normalize(i%size, f)
 		}
 	default:
 		return nil, fmt.Errorf("model: Normalize: input has dtype %s: the model takes float32, float64 or uint8 data", dtypeOf(data))

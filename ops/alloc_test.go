@@ -67,5 +67,7 @@ func checkAllocs[T Float](t *testing.T, k map[Op]Kernel[T], seen map[Op]bool) []
 	measure("adam", AdamStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
 	measure("adamw", AdamWStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
 	measure("clip", ClipGradNorm, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g}, nil)
+	measure("norm_sq", GradNormSq, c, &Attrs{}, []*Buf[T]{g, buf(1)}, nil)
+	measure("clip_scale", ClipGradScale, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g, buf(3)}, nil)
 	return bad
 }

@@ -35,7 +35,7 @@
 //	layernorm.go   LayerNorm and its gradients
 //	embedding.go   Embedding and its weight's gradient
 //	tensor.go      Flatten, Concat, Narrow, NarrowGrad, Permute, Positions
-//	optim.go       SGDStep, AdamStep, AdamWStep, ClipGradNorm
+//	optim.go       SGDStep, AdamStep, AdamWStep, ClipGradNorm, GradNormSq, ClipGradScale
 //
 // op.go holds what every op shares: Op, Def, the registry (Lookup, All),
 // Attrs and the kernels' types (Buf, Ctx, Kernel). shape.go runs shape and

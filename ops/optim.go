@@ -32,6 +32,18 @@ const (
 	// float64 — torch.nn.utils.clip_grad_norm_ over all parameters.
 	// Attrs: MaxNorm.
 	ClipGradNorm Op = "clip_grad_norm"
+
+	// GradNormSq: in grads (a part of the gradients), sq [1]: writes the
+	// sum of squares of grads (summed in float64) into sq — ClipGradNorm's
+	// first half, for gradients sharded across ranks, whose parts' sums an
+	// all-reduce adds before ClipGradScale. Updates sq in place.
+	GradNormSq Op = "grad_norm_sq"
+
+	// ClipGradScale: in grads (a part of the gradients), sq [k] (sums of
+	// squares whose total is the squared norm of every gradient, added in
+	// float64 in order); scales grads in place by min(1, MaxNorm/(√Σsq +
+	// 1e-6)) — ClipGradNorm's second half. Attrs: MaxNorm.
+	ClipGradScale Op = "clip_grad_scale"
 )
 
 var optimizerOps = []*Def{
@@ -50,6 +62,14 @@ var optimizerOps = []*Def{
 	{
 		Op: ClipGradNorm, InPlace: true, In: []Input{{Name: "grads"}},
 		Kernel32: clipGradNorm[float32], Kernel64: clipGradNorm[float64],
+	},
+	{
+		Op: GradNormSq, InPlace: true, In: []Input{{Name: "grads"}, {Name: "sq"}},
+		Kernel32: gradNormSq[float32], Kernel64: gradNormSq[float64],
+	},
+	{
+		Op: ClipGradScale, InPlace: true, In: []Input{{Name: "grads"}, {Name: "sq"}},
+		Kernel32: clipGradScale[float32], Kernel64: clipGradScale[float64],
 	},
 }
 
@@ -180,6 +200,31 @@ func clipGradNorm[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	var s float64
 	for _, x := range g {
 		s += float64(x) * float64(x)
+	}
+	coef := T(min(a.MaxNorm/(math.Sqrt(s)+1e-6), 1))
+	for i := range g {
+		g[i] *= coef
+	}
+}
+
+// gradNormSq writes the sum of squares of the gradients in[0] (a part of
+// them), summed in float64 as clipGradNorm does, into in[1][0].
+func gradNormSq[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	var s float64
+	for _, x := range live(in[0]) {
+		s += float64(x) * float64(x)
+	}
+	in[1].Data[0] = T(s)
+}
+
+// clipGradScale scales the gradients (a part of them) by min(1,
+// MaxNorm/(norm + 1e-6)), the norm the square root of the sums in in[1]
+// added in float64, as clipGradNorm does with the norm of all gradients.
+func clipGradScale[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	g := live(in[0])
+	var s float64
+	for _, x := range live(in[1]) {
+		s += float64(x)
 	}
 	coef := T(min(a.MaxNorm/(math.Sqrt(s)+1e-6), 1))
 	for i := range g {

@@ -148,3 +148,44 @@ func TestClipGradNormMatchesPyTorch(t *testing.T) {
 		}
 	}
 }
+
+// TestClipInPartsMatchesWhole: clipping gradients sharded in parts
+// (GradNormSq of each part, the sums added, ClipGradScale of each part)
+// scales them as ClipGradNorm over the whole buffer does, below and above
+// the norm (the parts' sums are rounded to float32, so not to the bit).
+func TestClipInPartsMatchesWhole(t *testing.T) {
+	b, err := os.ReadFile("testdata/clip_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Grads []float32
+		Cases []struct {
+			MaxNorm float64 `json:"max_norm"`
+			After   []float32
+		}
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	n := len(g.Grads)
+	cuts := []int{0, n / 3, n / 2, n} // uneven parts
+	for _, c := range g.Cases {
+		grads := append([]float32(nil), g.Grads...)
+		sq := &Buf[float32]{Shape: []int{len(cuts) - 1}, Data: make([]float32, len(cuts)-1)}
+		parts := make([]*Buf[float32], len(cuts)-1)
+		for i := range parts {
+			parts[i] = &Buf[float32]{Shape: []int{cuts[i+1] - cuts[i]}, Data: grads[cuts[i]:cuts[i+1]]}
+			one := &Buf[float32]{Shape: []int{1}, Data: sq.Data[i : i+1]}
+			Kernels32[GradNormSq](&Ctx[float32]{}, &Attrs{}, []*Buf[float32]{parts[i], one}, nil)
+		}
+		for _, part := range parts {
+			Kernels32[ClipGradScale](&Ctx[float32]{}, &Attrs{MaxNorm: c.MaxNorm}, []*Buf[float32]{part, sq}, nil)
+		}
+		for i, want := range c.After {
+			if d := math.Abs(float64(grads[i] - want)); d > 1e-6*math.Max(1, math.Abs(float64(want))) {
+				t.Fatalf("max_norm %g: element %d is %v in parts, PyTorch %v", c.MaxNorm, i, grads[i], want)
+			}
+		}
+	}
+}

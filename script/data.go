@@ -2,6 +2,7 @@ package script
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -216,6 +217,233 @@ var textMaker = &configMaker{
 	},
 }
 
+// imagesMaker is data.images: torchvision's ImageFolder.
+//
+//	data.images(dir, size = None, channels = 3, normalize = None,
+//	            split = "train", test_fraction = 0.2, seed = 0,
+//	            transforms = [], limit = 0)
+//
+// dir (relative to the script) holds one folder per class, or train/ and
+// test/ folders that each do; size is (height, width) or an int for a
+// square (None: the images' own, all alike); channels 1 is grayscale, 3
+// RGB; normalize is (mean, std) for every channel or ((m1, m2, m3),
+// (s1, s2, s3)) per channel, applied after scaling to [0, 1].
+var imagesMaker = &configMaker{
+	name:   "data.images",
+	params: []string{"dir", "size?", "channels?", "normalize?", "split?", "test_fraction?", "seed?", "transforms?", "limit?"},
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		var dir string
+		size := starlark.Value(starlark.None)
+		channels, limit := 3, 0
+		normalize := starlark.Value(starlark.None)
+		split := "train"
+		frac := number(0.2)
+		var seed int64
+		transforms := starlark.Value(starlark.None)
+		if err := unpack(name, kwargs, "dir", &dir, "size?", &size, "channels?", &channels, "normalize?", &normalize,
+			"split?", &split, "test_fraction?", &frac, "seed?", &seed, "transforms?", &transforms, "limit?", &limit); err != nil {
+			return nil, err
+		}
+		switch {
+		case dir == "":
+			return nil, fmt.Errorf("%s: dir: empty; give the folder that holds one folder per class", name)
+		case split != "train" && split != "test":
+			return nil, fmt.Errorf("%s: split must be \"train\" or \"test\", got %q", name, split)
+		case channels != 1 && channels != 3:
+			return nil, fmt.Errorf("%s: channels must be 1 (grayscale) or 3 (RGB), got %d", name, channels)
+		case frac < 0 || frac >= 1:
+			return nil, fmt.Errorf("%s: test_fraction must be in [0, 1), got %g", name, float64(frac))
+		case seed < 0:
+			return nil, fmt.Errorf("%s: seed must be ≥ 0, got %d", name, seed)
+		}
+		d := spec.Data{Kind: "images", Split: split, Channels: channels, TestFraction: float64(frac), Seed: seed,
+			Limit: limit, Normalize: [2]float64{0, 1}, Pos: position(thread)}
+		if size != starlark.None {
+			hw, err := sizePair(size)
+			if err != nil {
+				return nil, fmt.Errorf("%s: size: %v", name, err)
+			}
+			d.ImageSize = hw
+		}
+		if normalize != starlark.None {
+			m, s, err := channelNormalize(normalize, channels)
+			if err != nil {
+				return nil, fmt.Errorf("%s: normalize: %v", name, err)
+			}
+			d.ChannelMean, d.ChannelStd = m, s
+		}
+		if err := dataOptions(name, &d, starlark.None, limit, transforms); err != nil {
+			return nil, err
+		}
+		d.Dir = resolvePath(thread, kwargs, "dir", dir)
+		return d, nil
+	},
+}
+
+// maxImageSide bounds a side of data.images' size.
+const maxImageSide = 8192
+
+// sizePair reads an image size: an int n for (n, n), or (height, width).
+func sizePair(v starlark.Value) ([2]int, error) {
+	var hw [2]int
+	ok := starlark.AsInt(v, &hw[0]) == nil
+	hw[1] = hw[0]
+	if seq, isSeq := v.(starlark.Indexable); isSeq {
+		_, isStr := v.(starlark.String)
+		ok = !isStr && seq.Len() == 2 && starlark.AsInt(seq.Index(0), &hw[0]) == nil && starlark.AsInt(seq.Index(1), &hw[1]) == nil
+	}
+	if !ok {
+		return hw, fmt.Errorf("got %s, want (height, width) or an int", v.String())
+	}
+	if hw[0] < 1 || hw[1] < 1 || hw[0] > maxImageSide || hw[1] > maxImageSide {
+		return hw, fmt.Errorf("got %s, want sides from 1 to %d", v.String(), maxImageSide)
+	}
+	return hw, nil
+}
+
+// channelNormalize reads normalize = (mean, std) for every channel, or
+// ((m1, …), (s1, …)) with one value per channel.
+func channelNormalize(v starlark.Value, channels int) (mean, std []float64, err error) {
+	const want = "want (mean, std) or ((mean per channel), (std per channel))"
+	seq, ok := v.(starlark.Indexable)
+	if _, isStr := v.(starlark.String); !ok || isStr || seq.Len() != 2 {
+		return nil, nil, fmt.Errorf("got %s, %s", v.String(), want)
+	}
+	read := func(x starlark.Value) ([]float64, error) {
+		if f, ok := starlark.AsFloat(x); ok {
+			out := make([]float64, channels)
+			for i := range out {
+				out[i] = f
+			}
+			return out, nil
+		}
+		s, ok := x.(starlark.Indexable)
+		if _, isStr := x.(starlark.String); !ok || isStr {
+			return nil, fmt.Errorf("got %s, %s", v.String(), want)
+		}
+		if s.Len() != channels {
+			return nil, fmt.Errorf("%s has %d values for %d channels", x.String(), s.Len(), channels)
+		}
+		out := make([]float64, channels)
+		for i := range out {
+			f, ok := starlark.AsFloat(s.Index(i))
+			if !ok {
+				return nil, fmt.Errorf("got %s, %s", v.String(), want)
+			}
+			out[i] = f
+		}
+		return out, nil
+	}
+	if mean, err = read(seq.Index(0)); err != nil {
+		return nil, nil, err
+	}
+	if std, err = read(seq.Index(1)); err != nil {
+		return nil, nil, err
+	}
+	for i := range mean {
+		if math.IsNaN(mean[i]) || math.IsInf(mean[i], 0) {
+			return nil, nil, fmt.Errorf("mean %v is not a finite number", mean[i])
+		}
+		if !(std[i] > 0) || math.IsInf(std[i], 0) {
+			return nil, nil, fmt.Errorf("std must be positive and finite, got %v", std[i])
+		}
+	}
+	return mean, std, nil
+}
+
+// csvMaker is data.csv: a table with a header line, one sample a row.
+//
+//	data.csv(path, y, x = None, task = "classes", classes = 0,
+//	         normalize = "standard", split = "train", test_fraction = 0.2,
+//	         seed = 0, test_file = None, limit = 0)
+//
+// y names the target column; x the input columns (None: all but y; a
+// name or a list of names). task is "classes" (labels: integers 0..K-1 or
+// names) or "regression" (a float target). normalize "standard" scales
+// every input column by the training split's mean and std; None keeps the
+// values. The test split is test_file (relative to the script) when given,
+// else the test_fraction of path's rows drawn with seed.
+var csvMaker = &configMaker{
+	name:   "data.csv",
+	params: []string{"path", "y", "x?", "task?", "classes?", "normalize?", "split?", "test_fraction?", "seed?", "test_file?", "limit?"},
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		var path, y string
+		x := starlark.Value(starlark.None)
+		task := "classes"
+		classes, limit := 0, 0
+		normalize := starlark.Value(starlark.String("standard"))
+		split := "train"
+		frac := number(0.2)
+		var seed int64
+		testFile := starlark.Value(starlark.None)
+		if err := unpack(name, kwargs, "path", &path, "y", &y, "x?", &x, "task?", &task, "classes?", &classes,
+			"normalize?", &normalize, "split?", &split, "test_fraction?", &frac, "seed?", &seed,
+			"test_file?", &testFile, "limit?", &limit); err != nil {
+			return nil, err
+		}
+		d := spec.Data{Kind: "csv", Split: split, Y: y, Classes: classes, TestFraction: float64(frac), Seed: seed,
+			Limit: limit, Normalize: [2]float64{0, 1}, Pos: position(thread)}
+		switch {
+		case path == "":
+			return nil, fmt.Errorf("%s: path: give a CSV file", name)
+		case y == "":
+			return nil, fmt.Errorf("%s: y: name the target column", name)
+		case task != "classes" && task != "regression":
+			return nil, fmt.Errorf("%s: task must be \"classes\" or \"regression\", got %q", name, task)
+		case task == "regression" && classes != 0:
+			return nil, fmt.Errorf("%s: classes = %d is for task = \"classes\", not regression", name, classes)
+		case classes < 0 || classes == 1:
+			return nil, fmt.Errorf("%s: classes must be 0 (from the labels) or ≥ 2, got %d", name, classes)
+		case split != "train" && split != "test":
+			return nil, fmt.Errorf("%s: split must be \"train\" or \"test\", got %q", name, split)
+		case frac < 0 || frac >= 1:
+			return nil, fmt.Errorf("%s: test_fraction must be in [0, 1), got %g", name, float64(frac))
+		case seed < 0:
+			return nil, fmt.Errorf("%s: seed must be ≥ 0, got %d", name, seed)
+		case limit < 0:
+			return nil, fmt.Errorf("%s: limit must be ≥ 0, got %d", name, limit)
+		}
+		d.Regression = task == "regression"
+		switch n := normalize.(type) {
+		case starlark.NoneType:
+		case starlark.String:
+			if n != "standard" {
+				return nil, fmt.Errorf("%s: normalize must be \"standard\" or None, got %s", name, n.String())
+			}
+			d.Standardize = true
+		default:
+			return nil, fmt.Errorf("%s: normalize must be \"standard\" or None, got %s", name, normalize.String())
+		}
+		switch v := x.(type) {
+		case starlark.NoneType:
+		case starlark.String:
+			d.Columns = []string{string(v)}
+		case starlark.Indexable:
+			for i := 0; i < v.Len(); i++ {
+				s, ok := starlark.AsString(v.Index(i))
+				if !ok {
+					return nil, fmt.Errorf("%s: x[%d]: got %s, want a column name", name, i, v.Index(i).Type())
+				}
+				d.Columns = append(d.Columns, s)
+			}
+			if len(d.Columns) == 0 {
+				return nil, fmt.Errorf("%s: x: an empty list; give column names, or None for every column but y", name)
+			}
+		default:
+			return nil, fmt.Errorf("%s: x: got %s, want a list of column names or None (every column but y)", name, x.Type())
+		}
+		d.File = resolvePath(thread, kwargs, "path", path)
+		if testFile != starlark.None {
+			s, ok := starlark.AsString(testFile)
+			if !ok || s == "" {
+				return nil, fmt.Errorf("%s: test_file: got %s, want a CSV file or None", name, testFile.String())
+			}
+			d.TestFile = resolvePath(thread, kwargs, "test_file", s)
+		}
+		return d, nil
+	},
+}
+
 // transformSpec is one element of spec.Data's Transforms.
 type transformSpec = struct {
 	Kind          string
@@ -321,6 +549,8 @@ var dataModule = &starlarkstruct.Module{
 		"tensors":       tensorsMaker.builtin(),
 		"text":          textMaker.builtin(),
 		"synthetic":     syntheticMaker.builtin(),
+		"images":        imagesMaker.builtin(),
+		"csv":           csvMaker.builtin(),
 		"random_crop":   randomCropMaker.builtin(),
 		"hflip":         hflipMaker.builtin(),
 	},

@@ -76,3 +76,70 @@ train(model = nn.sequential(nn.flatten(), nn.linear(784, 10)), loss = "nll",
 		t.Errorf("tensors defaults: %+v", e)
 	}
 }
+
+// TestDataImagesCSVSpec checks the spec.Data of data.images and data.csv:
+// paths relative to the script, defaults, sizes, per-channel
+// normalization, columns; --set rebuilds them.
+func TestDataImagesCSVSpec(t *testing.T) {
+	fs := memFS{"/w/train.star": `
+train(
+    model = nn.sequential(nn.flatten(), nn.linear(3 * 32 * 24, 4, name = "fc")),
+    loss = "cross_entropy",
+    data = data.images("pics", size = (32, 24), normalize = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+                       transforms = [data.hflip()]),
+    eval = data.images("pics", size = 8, channels = 1, normalize = (0.5, 0.25), split = "test", seed = 3,
+                       test_fraction = 0.1, limit = 9),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 32,
+)
+`, "/w/csv.star": `
+train(
+    model = nn.sequential(nn.linear(2, 1, name = "fc")),
+    loss = "mse",
+    data = data.csv("tables/t.csv", y = "price", x = ["a", "b"], task = "regression", test_file = "/abs/test.csv"),
+    eval = data.csv("tables/t.csv", y = "kind", x = "a", normalize = None, classes = 3, split = "test"),
+    optimizer = optim.sgd(lr = 0.1),
+    batch_size = 8,
+)
+`}
+	for _, sets := range [][]string{nil, {"data.size=(16, 12)"}} {
+		var ov []Override
+		for _, s := range sets {
+			o, err := ParseOverride(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ov = append(ov, o)
+		}
+		s, err := Load("/w/train.star", WithFileReader(fs), WithOverrides(ov...))
+		if err != nil {
+			t.Fatal(errorText(err))
+		}
+		d, e := s.Data, s.Eval
+		size := [2]int{32, 24}
+		if sets != nil {
+			size = [2]int{16, 12}
+		}
+		if d.Kind != "images" || d.Dir != "/w/pics" || d.ImageSize != size || d.Channels != 3 || d.Split != "train" ||
+			d.TestFraction != 0.2 || d.Seed != 0 || !reflect.DeepEqual(d.ChannelMean, []float64{0.485, 0.456, 0.406}) ||
+			!reflect.DeepEqual(d.ChannelStd, []float64{0.229, 0.224, 0.225}) || len(d.Transforms) != 1 {
+			t.Errorf("--set %v: data = %+v", sets, d)
+		}
+		if e.Dir != "/w/pics" || e.ImageSize != [2]int{8, 8} || e.Channels != 1 || e.Split != "test" || e.Seed != 3 ||
+			e.TestFraction != 0.1 || e.Limit != 9 || !reflect.DeepEqual(e.ChannelMean, []float64{0.5}) || !reflect.DeepEqual(e.ChannelStd, []float64{0.25}) {
+			t.Errorf("eval = %+v", e)
+		}
+	}
+	s, err := Load("/w/csv.star", WithFileReader(fs))
+	if err != nil {
+		t.Fatal(errorText(err))
+	}
+	d, e := s.Data, s.Eval
+	if d.Kind != "csv" || d.File != "/w/tables/t.csv" || d.Y != "price" || !reflect.DeepEqual(d.Columns, []string{"a", "b"}) ||
+		!d.Regression || !d.Standardize || d.TestFile != "/abs/test.csv" || d.TestFraction != 0.2 || d.Split != "train" {
+		t.Errorf("csv data = %+v", d)
+	}
+	if e.Regression || e.Standardize || !reflect.DeepEqual(e.Columns, []string{"a"}) || e.Classes != 3 || e.Split != "test" || e.TestFile != "" {
+		t.Errorf("csv eval = %+v", e)
+	}
+}

@@ -162,6 +162,12 @@ func TestOverrides(t *testing.T) {
 		{[]string{"data.limit=100"}, func(s *spec.Spec) bool { return s.Data.Limit == 100 }},
 		{[]string{"sync=sync.local_sgd(every=4)"}, func(s *spec.Spec) bool { return s.Sync.Kind == spec.SyncLocalSGD && s.Sync.Every == 4 }},
 		{[]string{"max_steps=10"}, func(s *spec.Spec) bool { return s.MaxSteps == 10 }},
+		{[]string{"sync=sync.zero(stage=2)", "sync.stage=3"}, func(s *spec.Spec) bool {
+			return s.Sync.Kind == spec.SyncZero && s.Sync.Stage == 3 && s.Sync.Prefetch == 1 && s.Sync.BucketMB == 25 && s.Sync.Overlap
+		}},
+		{[]string{"sync=sync.fsdp(bucket_mb=4, broadcast_buffers=False)"}, func(s *spec.Spec) bool {
+			return s.Sync.Kind == spec.SyncZero && s.Sync.Stage == 3 && s.Sync.BucketMB == 4 && !s.Sync.BroadcastBuffers
+		}},
 		{[]string{"batch_size=batch * 2"}, func(s *spec.Spec) bool { return s.BatchSize == 64 }},
 		{[]string{"partition=halves"}, func(s *spec.Spec) bool { return s.Partition != nil && strings.HasPrefix(s.Partition.Name, "halves") }},
 	}
@@ -204,6 +210,7 @@ func TestOverrideErrors(t *testing.T) {
 		{"epochs=foo+1", `--set epochs=foo+1: --set epochs:1:1: undefined: foo`},
 		{"loss=cross-entropy", `train: loss must be "nll", "cross_entropy" or "mse", got "cross-entropy"`},
 		{"optimizer.lr=float('nan')", `--set optimizer.lr: optim.sgd: for parameter "lr": got nan, want a finite number`},
+		{"sync=sync.zero(stage=5)", `sync.zero: stage must be 1 (shard the optimizer state), 2 (also the gradients) or 3 (also the parameters), got 5`},
 	}
 	for _, c := range cases {
 		o, err := ParseOverride(c.set)

@@ -70,6 +70,56 @@ var noneMaker = &configMaker{
 	},
 }
 
+// zeroParams are sync.zero's parameters; sync.fsdp takes them but stage.
+var zeroParams = []string{"stage", "bucket_mb?", "overlap?", "prefetch?", "broadcast_buffers?", "root?"}
+
+// buildZero reads sync.zero's (and sync.fsdp's) arguments; stage is 3
+// for sync.fsdp.
+func buildZero(thread *starlark.Thread, name string, kwargs []starlark.Tuple, fsdp bool) (any, error) {
+	stage := 3
+	bucket := number(25)
+	overlap, broadcast := true, true
+	prefetch := 1
+	root := starlark.Value(starlark.None)
+	var err error
+	if fsdp {
+		err = unpack(name, kwargs, "bucket_mb?", &bucket, "overlap?", &overlap, "prefetch?", &prefetch, "broadcast_buffers?", &broadcast, "root?", &root)
+	} else {
+		err = unpack(name, kwargs, "stage", &stage, "bucket_mb?", &bucket, "overlap?", &overlap, "prefetch?", &prefetch, "broadcast_buffers?", &broadcast, "root?", &root)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case root != starlark.None:
+		return nil, fmt.Errorf("%s: root is a sync.parameter_server setting: ZeRO has no server, every rank updates its own shard of the parameters (leave root out, or use sync.parameter_server(root = %s))", name, root)
+	case stage < 1 || stage > 3:
+		return nil, fmt.Errorf("%s: stage must be 1 (shard the optimizer state), 2 (also the gradients) or 3 (also the parameters), got %d", name, stage)
+	case bucket <= 0:
+		return nil, fmt.Errorf("%s: bucket_mb must be positive, got %g", name, float64(bucket))
+	case prefetch < 0:
+		return nil, fmt.Errorf("%s: prefetch must be ≥ 0 (layers gathered ahead), got %d", name, prefetch)
+	}
+	return spec.Sync{Kind: spec.SyncZero, Op: "mean", Stage: stage, BucketMB: float64(bucket), Overlap: overlap, Prefetch: prefetch,
+		BroadcastBuffers: broadcast, Pos: position(thread)}, nil
+}
+
+var zeroMaker = &configMaker{
+	name:   "sync.zero",
+	params: zeroParams,
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		return buildZero(thread, name, kwargs, false)
+	},
+}
+
+var fsdpMaker = &configMaker{
+	name:   "sync.fsdp",
+	params: zeroParams[1:],
+	build: func(thread *starlark.Thread, name string, kwargs []starlark.Tuple) (any, error) {
+		return buildZero(thread, name, kwargs, true)
+	},
+}
+
 var syncModule = &starlarkstruct.Module{
 	Name: "sync",
 	Members: starlark.StringDict{
@@ -77,5 +127,7 @@ var syncModule = &starlarkstruct.Module{
 		"parameter_server": parameterServerMaker.builtin(),
 		"local_sgd":        localSGDMaker.builtin(),
 		"none":             noneMaker.builtin(),
+		"zero":             zeroMaker.builtin(),
+		"fsdp":             fsdpMaker.builtin(),
 	},
 }

@@ -149,7 +149,7 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	}
 	if syncV == starlark.None {
 		s.Sync = spec.Sync{Kind: spec.SyncAllReduce, Op: "mean", BucketMB: 25, Overlap: true, BroadcastBuffers: true, Pos: s.Pos}
-	} else if s.Sync, err = configOf[spec.Sync](b, "sync", syncV, "sync.allreduce(...), sync.parameter_server(...), sync.local_sgd(...) or sync.none()"); err != nil {
+	} else if s.Sync, err = configOf[spec.Sync](b, "sync", syncV, "sync.allreduce(...), sync.parameter_server(...), sync.local_sgd(...), sync.none(), sync.zero(...) or sync.fsdp(...)"); err != nil {
 		return nil, err
 	}
 	if partition != starlark.None {

@@ -90,8 +90,35 @@ func dataCopies(d *spec.Data) []hostCopy {
 			return []hostCopy{{what: what + " folder", path: d.File, paths: folderFiles(d.File, func(name string) bool { return !strings.HasSuffix(name, ".dat") })}}
 		}
 		return []hostCopy{{what: what + " file", path: d.File}}
+	case "images":
+		// Every file of the tree: the class folders' images (and names).
+		return []hostCopy{{what: what + " folder", path: d.Dir, paths: treeFiles(d.Dir)}}
+	case "csv":
+		out := []hostCopy{{what: what + " file", path: d.File}}
+		if d.TestFile != "" {
+			out = append(out, hostCopy{what: what + " test file", path: d.TestFile})
+		}
+		return out
 	}
 	return nil // synthetic: nothing read
+}
+
+// treeFiles are the regular files under dir, at any depth, in path order.
+func treeFiles(dir string) []string {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil || len(out) == 0 {
+		return []string{dir} // read as a file: the error says what is wrong
+	}
+	return out
 }
 
 // idxFile is the IDX file of an MNIST-layout data set that its reader
@@ -140,8 +167,12 @@ func (c hostCopy) digest() copyDigest {
 	}
 	h := sha256.New()
 	for _, p := range paths {
-		if len(paths) > 1 {
-			fmt.Fprintf(h, "%s\x00", filepath.Base(p))
+		if len(paths) > 1 { // a folder's: its files' names count too
+			rel, err := filepath.Rel(c.path, p)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				rel = filepath.Base(p)
+			}
+			fmt.Fprintf(h, "%s\x00", rel)
 		}
 		fh, err := os.Open(p)
 		if err != nil {

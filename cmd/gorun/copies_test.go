@@ -113,6 +113,21 @@ func TestHostCopies(t *testing.T) {
 	if got[2].what != "data.text folder" || len(got[2].paths) != 2 || filepath.Base(got[2].paths[0]) != "a.txt" {
 		t.Errorf("text folder: %+v", got[2])
 	}
+	// An image tree, every file at any depth; a CSV table and its test file.
+	for _, n := range []string{"cat/1.png", "dog/2.png", "dog/sub/3.png"} {
+		os.MkdirAll(filepath.Join(dir, "img", filepath.Dir(n)), 0o755)
+		os.WriteFile(filepath.Join(dir, "img", n), []byte(n), 0o644)
+	}
+	s = &spec.Spec{Data: spec.Data{Kind: "images", Dir: filepath.Join(dir, "img")}, Eval: &spec.Data{Kind: "csv", File: "t.csv", TestFile: "u.csv"}}
+	got = hostCopies(s, "")
+	if len(got) != 3 || len(got[0].paths) != 3 || !strings.HasSuffix(got[0].paths[2], "dog/sub/3.png") || got[2].path != "u.csv" {
+		t.Errorf("images and csv: %+v", got)
+	}
+	before := got[0].digest()
+	os.Rename(filepath.Join(dir, "img", "dog", "2.png"), filepath.Join(dir, "img", "cat", "2.png")) // same bytes, another class
+	if after := hostCopies(s, "")[0].digest(); after.sum == before.sum {
+		t.Error("an image moved to another class folder leaves the folder's digest unchanged")
+	}
 	s = &spec.Spec{Data: spec.Data{Kind: "tensors", X: "x.npy", Y: "y.npy"}, Eval: &spec.Data{Kind: "synthetic"}}
 	if got := hostCopies(s, filepath.Join(dir, "norun")); len(got) != 3 || got[0].path != "x.npy" || got[1].path != "y.npy" || got[2].what != "--resume checkpoint" {
 		t.Errorf("tensors and resume: %+v", got)

@@ -7,6 +7,7 @@
 //	gorun sample RUN_DIR --prompt TEXT     continue a text with a trained sequence model
 //	gorun predict RUN_DIR FILE...          predict with a trained model
 //	gorun board RUN_DIR...                 a live dashboard of runs, in a browser
+//	gorun serve RUN_DIR                    answer a trained model's predictions over HTTP
 //
 // Flags may come before or after the script. Exit status: 0 on success, 1
 // when the script or the run fails (an internal error too: one line, the Go
@@ -94,6 +95,7 @@ const usage = `usage:
   gorun predict RUN_DIR FILE...          predict with a trained model (.npy, .safetensors arrays)
   gorun board [--addr HOST:PORT] RUN_DIR...
                                          a live dashboard of runs (default 127.0.0.1:6006)
+  gorun serve [--addr HOST:PORT] RUN_DIR answer predictions over HTTP (default 127.0.0.1:8080)
 
 flags (before or after SCRIPT):
 `
@@ -232,6 +234,8 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 			return predictCmd(args[1:], stdout, stderr)
 		case "board":
 			return boardCmd(args[1:], stdout, stderr)
+		case "serve":
+			return serveCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help", "-help":
 			fmt.Fprint(stdout, usage)
 			newFlagSet(&flags{}, stdout).PrintDefaults()
@@ -425,6 +429,12 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	_, launched, hostRank, underLauncher := comm.EnvWorld()
 	if underLauncher {
 		opts.HostRank = hostRank
+	}
+	if !f.quiet && (isTerminal(f.stderr) || f.verbose) {
+		opts.DataProgress = dataProgress(f.stderr, isTerminal(f.stderr))
+	}
+	if !f.quiet {
+		opts.Notices = f.stderr // a dataset streamed from disk
 	}
 	if f.quiet {
 		opts.Log = io.Discard

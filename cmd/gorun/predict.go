@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,23 +23,30 @@ import (
 // predictCmd is `gorun predict RUN_DIR FILE... [--json] [--key NAME]
 // [--weights FILE] [--normalized]`: it loads the run's model (package
 // model) and prints, for every sample of every file, the predicted class
-// and its probability (a classifier) or the values (a regressor), one
-// line each.
+// (its name when the training data named the classes) and its
+// probability (a classifier) or the values (a regressor), one line each.
 //
-// A file is a .npy file or a tensor of a .safetensors file, [N, ...sample]
-// or one sample, read as data.tensors reads its samples: uint8 pixels
-// become v/255, and every value is then normalised with the training
-// set's normalize; --normalized takes float files as the model's inputs
-// already.
+// A file is, by its name's ending:
+//   - an image (.png, .jpg, .jpeg, .gif, .bmp, .tif, .tiff, .webp), one
+//     sample of a model trained on images, made as training made its
+//     samples (Model.FromImage); consecutive images run as one batch;
+//   - a table (.csv) in the form of a data.csv model's training file,
+//     one sample a row (Model.FromCSV: its columns by name, standardised);
+//   - else a .npy file or a tensor of a .safetensors file, [N, ...sample]
+//     or one sample, read as data.tensors reads its samples: uint8 pixels
+//     become v/255, and every value is then normalised with the training
+//     set's normalisation (Model.Normalize); --normalized takes float files
+//     as the model's inputs already.
 func predictCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorun predict", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object per sample (file, index, class, probability, probabilities; or values)")
+	asJSON := fs.Bool("json", false, "print one JSON object per sample (file, index, class, label, probability, probabilities, outputs; or values)")
 	key := fs.String("key", "", "the tensor to read from .safetensors files (default: a file's only tensor)")
 	weights := fs.String("weights", "", "weights `file` (default RUN_DIR/model.safetensors)")
-	normalized := fs.Bool("normalized", false, "float files hold the model's inputs, already normalised as in training")
+	normalized := fs.Bool("normalized", false, "float array files hold the model's inputs, already normalised as in training")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gorun predict RUN_DIR FILE... [--json] [--key NAME] [--weights FILE] [--normalized]")
+		fmt.Fprintln(stderr, "FILE: an image (PNG, JPEG, GIF, BMP, TIFF, WebP), a .csv table, a .npy or .safetensors array")
 		fs.PrintDefaults()
 	}
 	pos, err := parseCmdArgs(fs, args)
@@ -46,7 +54,7 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) < 2 {
-		return &usageError{fmt.Sprintf("predict needs a RUN_DIR and at least one FILE (.npy or .safetensors), got %d arguments", len(pos))}
+		return &usageError{fmt.Sprintf("predict needs a RUN_DIR and at least one FILE (an image, .csv, .npy or .safetensors), got %d arguments", len(pos))}
 	}
 	dir, files := pos[0], pos[1:]
 	for _, f := range files {
@@ -70,29 +78,81 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	for _, f := range files {
-		if err := predictFile(ctx, m, f, *key, *normalized, *asJSON, stdout); err != nil {
+	p := &predictor{m: m, key: *key, normalized: *normalized, w: newLineWriter(stdout), asJSON: *asJSON}
+	for i := 0; i < len(files); {
+		n := 1
+		if isImageFile(files[i]) {
+			for i+n < len(files) && isImageFile(files[i+n]) {
+				n++
+			}
+		}
+		if err := p.files(ctx, files[i:i+n]); err != nil {
 			if ctx.Err() != nil {
 				return &interrupted{msg: "predict: interrupted"}
 			}
 			return err
 		}
+		i += n
 	}
 	return nil
 }
 
-// predictFile predicts the samples of one file and prints a line each.
-func predictFile(ctx context.Context, m *model.Model, file, key string, normalized, asJSON bool, w io.Writer) error {
+// imageExtensions are the file name endings gorun predict reads as
+// images.
+var imageExtensions = []string{".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp"}
+
+func isImageFile(name string) bool {
+	return slices.Contains(imageExtensions, strings.ToLower(filepath.Ext(name)))
+}
+
+// predictor predicts files' samples and prints a line each.
+type predictor struct {
+	m          *model.Model
+	key        string
+	normalized bool
+	asJSON     bool
+	w          *lineWriter
+}
+
+// files predicts one file, or several image files as one batch.
+func (p *predictor) files(ctx context.Context, files []string) error {
+	m := p.m
+	file := files[0]
 	fail := func(err error) error {
-		return fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "model: "))
+		msg := strings.TrimPrefix(err.Error(), "model: ")
+		if !strings.HasPrefix(msg, file) {
+			msg = file + ": " + msg
+		}
+		return errors.New(msg)
 	}
-	x, err := model.ReadArray(file, key)
-	if err != nil {
-		return err
-	}
-	if !normalized || x.Dtype() == tensor.Uint8 {
-		if x, err = m.Normalize(x); err != nil {
+	var x *tensor.Dense
+	var names []string // of each sample
+	var err error
+	switch {
+	case isImageFile(file):
+		var v []float32
+		for _, f := range files {
+			file = f
+			one, err := fromFile(f, m.FromImage)
+			if err != nil {
+				return fail(err)
+			}
+			v = append(v, one.Data().([]float32)...)
+			names = append(names, filepath.ToSlash(f))
+		}
+		x = tensor.New(tensor.WithShape(append([]int{len(files)}, m.InputShape()...)...), tensor.WithBacking(v))
+	case strings.EqualFold(filepath.Ext(file), ".csv"):
+		if x, err = fromFile(file, m.FromCSV); err != nil {
 			return fail(err)
+		}
+	default:
+		if x, err = model.ReadArray(file, p.key); err != nil {
+			return err
+		}
+		if !p.normalized || x.Dtype() == tensor.Uint8 {
+			if x, err = m.Normalize(x); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	out, err := m.Predict(ctx, x)
@@ -104,50 +164,79 @@ func predictFile(ctx context.Context, m *model.Model, file, key string, normaliz
 	if !single {
 		n = out.Shape()[0]
 	}
+	if names == nil {
+		name := filepath.ToSlash(file)
+		names = []string{name}
+		if !single {
+			names = make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("%s[%d]", name, i)
+			}
+		}
+	}
 	vals := out.Data().([]float32)
 	per := len(vals) / n
 	var probs []float32
 	if m.Kind() == model.Classifier {
-		p, err := m.Probabilities(out)
+		pr, err := m.Probabilities(out)
 		if err != nil {
 			return fail(err)
 		}
-		probs = p.Data().([]float32)
+		probs = pr.Data().([]float32)
 	}
-	name := filepath.ToSlash(file)
-	bw := newLineWriter(w)
+	classNames := m.ClassNames()
 	for i := range n {
-		label := name
-		if !single {
-			label = fmt.Sprintf("%s[%d]", name, i)
+		row := vals[i*per : (i+1)*per]
+		// The file and the sample's index in it, for --json.
+		src, index := file, i
+		if len(files) > 1 || isImageFile(file) {
+			src, index = files[i], 0
 		}
 		if probs == nil { // regression: the values
-			row := vals[i*per : (i+1)*per]
-			if asJSON {
-				bw.json(map[string]any{"file": file, "index": i, "values": row})
+			if p.asJSON {
+				p.w.json(map[string]any{"file": src, "index": index, "values": row})
 				continue
 			}
 			s := make([]string, len(row))
 			for j, v := range row {
 				s[j] = strconv.FormatFloat(float64(v), 'g', 6, 32)
 			}
-			bw.printf("%s  %s\n", label, strings.Join(s, " "))
+			p.w.printf("%s  %s\n", names[i], strings.Join(s, " "))
 			continue
 		}
-		row := probs[i*per : (i+1)*per]
+		pr := probs[i*per : (i+1)*per]
 		best := 0
-		for c, p := range row {
-			if p > row[best] {
+		for c, v := range pr {
+			if v > pr[best] {
 				best = c
 			}
 		}
-		if asJSON {
-			bw.json(map[string]any{"file": file, "index": i, "class": best, "probability": row[best], "probabilities": row})
+		class := strconv.Itoa(best)
+		if classNames != nil {
+			class = classNames[best]
+		}
+		if p.asJSON {
+			rec := map[string]any{"file": src, "index": index, "class": best, "probability": pr[best], "probabilities": pr, "outputs": row}
+			if classNames != nil {
+				rec["label"] = classNames[best]
+			}
+			p.w.json(rec)
 			continue
 		}
-		bw.printf("%s  %d  %.4f\n", label, best, row[best])
+		p.w.printf("%s  %s  %.4f\n", names[i], class, pr[best])
 	}
-	return bw.err
+	return p.w.err
+}
+
+// fromFile opens a file and makes it model inputs with read (FromImage,
+// FromCSV), whose errors name the file.
+func fromFile(path string, read func(io.Reader) (*tensor.Dense, error)) (*tensor.Dense, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return read(f)
 }
 
 // lineWriter writes lines and keeps the first error.

@@ -120,7 +120,7 @@ func TestPredictCommand(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"predict", out}, 2, "gorun: predict needs a RUN_DIR and at least one FILE (.npy or .safetensors), got 1 arguments\n"},
+		{[]string{"predict", out}, 2, "gorun: predict needs a RUN_DIR and at least one FILE (an image, .csv, .npy or .safetensors), got 1 arguments\n"},
 		{[]string{"predict", out, filepath.Join(dir, "none.npy")}, 1, "gorun: " + filepath.Join(dir, "none.npy") + ": no such file or directory\n"},
 		{[]string{"predict", out, bad}, 1, "gorun: " + bad + ": input has shape [2 64], the model takes [N 1 8 8] or one sample [1 8 8]\n"},
 		{[]string{"predict", dir, one}, 1, "gorun: " + dir + " is not a run folder: it has no run.json (gorun writes one when it trains with --out)\n"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"gorun/datasets"
 	"gorun/engine/runner"
 	"io"
 	"math"
@@ -65,5 +66,35 @@ func (p *progress) epochEnd(int) {
 		p.bar.Finish()
 		p.bar.Clear()
 		p.bar = nil
+	}
+}
+
+// dataProgress reports the decoding of a dataset (data.images) before
+// step 1 on w: one line redrawn in place on a terminal, else (with -v) a
+// line at every tenth and at the end.
+func dataProgress(w io.Writer, terminal bool) func(datasets.Progress) {
+	lastTenth, finished := map[string]int{}, map[string]bool{}
+	return func(p datasets.Progress) {
+		rate := float64(p.Done) / max(p.Elapsed.Seconds(), 1e-9)
+		line := fmt.Sprintf("decoding %s: %d/%d images (%.0f/s)", p.What, p.Done, p.Total, rate)
+		if finished[p.What] {
+			return
+		}
+		if terminal {
+			end := ""
+			if p.Done == p.Total {
+				end, finished[p.What] = "\n", true
+			}
+			fmt.Fprintf(w, "\r\x1b[K%s%s", line, end)
+			return
+		}
+		tenth := p.Done * 10 / max(p.Total, 1)
+		if p.Done == p.Total {
+			finished[p.What] = true
+		} else if tenth <= lastTenth[p.What] {
+			return
+		}
+		lastTenth[p.What] = tenth
+		fmt.Fprintln(w, line)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"gorun/datasets/userfile"
 	"gorun/engine"
 	"gorun/engine/runner"
+	"gorun/engine/spec"
 	"gorun/safetensors"
 	"gorun/script"
 	"gorun/script/scriptcopy"
@@ -131,7 +132,7 @@ func sampleCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("--prompt: %v", err)
 	}
 	setPhase("rebuilding the model of %s", dir)
-	plan, err := sampleModel(dir, &info, sig, stderr)
+	plan, err := sampleModel(dir, &info, f.Metadata, sig, stderr)
 	if err != nil {
 		return err
 	}
@@ -164,8 +165,18 @@ func sampleCmd(args []string, stdout, stderr io.Writer) (err error) {
 // folder of an earlier gorun that kept none, from the script run.json
 // names, once its plan is found to be the one the newest checkpoint
 // recorded (otherwise the script changed since the run, and the model it
-// builds is not the one trained: refused, naming what differs).
-func sampleModel(dir string, info *runInfo, sig *sigWatch, stderr io.Writer) (*engine.Plan, error) {
+// builds is not the one trained: refused, naming what differs). The
+// training data are described by what the weights file's metadata (meta)
+// record of them, as model.Load does, so that the text need not be there.
+func sampleModel(dir string, info *runInfo, meta map[string]string, sig *sigWatch, stderr io.Writer) (*engine.Plan, error) {
+	compile := func(s *spec.Spec, c engine.Cluster) (*engine.Plan, error) {
+		rec, err := datasets.Recorded(&s.Data, meta)
+		if err != nil {
+			return nil, err
+		}
+		s.Data.Recorded = rec // nil: the data are read
+		return engine.Compile(s, c)
+	}
 	withSets := func(extra ...string) ([]script.Override, error) {
 		var sets []script.Override
 		for _, s := range append(append([]string(nil), info.Sets...), extra...) {
@@ -192,7 +203,7 @@ func sampleModel(dir string, info *runInfo, sig *sigWatch, stderr io.Writer) (*e
 		if err != nil {
 			return nil, fmt.Errorf("rebuilding the model of %s from its copy of %s: %w", dir, m.Script, err)
 		}
-		plan, err := engine.Compile(s, engine.DefaultCluster())
+		plan, err := compile(s, engine.DefaultCluster())
 		if err != nil {
 			return nil, fmt.Errorf("rebuilding the model of %s: %w", dir, err)
 		}
@@ -216,7 +227,7 @@ func sampleModel(dir string, info *runInfo, sig *sigWatch, stderr io.Writer) (*e
 		}
 		c := engine.DefaultCluster()
 		c.Devices = ck.Devices
-		p, err := engine.Compile(trained, c)
+		p, err := compile(trained, c)
 		if err == nil {
 			err = ck.CheckPlan(p)
 		}
@@ -232,7 +243,7 @@ func sampleModel(dir string, info *runInfo, sig *sigWatch, stderr io.Writer) (*e
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding the model of %s from %s: %w", dir, info.Script, err)
 	}
-	plan, err := engine.Compile(s, engine.DefaultCluster())
+	plan, err := compile(s, engine.DefaultCluster())
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding the model of %s: %w", dir, err)
 	}

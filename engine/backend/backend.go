@@ -193,6 +193,14 @@ type Collectives interface {
 	AllReduce(b *engine.Buffer, off, n int, op comm.ReduceOp, t comm.Tag) error
 	Reduce(b *engine.Buffer, off, n, root int, op comm.ReduceOp, t comm.Tag) error
 	Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) error
+	// ReduceScatter reduces elements [off, off+n) of b over the group and
+	// leaves block r of the result (n/size elements) in rank r's part
+	// from element partOff; AllGather concatenates every rank's block of
+	// part (n/size elements from partOff) into elements [off, off+n) of
+	// b, in rank order. part may be b with the rank's own block (in
+	// place), no other overlap (engine.CollectiveRunner).
+	ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, op comm.ReduceOp, t comm.Tag) error
+	AllGather(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, t comm.Tag) error
 }
 
 var (

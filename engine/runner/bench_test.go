@@ -288,6 +288,43 @@ func pairedSpeed(b *testing.B, r *speedRun, model string, minSteps int) (mine, r
 	return r.samplesPerS(), ref, ok
 }
 
+// BenchmarkZero trains the MNIST Net on two devices at global batch 128
+// with sync.allreduce and with sync.zero stages 1, 2 and 3 (default
+// buckets; stage 3 prefetching one layer), alternating in rounds so that
+// the machine's drift falls on all, and reports each one's samples/s and
+// its ratio to allreduce's measured in the same run. Use -benchtime=60x
+// or more.
+func BenchmarkZero(b *testing.B) {
+	syncs := []struct{ name, sync string }{
+		{"allreduce", "sync.allreduce()"}, {"stage1", "sync.zero(stage=1)"}, {"stage2", "sync.zero(stage=2)"}, {"stage3", "sync.zero(stage=3)"},
+	}
+	runs := make([]*speedRun, len(syncs))
+	for i, c := range syncs {
+		runs[i] = newSpeedRun(b, mnistScript, 2, 128, "sync="+c.sync)
+	}
+	var steal stealMeter
+	steal.start()
+	b.ResetTimer()
+	for i := range pairRounds {
+		n := b.N / pairRounds
+		if i == pairRounds-1 {
+			n = b.N - n*(pairRounds-1)
+		}
+		for _, r := range runs {
+			r.run(max(n, 1))
+		}
+	}
+	b.StopTimer()
+	reportSteal(b, &steal)
+	ar := runs[0].samplesPerS()
+	b.ReportMetric(ar, "allreduce_samples/s")
+	for i, c := range syncs[1:] {
+		sps := runs[i+1].samplesPerS()
+		b.ReportMetric(sps, c.name+"_samples/s")
+		b.ReportMetric(sps/ar, c.name+"_ratio_to_allreduce")
+	}
+}
+
 // BenchmarkTrainResNet trains scripts/examples/resnet_fashion.star's
 // ResNet on Fashion-MNIST on one device at batch 64 and on two at global
 // batch 128, and reports both next to the same model and recipe in
@@ -376,8 +413,8 @@ type speedRun struct {
 	ranSteps int
 }
 
-func newSpeedRun(b *testing.B, src string, devices, batch int) *speedRun {
-	s := loadSpec(b, src, fmt.Sprintf("batch_size=%d", batch), "eval=None")
+func newSpeedRun(b *testing.B, src string, devices, batch int, sets ...string) *speedRun {
+	s := loadSpec(b, src, append([]string{fmt.Sprintf("batch_size=%d", batch), "eval=None"}, sets...)...)
 	p := compile(b, s, devices)
 	ds, err := datasets.Load(&s.Data)
 	if err != nil {

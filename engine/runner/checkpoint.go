@@ -138,16 +138,23 @@ type progress struct {
 	Samples      int64
 }
 
-// params reads device d's parameters, by Graph.Params.
+// params reads device d's parameters, by Graph.Params: from its
+// parameter arena, or, where parameters are sharded, from what the ranks
+// last gathered (gatherParams).
 func (rs *runState) params(d *worker) ([][]float32, error) {
-	arena := d.prog.ParamArena
-	all := make([]float32, arena.Elems())
-	if err := d.dev.DownloadF32(arena, 0, all); err != nil {
-		return nil, err
+	p := rs.plan
+	all := d.whole
+	if !paramsSharded(p) {
+		var err error
+		if all, err = download(d, d.prog.ParamArena); err != nil {
+			return nil, err
+		}
+	} else if all == nil {
+		return nil, fmt.Errorf("%s: the parameters were not gathered", d.dev.Name())
 	}
-	out := make([][]float32, len(d.prog.Params))
-	for i, b := range d.prog.Params {
-		out[i] = all[b.Offset-arena.Offset:][:b.Elems()]
+	out := make([][]float32, len(p.Graph.Params))
+	for i, prm := range p.Graph.Params {
+		out[i] = all[p.ParamOffset(i):][:prm.Value.Elems()]
 	}
 	return out, nil
 }
@@ -247,14 +254,8 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 				state = append(state, safetensors.F32(fmt.Sprintf("rank%d/%s", r, prm.Name), prm.Value.Shape, v))
 			}
 		}
-		if vals, ok := g.state[r]; ok {
-			k := 0
-			for _, st := range d.prog.State {
-				for _, b := range st {
-					state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, b.Name), b.Max, vals[k]))
-					k++
-				}
-			}
+		for _, st := range g.state[r] {
+			state = append(state, safetensors.F32(fmt.Sprintf("rank%d/optim/%s", r, st.name), st.shape, st.vals))
 		}
 	}
 	pr.RankLoss, pr.RankCount = g.rankLoss, g.rankCount
@@ -277,6 +278,7 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		"plan":          planKey(p.ResumeKey()),
 		"plan_format":   engine.ResumeKeyFormat,
 		"epochs":        strconv.Itoa(p.Spec.Epochs),
+		"max_batch":     strconv.Itoa(p.MaxBatch),
 	}
 	ts, err := rs.paramTensors()
 	if err != nil {
@@ -290,7 +292,7 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		if err := write(filepath.Join(tmp, ckptState), state, meta); err != nil {
 			return err
 		}
-		return write(filepath.Join(tmp, ckptParams), ts, map[string]string{"format": "pt", "step": meta["step"]})
+		return write(filepath.Join(tmp, ckptParams), ts, rs.paramsMeta(map[string]string{"step": meta["step"]}))
 	})
 	if err != nil {
 		return err
@@ -462,18 +464,28 @@ func (rs *runState) saveParams(name string, meta map[string]string) error {
 	if rs.opts.Out == "" {
 		return nil
 	}
-	m := map[string]string{"format": "pt"}
-	if tk, ok := rs.train.(datasets.Tokens); ok {
-		m["vocab"] = tk.Vocab().String() // gorun sample decodes with it
-	}
-	for k, v := range meta {
-		m[k] = v
-	}
 	ts, err := rs.paramTensors()
 	if err != nil {
 		return err
 	}
-	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, m)
+	return safetensors.WriteFile(filepath.Join(rs.opts.Out, name), ts, rs.paramsMeta(meta))
+}
+
+// paramsMeta is the metadata of a parameters file: the format, what the
+// model must know of its training data (datasets.Metadata: a text's
+// vocabulary, which gorun sample decodes with; class names; how an image
+// or a CSV row became a sample; and datasets.MetaData: the sample shape
+// and targets the Plan was compiled for, with which package model
+// compiles it again without the data), and meta.
+func (rs *runState) paramsMeta(meta map[string]string) map[string]string {
+	m := datasets.Metadata(rs.train)
+	p := rs.plan
+	m[datasets.MetaData] = datasets.DataMeta{Kind: p.Spec.Data.Kind, Sample: p.Sample, Classes: p.Classes, Target: p.Target, Tokens: p.Tokens}.String()
+	m["format"] = "pt"
+	for k, v := range meta {
+		m[k] = v
+	}
+	return m
 }
 
 // loadParams sets rank 0's parameters from a safetensors file of PyTorch
@@ -527,7 +539,8 @@ func (rs *runState) setParams(d *worker, path string, f *safetensors.File, prefi
 	return nil
 }
 
-// setParam uploads values into parameter name of device d.
+// setParam uploads values into parameter name of device d (into d.whole
+// where parameters are sharded: the first broadcast shares them out).
 func setParam(d *worker, name string, shape []int, values []float32) error {
 	for i, b := range d.prog.Params {
 		if b.Value.Param.Name != name {
@@ -536,7 +549,11 @@ func setParam(d *worker, name string, shape []int, values []float32) error {
 		if !slices.Equal(shape, b.Max) {
 			return fmt.Errorf("parameter %s: shape %v, the model has %v", name, shape, b.Max)
 		}
-		return d.dev.UploadF32(d.prog.ParamArena, b.Offset-d.prog.ParamArena.Offset, values[:d.prog.Params[i].Elems()])
+		if d.whole != nil {
+			copy(d.whole[d.plan.ParamOffset(i):], values[:b.Elems()])
+			return nil
+		}
+		return d.dev.UploadF32(d.prog.ParamArena, b.Offset-d.prog.ParamArena.Offset, values[:b.Elems()])
 	}
 	return fmt.Errorf("the model has no parameter %s", name)
 }
@@ -561,13 +578,22 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if m["format"] != ckptFormat {
 		return nil, fmt.Errorf("%s: not a gorun checkpoint state (format %q)", statePath(params), m["format"])
 	}
-	if got := strconv.Itoa(p.World); m["devices"] != got {
-		return nil, fmt.Errorf("--resume %s: the checkpoint was made with %s devices, this run has %s", dir, m["devices"], got)
+	savedWorld, err := strconv.Atoi(m["devices"])
+	if err != nil {
+		return nil, fmt.Errorf("%s: bad metadata: devices %q", statePath(params), m["devices"])
 	}
-	if err := p.Sync.Resumes(spec.SyncKind(m["sync"])); err != nil {
+	if err := p.Sync.Resumes(spec.SyncKind(m["sync"]), savedWorld); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
-	if err := comparePlanKey(m["plan"], m["plan_format"], p); err != nil {
+	// A checkpoint of another world or strategy that this one resumes
+	// (a sharded run's, or allreduce's into a sharded one) is compared
+	// but for its sync settings and buckets, at its batch a device.
+	across := savedWorld != p.World || spec.SyncKind(m["sync"]) != p.Sync.Kind() || p.Sharding != nil
+	if across {
+		if err := resumesAcross(p, m, savedWorld); err != nil {
+			return nil, fmt.Errorf("--resume %s: %w", dir, err)
+		}
+	} else if err := comparePlanKey(m["plan"], m["plan_format"], p); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", dir, err)
 	}
 	ep, err1 := strconv.Atoi(m["epoch"])
@@ -600,14 +626,25 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
 	}
+	if savedWorld != p.World {
+		// The epoch's loss by rank goes on from the ranks that are left.
+		pr.RankLoss, pr.RankCount = foldRanks(pr.RankLoss, p.World), foldRanks(pr.RankCount, p.World)
+	}
 	for _, d := range rs.workers {
 		prog, r := d.prog, d.rank
 		if t, ok := sf.Get(fmt.Sprintf("rank%d/rng", r)); ok {
 			if err := d.dev.SetRNGState(t.Data); err != nil {
 				return nil, fmt.Errorf("%s: rank %d rng: %v", statePath(params), r, err)
 			}
-		} else {
+		} else if r < savedWorld {
 			return nil, fmt.Errorf("%s: no RNG state for rank %d", statePath(params), r)
+		} // a rank the checkpoint's world lacked keeps its fresh seed
+		if p.Sharding != nil {
+			if err := setStateShards(p, d, sf, statePath(params)); err != nil {
+				return nil, err
+			}
+			d.step = pr.Step
+			continue
 		}
 		if r > 0 && p.Sync.OwnParams() {
 			if err := rs.setParams(d, statePath(params), sf, fmt.Sprintf("rank%d/", r)); err != nil {
@@ -688,9 +725,19 @@ type gathered struct {
 	rng                 [][]byte  // by rank
 	rankLoss, rankCount []float64 // by rank
 	params              [][]float32
-	// state[r] holds rank r's optimizer state buffers (Program.State,
-	// flattened), for the ranks whose state the checkpoint keeps.
-	state map[int][][]float32
+	// state[r] holds rank r's optimizer state tensors, for the ranks
+	// whose state the checkpoint keeps: its buffers (Program.State) by
+	// name, or, in a sharded plan, every rank's shards put together into
+	// whole tensors, saved as rank 0's (what allreduce saves).
+	state map[int][]stateTensor
+}
+
+// stateTensor is one optimizer state tensor of a checkpoint: its name
+// ("fc.weight.exp_avg"), shape and values.
+type stateTensor struct {
+	name  string
+	shape []int
+	vals  []float32
 }
 
 // rngWords bounds a device's RNG state (bytes in float32 words).
@@ -706,7 +753,7 @@ const rngWords = 32
 func (rs *runState) gatherState(d *worker, pr *progress) (*gathered, error) {
 	p := rs.plan
 	world := p.World
-	g := &gathered{state: map[int][][]float32{}}
+	g := &gathered{state: map[int][]stateTensor{}}
 	rng, err := d.dev.RNGState()
 	if err != nil {
 		return nil, err
@@ -738,14 +785,37 @@ func (rs *runState) gatherState(d *worker, pr *progress) (*gathered, error) {
 		g.rankLoss = append(g.rankLoss, joinF64(w[rngWords], w[rngWords+1]))
 		g.rankCount = append(g.rankCount, joinF64(w[rngWords+2], w[rngWords+3]))
 	}
-	var local [][]float32
+	if p.Sharding != nil {
+		if paramsSharded(p) {
+			if err := d.gatherParams(p); err != nil {
+				return nil, err
+			}
+		}
+		// Every rank's shard of each kind of state, put back together.
+		for k, b := range d.prog.StateShards {
+			v, err := download(d, b)
+			if err != nil {
+				return nil, err
+			}
+			all, err := d.gather(v, fmt.Sprintf("checkpoint optimizer state %d", k))
+			if err != nil {
+				return nil, err
+			}
+			flat := p.Unshard(all)
+			for i, prm := range p.Graph.Params {
+				g.state[0] = append(g.state[0], stateTensor{prm.Name + "." + b.Name, prm.Value.Shape, flat[p.Sharding.ParamAt[i]:][:prm.Value.Elems()]})
+			}
+		}
+		return g, nil
+	}
+	var local []stateTensor
 	for _, st := range d.prog.State {
 		for _, b := range st {
 			v, err := download(d, b)
 			if err != nil {
 				return nil, err
 			}
-			local = append(local, v)
+			local = append(local, stateTensor{b.Name, b.Max, v})
 		}
 	}
 	if p.Sync.OwnParams() {
@@ -767,22 +837,23 @@ func (rs *runState) gatherState(d *worker, pr *progress) (*gathered, error) {
 		g.state[0] = local
 	case len(holders) == world:
 		for r := 0; r < world; r++ {
-			g.state[r] = make([][]float32, 0, len(local))
+			g.state[r] = make([]stateTensor, 0, len(local))
 		}
-		for k, v := range local {
+		for k, st := range local {
+			v := st.vals
 			allv, err := d.gather(v, fmt.Sprintf("checkpoint optimizer state %d", k))
 			if err != nil {
 				return nil, err
 			}
 			for r := 0; r < world; r++ {
-				g.state[r] = append(g.state[r], allv[r*len(v):][:len(v)])
+				g.state[r] = append(g.state[r], stateTensor{st.name, st.shape, allv[r*len(v):][:len(v)]})
 			}
 		}
 	case len(holders) == 1:
 		// One rank's state travels to rank 0.
 		root := holders[0]
-		for k, v := range local {
-			if err := d.host.Broadcast(v, root, comm.Tag{Name: fmt.Sprintf("checkpoint optimizer state %d", k), Step: d.step}); err != nil {
+		for k, st := range local {
+			if err := d.host.Broadcast(st.vals, root, comm.Tag{Name: fmt.Sprintf("checkpoint optimizer state %d", k), Step: d.step}); err != nil {
 				return nil, err
 			}
 		}
@@ -924,4 +995,69 @@ func NewestRunCheckpoint(dir string) (*RunCheckpoint, error) {
 // does: the error names the first entry that differs.
 func (c *RunCheckpoint) CheckPlan(p *engine.Plan) error {
 	return comparePlanKey(c.key, c.format, p)
+}
+
+// resumesAcross compares the resume key of a checkpoint made on another
+// world or under another strategy (metadata m) with plan p's, but for the
+// sync settings and the buckets (engine.Plan.CheckResumeKeyAcross), at the
+// checkpoint's batch a device. A checkpoint made inside an epoch resumes
+// on another number of devices only when the run has no partition
+// strategy: the default shares out each step's global batch from one
+// order, whatever the world, while a strategy's shards depend on it.
+func resumesAcross(p *engine.Plan, m map[string]string, savedWorld int) error {
+	batch, err := strconv.Atoi(m["max_batch"])
+	if err != nil { // checkpoints before it was kept: an even split
+		batch = slices.Max(engine.SplitBatch(p.Spec.BatchSize, nil, savedWorld))
+	}
+	if savedWorld != p.World && m["micro"] != "0" && p.Spec.Partition != nil {
+		return fmt.Errorf("the checkpoint was made inside epoch %s on %d devices, and partition %s shares out the samples by the world: a run on %d devices resumes from a checkpoint made at an epoch's end",
+			m["epoch"], savedWorld, p.Spec.Partition.Name, p.World)
+	}
+	if m["plan"] == "" {
+		return nil
+	}
+	var key []engine.PlanStep
+	for _, line := range strings.Split(strings.TrimSuffix(m["plan"], "\n"), "\n") {
+		label, text, _ := strings.Cut(line, ": ")
+		key = append(key, engine.PlanStep{Label: label, Text: text})
+	}
+	return p.CheckResumeKeyAcross(m["plan_format"], key, batch)
+}
+
+// foldRanks resizes per-rank sums to world ranks: a rank the checkpoint's
+// world lacked starts at 0, and the sums of ranks this world lacks go to
+// rank r mod world.
+func foldRanks(v []float64, world int) []float64 {
+	out := make([]float64, world)
+	for r, x := range v {
+		out[r%world] += x
+	}
+	return out
+}
+
+// setStateShards restores a sharded plan's optimizer state on device d:
+// each kind of state of every parameter, whole in the checkpoint (saved
+// as rank 0's, by a sharded run or by allreduce), cut to d's shard. A
+// tensor the checkpoint lacks leaves its part of the shard at zero, as
+// the others do.
+func setStateShards(p *engine.Plan, d *worker, sf *safetensors.File, path string) error {
+	for _, b := range d.prog.StateShards {
+		flat := make([]float32, p.Sharding.FlatElems)
+		for i, prm := range p.Graph.Params {
+			name := prm.Name + "." + b.Name
+			t, ok := sf.Get("rank0/optim/" + name)
+			if !ok {
+				continue
+			}
+			v, err := t.Float32s()
+			if err != nil || len(v) != prm.Value.Elems() {
+				return fmt.Errorf("%s: optimizer state %s does not fit parameter %s %v", path, name, prm.Name, prm.Value.Shape)
+			}
+			copy(flat[p.Sharding.ParamAt[i]:], v)
+		}
+		if err := d.dev.UploadF32(b, 0, p.ShardOf(flat, d.rank)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

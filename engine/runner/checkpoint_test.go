@@ -46,7 +46,9 @@ func TestResumeIsBitIdentical(t *testing.T) {
 		{1, "sync.allreduce()", "max_steps=32"}, // at the end of epoch 1
 		{2, "sync.allreduce()", "max_steps=45"}, // inside epoch 2
 		{2, "sync.parameter_server(root=1)", "max_steps=7"},
-		{2, "sync.local_sgd(every=3)", "max_steps=20"}, // ranks hold their own parameters
+		{2, "sync.local_sgd(every=3)", "max_steps=20"},              // ranks hold their own parameters
+		{2, "sync.zero(stage=2, bucket_mb=0.0005)", "max_steps=45"}, // each rank holds a shard of the optimizer state
+		{3, "sync.fsdp()", "max_steps=10"},                          // and of the parameters
 	} {
 		sets := []string{"epochs=3", "sync=" + c.sync, "optimizer=optim.adam(lr=0.01)"}
 		whole := runIn(t, t.TempDir(), "", c.devices, sets...)

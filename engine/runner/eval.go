@@ -167,14 +167,28 @@ func (e *Evaluator) Outputs(ds datasets.Dataset, batch int) ([]float32, error) {
 		return nil, fmt.Errorf("batches of %d samples: want 1 to %d", batch, e.plan.MaxBatch)
 	}
 	d := e.w
-	data, err := d.dev.LoadData(ds)
+	n := ds.Len()
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	// A streamed dataset is decoded ahead, in sample order.
+	pf, err := datasets.Prefetch(ds, all, datasets.PrefetchOptions{Window: prefetchSteps * batch})
+	if err != nil {
+		return nil, err
+	}
+	fill := ds
+	if pf != nil {
+		defer pf.Close()
+		fill = pf.Dataset()
+	}
+	data, err := d.dev.LoadData(fill)
 	if err != nil {
 		return nil, err
 	}
 	if f, ok := data.(backend.Freer); ok {
 		defer f.Free()
 	}
-	n := ds.Len()
 	out := make([]float32, n*e.out)
 	idx := make([]int, batch)
 	for i := 0; i < n; i += batch {
@@ -184,6 +198,9 @@ func (e *Evaluator) Outputs(ds datasets.Dataset, batch int) ([]float32, error) {
 		}
 		d.dev.SetBatch(k)
 		if err := d.dev.Gather(data, idx[:k], d.prog.Input, d.prog.Target); err != nil {
+			return nil, err
+		}
+		if err := dataErr(pf, ds.Name()); err != nil {
 			return nil, err
 		}
 		if err := e.run(k, out[i*e.out:(i+k)*e.out]); err != nil {

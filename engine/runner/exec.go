@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gorun/comm"
+	"gorun/datasets"
 	"gorun/engine"
 	"gorun/engine/backend"
 )
@@ -17,6 +18,7 @@ import (
 // goroutine. Everything it touches per step is allocated before the first.
 type worker struct {
 	rank int
+	plan *engine.Plan
 	prog *engine.Program
 	dev  backend.Device
 	// perEpoch and totalSteps are the optimizer steps of an epoch and of
@@ -48,16 +50,38 @@ type worker struct {
 	results chan asyncResult
 	pending int
 	tail    int // tailStart of prog.Steps
+	// waitFor[i] is the latest collective before step i that may run on
+	// the collective goroutine and touches memory step i touches (a
+	// sharded plan reuses a reduced bucket's memory), or -1: step i waits
+	// until it is done. issued[j] numbers collective j when it was handed
+	// to the goroutine (sent counts them), done counts those finished.
+	waitFor    []int
+	issued     []int64
+	sent, done int64
 
 	// lend is the device's side of helping (help.go): nil when its
 	// steps always run on it alone.
 	lend *lender
+	// whole holds the parameters laid out whole (engine.Plan.ParamElems)
+	// in a plan whose parameters are sharded, where no device holds them
+	// so: what rank 0 starts from (initial values, --init, a checkpoint)
+	// until the first broadcast, then every rank's shards gathered
+	// (gatherParams) for a checkpoint, best.safetensors or the result.
+	whole []float32
 
 	progress    *progress // where this rank's run stands
 	interrupted bool      // the ranks agreed to stop (RunOptions.Interrupt)
 	train, eval backend.Data
 	out         []float32 // evaluation outputs read back
 	labels      []int32   // evaluation targets read back
+
+	// trainPF decodes this epoch's samples of a streamed training set
+	// ahead of the steps; nextPF, started as epoch nextEpoch−1 ended, the
+	// next epoch's (stream.go). dataWait is the time the step's Gathers
+	// waited for them, epochWait the epoch's so far.
+	trainPF, nextPF     *datasets.Prefetcher
+	nextEpoch           int
+	dataWait, epochWait time.Duration
 }
 
 type asyncResult struct {
@@ -69,6 +93,8 @@ type asyncResult struct {
 func (d *worker) startAsync() {
 	d.async = make(chan *engine.Step, len(d.prog.Steps))
 	d.results = make(chan asyncResult, len(d.prog.Steps))
+	d.waitFor = hazards(d.prog.Steps, d.tail)
+	d.issued = make([]int64, len(d.prog.Steps))
 	go func() {
 		for st := range d.async {
 			t0 := time.Now()
@@ -88,14 +114,61 @@ func (d *worker) stopAsync() {
 // wait waits for every collective in flight and returns the first error.
 func (d *worker) wait() error {
 	var first error
-	for ; d.pending > 0; d.pending-- {
-		r := <-d.results
-		d.commTime += r.dt
-		if r.err != nil && first == nil {
-			first = r.err
+	for d.pending > 0 {
+		if err := d.collect(); err != nil && first == nil {
+			first = err
 		}
 	}
 	return first
+}
+
+// collect waits for the next collective in flight to finish.
+func (d *worker) collect() error {
+	r := <-d.results
+	d.pending--
+	d.done++
+	d.commTime += r.dt
+	return r.err
+}
+
+// waitUntil waits until collective step j, if it was handed to the
+// collective goroutine, has finished (those before it too: it runs them
+// in order). An error fails the micro-step.
+func (d *worker) waitUntil(j int) error {
+	for d.pending > 0 && d.done < d.issued[j] {
+		if err := d.collect(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hazards is waitFor for steps whose collectives in the sync phase before
+// tail, and those marked Beside, run on the collective goroutine: for each
+// step, the latest such collective that touches memory the step touches,
+// or -1.
+func hazards(steps []*engine.Step, tail int) []int {
+	out := make([]int, len(steps))
+	touches := make([]touch, len(steps))
+	for i, st := range steps {
+		touches[i] = stepTouch(st)
+	}
+	async := func(j int) bool {
+		return steps[j].Kind == engine.CollectiveStep && (steps[j].Phase == engine.PhaseSync && j < tail || steps[j].Beside)
+	}
+	for i := range steps {
+		out[i] = -1
+		if async(i) {
+			continue // after the earlier ones: the goroutine runs them in order
+		}
+		for j := i - 1; j >= 0; j-- {
+			if async(j) && conflict(&touches[i], &touches[j]) {
+				out[i] = j
+				break
+			}
+		}
+	}
+	return out
 }
 
 // runStep runs one micro-batch of the training Program: forward and
@@ -126,16 +199,25 @@ func (d *worker) runStep(first, last bool) error {
 		if st.Phase == engine.PhaseUpdate || (!last && st.Phase == engine.PhaseSync) {
 			continue
 		}
+		if d.waitFor != nil && d.waitFor[i] >= 0 {
+			// A collective in flight reads memory this step writes (or
+			// writes memory it reads).
+			if err := d.waitUntil(d.waitFor[i]); err != nil {
+				return d.fail(err)
+			}
+		}
 		if l != nil && l.plan[i].ok {
 			l.put(i) // runs later, here or on a helper
 			continue
 		}
-		if st.Phase == engine.PhaseSync && i < d.tail && d.async != nil {
+		if (st.Phase == engine.PhaseSync && i < d.tail || st.Beside) && d.async != nil {
+			d.sent++
+			d.issued[i] = d.sent
 			d.async <- st
 			d.pending++
 			continue
 		}
-		if st.Phase == engine.PhaseSync && d.pending > 0 {
+		if st.Kind == engine.CollectiveStep && d.pending > 0 {
 			// A collective this goroutine runs itself: those in flight go
 			// first (every rank calls collectives in one order).
 			if err := d.wait(); err != nil {
@@ -261,8 +343,21 @@ func (d *worker) collective(st *engine.Step) error {
 }
 
 // broadcastParams sends rank 0's parameters (and optimizer state) to
-// every rank: every run starts with it.
-func (d *worker) broadcastParams() error {
+// every rank: every run starts with it. Where parameters are sharded,
+// rank 0's whole parameters go to every rank through the host
+// communicator, and each keeps its shard.
+func (d *worker) broadcastParams(p *engine.Plan) error {
+	if paramsSharded(p) {
+		if d.whole == nil {
+			d.whole = make([]float32, p.ParamElems())
+		}
+		if err := d.host.Broadcast(d.whole, 0, comm.Tag{Name: "initial parameters"}); err != nil {
+			return err
+		}
+		err := d.dev.UploadF32(d.prog.ParamShard, 0, p.ShardOf(d.whole, d.rank))
+		d.whole = nil
+		return err
+	}
 	if d.coll == nil {
 		return nil
 	}
@@ -352,3 +447,28 @@ func (d *worker) readLoss() (float64, error) {
 // stepHook, when set (tests), runs before each step of a micro-step that
 // runStep walks.
 var stepHook func(d *worker, i int)
+
+// paramsSharded reports whether no device holds p's parameters whole
+// between steps (a sharded plan's stage 3).
+func paramsSharded(p *engine.Plan) bool { return p.Sharding != nil && p.Sharding.Params }
+
+// gatherParams brings d's parameters together, laid out whole, into
+// d.whole: in a plan whose parameters are sharded every rank's shard (every
+// rank calls it), else d's parameter arena.
+func (d *worker) gatherParams(p *engine.Plan) error {
+	if !paramsSharded(p) {
+		v, err := download(d, d.prog.ParamArena)
+		d.whole = v
+		return err
+	}
+	shard, err := download(d, d.prog.ParamShard)
+	if err != nil {
+		return err
+	}
+	all, err := d.gather(shard, "parameters")
+	if err != nil {
+		return err
+	}
+	d.whole = p.Unshard(all)
+	return nil
+}

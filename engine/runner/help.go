@@ -84,6 +84,10 @@ func stepTouch(st *engine.Step) touch {
 		}
 		s := span{c.Buffer.Offset + c.Offset, c.Buffer.Offset + c.Offset + c.Elems}
 		t.reads, t.writes = []span{s}, []span{s}
+		if c.Part != nil { // a reduce-scatter's destination, an all-gather's source
+			p := span{c.Part.Offset + c.PartOffset, c.Part.Offset + c.PartOffset + c.Block}
+			t.reads, t.writes = append(t.reads, p), append(t.writes, p)
+		}
 	default:
 		t.all = true
 	}

@@ -57,7 +57,11 @@ type StepMetrics struct {
 	// spent in collectives during the step.
 	SamplesPerS float64
 	CommSeconds float64
-	Time        float64 // seconds since the run started
+	// DataWaitSeconds is the time rank 0's Gathers waited during the step
+	// for samples not yet decoded (a dataset streamed from disk whose
+	// prefetch fell behind); 0 for data held in memory.
+	DataWaitSeconds float64
+	Time            float64 // seconds since the run started
 	// SkippedSteps counts the epoch's steps so far whose update
 	// on_nonfinite = "skip" skipped (this one too when its Loss is NaN).
 	// metrics.jsonl's epoch line has it; the step line's loss is null.
@@ -87,6 +91,8 @@ func (m *metrics) step(s *StepMetrics) error {
 	b = appendFloat(b, s.SamplesPerS)
 	b = append(b, `,"comm_seconds":`...)
 	b = appendFloat(b, s.CommSeconds)
+	b = append(b, `,"data_wait_seconds":`...)
+	b = appendFloat(b, s.DataWaitSeconds)
 	b = append(b, `,"time":`...)
 	b = appendFloat(b, s.Time)
 	b = append(b, "}\n"...)

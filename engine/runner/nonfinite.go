@@ -42,7 +42,18 @@ func (rs *runState) nonFinite(d *worker, epoch int, here bool, loss float64, gra
 // output holds one.
 func (rs *runState) firstNonFinite(d *worker) (string, error) {
 	prog := d.prog
+	if prog.ParamShard != nil {
+		// The parameters are whole only around the steps that read them.
+		if ok, err := d.finite(prog.ParamShard); err != nil {
+			return "", err
+		} else if !ok {
+			return "in this rank's shard of the parameters (from --init, a checkpoint or an earlier update)", nil
+		}
+	}
 	for i, b := range prog.Params {
+		if prog.ParamShard != nil {
+			break
+		}
 		ok, err := d.finite(b)
 		if err != nil {
 			return "", err

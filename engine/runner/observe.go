@@ -42,7 +42,7 @@ func (rs *runState) stepDone(d *worker, pr *progress, epoch int, loss float64, t
 	}
 	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.lr, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
-		Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
+		DataWaitSeconds: d.dataWait.Seconds(), Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
 	if err := rs.metrics.step(&sm); err != nil {
 		return fmt.Errorf("writing %s: %w", MetricsFile, err)
 	}
@@ -77,6 +77,13 @@ func (rs *runState) endEpoch(d *worker, pr *progress, epoch int, took time.Durat
 	if rs.eval != nil {
 		var err error
 		if acc, evalLoss, err = rs.evaluate(d); err != nil {
+			return err
+		}
+	}
+	if rs.eval != nil && paramsSharded(rs.plan) {
+		// Rank 0 may write best.safetensors below: every rank's shard,
+		// gathered.
+		if err := d.gatherParams(rs.plan); err != nil {
 			return err
 		}
 	}
@@ -124,7 +131,7 @@ func (rs *runState) epochRecord(d *worker, pr *progress, epoch int, trainLoss, s
 	return rs.metrics.record("epoch", map[string]any{
 		"epoch": epoch + 1, "train_loss": trainLoss, "samples": int64(pr.GlobalCount),
 		"seconds": secs, "train_seconds": pr.TrainSeconds, "step": d.step,
-		"skipped_steps": pr.Skipped,
+		"skipped_steps": pr.Skipped, "data_wait_seconds": d.epochWait.Seconds(),
 	})
 }
 

@@ -12,6 +12,9 @@
 //     metrics.jsonl lines, log lines and callbacks;
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
 //     checkpoints, best and final parameters;
+//   - the prefetch (stream.go) decodes a dataset streamed from disk ahead
+//     of each rank's steps, in its schedule's order, and measures the
+//     time a step waited for it (data_wait_seconds);
 //   - the evaluator (eval.go) runs the evaluation pass of a trained model
 //     outside training: package model's predictions, gorun sample's text
 //     (sample.go).
@@ -71,6 +74,13 @@ type RunOptions struct {
 	// Resume is a run folder to continue from its newest checkpoint
 	// (--resume); Out defaults to it.
 	Resume string
+	// DataProgress, when set, is called as a dataset that takes a while
+	// to decode (data.images) is decoded, before step 1.
+	DataProgress func(datasets.Progress)
+	// Notices, when set, receives one-off remarks on how the run goes
+	// that are not errors: a dataset streamed from disk, and the memory
+	// its prefetch takes (stream.go). The CLI sends them to stderr.
+	Notices io.Writer
 	// Interrupt, when set and true, stops the run after the step under
 	// way (every rank after the same step) and saves a checkpoint; the
 	// CLI sets it on SIGINT and SIGTERM.
@@ -93,6 +103,10 @@ type RunOptions struct {
 	// writeTensors, when set (tests), writes each file of a checkpoint in
 	// place of safetensors.WriteFile: a test fails it as a full disk would.
 	writeTensors checkpointWriter
+	// prefetchClosed, when set (tests), is told what each prefetcher of
+	// a streamed dataset did when it is closed (what: "training data" or
+	// "evaluation data").
+	prefetchClosed func(rank int, what string, st datasets.PrefetchStats)
 }
 
 // Result sums a finished run.
@@ -114,8 +128,10 @@ type Result struct {
 	// HelpedSteps counts the gradient kernels a device of this process
 	// ran for a slower one (helping, help.go).
 	HelpedSteps int64
-	// Params holds each local rank's final parameter arena, in the
-	// Program's arena order (Program.Params give each parameter's place).
+	// Params holds each local rank's final parameters, laid out whole as
+	// engine.Plan.ParamOffset places them (the parameter arena's order:
+	// Program.Params give each parameter's place, unless the parameters
+	// are sharded).
 	Params [][]float32
 }
 
@@ -176,7 +192,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	rs.log = &lockedWriter{w: rs.log} // ranks log from their own goroutines
 	var err error
 	if rs.train == nil {
-		if rs.train, err = datasets.Load(&s.Data); err != nil {
+		if rs.train, err = datasets.Load(&s.Data, rs.dataOptions()...); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +203,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		if tk, ok := rs.train.(datasets.Tokens); ok {
 			model = tk.Vocab()
 		}
-		if rs.eval, err = datasets.Load(s.Eval, datasets.WithVocab(model)); err != nil {
+		if rs.eval, err = datasets.Load(s.Eval, append(rs.dataOptions(), datasets.WithVocab(model))...); err != nil {
 			return nil, err
 		}
 	}
@@ -214,6 +230,7 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		return nil, err
 	}
 	defer rs.closeDevices()
+	rs.announceStreams()
 	rs.help = setupHelping(rs.workers)
 	if err := rs.initParams(); err != nil {
 		return nil, err
@@ -295,7 +312,7 @@ func (rs *runState) openDevices() error {
 		if err != nil {
 			return clusterErr(p, fmt.Errorf("device %d: %w", prog.Rank, err))
 		}
-		d := &worker{rank: prog.Rank, prog: prog, dev: dev, tail: tailStart(prog.Steps),
+		d := &worker{rank: prog.Rank, plan: p, prog: prog, dev: dev, tail: tailStart(prog.Steps),
 			shareState: p.Sync.ShareState()}
 		rs.workers = append(rs.workers, d)
 		if err := dev.Load(prog); err != nil {
@@ -335,8 +352,12 @@ func (rs *runState) closeDevices() {
 func (rs *runState) initParams() error {
 	p := rs.plan
 	for _, d := range rs.workers {
-		if err := d.dev.Zero(d.prog.GradArena); err != nil {
-			return err
+		for _, b := range append([]*engine.Buffer{d.prog.GradArena, d.prog.GradShard, d.prog.Zeros}, d.prog.StateShards...) {
+			if b != nil {
+				if err := d.dev.Zero(b); err != nil {
+					return err
+				}
+			}
 		}
 		for _, st := range d.prog.State {
 			for _, b := range st {
@@ -354,7 +375,9 @@ func (rs *runState) initParams() error {
 		}
 	}
 	root := rs.workers[0]
-	if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
+	if paramsSharded(p) {
+		root.whole = p.InitialParams(p.Spec.Seed) // the shards come with the first broadcast
+	} else if err := root.dev.UploadF32(root.prog.ParamArena, 0, p.InitialParams(p.Spec.Seed)); err != nil {
 		return err
 	}
 	if rs.opts.Init != "" {
@@ -508,12 +531,13 @@ func (rs *runState) rankLoop(d *worker) error {
 	// Every run starts from rank 0's parameters, except a resumed run
 	// whose ranks kept parameters of their own.
 	if rs.resume == nil || !p.Sync.OwnParams() {
-		if err := d.broadcastParams(); err != nil {
+		if err := d.broadcastParams(p); err != nil {
 			return err
 		}
 	}
 	pr := rs.startProgress()
 	d.progress = pr
+	defer rs.stopPrefetch(d, false)
 	for epoch := pr.Epoch; epoch < s.Epochs && !rs.stopped(d); epoch++ {
 		done, err := rs.runEpoch(d, pr, epoch)
 		if err != nil {
@@ -531,6 +555,12 @@ func (rs *runState) rankLoop(d *worker) error {
 	}
 	if d == rs.workers[0] {
 		rs.res.Interrupted = d.interrupted
+	}
+	if paramsSharded(p) {
+		// The final parameters, for model.safetensors and the result.
+		if err := d.gatherParams(p); err != nil {
+			return err
+		}
 	}
 	if d.rank == 0 {
 		if err := rs.saveParams(ModelFile, map[string]string{"step": strconv.Itoa(d.step)}); err != nil {
@@ -591,23 +621,24 @@ func (rs *runState) runEpoch(d *worker, pr *progress, epoch int) (bool, error) {
 		clear(pr.RankLoss)
 		clear(pr.RankCount)
 	}
-	if a, ok := rs.train.(datasets.EpochDataset); ok {
-		// Random transforms: the epoch's samples depend on (seed, epoch, sample) only.
-		if f, ok := d.train.(backend.Freer); ok {
-			f.Free() // the last epoch's copy
-		}
-		if d.train, err = d.dev.LoadData(a.Epoch(s.Seed, epoch)); err != nil {
-			return false, fmt.Errorf("%s: training data, epoch %d: %w", d.dev.Name(), epoch+1, err)
-		}
+	// Random transforms: the epoch's samples depend on (seed, epoch,
+	// sample) only; streamed data: decoded ahead in the schedule's order.
+	if err := rs.loadEpochData(d, sc, epoch, pr.Micro); err != nil {
+		return false, err
 	}
 	if d == rs.workers[0] {
 		rs.epochBegins(d, sc, pr, epoch)
 	}
 	epochStart := time.Now()
+	d.epochWait = 0
 	for g0 := pr.Micro; g0 < sc.Steps && !rs.stopped(d); g0 += s.Accumulate {
 		if err := rs.optimizerStep(d, pr, sc, epoch, g0, min(g0+s.Accumulate, sc.Steps)); err != nil {
 			return false, err
 		}
+	}
+	rs.stopPrefetch(d, true)
+	if !rs.stopped(d) {
+		rs.prefetchNext(d, epoch+1)
 	}
 	if d.rank == 0 && rs.opts.OnEpochEnd != nil {
 		rs.opts.OnEpochEnd(epoch + 1)
@@ -669,6 +700,7 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	d.lr = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
 	d.rc.LRScale = d.lr / s.Optimizer.LR
 	d.commTime = 0
+	waited := d.dataWaited()
 	mine := 0 // samples this rank fed
 	for m := g0; m < g1; m++ {
 		idx := sc.Slice(d.rank, m)
@@ -676,11 +708,16 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		if err := d.dev.Gather(d.train, idx, d.prog.Input, d.prog.Target); err != nil {
 			return err
 		}
+		if err := dataErr(d.trainPF, "training data"); err != nil {
+			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+		}
 		if err := d.runStep(m == g0, m == g1-1); err != nil {
 			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
 		}
 		mine += len(idx)
 	}
+	d.dataWait = d.dataWaited() - waited
+	d.epochWait += d.dataWait
 	// The loss sums the micro-batches on the device: read once a step.
 	local, err := d.readLoss()
 	if err != nil {
@@ -688,7 +725,7 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	// A non-finite loss or gradient must not reach the parameters.
 	bad := 0.0
-	gradsOK, err := d.finite(d.prog.GradArena)
+	gradsOK, err := d.finite(d.prog.SyncedGrads)
 	if err != nil {
 		return err
 	}
@@ -777,6 +814,14 @@ func ignore32(ignore *int) (int32, bool) {
 	return int32(*ignore), true
 }
 
+// dataOptions are how the run's datasets are read: within the cluster's
+// memory_limit (room kept for the prefetch of a streamed set),
+// reporting decoding progress to RunOptions.DataProgress.
+func (rs *runState) dataOptions() []datasets.Option {
+	return []datasets.Option{datasets.WithMemoryLimit(rs.plan.Cluster.MemoryLimit), datasets.WithProgress(rs.opts.DataProgress),
+		datasets.WithPrefetch(len(rs.plan.Devices) * rs.prefetchWindow())}
+}
+
 // checkVocabulary refuses token data whose vocabulary is larger than the
 // one the plan was compiled for: the compiler checked every embedding's
 // table against that one (Plan.Classes), and an id past a table would
@@ -816,13 +861,35 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 		v := int32(*s)
 		ignore = &v
 	}
+	data := d.eval
+	order := make([]int, hi-lo)
+	for i := range order {
+		order[i] = lo + i
+	}
+	pf, err := rs.prefetch(rs.eval, order)
+	if err != nil {
+		return 0, 0, err
+	}
+	if pf != nil {
+		// Streamed: decoded ahead, in order, for this evaluation.
+		defer rs.closePrefetch(d, pf, "evaluation data")
+		if data, err = d.dev.LoadData(pf.Dataset()); err != nil {
+			return 0, 0, fmt.Errorf("%s: evaluation data: %w", d.dev.Name(), err)
+		}
+		if f, ok := data.(backend.Freer); ok {
+			defer f.Free()
+		}
+	}
 	for i := lo; i < hi; i += batch {
 		n := min(batch, hi-i)
 		for j := 0; j < n; j++ {
 			idx[j] = i + j
 		}
 		d.dev.SetBatch(n)
-		if err := d.dev.Gather(d.eval, idx[:n], prog.Input, prog.Target); err != nil {
+		if err := d.dev.Gather(data, idx[:n], prog.Input, prog.Target); err != nil {
+			return 0, 0, err
+		}
+		if err := dataErr(pf, "evaluation data"); err != nil {
 			return 0, 0, err
 		}
 		if err := d.evalBatch(i == lo); err != nil {
@@ -856,6 +923,24 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 			}
 		}
 	}
+	// Every rank runs the evaluation's collectives (stage 3's gathers of
+	// the parameters) as often as the rank with the most batches: a rank
+	// with fewer runs them alone for the batches it lacks.
+	mine := (hi - lo + batch - 1) / batch
+	most := mine
+	for r := 0; r < p.World; r++ {
+		l, h := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, r)
+		most = max(most, (h-l+batch-1)/batch)
+	}
+	for ; mine < most; mine++ {
+		for _, st := range prog.Eval {
+			if st.Kind == engine.CollectiveStep {
+				if err := d.exec(st); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+	}
 	var lossSum float64
 	if hi > lo {
 		if lossSum, err = d.readLoss(); err != nil {
@@ -878,12 +963,17 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 	return correct / n, lossSum / n, nil
 }
 
-// finalParams reads every local rank's final parameters into the Result.
+// finalParams reads every local rank's final parameters into the Result:
+// its parameter arena, or, where parameters are sharded, the parameters
+// its rank gathered whole at the end.
 func (rs *runState) finalParams() error {
 	for _, d := range rs.workers {
-		v := make([]float32, d.prog.ParamArena.Elems())
-		if err := d.dev.DownloadF32(d.prog.ParamArena, 0, v); err != nil {
-			return err
+		v := d.whole
+		if !paramsSharded(rs.plan) {
+			v = make([]float32, d.prog.ParamArena.Elems())
+			if err := d.dev.DownloadF32(d.prog.ParamArena, 0, v); err != nil {
+				return err
+			}
 		}
 		rs.res.Params = append(rs.res.Params, v)
 		if d.lend != nil {

@@ -397,7 +397,7 @@ func TestDeterministic(t *testing.T) {
 	strip := func(dir string) string {
 		var out []string
 		for _, r := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
-			for _, k := range []string{"time", "samples_per_s", "seconds", "train_seconds", "wall_seconds", "train_samples_per_s", "peak_rss_bytes", "comm_seconds"} {
+			for _, k := range []string{"time", "samples_per_s", "seconds", "train_seconds", "wall_seconds", "train_samples_per_s", "peak_rss_bytes", "comm_seconds", "data_wait_seconds"} {
 				delete(r, k)
 			}
 			out = append(out, mustJSON(r))

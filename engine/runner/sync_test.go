@@ -26,16 +26,41 @@ func trained(t *testing.T, devices int, sets ...string) [][]float32 {
 	return res.Params
 }
 
+// flatParams trains p and returns every rank's final parameters laid out
+// as plan like lays them out.
+func flatParams(t *testing.T, p, like *engine.Plan) [][]float32 {
+	t.Helper()
+	res, err := Run(p, RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]float32
+	for r := range res.Params {
+		named := namedParams(p, res, r)
+		flat := make([]float32, like.ParamElems())
+		for i, prm := range like.Graph.Params {
+			copy(flat[like.ParamOffset(i):], named[prm.Name])
+		}
+		out = append(out, flat)
+	}
+	return out
+}
+
 // TestDataParallelEquivalence: N devices at global batch B end with the
 // same parameters after 20 steps as one device at batch B, for all-reduce
-// (mean) and a parameter server — also when B does not divide by N.
+// (mean), a parameter server and ZeRO (stage 2, stage 3) — also when B
+// does not divide by N.
 func TestDataParallelEquivalence(t *testing.T) {
 	for _, batch := range []int{24, 22} {
-		for _, sync := range []string{"sync.allreduce(op='mean')", "sync.allreduce(op='mean', bucket_mb=0.0005)", "sync.parameter_server(root=1)"} {
+		for _, sync := range []string{"sync.allreduce(op='mean')", "sync.allreduce(op='mean', bucket_mb=0.0005)", "sync.parameter_server(root=1)",
+			"sync.zero(stage=2, bucket_mb=0.0005)", "sync.fsdp()"} {
 			sets := []string{fmt.Sprintf("batch_size=%d", batch), "max_steps=20", "sync=" + sync}
-			one := trained(t, 1, append(sets, "sync=sync.allreduce()")...)[0]
+			// In the flattened order of one device's allreduce: a sharded
+			// plan lays its parameters out by its own buckets.
+			p1 := compile(t, loadSpec(t, tinyScript, append(sets, "sync=sync.allreduce()")...), 1)
+			one := flatParams(t, p1, p1)[0]
 			for _, n := range []int{2, 3, 4} {
-				ranks := trained(t, n, sets...)
+				ranks := flatParams(t, compile(t, loadSpec(t, tinyScript, sets...), n), p1)
 				if d := maxRelDiff(one, ranks[0]); d > 1e-5 {
 					t.Errorf("batch %d, %s, %d devices: max relative difference to one device %.2e", batch, sync, n, d)
 				}

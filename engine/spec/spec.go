@@ -151,7 +151,7 @@ func (l *Layer) Label() string {
 
 // Data describes a dataset.
 type Data struct {
-	Kind      string // "mnist", "fashion_mnist", "tensors", "text" or "synthetic"
+	Kind      string // "mnist", "fashion_mnist", "tensors", "text", "images", "csv" or "synthetic"
 	Split     string // "train" or "test"
 	Dir       string // mnist: "" for the copy that ships with the GoMNIST module; fashion_mnist: "" for Debian's
 	Normalize [2]float64
@@ -183,6 +183,30 @@ type Data struct {
 		P             float64 // hflip: the probability of a flip
 	}
 
+	// Images (data.images): Dir is a folder of class folders (torchvision's
+	// ImageFolder layout), or of train/ and test/ folders that each hold
+	// them. ImageSize is the (height, width) every image is resized to
+	// ({0, 0}: the images' own, which must then all be alike); Channels is
+	// 1 (grayscale) or 3 (RGB); ChannelMean and ChannelStd (one value per
+	// channel, nil for none) normalize each channel after scaling to
+	// [0, 1]. Without train/ and test/ folders, the TestFraction of each
+	// class's images drawn with Seed are the test split.
+	ImageSize               [2]int
+	Channels                int
+	ChannelMean, ChannelStd []float64
+
+	// CSV (data.csv): File is the table (a header line, then one sample a
+	// row); Columns are the input columns (nil: every column but the
+	// targets); Y names the target column; Regression makes it a float
+	// target (else class labels: integers 0..K-1, or names mapped to their
+	// sorted order); Standardize scales every input column by the training
+	// split's mean and standard deviation. The test split is TestFile when
+	// given, else the TestFraction of the rows drawn with Seed.
+	Columns     []string
+	Regression  bool
+	Standardize bool
+	TestFile    string
+
 	// Synthetic data: Size samples of Shape in Classes classes, template
 	// plus Gaussian noise of std Noise, drawn from Seed.
 	Size    int
@@ -191,7 +215,25 @@ type Data struct {
 	Noise   float64
 	Seed    int64
 
+	// Recorded, when set, is what a trained model recorded of this data
+	// (the metadata of its model.safetensors): datasets.Describe returns
+	// it instead of reading the data, so that the model loads where its
+	// training data are not (package model sets it).
+	Recorded *DataRecord
+
 	Pos Pos
+}
+
+// DataRecord is what a trained model keeps of its training data's
+// description (datasets.Info): enough to compile the model again without
+// reading the data.
+type DataRecord struct {
+	Sample     []int    // one sample's shape, after the transforms
+	Classes    int      // the number of classes (token data: the vocabulary's size)
+	Target     []int    // a regression target's shape; nil for class labels
+	Tokens     bool     // token data: token ids in, a class per position out
+	ClassNames []string // the classes' names in label order; nil when they have none
+	Vocab      string   // token data's vocabulary (datasets.Vocab.String); "" for others
 }
 
 // ParamGroup gives the parameters whose names match one of the glob
@@ -245,6 +287,9 @@ const (
 	SyncParameterServer SyncKind = "parameter_server"
 	SyncLocalSGD        SyncKind = "local_sgd"
 	SyncNone            SyncKind = "none"
+	// SyncZero is sync.zero and sync.fsdp: sharded data parallelism
+	// (ZeRO stages 1–3, Stage).
+	SyncZero SyncKind = "zero"
 )
 
 // Sync describes how replicas are kept in step.
@@ -258,7 +303,13 @@ type Sync struct {
 	BroadcastBuffers bool
 	Root             int // parameter_server
 	Every            int // local_sgd
-	Pos              Pos
+	// Stage (zero) is what the ranks shard: 1 the optimizer state, 2 also
+	// the gradients, 3 also the parameters (sync.fsdp).
+	Stage int
+	// Prefetch (zero, stage 3) is how many layers ahead the parameters
+	// are gathered: 0 gathers each layer's just before it runs.
+	Prefetch int
+	Pos      Pos
 }
 
 // PartitionContext is what a partition strategy is told.

@@ -376,6 +376,16 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 	return true, nil
 }
 
+// ArenaBytes is the memory the device's arena tensor holds (0 before Load
+// and after Close): what the device allocated for its Program, which
+// tests compare with the Plan's figures.
+func (d *Device) ArenaBytes() int64 {
+	if d.arena == nil {
+		return 0
+	}
+	return int64(d.arena.MemSize())
+}
+
 // Sync returns at once: CPU kernels are done when Exec returns.
 func (d *Device) Sync() error { return nil }
 
@@ -421,4 +431,40 @@ func (c *collectives) Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) 
 		return err
 	}
 	return c.c.Broadcast(buf, root, t)
+}
+
+// ReduceScatter reduces b's elements [off, off+n) over the group into
+// each rank's block of part (in place when part is b's own block).
+func (c *collectives) ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, op comm.ReduceOp, t comm.Tag) error {
+	send, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	size := c.c.Size()
+	if n%size != 0 {
+		return fmt.Errorf("%s: reduce_scatter %q: %d elements do not split into %d blocks", c.d.Name(), t.Name, n, size)
+	}
+	recv, err := c.span(part, partOff, n/size)
+	if err != nil {
+		return err
+	}
+	return c.c.ReduceScatter(send, recv, op, t)
+}
+
+// AllGather gathers every rank's block of part into b's elements [off,
+// off+n) (in place when part is b's own block).
+func (c *collectives) AllGather(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, t comm.Tag) error {
+	recv, err := c.span(b, off, n)
+	if err != nil {
+		return err
+	}
+	size := c.c.Size()
+	if n%size != 0 {
+		return fmt.Errorf("%s: all_gather %q: %d elements do not split into %d blocks", c.d.Name(), t.Name, n, size)
+	}
+	send, err := c.span(part, partOff, n/size)
+	if err != nil {
+		return err
+	}
+	return c.c.AllGather(send, recv, t)
 }

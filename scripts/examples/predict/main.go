@@ -41,10 +41,12 @@ func run(dir string) error {
 	defer m.Close()
 
 	// The first test digits, normalised as the training set was: the
-	// values the model's first layer takes. (Raw uint8 pixels may be
-	// passed as they are: Predict normalises them the same way.)
+	// values the model's first layer takes (MNIST's normalisation has
+	// one mean and one std). Raw uint8 pixels may be passed as they are:
+	// Predict normalises them the same way; and m.FromImage(file) makes a
+	// PNG or JPEG of a digit the model's input.
 	mean, std := m.Normalization()
-	test, err := datasets.MNIST("test", "", mean, std)
+	test, err := datasets.MNIST("test", "", mean[0], std[0])
 	if err != nil {
 		return err
 	}
