@@ -154,12 +154,14 @@ func MPIAvailable() bool { return true }
 // order.
 type MPIComm struct {
 	rank, size int
+	host       string // this machine's name, for messages
 	busy       atomic.Bool
 	timeout    atomic.Int64 // time.Duration
 
-	mu       sync.Mutex // guards call, active, deadline
+	mu       sync.Mutex // guards call, active, started, deadline
 	call     header     // the collective under way (for the watchdog)
 	active   bool
+	started  time.Time
 	deadline time.Time
 	timer    *time.Timer
 	scratch  []float32
@@ -206,7 +208,8 @@ func InitMPI() (*MPIComm, error) {
 			mpiErr = fmt.Errorf("comm: MPI_Comm_rank: %s", mpiErrorString(rc))
 			return
 		}
-		c := &MPIComm{rank: int(rank), size: int(size)}
+		host, _ := os.Hostname()
+		c := &MPIComm{rank: int(rank), size: int(size), host: host}
 		c.timeout.Store(int64(DefaultTimeout))
 		c.timer = time.AfterFunc(time.Hour, c.expired)
 		c.timer.Stop()
@@ -245,12 +248,36 @@ func (c *MPIComm) SetTimeout(d time.Duration) {
 	c.timeout.Store(int64(d))
 }
 
-// Abort prints msg to stderr, naming this rank, and ends every process of
-// the job (MPI_Abort with exit status 1). It does not return.
+// Abort prints msg to stderr, naming this rank and its host ("gorun:
+// rank 2 of 3 (host node3): …"), and ends every process of the job
+// (MPI_Abort with exit status 1). It does not return.
 func (c *MPIComm) Abort(msg string) {
-	fmt.Fprintf(os.Stderr, "gorun: rank %d of %d: %s; aborting every rank (MPI_Abort)\n", c.rank, c.size, msg)
+	fmt.Fprintf(os.Stderr, "gorun: %s: %s; aborting every rank (MPI_Abort)\n", c.Who(), msg)
 	C.gorun_abort(1)
 	os.Exit(1) // MPI_Abort does not return; in case it does
+}
+
+// Who names this rank and its host as messages do: "rank 2 of 3 (host
+// node3)".
+func (c *MPIComm) Who() string {
+	return "rank " + strconv.Itoa(c.rank) + " of " + strconv.Itoa(c.size) + " (host " + c.host + ")"
+}
+
+// Pending describes the collective this rank is in, as errors name it
+// (`allreduce "bucket 0" at step 45`), and how long it has waited in it;
+// ok is false when none runs. A signal handler calls it to say where a
+// rank was when its job was stopped: a rank waiting in a collective is
+// waiting for the ranks that have not joined it.
+func (c *MPIComm) Pending() (call string, waited time.Duration, ok bool) {
+	c.mu.Lock()
+	h, active, started := c.call, c.active, c.started
+	c.mu.Unlock()
+	if !active {
+		return "", 0, false
+	}
+	var b strings.Builder
+	writeCall(&b, h.kind.String(), h.tag)
+	return b.String(), time.Since(started), true
 }
 
 // Broadcast copies root's buf into every other rank's buf (MPI_Bcast).
@@ -361,7 +388,8 @@ func (c *MPIComm) enter(h *header, send, recv []float32) error {
 	}
 	d := time.Duration(c.timeout.Load())
 	c.mu.Lock()
-	c.call, c.active, c.deadline = *h, true, time.Now().Add(d)
+	now := time.Now()
+	c.call, c.active, c.started, c.deadline = *h, true, now, now.Add(d)
 	c.timer.Reset(d)
 	c.mu.Unlock()
 	return nil

@@ -39,6 +39,12 @@ func (c *MPIComm) SetTimeout(time.Duration) {}
 // Abort panics with msg: without MPI there is no job to abort.
 func (c *MPIComm) Abort(msg string) { panic("comm: Abort without MPI: " + msg) }
 
+// Who returns "rank 0 of 1".
+func (c *MPIComm) Who() string { return "rank 0 of 1" }
+
+// Pending returns ok false: no collective runs without MPI.
+func (c *MPIComm) Pending() (call string, waited time.Duration, ok bool) { return "", 0, false }
+
 // Broadcast returns the no-MPI error.
 func (c *MPIComm) Broadcast([]float32, int, Tag) error { return errNoMPI }
 

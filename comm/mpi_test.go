@@ -65,8 +65,9 @@ func TestMPI(t *testing.T) {
 }
 
 // TestMPITimeout: a rank that never joins a collective makes the watchdog
-// abort the whole job, with a message naming the collective, its tag and
-// step, instead of a hang.
+// abort the whole job, with a message naming the rank, its host, the
+// collective, its tag and step, instead of a hang; while it waits,
+// Pending names the collective.
 func TestMPITimeout(t *testing.T) {
 	if underMPIRun() {
 		t.Skip("the launcher")
@@ -77,9 +78,14 @@ func TestMPITimeout(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the job exited 0:\n%s", out)
 	}
-	want := `comm: barrier "lost" at step 3 (MPI) timed out after 1s`
-	if !strings.Contains(out, want) || !strings.Contains(out, "MPI_Abort") {
-		t.Fatalf("output does not say %q:\n%s", want, out)
+	host, _ := os.Hostname()
+	for _, want := range []string{
+		`rank 0 of 2 (host ` + host + `): comm: barrier "lost" at step 3 (MPI) timed out after 1s`,
+		`rank 0 of 2 (host ` + host + `): pending: barrier "lost" at step 3`,
+	} {
+		if !strings.Contains(out, want) || !strings.Contains(out, "MPI_Abort") {
+			t.Fatalf("output does not say %q:\n%s", want, out)
+		}
 	}
 	if took > 20*time.Second {
 		t.Errorf("took %v to abort", took)
@@ -139,9 +145,19 @@ func TestMPIRankLost(t *testing.T) {
 	if err := c.Barrier(Tag{Name: "first", Step: 2}); err != nil {
 		t.Fatal(err)
 	}
+	if call, _, ok := c.Pending(); ok {
+		t.Errorf("Pending between collectives: %q", call)
+	}
 	if c.Rank() == 1 {
 		time.Sleep(30 * time.Second) // lost
 	}
+	// Rank 0 says where it waits, as a signal handler would.
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		if call, waited, ok := c.Pending(); ok && waited >= 400*time.Millisecond {
+			fmt.Fprintf(os.Stderr, "%s: pending: %s\n", c.Who(), call)
+		}
+	}()
 	c.Barrier(Tag{Name: "lost", Step: 3})
 	t.Fatal("the barrier returned")
 }

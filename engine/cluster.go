@@ -52,6 +52,16 @@ type Cluster struct {
 	// Nodes lists the hosts of a multi-process run, for `gorun launch`
 	// (default none).
 	Nodes []Host
+	// Network is the network that `gorun launch` has OpenMPI use between
+	// hosts, for its daemons and for the ranks' data: CIDR blocks
+	// ("10.77.0.0/24") or interface names ("eth1"), comma-separated
+	// ("", the default: OpenMPI tries every interface it finds).
+	Network string
+	// Bind is how `gorun launch` binds each process to cores: "none"
+	// (the default, also ""), "core" or "socket". See BindPolicy.
+	Bind string
+	// SSH is how `gorun launch` reaches the hosts (the [ssh] table).
+	SSH SSH
 	// File is the TOML file the cluster came from, for errors.
 	File string
 }
@@ -60,6 +70,93 @@ type Cluster struct {
 type Host struct {
 	Host  string // host name or address, as mpirun's hostfile takes it
 	Slots int    // processes to start there (≥ 1)
+}
+
+// SSH is how `gorun launch` reaches the hosts of a multi-process run: the
+// cluster file's [ssh] table. Launch's own checks of the hosts and OpenMPI's
+// start of its daemons (plm_rsh_agent, plm_rsh_args) use the same program
+// and arguments (SSH.Args). Zero values leave ssh's own defaults (and
+// ~/.ssh/config) in force.
+type SSH struct {
+	User    string   // ssh -l USER; "": ssh's (the local user)
+	Port    int      // ssh -p PORT; 0: ssh's (22)
+	Key     string   // ssh -i KEY -o IdentitiesOnly=yes; "": ssh's keys and agent
+	Options []string // ssh -o NAME=VALUE, each in order, before launch's own
+	// ConnectTimeout bounds connecting to a host, for launch's checks
+	// and OpenMPI's start (0: DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// Program is the ssh client, a name on PATH or a path ("": "ssh").
+	Program string
+}
+
+// DefaultConnectTimeout is [ssh] connect_timeout's default.
+const DefaultConnectTimeout = 10 * time.Second
+
+// ProgramName is the ssh client to run: Program, or "ssh".
+func (s *SSH) ProgramName() string {
+	if s.Program == "" {
+		return "ssh"
+	}
+	return s.Program
+}
+
+// Timeout is ConnectTimeout, or DefaultConnectTimeout when 0.
+func (s *SSH) Timeout() time.Duration {
+	if s.ConnectTimeout <= 0 {
+		return DefaultConnectTimeout
+	}
+	return s.ConnectTimeout
+}
+
+// Args are the ssh client's arguments before the host: -l, -p, -i, the
+// table's options, then BatchMode=yes (nothing may wait for a password
+// on a terminal), ConnectTimeout and, when alive > 0, ServerAliveInterval
+// = alive with ServerAliveCountMax = 3, so that a host that stops
+// answering ends the session within 3·alive. ssh keeps the first value of
+// an option, so the table's options override launch's.
+func (s *SSH) Args(alive time.Duration) []string {
+	var a []string
+	if s.User != "" {
+		a = append(a, "-l", s.User)
+	}
+	if s.Port != 0 {
+		a = append(a, "-p", strconv.Itoa(s.Port))
+	}
+	if s.Key != "" {
+		a = append(a, "-i", s.Key, "-o", "IdentitiesOnly=yes")
+	}
+	for _, o := range s.Options {
+		a = append(a, "-o", o)
+	}
+	a = append(a, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ceilSeconds(s.Timeout())))
+	if alive > 0 {
+		a = append(a, "-o", "ServerAliveInterval="+strconv.Itoa(ceilSeconds(alive)), "-o", "ServerAliveCountMax=3")
+	}
+	return a
+}
+
+// ceilSeconds is d in whole seconds, rounded up, at least 1.
+func ceilSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// The values Bind may take ("" is "none").
+var clusterBinds = []string{"none", "core", "socket"}
+
+// BindPolicy is Bind, or "none" when unset. Processes are not bound by
+// default: a gorun process runs Go's scheduler and garbage collector
+// beside its devices' threads, which a single core would squeeze (Go
+// sizes GOMAXPROCS to the cores a process may use), and OpenMPI counts the
+// cores of each host as it sees them, so hosts that share cores (virtual
+// machines, containers, network namespaces on one machine) all bind their
+// first process to core 0. "core" suits hosts given whole to the run with
+// no more processes than cores; "socket" keeps a process on its socket's
+// memory.
+func (c *Cluster) BindPolicy() string {
+	if c.Bind == "" {
+		return "none"
+	}
+	return c.Bind
 }
 
 // The values Transport and Algorithm may take; Backend takes a registered
@@ -190,6 +287,15 @@ func (c *Cluster) Validate() error {
 		if h.Slots < 1 {
 			return fail(fmt.Sprintf("node[%d].slots", i+1), "must be ≥ 1, got %d", h.Slots)
 		}
+	}
+	if msg := CheckNetwork(c.Network); msg != "" {
+		return fail("cluster.network", "%s", msg)
+	}
+	if c.Bind != "" && !slices.Contains(clusterBinds, c.Bind) {
+		return fail("cluster.bind", "must be %s, got %q", oneOf(clusterBinds), c.Bind)
+	}
+	if key, msg := c.SSH.check(); msg != "" {
+		return fail(key, "%s", msg)
 	}
 	if s := c.Slots(); c.Processes > 0 && s > 0 && c.Processes > s {
 		return fail("cluster.processes", "%d processes but the [[node]] entries have only %d slots", c.Processes, s)

@@ -363,6 +363,11 @@ func FuzzParseCluster(f *testing.F) {
 		"[cluster]\ndevices = 2\nweights = [1, inf]\n",
 		"[cluster]\ndevices = 2\nweights = [nan, 1]\n",
 		"[comm]\ntimeout = \"1ns\"\n",
+		// gorun launch's keys (issue 28): values OpenMPI could not carry.
+		"[cluster]\nnetwork = \"10.0.0.0/8,eth0\"\nbind = \"core\"\n[ssh]\nuser = \"u\"\nport = 2222\noptions = [\"A=b\"]\n",
+		"[ssh]\nkey = \"/my keys/id\"\n",
+		"[ssh]\noptions = [\"ProxyCommand=$(touch /tmp/x)\"]\nconnect_timeout = \"0s\"\n",
+		"[cluster]\nnetwork = \"10.0.0.1/8;rm\"\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -389,6 +394,14 @@ func FuzzParseCluster(f *testing.F) {
 			if msg := CheckHost(h.Host); msg != "" || h.Slots < 1 {
 				t.Fatalf("node %q slots %d: %s", h.Host, h.Slots, msg)
 			}
+		}
+		for _, a := range c.SSH.Args(time.Second) {
+			if _, ok := sshSafe(a); !ok {
+				t.Fatalf("ssh argument %q would not survive OpenMPI", a)
+			}
+		}
+		if msg := CheckNetwork(c.Network); msg != "" {
+			t.Fatalf("network %q: %s", c.Network, msg)
 		}
 	})
 }

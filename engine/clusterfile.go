@@ -36,6 +36,10 @@ const MaxClusterFileBytes = 1 << 20
 //	                       # the host's, such as cpu)
 //	fusion    = true       # false: compile the plan as the script wrote it, every op
 //	                       # its own step (no fused steps; to compare against)
+//	network   = ""         # gorun launch: the network between hosts, CIDR blocks or
+//	                       # interface names ("10.77.0.0/24", "eth1"), comma-separated
+//	                       # (CheckNetwork); "": every interface OpenMPI finds
+//	bind      = "none"     # gorun launch: none | core | socket (Cluster.BindPolicy)
 //
 //	[comm]
 //	algorithm = "auto"     # auto | ring | tree | direct
@@ -47,6 +51,14 @@ const MaxClusterFileBytes = 1 << 20
 //	help = true            # that backend registers (target.Target.Keys), such as
 //	                       # the cpu backend's help or the cuda backend's eager,
 //	                       # cublas and nccl; `gorun plan` prints their values
+//
+//	[ssh]                  # how gorun launch reaches the hosts (SSH); unset: ssh's defaults
+//	user    = ""           # ssh -l
+//	port    = 22           # ssh -p
+//	key     = ""           # ssh -i (with IdentitiesOnly=yes)
+//	options = []           # ssh -o NAME=VALUE each, such as "StrictHostKeyChecking=accept-new"
+//	connect_timeout = "10s"  # ≥ 1s
+//	program = "ssh"        # the ssh client
 //
 //	[[node]]               # hosts for `gorun launch` (none by default); one table a host
 //	host  = "127.0.0.1"    # required: a host name (RFC 1123) or IP address (CheckHost)
@@ -63,7 +75,9 @@ const MaxClusterFileBytes = 1 << 20
 // with a "did you mean" when a known key is close; impossible values
 // (devices = 0, a timeout that does not parse or is under MinTimeout,
 // weights that are not finite or whose count differs from the devices, a
-// host that is not a host name or address) name the key and its line, a
+// host that is not a host name or address, an [ssh] value holding a space
+// or a shell character, which OpenMPI could not pass on) name the key and
+// its line, a
 // node's as "c.toml:5: node[2].slots". Set changes one key of a Cluster the
 // same way, from a string.
 func LoadCluster(path string) (Cluster, error) {
@@ -159,6 +173,18 @@ var clusterKeys = []clusterKey{
 		c.NoFusion = !b
 		return ""
 	}},
+	{"cluster.network", func(c *Cluster, v any) string {
+		s, ok := v.(string)
+		if !ok {
+			return `want a string such as "10.77.0.0/24" or "eth1", found ` + target.Found(v)
+		}
+		if msg := CheckNetwork(s); msg != "" {
+			return msg
+		}
+		c.Network = s
+		return ""
+	}},
+	{"cluster.bind", func(c *Cluster, v any) string { return setChoice(&c.Bind, v, clusterBinds) }},
 	{"comm.algorithm", func(c *Cluster, v any) string { return setChoice(&c.Algorithm, v, clusterAlgorithms) }},
 	{"comm.bucket_mb", func(c *Cluster, v any) string {
 		f, ok := asFloat(v)
@@ -190,6 +216,54 @@ var clusterKeys = []clusterKey{
 		c.Timeout = d
 		return ""
 	}},
+	{"ssh.user", func(c *Cluster, v any) string { return setSSHWord(&c.SSH.User, "ssh.user", v) }},
+	{"ssh.port", func(c *Cluster, v any) string {
+		n, ok := v.(int64)
+		if !ok {
+			return "want a port number, found " + target.Found(v)
+		}
+		if n < 1 || n > 65535 {
+			return fmt.Sprintf("must be a port number, 1 to 65535, got %d", n)
+		}
+		c.SSH.Port = int(n)
+		return ""
+	}},
+	{"ssh.key", func(c *Cluster, v any) string { return setSSHWord(&c.SSH.Key, "ssh.key", v) }},
+	{"ssh.options", func(c *Cluster, v any) string {
+		arr, ok := v.([]any)
+		if !ok {
+			return `want an array of ssh options such as ["StrictHostKeyChecking=accept-new"], found ` + target.Found(v)
+		}
+		var opts []string
+		for i, x := range arr {
+			o, ok := x.(string)
+			if !ok {
+				return fmt.Sprintf("want an array of strings, found %s at index %d", target.Found(x), i)
+			}
+			if msg := checkSSHOption(o); msg != "" {
+				return fmt.Sprintf("option %d: %s", i, msg)
+			}
+			opts = append(opts, o)
+		}
+		c.SSH.Options = opts
+		return ""
+	}},
+	{"ssh.connect_timeout", func(c *Cluster, v any) string {
+		s, ok := v.(string)
+		if !ok {
+			return `want a duration string such as "10s", found ` + target.Found(v)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Sprintf(`%q is not a duration: want a number and a unit, such as "10s"`, s)
+		}
+		if d < time.Second {
+			return fmt.Sprintf("%q is too short: ssh counts whole seconds; want at least 1s (the default is %v)", s, DefaultConnectTimeout)
+		}
+		c.SSH.ConnectTimeout = d
+		return ""
+	}},
+	{"ssh.program", func(c *Cluster, v any) string { return setSSHWord(&c.SSH.Program, "ssh.program", v) }},
 	{"node", func(c *Cluster, v any) string {
 		// Set and ParseCluster call nodes themselves, to name the entry
 		// and its key (node[2].slots); this is for the key's name.
@@ -208,7 +282,7 @@ var nodeKeys = []string{"host", "slots"}
 // knownKeys are every key a cluster file may hold, tables included: the
 // fixed ones and those of the registered backends' tables.
 func knownKeys() []string {
-	ks := []string{"cluster", "comm"}
+	ks := []string{"cluster", "comm", "ssh"}
 	for _, k := range clusterKeys {
 		ks = append(ks, k.name)
 	}
@@ -225,10 +299,10 @@ func knownKeys() []string {
 }
 
 // IsClusterKey reports whether name is a key Set takes: "cluster.…",
-// "comm.…", "node", or a key of a backend's table ("cuda.eager"). The
+// "comm.…", "ssh.…", "node", or a key of a backend's table ("cuda.eager"). The
 // --set flag sends such names to Set and the others to the script.
 func IsClusterKey(name string) bool {
-	if strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || name == "node" {
+	if strings.HasPrefix(name, "cluster.") || strings.HasPrefix(name, "comm.") || strings.HasPrefix(name, "ssh.") || name == "node" {
 		return true
 	}
 	table, _, ok := strings.Cut(name, ".")
@@ -304,8 +378,8 @@ func byteSize(v any) (int64, string) {
 // the last Set, checks the keys against each other (weights against
 // devices). On error the cluster is left unchanged.
 func (c *Cluster) Set(key, value string) error {
-	if key == "cluster" || key == "comm" {
-		return &ClusterError{Key: key, Msg: "is a table: set one of its keys, e.g. " + key + "." + map[string]string{"cluster": "devices", "comm": "timeout"}[key]}
+	if key == "cluster" || key == "comm" || key == "ssh" {
+		return &ClusterError{Key: key, Msg: "is a table: set one of its keys, e.g. " + key + "." + map[string]string{"cluster": "devices", "comm": "timeout", "ssh": "user"}[key]}
 	}
 	if t := target.Lookup(key); t != nil {
 		msg := "is the table of backend " + t.Name + ", which has no keys"
@@ -356,6 +430,10 @@ func setValue(key, value string) (any, error) {
 		if !strings.HasPrefix(s, "[") {
 			return nodeShorthand(s)
 		}
+	case "ssh.options":
+		if !strings.HasPrefix(s, "[") {
+			return []any{s}, nil // one option, unquoted: ssh.options=StrictHostKeyChecking=no
+		}
 	}
 	var doc map[string]any
 	if _, err := toml.Decode("v = "+s, &doc); err == nil {
@@ -375,7 +453,8 @@ func setValue(key, value string) (any, error) {
 // stringKey reports whether key holds a string, which Set takes unquoted.
 func stringKey(key string) bool {
 	switch key {
-	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "cluster.memory_limit":
+	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "cluster.memory_limit",
+		"cluster.network", "cluster.bind", "ssh.user", "ssh.key", "ssh.connect_timeout", "ssh.program":
 		return true
 	}
 	_, k := backendKey(key)
@@ -427,6 +506,16 @@ type (
 		Weights   rawValue `toml:"weights"`
 		Memory    rawValue `toml:"memory_limit"`
 		Fusion    rawValue `toml:"fusion"`
+		Network   rawValue `toml:"network"`
+		Bind      rawValue `toml:"bind"`
+	}
+	sshTable struct {
+		User           rawValue `toml:"user"`
+		Port           rawValue `toml:"port"`
+		Key            rawValue `toml:"key"`
+		Options        rawValue `toml:"options"`
+		ConnectTimeout rawValue `toml:"connect_timeout"`
+		Program        rawValue `toml:"program"`
 	}
 	commTable struct {
 		Algorithm rawValue `toml:"algorithm"`
@@ -512,11 +601,17 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 	var ct clusterTable
 	if table("cluster", &ct) {
 		applyTable("cluster", []field{{"backend", ct.Backend}, {"transport", ct.Transport}, {"devices", ct.Devices},
-			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory}, {"fusion", ct.Fusion}})
+			{"processes", ct.Processes}, {"weights", ct.Weights}, {"memory_limit", ct.Memory}, {"fusion", ct.Fusion},
+			{"network", ct.Network}, {"bind", ct.Bind}})
 	}
 	var mt commTable
 	if table("comm", &mt) {
 		applyTable("comm", []field{{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout}})
+	}
+	var st sshTable
+	if table("ssh", &st) {
+		applyTable("ssh", []field{{"user", st.User}, {"port", st.Port}, {"key", st.Key}, {"options", st.Options},
+			{"connect_timeout", st.ConnectTimeout}, {"program", st.Program}})
 	}
 	// Each backend's table: the keys its Target registers, in their
 	// order; any other key of the table is unknown (below).
@@ -749,6 +844,114 @@ func CheckHost(s string) string {
 		return bad("it looks like an IP address but is not one")
 	}
 	return ""
+}
+
+// CheckNetwork says why s is not a value of cluster.network, or returns
+// "" when it is one: "" or comma-separated items, each a CIDR block
+// ("10.77.0.0/24", "fd00::/64") or a network interface's name ("eth1",
+// "ib0": at most 15 ASCII letters, digits and "._-:@", not beginning with
+// a hyphen), as OpenMPI's btl_tcp_if_include and oob_tcp_if_include take
+// them.
+func CheckNetwork(s string) string {
+	if s == "" {
+		return ""
+	}
+	for item := range strings.SplitSeq(s, ",") {
+		if item == "" {
+			return fmt.Sprintf("%q has an empty item: want CIDR blocks (\"10.77.0.0/24\") or interface names (\"eth1\"), comma-separated", s)
+		}
+		if strings.Contains(item, "/") {
+			p, err := netip.ParsePrefix(item)
+			if err != nil {
+				return fmt.Sprintf("%q is not a CIDR block such as \"10.77.0.0/24\" (%v)", item, err)
+			}
+			if p.Masked() != p {
+				return fmt.Sprintf("%q has host bits set: the network is %q", item, p.Masked().String())
+			}
+			continue
+		}
+		if _, err := netip.ParseAddr(item); err == nil {
+			return fmt.Sprintf("%q is an address, not a network: give its CIDR block, such as \"%s/24\"", item, item)
+		}
+		if len(item) > 15 || item[0] == '-' || strings.IndexFunc(item, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:@", r))
+		}) >= 0 {
+			return fmt.Sprintf("%s is neither a CIDR block (\"10.77.0.0/24\") nor an interface name (\"eth1\": at most 15 letters, digits and ._-:@)", strconv.Quote(item))
+		}
+	}
+	return ""
+}
+
+// sshSafe reports whether s may travel in OpenMPI's plm_rsh_args and
+// through each host's shell unquoted: OpenMPI splits plm_rsh_args at
+// spaces and hands its MCA parameters to every remote daemon on a command
+// line, so a value holds only letters, digits and "-_./=:,+@%~".
+func sshSafe(s string) (bad rune, ok bool) {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%~", r)) {
+			return r, false
+		}
+	}
+	return 0, true
+}
+
+// setSSHWord sets *dst to v, a string of sshSafe characters that does not
+// begin with a hyphen (which ssh would take for an option).
+func setSSHWord(dst *string, key string, v any) string {
+	s, ok := v.(string)
+	if !ok {
+		return "want a string, found " + target.Found(v)
+	}
+	if msg := checkSSHWord(s); msg != "" {
+		return msg
+	}
+	*dst = s
+	return ""
+}
+
+// checkSSHWord says why s cannot be an [ssh] user, key or program.
+func checkSSHWord(s string) string {
+	if strings.HasPrefix(s, "-") {
+		return fmt.Sprintf("%s begins with a hyphen, which ssh would take for an option", strconv.Quote(s))
+	}
+	if r, ok := sshSafe(s); !ok {
+		return fmt.Sprintf("%s holds %s, which OpenMPI cannot pass on to ssh (it splits plm_rsh_args at spaces and hands them to each host's shell): use only letters, digits and -_./=:,+@%%~", strconv.Quote(s), strconv.QuoteRune(r))
+	}
+	return ""
+}
+
+// checkSSHOption says why o is not an ssh -o option for the [ssh] table:
+// NAME=VALUE, NAME letters, VALUE sshSafe.
+func checkSSHOption(o string) string {
+	name, value, ok := strings.Cut(o, "=")
+	if !ok || name == "" || value == "" || strings.IndexFunc(name, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') }) >= 0 {
+		return fmt.Sprintf("%s is not an ssh option: want NAME=VALUE, such as \"StrictHostKeyChecking=accept-new\"", strconv.Quote(o))
+	}
+	if r, ok := sshSafe(value); !ok {
+		return fmt.Sprintf("%s holds %s, which OpenMPI cannot pass on to ssh (it splits plm_rsh_args at spaces and hands them to each host's shell): put such options in ~/.ssh/config", strconv.Quote(o), strconv.QuoteRune(r))
+	}
+	return ""
+}
+
+// check says which key of the table is wrong and why, whoever built it.
+func (s *SSH) check() (key, msg string) {
+	for _, w := range []struct{ key, v string }{{"ssh.user", s.User}, {"ssh.key", s.Key}, {"ssh.program", s.Program}} {
+		if msg := checkSSHWord(w.v); msg != "" {
+			return w.key, msg
+		}
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		return "ssh.port", fmt.Sprintf("must be a port number, 1 to 65535, got %d", s.Port)
+	}
+	for i, o := range s.Options {
+		if msg := checkSSHOption(o); msg != "" {
+			return "ssh.options", fmt.Sprintf("option %d: %s", i, msg)
+		}
+	}
+	if s.ConnectTimeout < 0 {
+		return "ssh.connect_timeout", fmt.Sprintf("must be positive, got %v", s.ConnectTimeout)
+	}
+	return "", ""
 }
 
 // setChoice sets *dst to v when it is one of choices.

@@ -203,14 +203,14 @@ func TestResolveHostsTimeout(t *testing.T) {
 	}
 	c := engine.Cluster{Nodes: []engine.Host{{Host: "10.0.0.1", Slots: 1}, {Host: "slow.example", Slots: 1}}}
 	start := time.Now()
-	err := resolveHosts(context.Background(), slow, c, "c.toml", 50*time.Millisecond)
+	_, err := resolveHosts(context.Background(), slow, c, "c.toml", 50*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), `c.toml: node[2].host: "slow.example" does not resolve on this machine (no answer within 50ms)`) {
 		t.Errorf("err = %v", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("took %v", took)
 	}
-	if err := resolveHosts(context.Background(), func(context.Context, string) ([]string, error) { return nil, errors.New("x") }, engine.Cluster{}, "c.toml", time.Second); err != nil {
+	if _, err := resolveHosts(context.Background(), func(context.Context, string) ([]string, error) { return nil, errors.New("x") }, engine.Cluster{}, "c.toml", time.Second); err != nil {
 		t.Errorf("no nodes: %v", err)
 	}
 }

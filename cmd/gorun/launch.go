@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,23 +36,25 @@ var launchFlags = map[string]bool{"dry-run": true, "mpirun": true}
 // launchCmd is `gorun launch --cluster C.toml [--dry-run] [--mpirun PATH]
 // SCRIPT.star [flags]`: it writes an mpirun hostfile from the cluster's
 // [[node]] entries (into --out DIR when given, else a temporary file) and
-// runs
-//
-//	mpirun --hostfile F -np N --bind-to none|core [--allow-run-as-root] GORUN SCRIPT.star FLAGS
-//
-// with N the cluster's process count (cluster.processes, or the sum of
-// the slots) and FLAGS every flag but --dry-run and --mpirun, --cluster
-// included, so every rank reads the same cluster. Ranks bind to a core
-// when each runs one CPU device and no host has more slots than this
-// machine has cores; otherwise they are not bound. stdin, stdout, stderr
-// and mpirun's exit status pass through. --dry-run prints the command
-// instead (and keeps the hostfile).
+// runs mpirun (launchArgv) with N the cluster's process count
+// (cluster.processes, or the sum of the slots) and every flag but
+// --dry-run and --mpirun, --cluster included, so every rank reads the same
+// cluster. stdin, stdout, stderr and mpirun's exit status pass through.
+// --dry-run prints the command instead (and keeps the hostfile), quoted
+// for a POSIX shell.
 //
 // Hosts reach the hostfile only as the cluster file's decoding validated
 // them (engine.CheckHost: a host name or IP address, nothing that adds
 // hosts, slots or options). Before a real launch every host is looked up,
-// and one that does not resolve is named with its node; --dry-run looks
-// nothing up.
+// and one that does not resolve is named with its node; then every host
+// that is not this machine is checked over ssh, all at once (checkHosts):
+// it answers within ssh.connect_timeout, has orted, the working folder,
+// and this gorun and the script at the same paths with the same sha256;
+// each host that fails is named with its node. --dry-run contacts nothing.
+//
+// When mpirun fails, launch reads what its output said (jobWatch) and ends
+// with one line naming the rank and host the job lost and the collective
+// the other ranks were waiting in.
 func launchCmd(args []string, stdout, stderr io.Writer) error {
 	var f flags
 	fs := newFlagSet(&f, stderr)
@@ -117,8 +118,29 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	// run contacts nothing and prints a command meant for later, perhaps
 	// elsewhere, so it looks nothing up.
 	if !*dryRun {
-		if err := resolveHosts(context.Background(), net.DefaultResolver.LookupHost, c, f.cluster, hostLookupTimeout); err != nil {
+		addrs, err := resolveHosts(context.Background(), net.DefaultResolver.LookupHost, c, f.cluster, hostLookupTimeout)
+		if err != nil {
 			return err
+		}
+		local := localAddrs()
+		remote := make([]bool, len(c.Nodes))
+		anyRemote := false
+		for i := range c.Nodes {
+			remote[i] = !isLocal(addrs[i], local)
+			anyRemote = anyRemote || remote[i]
+		}
+		if anyRemote {
+			files, err := launchFiles(self, pos[0])
+			if err != nil {
+				return err
+			}
+			wd, err := os.Getwd()
+			if err != nil {
+				return fmt.Errorf("launch: %w", err)
+			}
+			if err := checkHosts(context.Background(), &c, f.cluster, remote, wd, files, hostCheckSlack); err != nil {
+				return err
+			}
 		}
 	}
 	hostfile, err := writeHostfile(c, f.cluster, f.out)
@@ -128,31 +150,39 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	if f.out == "" && !*dryRun {
 		defer os.Remove(hostfile)
 	}
-	argv := launchArgv(c, mpirun, hostfile, self, pos[0], passThrough(fs, args), os.Geteuid() == 0, runtime.NumCPU())
+	argv := launchArgv(c, mpirun, hostfile, self, pos[0], passThrough(fs, args), os.Geteuid() == 0)
 	if *dryRun {
 		fmt.Fprintln(stdout, shellJoin(argv))
 		return nil
 	}
 
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	watch := &jobWatch{}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, io.MultiWriter(stderr, watch)
 	// mpirun in a process group of its own: a Ctrl-C on the terminal
-	// reaches it once, through us, as the SIGTERM it forwards to every
-	// rank (which then stop after the step under way with a checkpoint);
-	// the terminal's SIGINT to the whole group would make mpirun kill them.
+	// reaches it only through us. mpirun takes SIGINT and SIGTERM as an
+	// order to kill the job (SIGTERM to the ranks, SIGKILL a second
+	// later), which leaves no time for a checkpoint; it passes SIGUSR2 on
+	// to every rank, on every host, and gorun's ranks take SIGUSR2 as
+	// their stop (watchSignals): after the step under way, with a
+	// checkpoint, exit 143. A second signal kills the job.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
-	// mpirun passes SIGINT and SIGTERM on to every rank.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
-		for {
+		for n := 0; ; n++ {
 			select {
-			case <-sigs:
-				cmd.Process.Signal(syscall.SIGTERM)
+			case s := <-sigs:
+				if n == 0 {
+					fmt.Fprintf(stderr, "\ngorun: launch: %s: every rank stops after the step under way, with a checkpoint (%s again to kill)\n", sigName(s), sigName(s))
+					cmd.Process.Signal(syscall.SIGUSR2)
+				} else {
+					cmd.Process.Signal(syscall.SIGTERM)
+				}
 			case <-done:
 				return
 			}
@@ -166,6 +196,9 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 		code := ee.ExitCode()
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			code = 128 + int(ws.Signal())
+		}
+		if line := watch.summary(&c); line != "" {
+			fmt.Fprintln(stderr, line)
 		}
 		return &exitStatus{code: code, msg: fmt.Sprintf("launch: mpirun exited with status %d", code)}
 	}
@@ -181,18 +214,20 @@ const hostLookupTimeout = 5 * time.Second
 
 // resolveHosts looks up every node's host with lookup (the system's
 // resolver: net.DefaultResolver.LookupHost), all at once and within
-// timeout, and names the first node, in the cluster's order, whose host
-// does not resolve. An IP address resolves to itself.
-func resolveHosts(ctx context.Context, lookup func(context.Context, string) ([]string, error), c engine.Cluster, clusterFile string, timeout time.Duration) error {
+// timeout, and returns each node's addresses, or names the first node, in
+// the cluster's order, whose host does not resolve. An IP address
+// resolves to itself.
+func resolveHosts(ctx context.Context, lookup func(context.Context, string) ([]string, error), c engine.Cluster, clusterFile string, timeout time.Duration) ([][]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	errs := make([]error, len(c.Nodes))
+	addrs := make([][]string, len(c.Nodes))
 	var wg sync.WaitGroup
 	for i, h := range c.Nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = lookup(ctx, h.Host)
+			addrs[i], errs[i] = lookup(ctx, h.Host)
 		}()
 	}
 	wg.Wait()
@@ -204,10 +239,10 @@ func resolveHosts(ctx context.Context, lookup func(context.Context, string) ([]s
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			why = fmt.Sprintf("no answer within %v", timeout)
 		}
-		return fmt.Errorf("launch: %s: node[%d].host: %q does not resolve on this machine (%s): mpirun could not reach it; fix the name, or add it to /etc/hosts or DNS",
+		return nil, fmt.Errorf("launch: %s: node[%d].host: %q does not resolve on this machine (%s): mpirun could not reach it; fix the name, or add it to /etc/hosts or DNS",
 			clusterFile, i+1, c.Nodes[i].Host, why)
 	}
-	return nil
+	return addrs, nil
 }
 
 // writeHostfile writes the cluster's nodes as an mpirun hostfile
@@ -254,23 +289,63 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 	return fh.Name(), fh.Close()
 }
 
-// launchArgv is the mpirun command line.
-func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags []string, root bool, cores int) []string {
-	bind := "none"
-	if t := c.Target(); t != nil && t.HostCores && c.Devices == 1 {
-		bind = "core"
-		for _, h := range c.Nodes {
-			if h.Slots > cores {
-				bind = "none"
-			}
-		}
+// launchArgv is the mpirun command line:
+//
+//	mpirun --hostfile F -np N --map-by slot[:PE=D] --bind-to none|core|socket
+//	  [--allow-run-as-root]
+//	  --mca plm_rsh_agent SSH --mca plm_rsh_args "SSH ARGS"
+//	  --mca plm_rsh_no_tree_spawn 1 --mca orte_leave_session_attached 1
+//	  --mca oob_tcp_keepalive_time 2H --mca oob_tcp_keepalive_intvl H
+//	  --mca oob_tcp_keepalive_probes 3
+//	  [--mca btl_tcp_if_include NET --mca oob_tcp_if_include NET]
+//	  GORUN SCRIPT FLAGS
+//
+// Ranks fill each node's slots in the cluster file's order (--map-by
+// slot), so rank r's host follows from the slots (ranksOn). With bind
+// "core", a process of D CPU devices gets D cores (PE=D). mpirun starts
+// its daemons (orted) over the cluster's ssh (engine.SSH.Args), from this
+// machine only (no tree spawn: the hosts need no ssh keys to each other),
+// and keeps each ssh session open for the job (leave_session_attached),
+// with ServerAlive keepalives every 2H: a host that stops answering (a
+// frozen machine, whose kernel still acknowledges TCP) ends its session
+// within 6H, and mpirun then ends the job. OpenMPI's own connections (OOB)
+// send TCP keepalives after 2H idle, every H, 3 probes: a cut link or a
+// host that is gone ends the job within 5H instead of TCP's default
+// (hours). H is heartbeat(comm.timeout). NET is cluster.network, for
+// OpenMPI's daemons and the ranks' TCP data alike.
+func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags []string, root bool) []string {
+	mapBy := "slot"
+	if t := c.Target(); c.BindPolicy() == "core" && t != nil && t.HostCores && c.Devices > 1 {
+		mapBy = "slot:PE=" + strconv.Itoa(c.Devices)
 	}
-	argv := []string{mpirun, "--hostfile", hostfile, "-np", strconv.Itoa(c.ProcessCount()), "--bind-to", bind}
+	argv := []string{mpirun, "--hostfile", hostfile, "-np", strconv.Itoa(c.ProcessCount()), "--map-by", mapBy, "--bind-to", c.BindPolicy()}
 	if root {
 		argv = append(argv, "--allow-run-as-root")
 	}
+	h := heartbeat(c.Timeout)
+	secs := func(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
+	mca := func(name, value string) { argv = append(argv, "--mca", name, value) }
+	mca("plm_rsh_agent", c.SSH.ProgramName())
+	mca("plm_rsh_args", strings.Join(c.SSH.Args(2*h), " "))
+	mca("plm_rsh_no_tree_spawn", "1")
+	mca("orte_leave_session_attached", "1")
+	mca("oob_tcp_keepalive_time", secs(2*h))
+	mca("oob_tcp_keepalive_intvl", secs(h))
+	mca("oob_tcp_keepalive_probes", "3")
+	if c.Network != "" {
+		mca("btl_tcp_if_include", c.Network)
+		mca("oob_tcp_if_include", c.Network)
+	}
 	argv = append(argv, self, script)
 	return append(argv, flags...)
+}
+
+// heartbeat is the interval of launch's keepalives for a collective
+// timeout: a tenth of it, in whole seconds from 1 to 10, so that a lost
+// host ends the job within about half of comm.timeout (at most a minute).
+func heartbeat(timeout time.Duration) time.Duration {
+	h := (timeout / 10).Round(time.Second)
+	return min(max(h, time.Second), 10*time.Second)
 }
 
 // passThrough returns args without the positional arguments and launch's

@@ -419,6 +419,12 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume, Flags: runFlags(f)}
 	if f.world != nil && f.world.cross != nil {
 		opts.Cross = f.world.cross
+		// Each host reads its own copy of the data and the checkpoint.
+		setPhase("comparing the hosts' copies of the data of %s", path)
+		host, _ := os.Hostname()
+		if err := checkCopies(f.world.cross, host, hostCopies(plan.Spec, f.resume)); err != nil {
+			return err
+		}
 	}
 	_, launched, hostRank, underLauncher := comm.EnvWorld()
 	if underLauncher {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"gorun/comm"
@@ -79,8 +80,12 @@ func detectLauncher(c *engine.Cluster) {
 	}
 }
 
-// mpiWorld is MPI once joined (one MPI_Init per process).
-var mpiWorld *comm.MPIComm
+// mpiWorld is MPI once joined (one MPI_Init per process); mpiJoined
+// holds it too, for the signal handler's goroutine.
+var (
+	mpiWorld  *comm.MPIComm
+	mpiJoined atomic.Pointer[comm.MPIComm]
+)
 
 // MPI_Init returns only once every process of the mpirun job has called
 // it: a process that never does (`gorun plan` among training ranks, or
@@ -109,6 +114,7 @@ func joinMPI(timeout time.Duration, rank, size int, known bool) (*comm.MPIComm, 
 		return nil, err
 	}
 	mpiWorld = m
+	mpiJoined.Store(m)
 	return m, nil
 }
 

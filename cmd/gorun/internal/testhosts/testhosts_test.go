@@ -1,0 +1,77 @@
+package testhosts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestUpClose: hosts come up with their own addresses, names and private
+// folders, answer ssh, and leave nothing behind once closed, also when an
+// earlier run's set-up was left (Up removes it first). It runs under
+// make test-cluster (GORUN_TEST_CLUSTER=1), as root.
+func TestUpClose(t *testing.T) {
+	if os.Getenv("GORUN_TEST_CLUSTER") == "" {
+		t.Skip("SKIP: run by make test-cluster (as root)")
+	}
+	if m := Missing(); m != "" {
+		t.Skip("SKIP: " + m)
+	}
+	private := filepath.Join(t.TempDir(), "local")
+	start := time.Now()
+	h, err := Up(Options{Prefix: "grt", Hosts: 2, Network: "10.78.0.0/24", Private: private, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	t.Logf("up in %v", time.Since(start))
+	// Each host has its own name and its own copy of the private folder.
+	for i := range 2 {
+		os.WriteFile(filepath.Join(h.PrivateDir(i), "who"), []byte(h.Names[i]), 0o644)
+	}
+	for i, a := range h.Addrs {
+		out, err := h.runIn(h.Launcher, 20*time.Second, append([]string{"ssh"}, append(h.SSHArgs(), a, "hostname; cat "+filepath.Join(private, "who"))...)...)
+		if want := h.Names[i] + "\n" + h.Names[i]; err != nil || strings.TrimSpace(out) != want {
+			t.Errorf("host %d: %q, %v; want %q", i+1, out, err, want)
+		}
+	}
+	// A cut link: host 2 no longer answers; back up, it does.
+	if err := h.CutLink(1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.runIn(h.Launcher, 20*time.Second, append([]string{"ssh"}, append(h.SSHArgs(), "-o", "ConnectTimeout=1", h.Addrs[1], "true")...)...); err == nil {
+		t.Error("host 2 answers with its link cut")
+	}
+	h.CutLink(1, false)
+	// Dropped packets, then stopped processes (which a kill still ends).
+	if err := h.Drop(0, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Drop(0, false); err != nil {
+		t.Fatal(err)
+	}
+	h.Signal(0, syscall.SIGSTOP)
+	if err := h.RateLimit(0, "10mbit"); err != nil {
+		t.Fatal(err)
+	}
+	// A killed run's set-up is removed by the next Up.
+	h.lock.Close() // as if this run had been killed: the lock goes, the rest stays
+	h.closed, h.lock = true, nil
+	if h.madeRun { // the next Up finds sshd's folder there; this run made it
+		defer os.Remove("/run/sshd")
+	}
+	h2, err := Up(Options{Prefix: "grt", Hosts: 1, Network: "10.78.0.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Close(); err != nil {
+		t.Error(err)
+	}
+	if left := Leftovers("grt"); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	os.RemoveAll(h.Dir)
+}
