@@ -152,10 +152,18 @@ func sameSync(kind, saved spec.SyncKind) error {
 // number of devices.
 func ownWorld(kind spec.SyncKind, world, savedWorld int, why string) error {
 	if savedWorld != world {
-		return fmt.Errorf("the checkpoint was made with %d devices, this run has %d: under sync %s %s, which %d devices cannot take over; resume on %d devices",
-			savedWorld, world, kind, why, world, savedWorld)
+		return fmt.Errorf("the checkpoint was made with %s, this run has %d: under sync %s %s, which %s cannot take over; resume on %s",
+			nDevices(savedWorld), world, kind, why, nDevices(world), nDevices(savedWorld))
 	}
 	return nil
+}
+
+// nDevices is "1 device", "2 devices", ….
+func nDevices(n int) string {
+	if n == 1 {
+		return "1 device"
+	}
+	return fmt.Sprintf("%d devices", n)
 }
 
 // unsharded is the part of SyncStrategy that strategies holding every
