@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,4 +104,30 @@ func TestResumeAnotherWorldRefused(t *testing.T) {
 		t.Errorf("another model on 3 devices: %v", err)
 	}
 	t.Logf("another model on 3 devices: %v", err)
+}
+
+// TestTrimMetricsKeepsResumes: a resumed run's metrics.jsonl keeps the
+// resume lines of the steps its checkpoint covers, and drops those at or
+// after it (a resume from the same checkpoint writes its own).
+func TestTrimMetricsKeepsResumes(t *testing.T) {
+	dir := t.TempDir()
+	lines := `{"kind":"step","step":1,"epoch":1}
+{"kind":"resume","step":1,"epoch":1,"devices":2,"from_devices":3}
+{"kind":"step","step":2,"epoch":1}
+{"kind":"resume","step":2,"epoch":1,"devices":1,"from_devices":2}
+{"kind":"step","step":3,"epoch":1}
+`
+	if err := os.WriteFile(filepath.Join(dir, MetricsFile), []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := trimMetrics(dir, &progress{Step: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
+		got = append(got, fmt.Sprint(m["kind"], m["step"]))
+	}
+	if want := "[step1 resume1 step2]"; fmt.Sprint(got) != want {
+		t.Errorf("trimmed to step 2: %v, want %s", got, want)
+	}
 }
