@@ -240,6 +240,17 @@ func (p *Plan) CheckResumeKeyAcross(format string, saved []PlanStep, batch int) 
 	return p.checkResumeKey(format, saved, batch, true)
 }
 
+// CheckResumeKeyWorld is CheckResumeKey for a checkpoint of this plan's
+// own unsharded strategy made on another number of devices (allreduce's,
+// a parameter server's), which that strategy resumes: every entry is
+// compared, the sync settings and the gradient buckets too (neither
+// depends on the world), but the steps at the checkpoint's batch a
+// device, batch (its devices' largest share), which is what changes with
+// the world (the "world" entry is no part of a resume key).
+func (p *Plan) CheckResumeKeyWorld(format string, saved []PlanStep, batch int) error {
+	return p.checkResumeKey(format, saved, batch, false)
+}
+
 // acrossLabel reports whether a resume key entry is left out of
 // CheckResumeKeyAcross's comparison.
 func acrossLabel(label string) bool {

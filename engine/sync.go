@@ -96,9 +96,10 @@ type SyncStrategy interface {
 	// Resumes returns nil when a checkpoint written under sync kind saved
 	// on a world of savedWorld devices may resume under this strategy,
 	// else an error saying why not. A checkpoint made on another device
-	// count resumes only where both strategies keep checkpoints
-	// independent of the world (a sharded strategy's, and allreduce's
-	// into a sharded one and back).
+	// count resumes where the strategy's state does not depend on the
+	// world (allreduce, a parameter server, the sharded strategies, and
+	// allreduce's into a sharded one and back), and is refused, naming
+	// why, where every rank's is its own (sync none, local SGD).
 	Resumes(saved spec.SyncKind, savedWorld int) error
 }
 
@@ -135,23 +136,34 @@ func SyncKinds() []string {
 }
 
 // sameSync is the Resumes of a strategy whose checkpoints resume only
-// under the same kind, on the same number of devices.
-func sameSync(kind, saved spec.SyncKind, world, savedWorld int) error {
-	if err := sameWorld(world, savedWorld); err != nil {
-		return err
-	}
+// under the same kind: on any number of devices (the parameters and
+// optimizer state are rank 0's, the same on every rank, and each step's
+// global batch is the same on any world), unless ownWorld says why a
+// world of its own is needed.
+func sameSync(kind, saved spec.SyncKind) error {
 	if saved != kind {
 		return fmt.Errorf("the checkpoint was made with sync %s, the script now says %s", saved, kind)
 	}
 	return nil
 }
 
-// sameWorld refuses a checkpoint made on another number of devices.
-func sameWorld(world, savedWorld int) error {
+// ownWorld refuses a checkpoint of a strategy whose ranks keep
+// parameters and optimizer state of their own (why) made on another
+// number of devices.
+func ownWorld(kind spec.SyncKind, world, savedWorld int, why string) error {
 	if savedWorld != world {
-		return fmt.Errorf("the checkpoint was made with %d devices, this run has %d", savedWorld, world)
+		return fmt.Errorf("the checkpoint was made with %s, this run has %d: under sync %s %s, which %s cannot take over; resume on %s",
+			nDevices(savedWorld), world, kind, why, nDevices(world), nDevices(savedWorld))
 	}
 	return nil
+}
+
+// nDevices is "1 device", "2 devices", ….
+func nDevices(n int) string {
+	if n == 1 {
+		return "1 device"
+	}
+	return fmt.Sprintf("%d devices", n)
 }
 
 // unsharded is the part of SyncStrategy that strategies holding every

@@ -72,11 +72,12 @@ func (s *allReduce) SharedGradients() bool { return s.world > 1 }
 func (s *allReduce) OwnParams() bool   { return false }
 func (s *allReduce) ShareState() bool  { return true }
 func (s *allReduce) StateRanks() []int { return []int{0} } // every rank's is rank 0's
-// Resumes: allreduce's own checkpoints on the same devices, and a sharded
-// run's (sync.zero), which hold whole tensors, from any device count.
+// Resumes: allreduce's own checkpoints and a sharded run's (sync.zero),
+// which hold whole tensors, from any device count: the parameters and
+// optimizer state are rank 0's, every rank's the same.
 func (s *allReduce) Resumes(saved spec.SyncKind, savedWorld int) error {
 	if saved == spec.SyncZero {
 		return nil
 	}
-	return sameSync(s.Kind(), saved, s.world, savedWorld)
+	return sameSync(s.Kind(), saved)
 }

@@ -54,6 +54,13 @@ func (s *localSGD) ShareState() bool { return true }
 
 func (s *localSGD) StateRanks() []int { return allRanks(s.world) }
 
+// Resumes: its own checkpoints on the same number of devices. Between
+// averagings every rank's parameters are its own; right after one they
+// agree, but not the optimizer state (momentum, Adam's moments), which is
+// never averaged: no other world can take the ranks' over.
 func (s *localSGD) Resumes(saved spec.SyncKind, savedWorld int) error {
-	return sameSync(s.Kind(), saved, s.world, savedWorld)
+	if err := sameSync(s.Kind(), saved); err != nil {
+		return err
+	}
+	return ownWorld(s.Kind(), s.world, savedWorld, "every device keeps parameters of its own between averagings and optimizer state of its own throughout")
 }

@@ -31,6 +31,12 @@ func (s *none) SharedGradients() bool { return false }
 func (s *none) OwnParams() bool   { return s.world > 1 }
 func (s *none) ShareState() bool  { return true }
 func (s *none) StateRanks() []int { return allRanks(s.world) }
+
+// Resumes: its own checkpoints on the same number of devices: every rank
+// trains a model of its own.
 func (s *none) Resumes(saved spec.SyncKind, savedWorld int) error {
-	return sameSync(s.Kind(), saved, s.world, savedWorld)
+	if err := sameSync(s.Kind(), saved); err != nil {
+		return err
+	}
+	return ownWorld(s.Kind(), s.world, savedWorld, "every device trains a model of its own (its parameters and optimizer state saved by rank)")
 }

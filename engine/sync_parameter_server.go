@@ -64,6 +64,10 @@ func (s *parameterServer) SharedGradients() bool { return s.world > 1 }
 func (s *parameterServer) OwnParams() bool   { return false }
 func (s *parameterServer) ShareState() bool  { return false }
 func (s *parameterServer) StateRanks() []int { return []int{s.sy.Root} }
+
+// Resumes: its own checkpoints from any device count: the parameters are
+// the root's, broadcast to every rank, and the optimizer state the root's
+// alone (the root is checked against the world at compile time).
 func (s *parameterServer) Resumes(saved spec.SyncKind, savedWorld int) error {
-	return sameSync(s.Kind(), saved, s.world, savedWorld)
+	return sameSync(s.Kind(), saved)
 }

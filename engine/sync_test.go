@@ -60,6 +60,14 @@ func TestSyncStrategies(t *testing.T) {
 		if err := s.Resumes(c.kind, 3); err != nil {
 			t.Errorf("%s refuses its own checkpoints: %v", c.set, err)
 		}
+		// Another device count: allreduce's and a parameter server's
+		// state is rank 0's (the root's), every rank's the same; sync
+		// none's and local SGD's is every rank's own.
+		err := s.Resumes(c.kind, 2)
+		if own := c.kind == spec.SyncNone || c.kind == spec.SyncLocalSGD; own != (err != nil) ||
+			own && !strings.Contains(err.Error(), "the checkpoint was made with 2 devices, this run has 3: under sync "+string(c.kind)) {
+			t.Errorf("%s on 3 devices resuming its own checkpoint of 2: %v", c.set, err)
+		}
 		other := spec.SyncNone
 		if c.kind == other {
 			other = spec.SyncAllReduce

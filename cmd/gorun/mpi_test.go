@@ -224,6 +224,39 @@ func TestMPIResumeIsBitIdentical(t *testing.T) {
 	}
 }
 
+// TestMPIResumeAnotherWorld: allreduce's checkpoint made over 2
+// processes resumes over 3, inside an epoch, and ends within rounding of
+// one device's run throughout (the same global batches; without dropout,
+// as the third process's dropout RNG cannot come from a checkpoint of
+// two); the metrics say from 2 devices to 3.
+func TestMPIResumeAnotherWorld(t *testing.T) {
+	script := writeScript(t, strings.Replace(small, "nn.dropout(0.1),", "", 1))
+	cluster := mpiCluster(t, 1, "60s")
+	one := filepath.Join(t.TempDir(), "one")
+	if code, stdout, stderr := gorun(t, script, "--devices", "1", "--out", one, "-q"); code != 0 {
+		t.Fatalf("one device: exit %d\n%s%s", code, stdout, stderr)
+	}
+	part := filepath.Join(t.TempDir(), "part")
+	if code, log := mpirun(t, 2, "--cluster", cluster, "--set", "max_steps=13", "--out", part, script); code != 0 {
+		t.Fatalf("2 processes, max_steps: exit %d\n%s", code, log)
+	}
+	if code, log := mpirun(t, 3, "--cluster", cluster, "--resume", part, script); code != 0 {
+		t.Fatalf("2 processes' checkpoint resumed over 3: exit %d\n%s", code, log)
+	}
+	d := relDiff(finalParams(t, one), finalParams(t, part))
+	t.Logf("allreduce over 2 processes resumed over 3: %.2e from one device throughout", d)
+	if d > 1e-5 {
+		t.Errorf("allreduce over 2 processes resumed over 3 differs from one device throughout by %.2e", d)
+	}
+	b, err := os.ReadFile(filepath.Join(part, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"devices":3`) || !strings.Contains(string(b), `"from_devices":2`) || !strings.Contains(string(b), `"kind":"resume"`) {
+		t.Errorf("metrics.jsonl has no resume line from 2 devices to 3:\n%s", b)
+	}
+}
+
 // TestMPIMismatchedPlans: a rank started with another --set stops every
 // rank at start, the error naming the first differing step.
 func TestMPIMismatchedPlans(t *testing.T) {

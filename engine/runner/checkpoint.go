@@ -136,6 +136,11 @@ type progress struct {
 	Skipped      int
 	BestAccuracy float64
 	Samples      int64
+	// FromDevices and FromSync are the devices and the sync kind of the
+	// run that wrote the checkpoint a resumed run starts from (not saved:
+	// the metrics' resume line).
+	FromDevices int
+	FromSync    string
 }
 
 // params reads device d's parameters, by Graph.Params: from its
@@ -587,10 +592,13 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	}
 	// A checkpoint of another world or strategy that this one resumes
 	// (a sharded run's, or allreduce's into a sharded one) is compared
-	// but for its sync settings and buckets, at its batch a device.
-	across := savedWorld != p.World || spec.SyncKind(m["sync"]) != p.Sync.Kind() || p.Sharding != nil
+	// but for its sync settings and buckets, at its batch a device; one
+	// of the same unsharded strategy on another world (allreduce's, a
+	// parameter server's) in full, at its batch a device.
+	sameKind := spec.SyncKind(m["sync"]) == p.Sync.Kind()
+	across := savedWorld != p.World || !sameKind || p.Sharding != nil
 	if across {
-		if err := resumesAcross(p, m, savedWorld); err != nil {
+		if err := resumesAcross(p, m, savedWorld, sameKind && p.Sharding == nil); err != nil {
 			return nil, fmt.Errorf("--resume %s: %w", dir, err)
 		}
 	} else if err := comparePlanKey(m["plan"], m["plan_format"], p); err != nil {
@@ -608,7 +616,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if err := rs.setParams(rs.workers[0], params, pf, ""); err != nil {
 		return nil, err
 	}
-	pr := &progress{}
+	pr := &progress{FromDevices: savedWorld, FromSync: m["sync"]}
 	var errs []error
 	atoi := func(k string) int {
 		n, err := strconv.Atoi(m[k])
@@ -1000,11 +1008,13 @@ func (c *RunCheckpoint) CheckPlan(p *engine.Plan) error {
 // resumesAcross compares the resume key of a checkpoint made on another
 // world or under another strategy (metadata m) with plan p's, but for the
 // sync settings and the buckets (engine.Plan.CheckResumeKeyAcross), at the
-// checkpoint's batch a device. A checkpoint made inside an epoch resumes
+// checkpoint's batch a device; with sameSync (the same unsharded strategy
+// on another world) the sync settings and buckets too
+// (engine.Plan.CheckResumeKeyWorld). A checkpoint made inside an epoch resumes
 // on another number of devices only when the run has no partition
 // strategy: the default shares out each step's global batch from one
 // order, whatever the world, while a strategy's shards depend on it.
-func resumesAcross(p *engine.Plan, m map[string]string, savedWorld int) error {
+func resumesAcross(p *engine.Plan, m map[string]string, savedWorld int, sameSync bool) error {
 	batch, err := strconv.Atoi(m["max_batch"])
 	if err != nil { // checkpoints before it was kept: an even split
 		batch = slices.Max(engine.SplitBatch(p.Spec.BatchSize, nil, savedWorld))
@@ -1020,6 +1030,9 @@ func resumesAcross(p *engine.Plan, m map[string]string, savedWorld int) error {
 	for _, line := range strings.Split(strings.TrimSuffix(m["plan"], "\n"), "\n") {
 		label, text, _ := strings.Cut(line, ": ")
 		key = append(key, engine.PlanStep{Label: label, Text: text})
+	}
+	if sameSync {
+		return p.CheckResumeKeyWorld(m["plan_format"], key, batch)
 	}
 	return p.CheckResumeKeyAcross(m["plan_format"], key, batch)
 }

@@ -168,10 +168,16 @@ func TestInitAndResumeErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "parameter conv.weight: shape [3 1 3 3], the model has [5 1 3 3]") {
 		t.Errorf("--init with other shapes: %v", err)
 	}
-	// Resuming with another device count is refused, naming both.
-	p = compile(t, loadSpec(t, dropoutScript), 2)
-	_, err = Run(p, RunOptions{Resume: dir})
-	if err == nil || !strings.Contains(err.Error(), "made with 1 devices, this run has 2") {
+	// Resuming with another device count under a strategy whose ranks
+	// keep their own parameters is refused, naming both counts and why
+	// (allreduce's resume there: TestResumeAnotherWorld).
+	p = compile(t, loadSpec(t, dropoutScript, "sync=sync.none()"), 1)
+	if _, err = Run(p, RunOptions{Out: filepath.Join(dir, "none")}); err != nil {
+		t.Fatal(err)
+	}
+	p = compile(t, loadSpec(t, dropoutScript, "sync=sync.none()"), 2)
+	_, err = Run(p, RunOptions{Resume: filepath.Join(dir, "none")})
+	if err == nil || !strings.Contains(err.Error(), "made with 1 device, this run has 2: under sync none") {
 		t.Errorf("--resume on 2 devices: %v", err)
 	}
 	p = compile(t, loadSpec(t, dropoutScript), 1)

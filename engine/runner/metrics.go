@@ -17,7 +17,8 @@ import (
 const MetricsFile = "metrics.jsonl"
 
 // metrics writes metrics.jsonl: one JSON object a line, with a "kind" of
-// "step", "epoch", "eval" or "summary". Each line goes to the file in one
+// "step", "epoch", "eval", "summary" or, where a resumed run starts,
+// "resume". Each line goes to the file in one
 // write as it is made, unbuffered: the log is whole up to its last line
 // when the process is killed or its host lost (a write a step costs a few
 // microseconds next to milliseconds of training). Step lines are written
@@ -185,6 +186,10 @@ func trimMetrics(dir string, pr *progress) error {
 			}
 		case "epoch", "eval":
 			if rec.Epoch > pr.Epoch {
+				continue
+			}
+		case "resume": // resumed at rec.Step: a resume from here replaces it
+			if rec.Step >= pr.Step {
 				continue
 			}
 		case "summary":

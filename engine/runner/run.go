@@ -255,6 +255,18 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
 	defer rs.metrics.close()
+	if rs.resume != nil {
+		// Where the run goes on from, and the world and strategy that
+		// wrote the checkpoint: another device count shows here.
+		r := rs.resume
+		if err := rs.metrics.record("resume", map[string]any{
+			"step": r.Step, "epoch": r.Epoch + 1, "micro": r.Micro,
+			"from_devices": r.FromDevices, "devices": p.World,
+			"from_sync": r.FromSync, "sync": string(p.Sync.Kind()),
+		}); err != nil {
+			return nil, fmt.Errorf("--out: %w", err)
+		}
+	}
 	err = rs.connect()
 	defer func() {
 		for _, d := range rs.workers {
