@@ -91,7 +91,7 @@ func (p *Plan) CheckBatches(epoch int, sc *Schedule) error {
 // CheckEvalBatches refuses an evaluation set of n samples whose batches
 // would give a batch norm layer without running statistics
 // (track_running_stats = False, batch statistics in evaluation too) one
-// value per channel on some rank: rank r evaluates its EvalRange in
+// value per channel on some rank: rank r evaluates its Plan.EvalRange in
 // batches of MaxBatch, and a last one of 1 sample is refused as in
 // training. name is the set's, for the message.
 func (p *Plan) CheckEvalBatches(name string, n int) error {
@@ -100,7 +100,7 @@ func (p *Plan) CheckEvalBatches(name string, n int) error {
 			continue
 		}
 		for r := range p.World {
-			lo, hi := EvalRange(n, p.Cluster.Weights, p.World, r)
+			lo, hi := p.EvalRange(n, r)
 			if (hi-lo)%p.MaxBatch == 1 {
 				return fmt.Errorf("%s: %s: evaluating %s (%d samples): rank %d's last batch holds 1 sample (its %d in batches of %d), 1 value per channel for batch statistics (track_running_stats = False), and %s: choose a batch_size or an eval set size that does not leave 1, or keep running statistics",
 					bn.Pos, bn.Layer, name, n, r, hi-lo, p.MaxBatch, bnRefusal)

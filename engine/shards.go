@@ -185,6 +185,23 @@ func (sc *Schedule) Count(s int) int {
 	return n
 }
 
+// EvalRange is rank r's part of an evaluation set of n samples under
+// this plan: its share (the function EvalRange), or — when ranks keep
+// parameters of their own (Sync.OwnParams: sync.none, local SGD between
+// averagings) — the whole set on rank 0 and nothing elsewhere. The
+// accuracy a run reports is then that of rank 0's parameters, the model it
+// saves (model.safetensors, best.safetensors), not a mixture of replicas
+// each scoring a part of the set.
+func (p *Plan) EvalRange(n, r int) (lo, hi int) {
+	if p.Sync != nil && p.Sync.OwnParams() {
+		if r == 0 {
+			return 0, n
+		}
+		return 0, 0
+	}
+	return EvalRange(n, p.Cluster.Weights, p.World, r)
+}
+
 // EvalRange is rank r's contiguous part of an evaluation set of n samples,
 // shared as batches are: every sample is evaluated exactly once across ranks.
 func EvalRange(n int, weights []float64, world, r int) (lo, hi int) {

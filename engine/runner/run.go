@@ -861,7 +861,7 @@ func dataPos(d *spec.Data) string {
 func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 	p := rs.plan
 	prog := d.prog
-	lo, hi := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, prog.Rank)
+	lo, hi := p.EvalRange(rs.eval.Len(), prog.Rank)
 	batch := p.MaxBatch
 	classes := p.Classes
 	positions := p.Positions() // class targets per sample (1; a window's length for tokens)
@@ -941,7 +941,7 @@ func (rs *runState) evaluate(d *worker) (acc, loss float64, err error) {
 	mine := (hi - lo + batch - 1) / batch
 	most := mine
 	for r := 0; r < p.World; r++ {
-		l, h := engine.EvalRange(rs.eval.Len(), p.Cluster.Weights, p.World, r)
+		l, h := p.EvalRange(rs.eval.Len(), r)
 		most = max(most, (h-l+batch-1)/batch)
 	}
 	for ; mine < most; mine++ {
