@@ -95,8 +95,8 @@ test-cluster:
 	[ -x /usr/sbin/sshd ] || missing="$$missing sshd"; \
 	if [ -n "$$missing" ]; then echo "SKIP test-cluster: missing$$missing: apt-get install openssh-server openssh-client iproute2 nftables openmpi-bin libopenmpi-dev"; exit 0; fi; \
 	$(MPI_CHECK); \
-	set -x; GORUN_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ && \
-	GORUN_TEST_CLUSTER=1 $(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./cmd/gorun/
+	set -x; $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
+	$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./cmd/gorun/ -cluster
 
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
 ## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,10 +31,15 @@ import (
 // packets, a killed rank, a host that stops answering — ends every process
 // within comm.timeout and a few seconds, naming the lost rank, its host
 // and the collective the others waited in, with the last checkpoint
-// intact. make test-cluster runs it (GORUN_TEST_CLUSTER=1), as root; it
-// prints the time each fault took to stop the run.
+// intact. make test-cluster runs it (go test -run TestCluster -cluster), as
+// root; it prints the time each fault took to stop the run.
+// clusterFlag runs TestCluster: it builds namespaces, bridges and sshd
+// processes as root for minutes, so `go test ./...` leaves it to make
+// test-cluster.
+var clusterFlag = flag.Bool("cluster", false, "run TestCluster on three network-namespace hosts (root; make test-cluster)")
+
 func TestCluster(t *testing.T) {
-	if os.Getenv("GORUN_TEST_CLUSTER") == "" {
+	if !*clusterFlag {
 		t.Skip("SKIP: run by make test-cluster (as root)")
 	}
 	if m := testhosts.Missing(); m != "" {

@@ -1,6 +1,7 @@
 package testhosts
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,12 +10,16 @@ import (
 	"time"
 )
 
+// clusterFlag runs TestUpClose, which sets up network namespaces and sshd
+// as root: make test-cluster gives it.
+var clusterFlag = flag.Bool("cluster", false, "set up and tear down test hosts (root; make test-cluster)")
+
 // TestUpClose: hosts come up with their own addresses, names and private
 // folders, answer ssh, and leave nothing behind once closed, also when an
 // earlier run's set-up was left (Up removes it first). It runs under
-// make test-cluster (GORUN_TEST_CLUSTER=1), as root.
+// make test-cluster (go test -cluster), as root.
 func TestUpClose(t *testing.T) {
-	if os.Getenv("GORUN_TEST_CLUSTER") == "" {
+	if !*clusterFlag {
 		t.Skip("SKIP: run by make test-cluster (as root)")
 	}
 	if m := Missing(); m != "" {
