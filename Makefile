@@ -51,7 +51,7 @@ kernels-check:
 ## A target that ends with Go's "context deadline exceeded" and writes no failing input is the fuzz coordinator's
 ## race at the end of -fuzztime (golang/go#75804, fixed in Go 1.27), not a crash: it is reported and passes.
 FUZZTIME ?= 30s
-FUZZ     := ./script:FuzzLoad ./script:FuzzOverride ./datasets:FuzzMNIST ./safetensors:FuzzDecode ./engine:FuzzParseCluster
+FUZZ     := ./script:FuzzLoad ./script:FuzzOverride ./datasets:FuzzMNIST ./datasets:FuzzNPY ./datasets:FuzzImage ./datasets:FuzzFastPNG ./datasets:FuzzCSV ./safetensors:FuzzDecode ./engine:FuzzParseCluster
 .PHONY: fuzz
 fuzz:
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; for t in $(FUZZ); do \
