@@ -14,11 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"gorun/datasets/userfile"
+	"gorun/engine/localhttp"
 )
 
 //go:embed static
@@ -147,22 +147,7 @@ func (b *Board) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // whose name was made to resolve to this machine (DNS rebinding) is
 // refused.
 func (b *Board) hostAllowed(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if host == "" {
-		return false
-	}
-	if net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") {
-		return true
-	}
-	for _, h := range b.opts.Hosts {
-		if strings.EqualFold(host, h) {
-			return true
-		}
-	}
-	return false
+	return localhttp.HostAllowed(host, b.opts.Hosts)
 }
 
 func (b *Board) asset(name string) http.HandlerFunc {
@@ -526,18 +511,7 @@ func (b *Board) pump(ctx context.Context, s *stream, f *follower) error {
 // address and say what to do: one in use (another board, TensorBoard),
 // one this machine does not have, a port that needs privileges.
 func Listen(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	switch {
-	case err == nil:
-		return ln, nil
-	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, fmt.Errorf("%s is in use (another gorun board, or TensorBoard?): stop it, or choose another port", addr)
-	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return nil, fmt.Errorf("%s: this machine has no such address", addr)
-	case errors.Is(err, syscall.EACCES):
-		return nil, fmt.Errorf("%s: permission denied (ports below 1024 need privileges)", addr)
-	}
-	return nil, fmt.Errorf("%s: %w", addr, err)
+	return localhttp.Listen(addr, "another gorun board, or TensorBoard?")
 }
 
 // Timeouts of Serve's server.

@@ -2,30 +2,19 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"syscall"
 	"time"
+
+	"gorun/engine/localhttp"
 )
 
 // Listen opens the TCP address addr for a Server. Its errors name the
 // address and say what to do: one in use, one this machine does not
 // have, a port that needs privileges.
 func Listen(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	switch {
-	case err == nil:
-		return ln, nil
-	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, fmt.Errorf("%s is in use (another gorun serve?): stop it, or choose another port", addr)
-	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return nil, fmt.Errorf("%s: this machine has no such address", addr)
-	case errors.Is(err, syscall.EACCES):
-		return nil, fmt.Errorf("%s: permission denied (ports below 1024 need privileges)", addr)
-	}
-	return nil, fmt.Errorf("%s: %w", addr, err)
+	return localhttp.Listen(addr, "another gorun serve?")
 }
 
 // readHeaderTimeout bounds the reading of a request's headers.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gorun/engine/localhttp"
 	"gorun/model"
 )
 
@@ -222,25 +223,7 @@ func routeOf(path string) string {
 // hostAllowed says whether a request's Host names the server: an IP
 // address, localhost, one of Options.Hosts, or any with AnyHost.
 func (s *Server) hostAllowed(host string) bool {
-	if s.opts.AnyHost {
-		return true
-	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if host == "" {
-		return false
-	}
-	if net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") {
-		return true
-	}
-	for _, h := range s.opts.Hosts {
-		if strings.EqualFold(host, h) {
-			return true
-		}
-	}
-	return false
+	return s.opts.AnyHost || localhttp.HostAllowed(host, s.opts.Hosts)
 }
 
 // post is a /v1/ route: POST only, one of MaxConcurrent at a time (after
