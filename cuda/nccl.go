@@ -193,7 +193,19 @@ func (c *ncclColl) begin() error {
 
 // end marks the communication stream's work as pending: the compute
 // stream waits for it before the optimizer update or any copy.
-func (c *ncclColl) end(err error) error {
+func (c *ncclColl) end(err error) error { return c.finish(err, false) }
+
+// endOrdered is end for a collective whose memory the steps after it
+// touch (a sharded plan's reduce-scatters into reused memory, its
+// gathers of the parameters a layer reads next): the compute stream
+// waits for the communication stream's work so far before anything
+// queued after it.
+func (c *ncclColl) endOrdered(err error) error { return c.finish(err, true) }
+
+// finish records the communication stream's work so far and either
+// leaves it pending (end) or makes the compute stream wait for it now
+// (endOrdered).
+func (c *ncclColl) finish(err error, ordered bool) error {
 	defer c.d.exit()
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.d.Name(), err)
@@ -203,7 +215,10 @@ func (c *ncclColl) end(err error) error {
 	if err := record(c.d.evComm, c.d.comm); err != nil {
 		return err
 	}
-	c.d.commPending = true
+	c.d.commPending = !ordered
+	if ordered {
+		return waitEvent(c.d.stream, c.d.evComm)
+	}
 	return nil
 }
 
@@ -273,25 +288,6 @@ func (c *ncclColl) Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) err
 	s := unsafe.Pointer(cStream(c.d.comm))
 	err = c.g.lib.check("ncclBroadcast", C.gorun_nccl_broadcast(c.g.lib.bcast, C.uintptr_t(p), C.size_t(n), C.int(root), c.g.comms[c.rank], s))
 	return c.end(err)
-}
-
-// endOrdered is end for a collective whose memory the steps after it
-// touch (a sharded plan's reduce-scatters into reused memory, its
-// gathers of the parameters a layer reads next): the compute stream
-// waits for the communication stream's work so far before anything
-// queued after it.
-func (c *ncclColl) endOrdered(err error) error {
-	defer c.d.exit()
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.d.Name(), err)
-	}
-	c.d.commMu.Lock()
-	defer c.d.commMu.Unlock()
-	if err := record(c.d.evComm, c.d.comm); err != nil {
-		return err
-	}
-	c.d.commPending = false
-	return waitEvent(c.d.stream, c.d.evComm)
 }
 
 // ReduceScatter reduces elements [off, off+n) of b across the group and
