@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"gorun/engine/board"
@@ -24,13 +21,7 @@ const defaultBoardAddr = "127.0.0.1:6006"
 // serves the live dashboard of the runs until SIGINT or SIGTERM, then
 // shuts down gracefully (exit status 0); a second signal kills it.
 func boardCmd(args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal ends gorun at once
-	}()
-	return serveBoard(ctx, args, stdout, stderr)
+	return untilSignalled(func(ctx context.Context) error { return serveBoard(ctx, args, stdout, stderr) })
 }
 
 // serveBoard is boardCmd until ctx ends.

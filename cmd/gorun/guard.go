@@ -148,3 +148,17 @@ func signalStatus(s os.Signal) int {
 	}
 	return 130
 }
+
+// untilSignalled runs a server subcommand (board, serve) with a context
+// that ends at the first SIGINT or SIGTERM, so that it shuts down
+// gracefully; a second signal ends gorun at once, as signals do by
+// default.
+func untilSignalled(run func(ctx context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends gorun at once
+	}()
+	return run(ctx)
+}

@@ -8,11 +8,8 @@ import (
 	"io"
 	"log"
 	"net"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"gorun/model"
 	"gorun/model/serve"
@@ -28,13 +25,7 @@ const defaultServeAddr = "127.0.0.1:8080"
 // SIGINT or SIGTERM, then stops gracefully: the requests under way are
 // answered, and gorun exits with status 0. A second signal kills it.
 func serveCmd(args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal ends gorun at once
-	}()
-	return serveModel(ctx, args, stdout, stderr)
+	return untilSignalled(func(ctx context.Context) error { return serveModel(ctx, args, stdout, stderr) })
 }
 
 // serveModel is serveCmd until ctx ends.
