@@ -100,7 +100,7 @@ func CSV(c CSVConfig) (Dataset, error) {
 			return nil, err
 		}
 		if !slices.Equal(th, header) {
-			return nil, fmt.Errorf("%s: its columns (%s) are not those of %s (%s)", c.TestFile, quoteList(th, 20), c.Path, quoteList(header, 20))
+			return nil, fmt.Errorf("%s: its columns (%s) are not those of %s (%s)", c.TestFile, QuoteList(th, 20), c.Path, QuoteList(header, 20))
 		}
 		if test, err = readCSV(c.TestFile, header, xcols, ycol); err != nil {
 			return nil, err
@@ -245,7 +245,7 @@ func csvColumns(path string, header, x []string, y string) (xcols []string, ycol
 		index[h] = i
 	}
 	unknown := func(name, what string) error {
-		return fmt.Errorf("%s: no column %q (%s); its columns are %s", path, name, what, quoteList(header, 30))
+		return fmt.Errorf("%s: no column %q (%s); its columns are %s", path, name, what, QuoteList(header, 30))
 	}
 	ycol, ok := index[y]
 	if !ok {
@@ -427,7 +427,7 @@ func csvClasses(t *csvTable, col string, classes int) (names []string, ints bool
 	}
 	sort.Strings(names)
 	if classes > 0 && classes != len(names) {
-		return nil, false, fmt.Errorf("%s, column %q: %d distinct labels (%s), but classes = %d", t.path, col, len(names), quoteList(names, 10), classes)
+		return nil, false, fmt.Errorf("%s, column %q: %d distinct labels (%s), but classes = %d", t.path, col, len(names), QuoteList(names, 10), classes)
 	}
 	if len(names) < 2 {
 		return nil, false, fmt.Errorf("%s, column %q: every label is %q: one class", t.path, col, names[0])
@@ -463,7 +463,7 @@ func csvLabel(t *csvTable, r int, col string, names []string, ints bool, train s
 	}
 	i, ok := slices.BinarySearch(names, s)
 	if !ok {
-		return 0, fmt.Errorf("%s line %d (row %d), column %q: label %q is not one of the classes of %s (%s)", t.path, t.lines[r], r+1, col, clip(s), train, quoteList(names, 10))
+		return 0, fmt.Errorf("%s line %d (row %d), column %q: label %q is not one of the classes of %s (%s)", t.path, t.lines[r], r+1, col, clip(s), train, QuoteList(names, 10))
 	}
 	return int32(i), nil
 }

@@ -241,7 +241,7 @@ func listImages(c ImagesConfig) (*imageList, error) {
 			for _, name := range tc {
 				if _, ok := index[name]; !ok {
 					return nil, fmt.Errorf("%s: a class folder that %s does not have (its classes: %s); the model learns the training folder's classes",
-						filepath.Join(test, name), train, quoteList(classes, 12))
+						filepath.Join(test, name), train, QuoteList(classes, 12))
 				}
 			}
 			classes = tc
@@ -459,8 +459,10 @@ func walkFolders(dir string, seen map[[2]uint64]bool, out *[]string, depth int) 
 	return nil
 }
 
-// quoteList is names quoted and joined, at most n of them.
-func quoteList(names []string, n int) string {
+// QuoteList is names quoted and joined with commas, at most n of them
+// (then how many there are in all): for messages that name columns,
+// classes or files.
+func QuoteList(names []string, n int) string {
 	var b strings.Builder
 	for i, s := range names {
 		if i == n {

@@ -233,7 +233,7 @@ func (m CSVMeta) Sample(header, row []string) ([]float32, error) {
 	for i, col := range m.X {
 		j := slices.Index(header, col)
 		if j < 0 {
-			return nil, fmt.Errorf("no column %q: the model reads the columns %s", col, quoteList(m.X, 30))
+			return nil, fmt.Errorf("no column %q: the model reads the columns %s", col, QuoteList(m.X, 30))
 		}
 		s := strings.TrimSpace(row[j])
 		if s == "" {

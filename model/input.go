@@ -82,7 +82,7 @@ func (m *Model) FromCSV(r io.Reader) (*tensor.Dense, error) {
 	cr.ReuseRecord = true
 	rec, err := cr.Read()
 	if err == io.EOF {
-		return nil, fmt.Errorf("model: %s: empty: the model takes a header line naming the columns (%s), then one row per sample", name, quoteList(cm.X))
+		return nil, fmt.Errorf("model: %s: empty: the model takes a header line naming the columns (%s), then one row per sample", name, datasets.QuoteList(cm.X, 30))
 	}
 	if err != nil {
 		return nil, csvError(name, err)
@@ -106,9 +106,9 @@ func (m *Model) FromCSV(r io.Reader) (*tensor.Dense, error) {
 	}
 	switch {
 	case len(missing) == 1:
-		return nil, fmt.Errorf("model: %s has no column %q: the model reads the columns %s", name, missing[0], quoteList(cm.X))
+		return nil, fmt.Errorf("model: %s has no column %q: the model reads the columns %s", name, missing[0], datasets.QuoteList(cm.X, 30))
 	case len(missing) > 1:
-		return nil, fmt.Errorf("model: %s has no columns %s: the model reads the columns %s", name, quoteList(missing), quoteList(cm.X))
+		return nil, fmt.Errorf("model: %s has no columns %s: the model reads the columns %s", name, datasets.QuoteList(missing, 30), datasets.QuoteList(cm.X, 30))
 	}
 	cr.FieldsPerRecord = len(header)
 	var x []float32
@@ -146,20 +146,4 @@ func csvError(name string, err error) error {
 		return fmt.Errorf("model: %s line %d, column %d: %v", name, pe.Line, pe.Column, pe.Err)
 	}
 	return fmt.Errorf("model: %s: %w", name, err)
-}
-
-// quoteList is names quoted and joined, at most 30 of them.
-func quoteList(names []string) string {
-	var b strings.Builder
-	for i, s := range names {
-		if i == 30 {
-			fmt.Fprintf(&b, ", … (%d in all)", len(names))
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%q", s)
-	}
-	return b.String()
 }

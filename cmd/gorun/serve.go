@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"gorun/datasets"
 	"gorun/model"
 	"gorun/model/serve"
 )
@@ -125,7 +126,7 @@ func summary(m *model.Model) string {
 	case model.Classifier:
 		what = fmt.Sprintf("a classifier of %d classes", m.Classes())
 		if names := m.ClassNames(); len(names) > 0 {
-			what += " (" + quoteNames(names, 10) + ")"
+			what += " (" + datasets.QuoteList(names, 10) + ")"
 		}
 		what += fmt.Sprintf(", samples %v", m.InputShape())
 	case model.Regressor:
@@ -167,22 +168,6 @@ func normSummary(m *model.Model) string {
 		return fmt.Sprintf(", channels normalised with means %s and stds %s", list(mean), list(std))
 	}
 	return fmt.Sprintf(", inputs normalised with mean %s and std %s", strconv.FormatFloat(mean[0], 'g', -1, 32), strconv.FormatFloat(std[0], 'g', -1, 32))
-}
-
-// quoteNames is names quoted and joined, at most n of them.
-func quoteNames(names []string, n int) string {
-	var b strings.Builder
-	for i, s := range names {
-		if i == n {
-			fmt.Fprintf(&b, ", … (%d in all)", len(names))
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(s))
-	}
-	return b.String()
 }
 
 // parseSize reads a size in bytes: a number, with a unit or not ("10MiB",
