@@ -1,0 +1,242 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"gorun/ops/internal/vec"
+)
+
+// Fused scaled dot-product attention that never holds a T×T matrix: the
+// scores are made, normalised and used one tile of query rows at a time
+// (FlashAttention-2's recipe). The forward op keeps only the output and
+// each row's logsumexp; the backward op recomputes each tile's
+// probabilities from them.
+//
+// Both ops read q, k and v packed as the attention's input projection
+// writes them, qkv[N,T,3,H,dh] (nn.MultiheadAttention's in_proj: q, k and
+// v for every head of one position in one row), and write the output
+// joined by heads, o[N,T,H·dh], ready for the output projection: no
+// permute is needed on either side.
+//
+// The CPU kernels tile the query rows by attnTile: a tile's scores against
+// every key it may see (its first attnTile·T elements of Ctx.Work, fewer
+// with Causal: keys after the tile's last row are skipped) are one GEMM,
+// their softmax one pass of the vectorised row softmax, and the tile's
+// output one more GEMM. The key dimension is not tiled on the CPU: one
+// core gains nothing from FlashAttention's online rescaling there, and the
+// tile's memory, attnTile·T, is already O(T·dh), not O(T²). The CUDA
+// kernels (cuda/kernels/attention.cu) tile keys too, with the online
+// softmax.
+
+const (
+	// Attention: in qkv[N,T,3,H,dh]; out o[N,T,H·dh] = softmax(q·kᵀ/√dh
+	// + mask)·v for each sample and head (q = qkv[:,:,0], k = qkv[:,:,1],
+	// v = qkv[:,:,2]), and lse[N,H,T]: each query row's logsumexp of its
+	// scaled, masked scores (what the backward recomputes the
+	// probabilities from). With Attrs.Causal, row i sees keys j ≤ i only.
+	// The scale is 1/√dh, PyTorch's. Attrs: Causal.
+	Attention Op = "attention"
+
+	// AttentionGrad: in do[N,T,H·dh], qkv, o, lse (from Attention); out
+	// dqkv[N,T,3,H,dh]: with P = exp(q·kᵀ/√dh − lse) recomputed tile by
+	// tile, D = rowsum(do∘o) and dS = P∘(do·vᵀ − D), dq = dS·k/√dh, dk =
+	// dSᵀ·q/√dh, dv = Pᵀ·do. Attrs: Causal.
+	AttentionGrad Op = "attention_grad"
+)
+
+// attnTile is the number of query rows the CPU kernels handle at once.
+const attnTile = 64
+
+var attentionOps = []*Def{
+	{
+		Op: Attention, In: []Input{{Name: "qkv"}},
+		Out:   []Output{{Name: "o"}, {Name: "lse", NoGrad: true}},
+		Shape: attentionShape,
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			t := in[0][1]
+			return attnWork(t, 1)
+		},
+		Grad: func(b GradBuilder) []Value {
+			qkv := b.In(0)
+			return []Value{b.Grad(AttentionGrad, b.Attrs(), qkv, b.OutGrad(0), qkv, b.Out(0), b.Out(1))}
+		},
+		Kernel32: attention[float32], Kernel64: attention[float64],
+	},
+	{
+		Op: AttentionGrad, In: []Input{{Name: "do"}, {Name: "qkv"}, {Name: "o"}, {Name: "lse"}},
+		Out: []Output{{Name: "dqkv"}},
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			t := in[1][1]
+			return attnWork(t, 2)
+		},
+		Kernel32: attentionGrad[float32], Kernel64: attentionGrad[float64],
+	},
+}
+
+// attnWork is the scratch the kernels need for T positions: mats tiles of
+// attnTile×T scores, and 2·attnTile elements for per-row statistics.
+func attnWork(t, mats int) int { return mats*min(attnTile, t)*t + 2*attnTile }
+
+// attentionShape is Attention's shape rule.
+func attentionShape(a *Attrs, in [][]int) ([][]int, error) {
+	x := in[0]
+	if len(x) != 5 || x[2] != 3 {
+		return nil, fmt.Errorf("attention: qkv must be [N T 3 H dh] (q, k and v of every head, packed), got %v", x)
+	}
+	n, t, h, dh := x[0], x[1], x[3], x[4]
+	if t < 1 || h < 1 || dh < 1 {
+		return nil, fmt.Errorf("attention: qkv %v has an empty sequence, head count or head dimension", x)
+	}
+	return [][]int{{n, t, h * dh}, {n, h, t}}, nil
+}
+
+// attnGeom is where one sample's and one head's q, k, v and o rows are in
+// their buffers.
+type attnGeom struct {
+	t, h, dh   int
+	ld, ldo    int // row strides of qkv (3·H·dh) and o (H·dh)
+	q, k, v, o int // offsets of row 0
+	lse        int // offset of the head's T logsumexps
+	scale      float64
+}
+
+// geom returns the geometry of sample n, head hd for qkv's shape.
+func attnAt(shape []int, n, hd int) attnGeom {
+	t, h, dh := shape[1], shape[3], shape[4]
+	g := attnGeom{t: t, h: h, dh: dh, ld: 3 * h * dh, ldo: h * dh, scale: 1 / math.Sqrt(float64(dh))}
+	base := n * t * g.ld
+	g.q, g.k, g.v = base+hd*dh, base+h*dh+hd*dh, base+2*h*dh+hd*dh
+	g.o = n*t*g.ldo + hd*dh
+	g.lse = (n*h + hd) * t
+	return g
+}
+
+// keys is how many keys the tile of rows q0 … q0+br-1 sees.
+func (g *attnGeom) keys(causal bool, q0, br int) int {
+	if causal {
+		return q0 + br
+	}
+	return g.t
+}
+
+// attnScores sets s[br×kn] to the scaled scores of query rows q0 … q0+br-1
+// against keys 0 … kn-1, -Inf where Causal masks them.
+func attnScores[T Float](g *attnGeom, causal bool, qkv []T, q0, br, kn int, s []T) {
+	matmul(false, true, br, kn, g.dh, T(g.scale), qkv[g.q+q0*g.ld:], g.ld, qkv[g.k:], g.ld, 0, s, kn)
+	if causal {
+		inf := T(math.Inf(-1))
+		for r := range br {
+			row := s[r*kn : (r+1)*kn]
+			for j := q0 + r + 1; j < kn; j++ {
+				row[j] = inf
+			}
+		}
+	}
+}
+
+// attnSoftmax normalises the br rows of s[br×kn] in place and returns each
+// row's maximum m and sum of exp(s − m) in ms (2·br elements). float32
+// runs vec.SoftmaxRows; float64 sums in float64 with math.Exp.
+func attnSoftmax[T Float](s []T, br, kn int, ms []T) {
+	if is32[T]() {
+		vec.SoftmaxRows(view[float32](s[:br*kn]), view[float32](s[:br*kn]), kn, 0, view[float32](ms[:2*br]))
+		return
+	}
+	for r := range br {
+		row := s[r*kn : (r+1)*kn]
+		m := rowMax(row)
+		var sum float64
+		for j, v := range row {
+			e := math.Exp(float64(v - m))
+			row[j] = T(e)
+			sum += e
+		}
+		inv := 1 / sum
+		for j := range row {
+			row[j] = T(float64(row[j]) * inv)
+		}
+		ms[2*r], ms[2*r+1] = m, T(sum)
+	}
+}
+
+// attention: in qkv[N,T,3,H,dh]; out o[N,T,H·dh], lse[N,H,T]. Each tile of
+// query rows: scores (GEMM), softmax, output (GEMM); lse = m + log Σ.
+func attention[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	qkv, o, lse := in[0], out[0], out[1]
+	n, h, t := qkv.Shape[0], qkv.Shape[3], qkv.Shape[1]
+	ms := c.Work[:2*attnTile]
+	s := c.Work[2*attnTile:]
+	for i := range n {
+		for hd := range h {
+			g := attnAt(qkv.Shape, i, hd)
+			for q0 := 0; q0 < t; q0 += attnTile {
+				br := min(attnTile, t-q0)
+				kn := g.keys(a.Causal, q0, br)
+				attnScores(&g, a.Causal, qkv.Data, q0, br, kn, s)
+				attnSoftmax(s, br, kn, ms)
+				for r := range br {
+					lse.Data[g.lse+q0+r] = ms[2*r] + T(math.Log(float64(ms[2*r+1])))
+				}
+				matmul(false, false, br, g.dh, kn, 1, s, kn, qkv.Data[g.v:], g.ld, 0, o.Data[g.o+q0*g.ldo:], g.ldo)
+			}
+		}
+	}
+}
+
+// attentionGrad: in do, qkv, o, lse; out dqkv. Each tile of query rows
+// recomputes its probabilities P, then dP = do·vᵀ, dS = P∘(dP − D) with D
+// = rowsum(do∘o), and adds the tile's parts: dv += Pᵀ·do, dq = dS·k/√dh,
+// dk += dSᵀ·q/√dh. float64 recomputes P as exp(S − lse); float32 as the
+// forward computed it, with vec.SoftmaxRows (the same bits as the
+// forward's probabilities).
+func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	do, qkv, o, lse, dqkv := in[0], in[1], in[2], in[3], out[0]
+	n, h, t := qkv.Shape[0], qkv.Shape[3], qkv.Shape[1]
+	dh := qkv.Shape[4]
+	ms := c.Work[:2*attnTile]
+	tile := min(attnTile, t) * t
+	p := c.Work[2*attnTile:][:tile]
+	dp := c.Work[2*attnTile+tile:][:tile]
+	for i := range n {
+		for hd := range h {
+			g := attnAt(qkv.Shape, i, hd)
+			for r := range t { // dk and dv are sums over the tiles
+				clear(dqkv.Data[g.k+r*g.ld:][:dh])
+				clear(dqkv.Data[g.v+r*g.ld:][:dh])
+			}
+			for q0 := 0; q0 < t; q0 += attnTile {
+				br := min(attnTile, t-q0)
+				kn := g.keys(a.Causal, q0, br)
+				attnScores(&g, a.Causal, qkv.Data, q0, br, kn, p)
+				if is32[T]() {
+					attnSoftmax(p, br, kn, ms)
+				} else {
+					for r := range br {
+						l := float64(lse.Data[g.lse+q0+r])
+						row := p[r*kn : (r+1)*kn]
+						for j, v := range row {
+							row[j] = T(math.Exp(float64(v) - l))
+						}
+					}
+				}
+				dot, ot := do.Data[g.o+q0*g.ldo:], o.Data[g.o+q0*g.ldo:]
+				matmul(false, true, br, kn, dh, 1, dot, g.ldo, qkv.Data[g.v:], g.ld, 0, dp, kn)
+				for r := range br {
+					var d T
+					for j, v := range dot[r*g.ldo:][:dh] {
+						d += v * ot[r*g.ldo+j]
+					}
+					pr, dpr := p[r*kn:(r+1)*kn], dp[r*kn:(r+1)*kn]
+					for j, pv := range pr {
+						dpr[j] = pv * (dpr[j] - d)
+					}
+				}
+				matmul(true, false, kn, dh, br, 1, p, kn, dot, g.ldo, 1, dqkv.Data[g.v:], g.ld)
+				sc := T(g.scale)
+				matmul(false, false, br, dh, kn, sc, dp, kn, qkv.Data[g.k:], g.ld, 0, dqkv.Data[g.q+q0*g.ld:], g.ld)
+				matmul(true, false, kn, dh, br, sc, dp, kn, qkv.Data[g.q+q0*g.ld:], g.ld, 1, dqkv.Data[g.k:], g.ld)
+			}
+		}
+	}
+}
