@@ -185,13 +185,19 @@ func attention[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 }
 
 // attentionGrad: in do, qkv, o, lse; out dqkv. Each tile of query rows
-// recomputes its probabilities P, then dP = do·vᵀ, dS = P∘(dP − D) with D
-// = rowsum(do∘o), and adds the tile's parts: dv += Pᵀ·do, dq = dS·k/√dh,
-// dk += dSᵀ·q/√dh. float64 recomputes P as exp(S − lse); float32 as the
-// forward computed it, with vec.SoftmaxRows (the same bits as the
-// forward's probabilities).
+// recomputes its probabilities P, then dP = do·vᵀ, dS = P∘(dP − D)/√dh,
+// and adds the tile's parts: dv += Pᵀ·do, dq = dS·k, dk += dSᵀ·q. float64
+// recomputes P as exp(S − lse); float32 as the forward computed it, with
+// vec.SoftmaxRows (the same bits as the forward's probabilities).
+//
+// A tile holds whole rows of P, so D = Σⱼ P∘dP (equal to FlashAttention's
+// rowsum(do∘o), which the CUDA kernel uses), summed in float64, and dS is
+// rounded as SoftmaxGrad and Scale round it: with T ≤ attnTile (one tile)
+// the gradient is bit for bit the unfused path's, so a fused plan trains
+// as the unfused one does (and resumes its checkpoints). Beyond one tile,
+// dk and dv are sums over the tiles, in another order.
 func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	do, qkv, o, lse, dqkv := in[0], in[1], in[2], in[3], out[0]
+	do, qkv, lse, dqkv := in[0], in[1], in[3], out[0]
 	n, h, t := qkv.Shape[0], qkv.Shape[3], qkv.Shape[1]
 	dh := qkv.Shape[4]
 	ms := c.Work[:2*attnTile]
@@ -220,22 +226,23 @@ func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 						}
 					}
 				}
-				dot, ot := do.Data[g.o+q0*g.ldo:], o.Data[g.o+q0*g.ldo:]
+				dot := do.Data[g.o+q0*g.ldo:]
 				matmul(false, true, br, kn, dh, 1, dot, g.ldo, qkv.Data[g.v:], g.ld, 0, dp, kn)
+				sc := T(g.scale)
 				for r := range br {
-					var d T
-					for j, v := range dot[r*g.ldo:][:dh] {
-						d += v * ot[r*g.ldo+j]
-					}
 					pr, dpr := p[r*kn:(r+1)*kn], dp[r*kn:(r+1)*kn]
+					var s float64
 					for j, pv := range pr {
-						dpr[j] = pv * (dpr[j] - d)
+						s += float64(dpr[j]) * float64(pv)
+					}
+					d := T(s)
+					for j, pv := range pr {
+						dpr[j] = sc * (pv * (dpr[j] - d))
 					}
 				}
 				matmul(true, false, kn, dh, br, 1, p, kn, dot, g.ldo, 1, dqkv.Data[g.v:], g.ld)
-				sc := T(g.scale)
-				matmul(false, false, br, dh, kn, sc, dp, kn, qkv.Data[g.k:], g.ld, 0, dqkv.Data[g.q+q0*g.ld:], g.ld)
-				matmul(true, false, kn, dh, br, sc, dp, kn, qkv.Data[g.q+q0*g.ld:], g.ld, 1, dqkv.Data[g.k:], g.ld)
+				matmul(false, false, br, dh, kn, 1, dp, kn, qkv.Data[g.k:], g.ld, 0, dqkv.Data[g.q+q0*g.ld:], g.ld)
+				matmul(true, false, kn, dh, br, 1, dp, kn, qkv.Data[g.q+q0*g.ld:], g.ld, 1, dqkv.Data[g.k:], g.ld)
 			}
 		}
 	}

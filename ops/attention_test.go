@@ -90,9 +90,10 @@ func runAttnGolden[T Float](t *testing.T, g *attnGolden, k map[Op]Kernel[T], tol
 }
 
 // TestAttentionMatchesUnfused runs the fused op and the ops the unfused
-// path builds (batch_matmul, scale, softmax, batch_matmul) on the same
-// float32 inputs, forward and backward, at a size the engine's GPT
-// example uses and at an odd one.
+// path builds (batch_matmul, scale, softmax, batch_matmul and their
+// gradients) on the same float32 inputs, forward and backward, at the
+// engine's GPT example's size and at odd ones: the same bits when T fits
+// one tile, within 2e-5 beyond.
 func TestAttentionMatchesUnfused(t *testing.T) {
 	for _, tc := range []struct {
 		causal bool
@@ -176,6 +177,9 @@ func TestAttentionMatchesUnfused(t *testing.T) {
 		}
 		t.Logf("causal %v %v: max |fused − unfused| o %.2g dq %.2g dk %.2g dv %.2g", tc.causal, tc.shape, worst[0], worst[1], worst[2], worst[3])
 		for w, name := range []string{"o", "dq", "dk", "dv"} {
+			if tt <= attnTile && worst[w] != 0 {
+				t.Errorf("causal %v %v: %s differs from the unfused path by %g: want the same bits in one tile", tc.causal, tc.shape, name, worst[w])
+			}
 			if !(worst[w] <= 2e-5) {
 				t.Errorf("causal %v %v: %s differs from the unfused path by %g", tc.causal, tc.shape, name, worst[w])
 			}
