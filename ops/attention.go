@@ -121,43 +121,58 @@ func (g *attnGeom) keys(causal bool, q0, br int) int {
 }
 
 // attnScores sets s[br×kn] to the scaled scores of query rows q0 … q0+br-1
-// against keys 0 … kn-1, -Inf where Causal masks them.
-func attnScores[T Float](g *attnGeom, causal bool, qkv []T, q0, br, kn int, s []T) {
+// against keys 0 … kn-1 (those Causal masks too: attnSoftmax skips them).
+func attnScores[T Float](g *attnGeom, qkv []T, q0, br, kn int, s []T) {
 	matmul(false, true, br, kn, g.dh, T(g.scale), qkv[g.q+q0*g.ld:], g.ld, qkv[g.k:], g.ld, 0, s, kn)
-	if causal {
-		inf := T(math.Inf(-1))
-		for r := range br {
-			row := s[r*kn : (r+1)*kn]
-			for j := q0 + r + 1; j < kn; j++ {
-				row[j] = inf
-			}
-		}
-	}
 }
 
-// attnSoftmax normalises the br rows of s[br×kn] in place and returns each
-// row's maximum m and sum of exp(s − m) in ms (2·br elements). float32
-// runs vec.SoftmaxRows; float64 sums in float64 with math.Exp.
-func attnSoftmax[T Float](s []T, br, kn int, ms []T) {
+// attnSoftmax normalises the br rows of s[br×kn] (query rows q0 …) in
+// place, over the keys each row sees (with causal, row q0+r sees q0+r+1;
+// the others are set to 0), and returns each row's maximum m and sum of
+// exp(s − m) in ms (2·br elements). float32 runs vec.SoftmaxRows: the
+// first tile of a causal attention in one call as the unfused causal
+// softmax makes it, later tiles a row at a time (the same bits as that
+// softmax either way); float64 sums in float64 with math.Exp.
+func attnSoftmax[T Float](s []T, q0, br, kn int, causal bool, ms []T) {
 	if is32[T]() {
-		vec.SoftmaxRows(view[float32](s[:br*kn]), view[float32](s[:br*kn]), kn, 0, view[float32](ms[:2*br]))
+		switch {
+		case !causal:
+			vec.SoftmaxRows(view[float32](s[:br*kn]), view[float32](s[:br*kn]), kn, 0, view[float32](ms[:2*br]))
+		case q0 == 0: // kn == br: row r keeps columns 0 … r
+			vec.SoftmaxRows(view[float32](s[:br*kn]), view[float32](s[:br*kn]), kn, kn, view[float32](ms[:2*br]))
+		default:
+			for r := range br {
+				row, keep := s[r*kn:(r+1)*kn], q0+r+1
+				vec.SoftmaxRows(view[float32](row[:keep]), view[float32](row[:keep]), keep, 0, view[float32](ms[2*r:2*r+2]))
+				clear(row[keep:])
+			}
+		}
 		return
 	}
 	for r := range br {
-		row := s[r*kn : (r+1)*kn]
-		m := rowMax(row)
+		row, keep := s[r*kn:(r+1)*kn], attnKeep(causal, q0+r, kn)
+		m := rowMax(row[:keep])
 		var sum float64
-		for j, v := range row {
+		for j, v := range row[:keep] {
 			e := math.Exp(float64(v - m))
 			row[j] = T(e)
 			sum += e
 		}
 		inv := 1 / sum
-		for j := range row {
+		for j := range row[:keep] {
 			row[j] = T(float64(row[j]) * inv)
 		}
+		clear(row[keep:])
 		ms[2*r], ms[2*r+1] = m, T(sum)
 	}
+}
+
+// attnKeep is how many of kn keys query row i sees.
+func attnKeep(causal bool, i, kn int) int {
+	if causal {
+		return min(i+1, kn)
+	}
+	return kn
 }
 
 // attention: in qkv[N,T,3,H,dh]; out o[N,T,H·dh], lse[N,H,T]. Each tile of
@@ -173,8 +188,8 @@ func attention[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			for q0 := 0; q0 < t; q0 += attnTile {
 				br := min(attnTile, t-q0)
 				kn := g.keys(a.Causal, q0, br)
-				attnScores(&g, a.Causal, qkv.Data, q0, br, kn, s)
-				attnSoftmax(s, br, kn, ms)
+				attnScores(&g, qkv.Data, q0, br, kn, s)
+				attnSoftmax(s, q0, br, kn, a.Causal, ms)
 				for r := range br {
 					lse.Data[g.lse+q0+r] = ms[2*r] + T(math.Log(float64(ms[2*r+1])))
 				}
@@ -214,16 +229,17 @@ func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 			for q0 := 0; q0 < t; q0 += attnTile {
 				br := min(attnTile, t-q0)
 				kn := g.keys(a.Causal, q0, br)
-				attnScores(&g, a.Causal, qkv.Data, q0, br, kn, p)
+				attnScores(&g, qkv.Data, q0, br, kn, p)
 				if is32[T]() {
-					attnSoftmax(p, br, kn, ms)
+					attnSoftmax(p, q0, br, kn, a.Causal, ms)
 				} else {
 					for r := range br {
 						l := float64(lse.Data[g.lse+q0+r])
-						row := p[r*kn : (r+1)*kn]
-						for j, v := range row {
+						row, keep := p[r*kn:(r+1)*kn], attnKeep(a.Causal, q0+r, kn)
+						for j, v := range row[:keep] {
 							row[j] = T(math.Exp(float64(v) - l))
 						}
+						clear(row[keep:])
 					}
 				}
 				dot := do.Data[g.o+q0*g.ldo:]
