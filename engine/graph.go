@@ -547,7 +547,7 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	if qkv, err = b.reshape(qkv, []int{t, 3, h, dh}, pos, name+":qkv"); err != nil {
 		return nil, err
 	}
-	if b.fusedAttention(l) {
+	if b.fusedAttention(l, dh) {
 		o, err := step(ops.Attention, ops.Attrs{Causal: l.Causal}, []*Value{qkv}, "attention")
 		if err != nil {
 			return nil, err
@@ -599,13 +599,15 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
 }
 
-// fusedAttention reports whether attention layer l lowers to the fused
-// ops.Attention: by default, unless the script asked for the unfused
-// path (nn.multihead_attention(..., fused = False)), the cluster turned
-// fusion off (fusion = false), the backend lacks the op (TargetFusions),
-// or the layer has attention dropout (which needs the T×T weights).
-func (b *builder) fusedAttention(l *spec.Layer) bool {
-	return !l.Unfused && l.P == 0 && !b.opts.NoFusion && b.opts.supports(ops.Attention, ops.AttentionGrad)
+// fusedAttention reports whether attention layer l, with heads of dh,
+// lowers to the fused ops.Attention: by default, unless the script asked
+// for the unfused path (nn.multihead_attention(..., fused = False)), the
+// cluster turned fusion off (fusion = false), the backend lacks the op
+// (TargetFusions), the layer has attention dropout (which needs the T×T
+// weights) or its heads are wider than ops.AttentionMaxHeadDim.
+func (b *builder) fusedAttention(l *spec.Layer, dh int) bool {
+	return !l.Unfused && l.P == 0 && dh <= ops.AttentionMaxHeadDim && !b.opts.NoFusion &&
+		b.opts.supports(ops.Attention, ops.AttentionGrad)
 }
 
 // softmaxDim is the dimension a softmax layer normalises, in a rank-r

@@ -45,6 +45,12 @@ const (
 	AttentionGrad Op = "attention_grad"
 )
 
+// AttentionMaxHeadDim is the largest head dimension dh Attention takes:
+// the CUDA kernels keep a thread's share of a row of dh in registers
+// (cuda/kernels/attention.cu, GORUN_ATT_DMAX). The compiler builds wider
+// heads from primitives (engine's fusedAttention).
+const AttentionMaxHeadDim = 128
+
 // attnTile is the number of query rows the CPU kernels handle at once.
 const attnTile = 64
 
@@ -87,6 +93,9 @@ func attentionShape(a *Attrs, in [][]int) ([][]int, error) {
 	n, t, h, dh := x[0], x[1], x[3], x[4]
 	if t < 1 || h < 1 || dh < 1 {
 		return nil, fmt.Errorf("attention: qkv %v has an empty sequence, head count or head dimension", x)
+	}
+	if dh > AttentionMaxHeadDim {
+		return nil, fmt.Errorf("attention: qkv %v has heads of %d, more than the fused attention's %d (AttentionMaxHeadDim)", x, dh, AttentionMaxHeadDim)
 	}
 	return [][]int{{n, t, h * dh}, {n, h, t}}, nil
 }

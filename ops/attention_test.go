@@ -207,7 +207,7 @@ func TestAttentionMemoryIsLinear(t *testing.T) {
 // TestAttentionShapeErrors checks that a qkv that is not [N T 3 H dh] is
 // refused with a message saying what is expected.
 func TestAttentionShapeErrors(t *testing.T) {
-	for _, s := range [][]int{{2, 5, 12}, {2, 5, 2, 3, 4}, {2, 0, 3, 1, 4}, {2, 5, 3, 0, 4}} {
+	for _, s := range [][]int{{2, 5, 12}, {2, 5, 2, 3, 4}, {2, 0, 3, 1, 4}, {2, 5, 3, 0, 4}, {2, 5, 3, 1, AttentionMaxHeadDim + 1}} {
 		_, err := Infer(Attention, &Attrs{}, [][]int{s})
 		if err == nil {
 			t.Errorf("qkv %v: no error", s)
