@@ -25,6 +25,9 @@
 #   {"check":"speed", ...}         samples/s, batch 64 and 512, graph on and off: the
 #                                  second epoch's (steady state, as PyTorch's is after warm-up)
 #   {"check":"torch", ...}         PyTorch eager, same Net, same batches, data on the GPU
+#   {"check":"attention", ...}     a GPT (T 256) with the fused attention against the unfused
+#                                  plan (cluster.fusion=false): step losses ≤ 1e-4 apart, the
+#                                  second epoch's samples/s of each and their ratio
 #   {"check":"summary", ...}       the ratios and whether every check passed
 # and the logs of each run next to it. Exit status 0 when every check passed.
 set -u
@@ -247,6 +250,42 @@ for batch in (64, 512):
         res = {"check": "torch", "batch": batch, "ok": False, "tail": tail(log)}
     torch_sps[batch] = res.get("samples_per_s")
     emit(res)
+
+
+# --- 5. the fused attention against the unfused path (a GPT, T 256). -------
+# gpt_attention.star on gpt_text.txt (written here: 20 steps of 32 windows
+# of 256 characters an epoch, and the 10% test split), two epochs each way.
+text = os.path.join(here, "gpt_text.txt")
+words = ["attention", "never", "writes", "the", "whole", "matrix", "tiles", "of", "keys",
+         "queries", "online", "softmax", "gorun", "trains", "on", "a", "GPU"]
+with open(text, "w") as f:
+    k, n = 12345, 0
+    while n < 32 * 256 * 20 * 10 // 9 + 1000:
+        k = (k * 1103515245 + 12345) % 2147483648
+        w = words[k % len(words)] + (". " if k % 11 == 0 else " ")
+        f.write(w)
+        n += len(w)
+att = {}
+for mode, sets in (("fused", []), ("unfused", ["--set", "cluster.fusion=false"])):
+    name = "attention_" + mode
+    rundir = os.path.join(work, name)
+    shutil.rmtree(rundir, ignore_errors=True)
+    rc, dt, log = run(name, [gorun, os.path.join(here, "gpt_attention.star"), "--cluster", cluster(False),
+                             "--out", rundir] + sets, 60)
+    steps, summary, evals, epochs = metrics(rundir)
+    sps = epochs[1]["samples"] / epochs[1]["train_seconds"] if len(epochs) > 1 else None
+    att[mode] = ([s["loss"] for s in steps], sps, rc, log)
+(fl, fs, frc, flog), (ul, us, urc, ulog) = att["fused"], att["unfused"]
+err = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(fl, ul)), default=None)
+if "skipped" in (frc, urc):
+    emit({"check": "attention", "skipped": "too little of the budget left"})
+else:
+  emit({"check": "attention", "steps": min(len(fl), len(ul)), "max_rel_loss_diff": err,
+       "fused_samples_per_s": fs, "unfused_samples_per_s": us,
+       "fused_over_unfused": round(fs / us, 3) if fs and us else None,
+       "first_losses": [fl[:3], ul[:3]],
+       "ok": frc == 0 and urc == 0 and len(fl) == len(ul) and len(fl) >= 20 and err is not None and err <= 1e-4,
+       "tail": (tail(flog) if frc != 0 else []) + (tail(ulog) if urc != 0 else [])})
 
 
 def ratio(a, b):
