@@ -7,6 +7,10 @@
 
 #define GORUN_ATT_LANES (GORUN_ATT_THREADS / GORUN_ATT_TILE) // threads per row
 #define GORUN_ATT_PER (GORUN_ATT_DMAX / GORUN_ATT_LANES)     // dimensions per thread
+// GORUN_ATT_LD is the row stride of the shared tiles: one more than a row,
+// so that the threads of a warp reading one column of different rows (the
+// scores' dot products) hit different banks.
+#define GORUN_ATT_LD (GORUN_ATT_DMAX + 1)
 
 // gorun_att_geom is where one (sample, head, tile) block's rows are.
 struct gorun_att_geom {
@@ -37,8 +41,8 @@ __device__ __forceinline__ gorun_att_geom gorun_att_at(const float* qkv, long lo
 }
 
 // gorun_att_load copies rows row0 … row0+TILE-1 (dh each, row stride ld)
-// of src into dst[TILE][DMAX], zeros past row t. Every thread calls it.
-__device__ __forceinline__ void gorun_att_load(float (*dst)[GORUN_ATT_DMAX], const float* src,
+// of src into dst[TILE][LD], zeros past row t. Every thread calls it.
+__device__ __forceinline__ void gorun_att_load(float (*dst)[GORUN_ATT_LD], const float* src,
                                                long long ld, int row0, int t, int dh) {
   for (int e = threadIdx.x; e < GORUN_ATT_TILE * dh; e += blockDim.x) {
     int r = e / dh, d = e % dh;
@@ -60,9 +64,9 @@ __device__ __forceinline__ bool gorun_att_sees(int i, int j, int t, int causal) 
 
 GORUN_KERNEL gorun_attention(const float* qkv, float* o, float* lse, int n, int t, int h, int dh,
                              int causal, float scale) {
-  __shared__ float qs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float ks[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float vs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ float qs[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float ks[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float vs[GORUN_ATT_TILE][GORUN_ATT_LD];
   __shared__ float ps[GORUN_ATT_TILE][GORUN_ATT_TILE + 1];
   __shared__ float ms[GORUN_ATT_TILE], ls[GORUN_ATT_TILE], as[GORUN_ATT_TILE];
   const int tid = threadIdx.x, r = tid / GORUN_ATT_LANES, lane = tid % GORUN_ATT_LANES;
@@ -135,7 +139,7 @@ GORUN_KERNEL gorun_attention(const float* qkv, float* o, float* lse, int n, int 
 // a float sum in increasing d). Threads below TILE do one row each; the
 // caller syncs before and after.
 __device__ __forceinline__ void gorun_att_rowstats(float* lses, float* ds,
-                                                   float (*dos)[GORUN_ATT_DMAX], const float* o,
+                                                   float (*dos)[GORUN_ATT_LD], const float* o,
                                                    const float* lse, const gorun_att_geom& g,
                                                    int row0, int t, int dh) {
   int i = threadIdx.x;
@@ -152,10 +156,10 @@ __device__ __forceinline__ void gorun_att_rowstats(float* lses, float* ds,
 GORUN_KERNEL gorun_attention_grad_q(const float* dout, const float* qkv, const float* o,
                                     const float* lse, float* dqkv, int n, int t, int h, int dh,
                                     int causal, float scale) {
-  __shared__ float qs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float dos[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float ks[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float vs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ float qs[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float dos[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float ks[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float vs[GORUN_ATT_TILE][GORUN_ATT_LD];
   __shared__ float dss[GORUN_ATT_TILE][GORUN_ATT_TILE + 1];
   __shared__ float lses[GORUN_ATT_TILE], drow[GORUN_ATT_TILE];
   const int tid = threadIdx.x, r = tid / GORUN_ATT_LANES, lane = tid % GORUN_ATT_LANES;
@@ -210,10 +214,10 @@ GORUN_KERNEL gorun_attention_grad_q(const float* dout, const float* qkv, const f
 GORUN_KERNEL gorun_attention_grad_kv(const float* dout, const float* qkv, const float* o,
                                      const float* lse, float* dqkv, int n, int t, int h, int dh,
                                      int causal, float scale) {
-  __shared__ float ks[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float vs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float qs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
-  __shared__ float dos[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ float ks[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float vs[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float qs[GORUN_ATT_TILE][GORUN_ATT_LD];
+  __shared__ float dos[GORUN_ATT_TILE][GORUN_ATT_LD];
   __shared__ float ps[GORUN_ATT_TILE][GORUN_ATT_TILE + 1];
   __shared__ float dss[GORUN_ATT_TILE][GORUN_ATT_TILE + 1];
   __shared__ float lses[GORUN_ATT_TILE], drow[GORUN_ATT_TILE];
