@@ -45,6 +45,7 @@ const (
 	kLogSoftmaxGrad                      // gorun_log_softmax_grad
 	kSoftmaxGrad                         // gorun_softmax_grad
 	kAttention                           // gorun_attention
+	kAttentionBf16                       // gorun_attention_bf16
 	kAttentionGradQ                      // gorun_attention_grad_q
 	kAttentionGradKv                     // gorun_attention_grad_kv
 	kNLLLoss                             // gorun_nll_loss
@@ -112,6 +113,7 @@ var kernelSigs = [numKernels]kernelSig{
 	kLogSoftmaxGrad:      {"gorun_log_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
 	kSoftmaxGrad:         {"gorun_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
 	kAttention:           {"gorun_attention", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16:       {"gorun_attention_bf16", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kAttentionGradQ:      {"gorun_attention_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kAttentionGradKv:     {"gorun_attention_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kNLLLoss:             {"gorun_nll_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt, argInt}},

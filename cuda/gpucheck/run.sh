@@ -25,6 +25,9 @@
 #   {"check":"speed", ...}         samples/s, batch 64 and 512, graph on and off: the
 #                                  second epoch's (steady state, as PyTorch's is after warm-up)
 #   {"check":"torch", ...}         PyTorch eager, same Net, same batches, data on the GPU
+#   {"check":"attention_kernels"}  (from cuda.test) the fused attention's kernels (fp32, and the
+#                                  bf16 tensor-core forward) against the unfused forward steps:
+#                                  largest differences, microseconds of each (T 64 and T 1024)
 #   {"check":"attention", ...}     a GPT (T 256) with the fused attention against the unfused
 #                                  plan (cluster.fusion=false): step losses ≤ 1e-4 apart, the
 #                                  second epoch's samples/s of each and their ratio

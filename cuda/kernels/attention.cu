@@ -276,3 +276,158 @@ GORUN_KERNEL gorun_attention_grad_kv(const float* dout, const float* qkv, const 
     }
   }
 }
+
+// ---- the bf16 tensor-core forward (gorun_attention_bf16) -------------------
+// The products q·kᵀ and p·v in bf16 on the tensor cores (wmma 16×16×16,
+// sm_80 and later) with fp32 accumulation, torch.autocast's rule; the
+// softmax, its statistics and the output accumulator in fp32. Tiles: 16
+// query rows, GORUN_ATT_BF16_KEYS keys, the head dimension padded with
+// zeros to a multiple of 16. The host build (no tensor cores) runs the
+// same tiling with each 16×16 product a scalar loop over the same
+// bf16-rounded values (gorun_att_mma), so the host check covers everything
+// but the tensor cores themselves; the GPU check compares the two.
+#define GORUN_ATT_BF16_KEYS 32
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <mma.h>
+typedef __nv_bfloat16 gorun_bf16;
+#else
+#include <cstring>
+#ifndef __align__
+#define __align__(n) __attribute__((aligned(n)))
+#endif
+typedef float gorun_bf16; // a float holding a bf16 value
+#endif
+
+// gorun_bf16_of rounds x to bf16 (to nearest, ties to even), as
+// __float2bfloat16_rn does (NaN stays NaN).
+__device__ __forceinline__ gorun_bf16 gorun_bf16_of(float x) {
+#ifdef __CUDACC__
+  return __float2bfloat16_rn(x);
+#else
+  unsigned int u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    if (u & 0x007fffffu) u |= 0x00400000u; // a quiet NaN
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+  }
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+
+// gorun_att_mma is one warp's C[16×16] = (acc ? C : 0) + A·B over ksteps
+// steps of 16: A row-major bf16 (16 rows, stride lda), B element (k, j) at
+// b[j·ldb + k] when bcol (col-major: keys' rows as Kᵀ), else at b[k·ldb +
+// j]; C fp32 row-major in shared memory (stride ldc). Every thread of the
+// warp calls it (wmma is warp-wide); the caller syncs before C is read.
+__device__ __forceinline__ void gorun_att_mma(float* c, int ldc, const gorun_bf16* a, int lda,
+                                              const gorun_bf16* b, int ldb, int bcol, int ksteps,
+                                              int acc) {
+#ifdef __CUDACC__
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> cf;
+  if (acc) {
+    wmma::load_matrix_sync(cf, c, ldc, wmma::mem_row_major);
+  } else {
+    wmma::fill_fragment(cf, 0.0f);
+  }
+  for (int k = 0; k < ksteps; k++) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> af;
+    wmma::load_matrix_sync(af, a + 16 * k, lda);
+    if (bcol) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bf;
+      wmma::load_matrix_sync(bf, b + 16 * k, ldb);
+      wmma::mma_sync(cf, af, bf, cf);
+    } else {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> bf;
+      wmma::load_matrix_sync(bf, b + 16 * k * ldb, ldb);
+      wmma::mma_sync(cf, af, bf, cf);
+    }
+  }
+  wmma::store_matrix_sync(c, cf, ldc, wmma::mem_row_major);
+#else
+  if (threadIdx.x % 32 != 0) return; // lane 0 stands for the warp
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) {
+      float s = acc ? c[i * ldc + j] : 0.0f;
+      for (int k = 0; k < 16 * ksteps; k++) s += a[i * lda + k] * (bcol ? b[j * ldb + k] : b[k * ldb + j]);
+      c[i * ldc + j] = s;
+    }
+#endif
+}
+
+GORUN_KERNEL gorun_attention_bf16(const float* qkv, float* o, float* lse, int n, int t, int h,
+                                  int dh, int causal, float scale) {
+  __shared__ __align__(32) gorun_bf16 qs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 ks[GORUN_ATT_BF16_KEYS][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 vs[GORUN_ATT_BF16_KEYS][GORUN_ATT_DMAX];
+  __shared__ __align__(32) float ss[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) gorun_bf16 ps[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) float os[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ float ms[GORUN_ATT_TILE], ls[GORUN_ATT_TILE], as[GORUN_ATT_TILE];
+  const int tid = threadIdx.x, warp = tid / 32, warps = blockDim.x / 32;
+  const int dp = (dh + 15) / 16 * 16; // dh padded for the 16×16×16 products
+  const long long blocks = (long long)n * h * ((t + GORUN_ATT_TILE - 1) / GORUN_ATT_TILE);
+  for (long long blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    gorun_att_geom g = gorun_att_at(qkv, blk, t, h, dh);
+    for (int e = tid; e < GORUN_ATT_TILE * dp; e += blockDim.x) {
+      int r = e / dp, d = e % dp;
+      int row = g.row0 + r;
+      qs[r][d] = gorun_bf16_of(row < t && d < dh ? g.q[(long long)row * g.ld + d] : 0.0f);
+      os[r][d] = 0.0f;
+    }
+    if (tid < GORUN_ATT_TILE) {
+      ms[tid] = -INFINITY;
+      ls[tid] = 0.0f;
+    }
+    const int kend = causal ? min(t, g.row0 + GORUN_ATT_TILE) : t;
+    for (int k0 = 0; k0 < kend; k0 += GORUN_ATT_BF16_KEYS) {
+      for (int e = tid; e < GORUN_ATT_BF16_KEYS * dp; e += blockDim.x) {
+        int r = e / dp, d = e % dp;
+        int row = k0 + r;
+        bool in = row < t && d < dh;
+        ks[r][d] = gorun_bf16_of(in ? g.k[(long long)row * g.ld + d] : 0.0f);
+        vs[r][d] = gorun_bf16_of(in ? g.v[(long long)row * g.ld + d] : 0.0f);
+      }
+      __syncthreads();
+      for (int w = warp; w < GORUN_ATT_BF16_KEYS / 16; w += warps)
+        gorun_att_mma(&ss[0][16 * w], GORUN_ATT_BF16_KEYS, &qs[0][0], GORUN_ATT_DMAX, &ks[16 * w][0],
+                      GORUN_ATT_DMAX, 1, dp / 16, 0);
+      __syncthreads();
+      if (tid < GORUN_ATT_TILE) { // the online softmax of row tid, in fp32
+        const int row = g.row0 + tid;
+        float mo = ms[tid], mx = mo;
+        for (int j = 0; j < GORUN_ATT_BF16_KEYS; j++)
+          if (gorun_att_sees(row, k0 + j, t, causal)) mx = max(mx, ss[tid][j] * scale);
+        float sum = 0.0f;
+        for (int j = 0; j < GORUN_ATT_BF16_KEYS; j++) {
+          float p = 0.0f;
+          if (gorun_att_sees(row, k0 + j, t, causal)) p = expf(ss[tid][j] * scale - mx);
+          ps[tid][j] = gorun_bf16_of(p);
+          sum += p;
+        }
+        float a = mo == -INFINITY ? 0.0f : expf(mo - mx);
+        ms[tid] = mx;
+        ls[tid] = ls[tid] * a + sum;
+        as[tid] = a;
+      }
+      __syncthreads();
+      for (int e = tid; e < GORUN_ATT_TILE * dp; e += blockDim.x) os[e / dp][e % dp] *= as[e / dp];
+      __syncthreads();
+      for (int c = warp; c < dp / 16; c += warps)
+        gorun_att_mma(&os[0][16 * c], GORUN_ATT_DMAX, &ps[0][0], GORUN_ATT_BF16_KEYS, &vs[0][16 * c],
+                      GORUN_ATT_DMAX, 0, GORUN_ATT_BF16_KEYS / 16, 1);
+      __syncthreads();
+    }
+    for (int e = tid; e < GORUN_ATT_TILE * dh; e += blockDim.x) {
+      int r = e / dh, d = e % dh, row = g.row0 + r;
+      if (row < t) o[g.o + row * g.ldo + d] = os[r][d] / ls[r];
+    }
+    if (tid < GORUN_ATT_TILE && g.row0 + tid < t) lse[g.lse + g.row0 + tid] = ms[tid] + logf(ls[tid]);
+    __syncthreads();
+  }
+}

@@ -46,6 +46,7 @@ var Names = []string{
 	"gorun_log_softmax_grad",
 	"gorun_softmax_grad",
 	"gorun_attention",
+	"gorun_attention_bf16",
 	"gorun_attention_grad_q",
 	"gorun_attention_grad_kv",
 	"gorun_nll_loss",

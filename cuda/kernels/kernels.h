@@ -382,6 +382,15 @@ GORUN_KERNEL gorun_softmax_grad(const float* dy, const float* y, float* dx, int 
 // and lse = m + log l. ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
 GORUN_KERNEL gorun_attention(const float* qkv, float* o, float* lse, int n, int t, int h, int dh,
                              int causal, float scale);
+// Attention forward with the products in bf16 on the tensor cores (wmma,
+// sm_80+) and fp32 accumulation (torch.autocast's rule): q, k and v tiles
+// rounded to bf16 (dh zero-padded to a multiple of 16), s = q·kᵀ per 16×32
+// tile, the online softmax in fp32, p rounded to bf16 for p·v. Inputs and
+// outputs fp32, as gorun_attention's; the host build runs the same tiling
+// with scalar products of the same bf16 values.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_bf16(const float* qkv, float* o, float* lse, int n, int t, int h,
+                                  int dh, int causal, float scale);
 // AttentionGrad's dq, per query tile: D = Σ_d do·o per row, and over key
 // tiles p = exp(scale·q·kᵀ − lse) (0 where masked), dp = do·vᵀ, ds =
 // p·(dp − D), acc += ds·k; dq = scale·acc, written into dqkv's q part.

@@ -19,7 +19,9 @@ func attentionBlocks(n, t, h int) Geom {
 
 // TestAttention runs the fused attention kernels (gorun_attention,
 // gorun_attention_grad_q, gorun_attention_grad_kv: the scalar tiling of
-// FlashAttention-2) against ops.Attention and ops.AttentionGrad on odd
+// FlashAttention-2; gorun_attention_bf16's tiling, its tensor-core
+// products done here by scalar loops on the same bf16 values, within bf16's
+// precision) against ops.Attention and ops.AttentionGrad on odd
 // sizes: T not a multiple of the tile (and T = 1), head dimensions 3, 5,
 // 24, 64 and the largest (GORUN_ATT_DMAX), N·H odd, causal and not, a live
 // batch smaller than the buffers (NaN tails stay untouched), one block per
@@ -73,6 +75,16 @@ func TestAttention(t *testing.T) {
 			checkAttn(t, "attention lse "+what, lse, wantL, lLive)
 			checkTail(t, "attention lse "+what, lse, lLive)
 
+			// The bf16 tensor-core kernel's tiling (scalar products of
+			// bf16-rounded q, k, v and p here): within bf16's precision
+			// (8 bits) of the fp32 op.
+			ob, lseb := nans(oCap), nans(lCap)
+			AttentionBf16(geo, qkv, ob, lseb, c.n, c.t, c.h, c.dh, b2i(c.causal), scale)
+			checkBF16(t, "attention_bf16 o "+what, ob, wantO, oLive)
+			checkTail(t, "attention_bf16 o "+what, ob, oLive)
+			checkBF16(t, "attention_bf16 lse "+what, lseb, wantL, lLive)
+			checkTail(t, "attention_bf16 lse "+what, lseb, lLive)
+
 			// The backward from the CPU's o and lse, both kernels into
 			// one dqkv: q's part from the first, k's and v's from the
 			// second.
@@ -100,6 +112,28 @@ func checkAttn(t *testing.T, what string, got, want []float32, n int) {
 			return
 		}
 		worst = max(worst, e)
+	}
+	t.Logf("%s: largest error %.2g", what, worst)
+}
+
+// checkBF16 compares the first n elements within bf16's precision:
+// |got − want| ≤ 2e-2·max(|want|, 1) (q, k, v and the probabilities are
+// rounded to 8 significant bits), and fails when got equals want
+// everywhere (the rounding did not happen), unless n is tiny.
+func checkBF16(t *testing.T, what string, got, want []float32, n int) {
+	t.Helper()
+	worst := 0.0
+	for i := range n {
+		g, w := float64(got[i]), float64(want[i])
+		e := math.Abs(g-w) / math.Max(math.Abs(w), 1)
+		if !(e <= 2e-2) {
+			t.Errorf("%s: element %d = %v, want %v (of %d)", what, i, g, w, n)
+			return
+		}
+		worst = max(worst, e)
+	}
+	if worst == 0 && n > 8 {
+		t.Errorf("%s: the same bits as fp32 in all %d elements: no bf16 rounding", what, n)
 	}
 	t.Logf("%s: largest error %.2g", what, worst)
 }

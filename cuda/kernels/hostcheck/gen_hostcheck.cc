@@ -173,6 +173,10 @@ void hc_attention(int hc_grid, int hc_block, const float* qkv, float* o, float* 
   gorun_host::launch_block(hc_grid, hc_block, gorun_attention, qkv, o, lse, n, t, h, dh, causal, scale);
 }
 
+void hc_attention_bf16(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16, qkv, o, lse, n, t, h, dh, causal, scale);
+}
+
 void hc_attention_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
   gorun_host::launch_block(hc_grid, hc_block, gorun_attention_grad_q, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
 }
