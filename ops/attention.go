@@ -100,25 +100,43 @@ func attentionShape(a *Attrs, in [][]int) ([][]int, error) {
 	return [][]int{{n, t, h * dh}, {n, h, t}}, nil
 }
 
-// attnGeom is where one sample's and one head's q, k, v and o rows are in
-// their buffers.
+// attnGeom is where one attention matrix's (one sample's and one head's)
+// q, k, v and o rows are in their buffers (qkv, or q, k and v apart).
 type attnGeom struct {
-	t, h, dh   int
-	ld, ldo    int // row strides of qkv (3·H·dh) and o (H·dh)
+	t, dh      int
+	ld, ldo    int // row strides of q, k, v and of o
 	q, k, v, o int // offsets of row 0
-	lse        int // offset of the head's T logsumexps
+	lse        int // offset of the T logsumexps
 	scale      float64
 }
 
-// geom returns the geometry of sample n, head hd for qkv's shape.
+// attnAt returns the geometry of sample n, head hd for packed qkv's shape
+// [N,T,3,H,dh].
 func attnAt(shape []int, n, hd int) attnGeom {
 	t, h, dh := shape[1], shape[3], shape[4]
-	g := attnGeom{t: t, h: h, dh: dh, ld: 3 * h * dh, ldo: h * dh, scale: 1 / math.Sqrt(float64(dh))}
+	g := attnGeom{t: t, dh: dh, ld: 3 * h * dh, ldo: h * dh, scale: 1 / math.Sqrt(float64(dh))}
 	base := n * t * g.ld
 	g.q, g.k, g.v = base+hd*dh, base+h*dh+hd*dh, base+2*h*dh+hd*dh
 	g.o = n*t*g.ldo + hd*dh
 	g.lse = (n*h + hd) * t
 	return g
+}
+
+// attnHeadsAt returns the geometry of matrix m of AttentionHeads' q, k, v
+// and o [B...,T,dh], with the given scale.
+func attnHeadsAt(shape []int, m int, scale float64) attnGeom {
+	r := len(shape)
+	t, dh := shape[r-2], shape[r-1]
+	off := m * t * dh
+	return attnGeom{t: t, dh: dh, ld: dh, ldo: dh, q: off, k: off, v: off, o: off, lse: m * t, scale: scale}
+}
+
+// attnBufs are the slices one attention reads and writes: q, k and v (the
+// same qkv for the packed op), o and lse; for the backward do, dq, dk and
+// dv too.
+type attnBufs[T Float] struct {
+	q, k, v, o, lse []T
+	do, dq, dk, dv  []T
 }
 
 // keys is how many keys the tile of rows q0 … q0+br-1 sees.
@@ -131,8 +149,8 @@ func (g *attnGeom) keys(causal bool, q0, br int) int {
 
 // attnScores sets s[br×kn] to the scaled scores of query rows q0 … q0+br-1
 // against keys 0 … kn-1 (those Causal masks too: attnSoftmax skips them).
-func attnScores[T Float](g *attnGeom, qkv []T, q0, br, kn int, s []T) {
-	matmul(false, true, br, kn, g.dh, T(g.scale), qkv[g.q+q0*g.ld:], g.ld, qkv[g.k:], g.ld, 0, s, kn)
+func attnScores[T Float](g *attnGeom, q, k []T, q0, br, kn int, s []T) {
+	matmul(false, true, br, kn, g.dh, T(g.scale), q[g.q+q0*g.ld:], g.ld, k[g.k:], g.ld, 0, s, kn)
 }
 
 // attnSoftmax normalises the br rows of s[br×kn] (query rows q0 …) in
@@ -184,35 +202,55 @@ func attnKeep(causal bool, i, kn int) int {
 	return kn
 }
 
-// attention: in qkv[N,T,3,H,dh]; out o[N,T,H·dh], lse[N,H,T]. Each tile of
-// query rows: scores (GEMM), softmax, output (GEMM); lse = m + log Σ.
+// attention: in qkv[N,T,3,H,dh]; out o[N,T,H·dh], lse[N,H,T]: attnForward
+// for each sample and head.
 func attention[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	qkv, o, lse := in[0], out[0], out[1]
-	n, h, t := qkv.Shape[0], qkv.Shape[3], qkv.Shape[1]
-	ms := c.Work[:2*attnTile]
-	s := c.Work[2*attnTile:]
-	for i := range n {
-		for hd := range h {
+	b := attnBufs[T]{q: qkv.Data, k: qkv.Data, v: qkv.Data, o: o.Data, lse: lse.Data}
+	for i := range qkv.Shape[0] {
+		for hd := range qkv.Shape[3] {
 			g := attnAt(qkv.Shape, i, hd)
-			for q0 := 0; q0 < t; q0 += attnTile {
-				br := min(attnTile, t-q0)
-				kn := g.keys(a.Causal, q0, br)
-				attnScores(&g, qkv.Data, q0, br, kn, s)
-				attnSoftmax(s, q0, br, kn, a.Causal, ms)
-				for r := range br {
-					lse.Data[g.lse+q0+r] = ms[2*r] + T(math.Log(float64(ms[2*r+1])))
-				}
-				matmul(false, false, br, g.dh, kn, 1, s, kn, qkv.Data[g.v:], g.ld, 0, o.Data[g.o+q0*g.ldo:], g.ldo)
-			}
+			attnForward(c, &g, &b, a.Causal)
 		}
 	}
 }
 
-// attentionGrad: in do, qkv, o, lse; out dqkv. Each tile of query rows
-// recomputes its probabilities P, then dP = do·vᵀ, dS = P∘(dP − D)/√dh,
-// and adds the tile's parts: dv += Pᵀ·do, dq = dS·k, dk += dSᵀ·q. float64
-// recomputes P as exp(S − lse); float32 as the forward computed it, with
-// vec.SoftmaxRows (the same bits as the forward's probabilities).
+// attnForward computes one attention matrix's o and lse, a tile of query
+// rows at a time: scores (GEMM), softmax, output (GEMM); lse = m + log Σ.
+func attnForward[T Float](c *Ctx[T], g *attnGeom, b *attnBufs[T], causal bool) {
+	ms := c.Work[:2*attnTile]
+	s := c.Work[2*attnTile:]
+	for q0 := 0; q0 < g.t; q0 += attnTile {
+		br := min(attnTile, g.t-q0)
+		kn := g.keys(causal, q0, br)
+		attnScores(g, b.q, b.k, q0, br, kn, s)
+		attnSoftmax(s, q0, br, kn, causal, ms)
+		for r := range br {
+			b.lse[g.lse+q0+r] = ms[2*r] + T(math.Log(float64(ms[2*r+1])))
+		}
+		matmul(false, false, br, g.dh, kn, 1, s, kn, b.v[g.v:], g.ld, 0, b.o[g.o+q0*g.ldo:], g.ldo)
+	}
+}
+
+// attentionGrad: in do, qkv, o, lse; out dqkv: attnBackward for each
+// sample and head.
+func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	do, qkv, lse, dqkv := in[0], in[1], in[3], out[0]
+	b := attnBufs[T]{q: qkv.Data, k: qkv.Data, v: qkv.Data, lse: lse.Data, do: do.Data, dq: dqkv.Data, dk: dqkv.Data, dv: dqkv.Data}
+	for i := range qkv.Shape[0] {
+		for hd := range qkv.Shape[3] {
+			g := attnAt(qkv.Shape, i, hd)
+			attnBackward(c, &g, &b, a.Causal)
+		}
+	}
+}
+
+// attnBackward computes one attention matrix's dq, dk and dv. Each tile of
+// query rows recomputes its probabilities P, then dP = do·vᵀ, dS =
+// P∘(dP − D)·scale, and adds the tile's parts: dv += Pᵀ·do, dq = dS·k, dk
+// += dSᵀ·q. float64 recomputes P as exp(S − lse); float32 as the forward
+// computed it, with vec.SoftmaxRows (the same bits as the forward's
+// probabilities).
 //
 // A tile holds whole rows of P, so D = Σⱼ P∘dP (equal to FlashAttention's
 // rowsum(do∘o), which the CUDA kernel uses), summed in float64, and dS is
@@ -220,55 +258,48 @@ func attention[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 // the gradient is bit for bit the unfused path's, so a fused plan trains
 // as the unfused one does (and resumes its checkpoints). Beyond one tile,
 // dk and dv are sums over the tiles, in another order.
-func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
-	do, qkv, lse, dqkv := in[0], in[1], in[3], out[0]
-	n, h, t := qkv.Shape[0], qkv.Shape[3], qkv.Shape[1]
-	dh := qkv.Shape[4]
+func attnBackward[T Float](c *Ctx[T], g *attnGeom, b *attnBufs[T], causal bool) {
+	t, dh := g.t, g.dh
 	ms := c.Work[:2*attnTile]
 	tile := min(attnTile, t) * t
 	p := c.Work[2*attnTile:][:tile]
 	dp := c.Work[2*attnTile+tile:][:tile]
-	for i := range n {
-		for hd := range h {
-			g := attnAt(qkv.Shape, i, hd)
-			for r := range t { // dk and dv are sums over the tiles
-				clear(dqkv.Data[g.k+r*g.ld:][:dh])
-				clear(dqkv.Data[g.v+r*g.ld:][:dh])
-			}
-			for q0 := 0; q0 < t; q0 += attnTile {
-				br := min(attnTile, t-q0)
-				kn := g.keys(a.Causal, q0, br)
-				attnScores(&g, qkv.Data, q0, br, kn, p)
-				if is32[T]() {
-					attnSoftmax(p, q0, br, kn, a.Causal, ms)
-				} else {
-					for r := range br {
-						l := float64(lse.Data[g.lse+q0+r])
-						row, keep := p[r*kn:(r+1)*kn], attnKeep(a.Causal, q0+r, kn)
-						for j, v := range row[:keep] {
-							row[j] = T(math.Exp(float64(v) - l))
-						}
-						clear(row[keep:])
-					}
+	for r := range t { // dk and dv are sums over the tiles
+		clear(b.dk[g.k+r*g.ld:][:dh])
+		clear(b.dv[g.v+r*g.ld:][:dh])
+	}
+	for q0 := 0; q0 < t; q0 += attnTile {
+		br := min(attnTile, t-q0)
+		kn := g.keys(causal, q0, br)
+		attnScores(g, b.q, b.k, q0, br, kn, p)
+		if is32[T]() {
+			attnSoftmax(p, q0, br, kn, causal, ms)
+		} else {
+			for r := range br {
+				l := float64(b.lse[g.lse+q0+r])
+				row, keep := p[r*kn:(r+1)*kn], attnKeep(causal, q0+r, kn)
+				for j, v := range row[:keep] {
+					row[j] = T(math.Exp(float64(v) - l))
 				}
-				dot := do.Data[g.o+q0*g.ldo:]
-				matmul(false, true, br, kn, dh, 1, dot, g.ldo, qkv.Data[g.v:], g.ld, 0, dp, kn)
-				sc := T(g.scale)
-				for r := range br {
-					pr, dpr := p[r*kn:(r+1)*kn], dp[r*kn:(r+1)*kn]
-					var s float64
-					for j, pv := range pr {
-						s += float64(dpr[j]) * float64(pv)
-					}
-					d := T(s)
-					for j, pv := range pr {
-						dpr[j] = sc * (pv * (dpr[j] - d))
-					}
-				}
-				matmul(true, false, kn, dh, br, 1, p, kn, dot, g.ldo, 1, dqkv.Data[g.v:], g.ld)
-				matmul(false, false, br, dh, kn, 1, dp, kn, qkv.Data[g.k:], g.ld, 0, dqkv.Data[g.q+q0*g.ld:], g.ld)
-				matmul(true, false, kn, dh, br, 1, dp, kn, qkv.Data[g.q+q0*g.ld:], g.ld, 1, dqkv.Data[g.k:], g.ld)
+				clear(row[keep:])
 			}
 		}
+		dot := b.do[g.o+q0*g.ldo:]
+		matmul(false, true, br, kn, dh, 1, dot, g.ldo, b.v[g.v:], g.ld, 0, dp, kn)
+		sc := T(g.scale)
+		for r := range br {
+			pr, dpr := p[r*kn:(r+1)*kn], dp[r*kn:(r+1)*kn]
+			var s float64
+			for j, pv := range pr {
+				s += float64(dpr[j]) * float64(pv)
+			}
+			d := T(s)
+			for j, pv := range pr {
+				dpr[j] = sc * (pv * (dpr[j] - d))
+			}
+		}
+		matmul(true, false, kn, dh, br, 1, p, kn, dot, g.ldo, 1, b.dv[g.v:], g.ld)
+		matmul(false, false, br, dh, kn, 1, dp, kn, b.k[g.k:], g.ld, 0, b.dq[g.q+q0*g.ld:], g.ld)
+		matmul(true, false, kn, dh, br, 1, dp, kn, b.q[g.q+q0*g.ld:], g.ld, 1, b.dk[g.k:], g.ld)
 	}
 }
