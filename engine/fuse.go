@@ -19,11 +19,12 @@ func (s *Step) OpName() string {
 // TargetFusions are the ops the compiler emits only for a backend that
 // supports them (GraphOptions.Supports): the convolution, max pooling
 // and ReLU fused into one Conv2DPool (fuseConvPool), and its gradient;
-// the fused attention (ops.Attention, builder.fusedAttention) and its
-// gradient. Every other op a Plan may hold, every backend must run; a
-// backend may decline only these (target.Target.Declines).
+// the fused attention (ops.Attention, builder.fusedAttention; and
+// ops.AttentionHeads, fuseAttention) and their gradients. Every other op
+// a Plan may hold, every backend must run; a backend may decline only
+// these (target.Target.Declines).
 func TargetFusions() []ops.Op {
-	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad}
+	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad}
 }
 
 // supports reports whether the Plan's backend runs every op of fused.

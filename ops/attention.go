@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gorun/ops/internal/vec"
 )
@@ -43,6 +44,19 @@ const (
 	// tile, D = rowsum(do∘o) and dS = P∘(do·vᵀ − D), dq = dS·k/√dh, dk =
 	// dSᵀ·q/√dh, dv = Pᵀ·do. Attrs: Causal.
 	AttentionGrad Op = "attention_grad"
+
+	// AttentionHeads: in q, k, v [N,...,T,dh] (one shape, rank ≥ 3: each
+	// matrix of the leading dimensions one attention); out o (q's shape) =
+	// softmax(Alpha·q·kᵀ + mask)·v per matrix and lse[N,...,T], as
+	// Attention's. The compiler fuses a script's own batch_matmul →
+	// (scale →) softmax → batch_matmul into it (engine's fuseAttention).
+	// Attrs: Causal, Alpha (the scores' scale, used as given).
+	AttentionHeads Op = "attention_heads"
+
+	// AttentionHeadsGrad: in do, q, k, v, o, lse (from AttentionHeads);
+	// out dq, dk, dv, as AttentionGrad's (dk and dv left off together:
+	// dq alone, for the gradient checks). Attrs: Causal, Alpha.
+	AttentionHeadsGrad Op = "attention_heads_grad"
 )
 
 // AttentionMaxHeadDim is the largest head dimension dh Attention takes:
@@ -78,6 +92,27 @@ var attentionOps = []*Def{
 		},
 		Kernel32: attentionGrad[float32], Kernel64: attentionGrad[float64],
 	},
+	{
+		Op: AttentionHeads, In: []Input{{Name: "q"}, {Name: "k"}, {Name: "v"}},
+		Out:   []Output{{Name: "o"}, {Name: "lse", NoGrad: true}},
+		Shape: attentionHeadsShape,
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			return attnWork(in[0][len(in[0])-2], 1)
+		},
+		Grad: func(b GradBuilder) []Value {
+			q, k, v := b.In(0), b.In(1), b.In(2)
+			return b.Grads(AttentionHeadsGrad, b.Attrs(), []Value{q, k, v}, b.OutGrad(0), q, k, v, b.Out(0), b.Out(1))
+		},
+		Kernel32: attentionHeads[float32], Kernel64: attentionHeads[float64],
+	},
+	{
+		Op: AttentionHeadsGrad, In: []Input{{Name: "do"}, {Name: "q"}, {Name: "k"}, {Name: "v"}, {Name: "o"}, {Name: "lse"}},
+		Out: []Output{{Name: "dq"}, {Name: "dk", Optional: true}, {Name: "dv", Optional: true}},
+		Workspace: func(a *Attrs, in, out [][]int) int {
+			return attnWork(in[1][len(in[1])-2], 2)
+		},
+		Kernel32: attentionHeadsGrad[float32], Kernel64: attentionHeadsGrad[float64],
+	},
 }
 
 // attnWork is the scratch the kernels need for T positions: mats tiles of
@@ -98,6 +133,62 @@ func attentionShape(a *Attrs, in [][]int) ([][]int, error) {
 		return nil, fmt.Errorf("attention: qkv %v has heads of %d, more than the fused attention's %d (AttentionMaxHeadDim)", x, dh, AttentionMaxHeadDim)
 	}
 	return [][]int{{n, t, h * dh}, {n, h, t}}, nil
+}
+
+// attentionHeadsShape is AttentionHeads' shape rule.
+func attentionHeadsShape(a *Attrs, in [][]int) ([][]int, error) {
+	q := in[0]
+	if len(q) < 3 {
+		return nil, fmt.Errorf("attention_heads: q must be [N ... T dh] with at least 3 dimensions, got %v", q)
+	}
+	for i, name := range []string{"k", "v"} {
+		if !slices.Equal(in[i+1], q) {
+			return nil, fmt.Errorf("attention_heads: %s has shape %v, q %v: want the same", name, in[i+1], q)
+		}
+	}
+	r := len(q)
+	if q[r-2] < 1 || q[r-1] < 1 {
+		return nil, fmt.Errorf("attention_heads: q %v has an empty sequence or head dimension", q)
+	}
+	if q[r-1] > AttentionMaxHeadDim {
+		return nil, fmt.Errorf("attention_heads: q %v has heads of %d, more than the fused attention's %d (AttentionMaxHeadDim)", q, q[r-1], AttentionMaxHeadDim)
+	}
+	if math.IsNaN(a.Alpha) || math.IsInf(a.Alpha, 0) {
+		return nil, fmt.Errorf("attention_heads: the scale must be finite, got %v", a.Alpha)
+	}
+	return [][]int{clone(q), clone(q[:r-1])}, nil
+}
+
+// attnMatrices is how many attention matrices q[N,...,T,dh] holds at its
+// live batch.
+func attnMatrices[T Float](q *Buf[T]) int {
+	r := len(q.Shape)
+	return q.Len() / (q.Shape[r-2] * q.Shape[r-1])
+}
+
+// attentionHeads: in q, k, v [N,...,T,dh]; out o, lse: attnForward for
+// each matrix.
+func attentionHeads[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	q := in[0]
+	b := attnBufs[T]{q: q.Data, k: in[1].Data, v: in[2].Data, o: out[0].Data, lse: out[1].Data}
+	for m := range attnMatrices(q) {
+		g := attnHeadsAt(q.Shape, m, a.Alpha)
+		attnForward(c, &g, &b, a.Causal)
+	}
+}
+
+// attentionHeadsGrad: in do, q, k, v, o, lse; out dq, dk, dv:
+// attnBackward for each matrix.
+func attentionHeadsGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	q := in[1]
+	b := attnBufs[T]{q: q.Data, k: in[2].Data, v: in[3].Data, lse: in[5].Data, do: in[0].Data, dq: out[0].Data}
+	if len(out) > 2 {
+		b.dk, b.dv = out[1].Data, out[2].Data
+	}
+	for m := range attnMatrices(q) {
+		g := attnHeadsAt(q.Shape, m, a.Alpha)
+		attnBackward(c, &g, &b, a.Causal)
+	}
 }
 
 // attnGeom is where one attention matrix's (one sample's and one head's)
@@ -265,8 +356,12 @@ func attnBackward[T Float](c *Ctx[T], g *attnGeom, b *attnBufs[T], causal bool) 
 	p := c.Work[2*attnTile:][:tile]
 	dp := c.Work[2*attnTile+tile:][:tile]
 	for r := range t { // dk and dv are sums over the tiles
-		clear(b.dk[g.k+r*g.ld:][:dh])
-		clear(b.dv[g.v+r*g.ld:][:dh])
+		if b.dk != nil {
+			clear(b.dk[g.k+r*g.ld:][:dh])
+		}
+		if b.dv != nil {
+			clear(b.dv[g.v+r*g.ld:][:dh])
+		}
 	}
 	for q0 := 0; q0 < t; q0 += attnTile {
 		br := min(attnTile, t-q0)
@@ -298,8 +393,12 @@ func attnBackward[T Float](c *Ctx[T], g *attnGeom, b *attnBufs[T], causal bool) 
 				dpr[j] = sc * (pv * (dpr[j] - d))
 			}
 		}
-		matmul(true, false, kn, dh, br, 1, p, kn, dot, g.ldo, 1, b.dv[g.v:], g.ld)
+		if b.dv != nil {
+			matmul(true, false, kn, dh, br, 1, p, kn, dot, g.ldo, 1, b.dv[g.v:], g.ld)
+		}
 		matmul(false, false, br, dh, kn, 1, dp, kn, b.k[g.k:], g.ld, 0, b.dq[g.q+q0*g.ld:], g.ld)
-		matmul(true, false, kn, dh, br, 1, dp, kn, b.q[g.q+q0*g.ld:], g.ld, 1, b.dk[g.k:], g.ld)
+		if b.dk != nil {
+			matmul(true, false, kn, dh, br, 1, dp, kn, b.q[g.q+q0*g.ld:], g.ld, 1, b.dk[g.k:], g.ld)
+		}
 	}
 }

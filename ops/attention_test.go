@@ -14,6 +14,13 @@ func attnCase(name string, causal bool, qkv []int, capN int) gradCase {
 		bwd: []bwdStep{{op: AttentionGrad, args: []ref{dyOf(0), inOf(0), outOf(0), outOf(1)}, wrt: 0}}}
 }
 
+// attnHeadsCase is a gradient check of AttentionHeads on q, k and v of the
+// given shape (dq only: TestAttentionHeadsGradients checks dk and dv).
+func attnHeadsCase(name string, causal bool, alpha float64, shape []int, capN int) gradCase {
+	return gradCase{name: name, op: AttentionHeads, attrs: Attrs{Causal: causal, Alpha: alpha}, in: [][]int{shape, shape, shape}, capN: capN,
+		bwd: []bwdStep{{op: AttentionHeadsGrad, args: []ref{dyOf(0), inOf(0), inOf(1), inOf(2), outOf(0), outOf(1)}, wrt: 0}}}
+}
+
 // The attention checks join the table of gradient checks (TestGradCheck,
 // TestKernelsDoNotAllocate, …): odd sizes, T = 1, and T past one CPU tile
 // (attnTile) and not a multiple of it.
@@ -25,6 +32,9 @@ func init() {
 		attnCase("attention/full-T1", false, []int{1, 1, 3, 3, 2}, 0),
 		attnCase("attention/causal-two-tiles", true, []int{1, attnTile + 5, 3, 1, 2}, 2),
 		attnCase("attention/full-two-tiles", false, []int{1, attnTile + 3, 3, 1, 1}, 0),
+		attnHeadsCase("attention_heads/causal-4d", true, 0.5, []int{2, 3, 5, 4}, 3),
+		attnHeadsCase("attention_heads/full-3d", false, 1, []int{3, 4, 3}, 0),
+		attnHeadsCase("attention_heads/causal-two-tiles", true, 0.7, []int{1, attnTile + 6, 2}, 2),
 	)
 }
 
@@ -214,5 +224,139 @@ func TestAttentionShapeErrors(t *testing.T) {
 			continue
 		}
 		t.Logf("qkv %v: %v", s, err)
+	}
+}
+
+// splitQKV copies packed qkv[N,T,3,H,dh] into q, k, v [N,H,T,dh] (or
+// back, with back set: dq, dk, dv into dqkv).
+func splitQKV[T Float](qkv []T, q, k, v []T, shape []int, back bool) {
+	n, t, h, dh := shape[0], shape[1], shape[3], shape[4]
+	for i := range n {
+		for r := range t {
+			for part, x := range [][]T{q, k, v} {
+				for hd := range h {
+					for j := range dh {
+						p := (((i*t+r)*3+part)*h+hd)*dh + j
+						u := ((i*h+hd)*t+r)*dh + j
+						if back {
+							qkv[p] = x[u]
+						} else {
+							x[u] = qkv[p]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionHeadsMatchesPyTorch runs AttentionHeads (q, k and v apart,
+// [N,H,T,dh], scale 1/√dh) on testdata/attention_golden.json's cases and
+// compares its o, lse and dq, dk, dv with PyTorch's.
+func TestAttentionHeadsMatchesPyTorch(t *testing.T) {
+	var g struct {
+		Torch string
+		Cases []attnGolden
+	}
+	loadJSON(t, "attention_golden.json", &g)
+	for _, gc := range g.Cases {
+		t.Run(gc.Name+"/float64", func(t *testing.T) { runAttnHeadsGolden(t, &gc, Kernels64, 1e-12) })
+		t.Run(gc.Name+"/float32", func(t *testing.T) { runAttnHeadsGolden(t, &gc, Kernels32, 2e-5) })
+	}
+}
+
+func runAttnHeadsGolden[T Float](t *testing.T, g *attnGolden, k map[Op]Kernel[T], tol float64) {
+	n, tt, h, dh := g.Shape[0], g.Shape[1], g.Shape[3], g.Shape[4]
+	heads := []int{n, h, tt, dh}
+	a := &Attrs{Causal: g.Causal, Alpha: 1 / math.Sqrt(float64(dh))}
+	qkv, do := attnInputs[T](g.Shape)
+	q, kk, v := zeroBuf[T](heads), zeroBuf[T](heads), zeroBuf[T](heads)
+	splitQKV(qkv.Data, q.Data, kk.Data, v.Data, g.Shape, false)
+	dob := zeroBuf[T](heads) // do [N,T,H·dh] as [N,H,T,dh]
+	for i := range n {
+		for r := range tt {
+			for hd := range h {
+				copy(dob.Data[((i*h+hd)*tt+r)*dh:][:dh], do.Data[(i*tt+r)*h*dh+hd*dh:][:dh])
+			}
+		}
+	}
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	o, lse := zeroBuf[T](heads), zeroBuf[T]([]int{n, h, tt})
+	call(k, c, AttentionHeads, a, []*Buf[T]{q, kk, v}, []*Buf[T]{o, lse})
+	expectClose(t, "lse", lse, g.Lse, tol)
+	ob := zeroBuf[T](g.O.Shape)
+	for i := range n {
+		for r := range tt {
+			for hd := range h {
+				copy(ob.Data[(i*tt+r)*h*dh+hd*dh:][:dh], o.Data[((i*h+hd)*tt+r)*dh:][:dh])
+			}
+		}
+	}
+	expectClose(t, "o", ob, g.O, tol)
+	dq, dk, dv := zeroBuf[T](heads), zeroBuf[T](heads), zeroBuf[T](heads)
+	call(k, c, AttentionHeadsGrad, a, []*Buf[T]{dob, q, kk, v, o, lse}, []*Buf[T]{dq, dk, dv})
+	dqkv := zeroBuf[T](g.Shape)
+	splitQKV(dqkv.Data, dq.Data, dk.Data, dv.Data, g.Shape, true)
+	expectClose(t, "dqkv", dqkv, g.Dqkv, tol)
+}
+
+// TestAttentionHeadsGradients checks all three of AttentionHeadsGrad's
+// outputs (the table of gradient checks sees dq only) by central
+// differences of Σ do·o in float64, causal and not, one tile and two.
+func TestAttentionHeadsGradients(t *testing.T) {
+	for _, tc := range []struct {
+		causal bool
+		alpha  float64
+		shape  []int
+	}{
+		{true, 0.5, []int{2, 2, 5, 3}},
+		{false, 1.3, []int{1, 6, 4}},
+		{true, 0.4, []int{1, attnTile + 3, 2}},
+	} {
+		r := rand.New(rand.NewPCG(8, 9))
+		a := &Attrs{Causal: tc.causal, Alpha: tc.alpha}
+		in := [3]*Buf[float64]{}
+		for i := range in {
+			in[i] = zeroBuf[float64](tc.shape)
+			for j := range in[i].Data {
+				in[i].Data[j] = 2*r.Float64() - 1
+			}
+		}
+		do := zeroBuf[float64](tc.shape)
+		for j := range do.Data {
+			do.Data[j] = 2*r.Float64() - 1
+		}
+		lseShape := tc.shape[:len(tc.shape)-1]
+		c := &Ctx[float64]{LossScale: 1, Step: 1}
+		o, lse := zeroBuf[float64](tc.shape), zeroBuf[float64](lseShape)
+		forward := func() float64 {
+			call(Kernels64, c, AttentionHeads, a, in[:], []*Buf[float64]{o, lse})
+			var s float64
+			for j, v := range o.Data {
+				s += v * do.Data[j]
+			}
+			return s
+		}
+		forward()
+		grads := [3]*Buf[float64]{zeroBuf[float64](tc.shape), zeroBuf[float64](tc.shape), zeroBuf[float64](tc.shape)}
+		call(Kernels64, c, AttentionHeadsGrad, a, []*Buf[float64]{do, in[0], in[1], in[2], o, lse}, grads[:])
+		const h = 1e-5
+		for i, name := range []string{"dq", "dk", "dv"} {
+			worst := 0.0
+			for j := range in[i].Data {
+				orig := in[i].Data[j]
+				in[i].Data[j] = orig + h
+				plus := forward()
+				in[i].Data[j] = orig - h
+				minus := forward()
+				in[i].Data[j] = orig
+				num := (plus - minus) / (2 * h)
+				worst = max(worst, math.Abs(num-grads[i].Data[j])/(1+math.Abs(num)))
+			}
+			t.Logf("causal %v %v: %s max relative error %.2g", tc.causal, tc.shape, name, worst)
+			if worst > 1e-7 {
+				t.Errorf("causal %v %v: %s differs from finite differences by %g", tc.causal, tc.shape, name, worst)
+			}
+		}
 	}
 }
