@@ -320,7 +320,7 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 	case l.Kind == spec.MultiheadAttention:
 		return b.attention(l, pos, x, name, params)
 	case l.Kind == spec.MatMulOp:
-		node.Op, node.Layer = ops.BatchMatMul, "nn.matmul"
+		node.Op, node.Layer = ops.BatchMatMul, matmulLayer
 	case l.Kind == spec.TransposeOp:
 		perm, err := transposePerm(len(x.Shape), l.Dims)
 		if err != nil {
@@ -598,6 +598,11 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	}
 	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
 }
+
+// matmulLayer labels the nodes of a script's nn.matmul (which
+// fuseAttention may fuse; nn.multihead_attention's own products it leaves
+// alone).
+const matmulLayer = "nn.matmul"
 
 // fusedAttention reports whether attention layer l, with heads of dh,
 // lowers to the fused ops.Attention: by default, unless the script asked

@@ -120,3 +120,74 @@ func TestFusedAttentionDevicesAgree(t *testing.T) {
 		t.Errorf("losses on 2 devices differ from one device's by %.2e\n one %v\n two %v", d, one, two)
 	}
 }
+
+// patternScript writes attention out with nn.matmul, a transpose and a
+// causal softmax, two heads of 8 over windows of T = TT tokens.
+const patternScript = `
+V, T, D, H = 11, TT, 16, 2
+
+x = data.input()
+h = nn.embedding(V, D, init = "normal(0.02)", name = "wte")(x) + nn.embedding(T, D, init = "normal(0.02)", name = "wpe")(data.positions())
+def heads(y):
+    return y.reshape(T, H, D // H).transpose(1, 2)    # [N, H, T, dh]
+q, k, v = heads(nn.linear(D, D, name = "q")(h)), heads(nn.linear(D, D, name = "k")(h)), heads(nn.linear(D, D, name = "v")(h))
+w = nn.softmax(causal = True)(nn.matmul(q, k.transpose(2, 3)))
+a = nn.matmul(w, v).transpose(1, 2).reshape(T, D)
+h = h + nn.linear(D, D, name = "proj")(a)
+train(
+    model = nn.linear(D, V, name = "head")(nn.layernorm(D, name = "ln")(h)),
+    loss = "cross_entropy",
+    data = data.text("TEXT", seq_len = T, vocab = "chars"),
+    optimizer = optim.sgd(lr = 0.1, momentum = 0.9),
+    batch_size = 3,
+    max_steps = 4,
+)
+`
+
+// TestAttentionPatternFused: a script's own attention (nn.matmul of q and
+// a transposed k, a causal softmax, nn.matmul with v) compiles into one
+// attention_heads step (no softmax, no T×T value), and trains to the same
+// losses as the plan with cluster.fusion = false: bit for bit when T fits
+// one tile of the CPU kernel (T 40), within 1e-5 beyond (T 70).
+func TestAttentionPatternFused(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("abcdefghijkkjihgfedcbaacegikbdfhjhhaakk", 30)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []string{"40", "70"} {
+		src := strings.NewReplacer("TEXT", text, "TT", tt).Replace(patternScript)
+		fused := compile(t, loadSpec(t, src), 1)
+		unfused := compileWith(t, loadSpec(t, src), 1, "cluster.fusion=false")
+		if n, m := countOp(fused, ops.AttentionHeads), countOp(fused, ops.AttentionHeadsGrad); n != 1 || m != 1 || countOp(fused, ops.Softmax) != 0 {
+			t.Errorf("T %s: fused plan: %d attention_heads, %d attention_heads_grad, %d softmax steps; want 1, 1, 0", tt, n, m, countOp(fused, ops.Softmax))
+		}
+		if countOp(unfused, ops.AttentionHeads) != 0 || countOp(unfused, ops.Softmax) != 1 {
+			t.Errorf("T %s: cluster.fusion=false: want the unfused steps", tt)
+		}
+		t.Logf("T %s: memory fused %d bytes, unfused %d", tt, fused.Devices[0].MemoryBytes(), unfused.Devices[0].MemoryBytes())
+		fl, fp := stepLosses(t, src, 1)
+		var ul []float64
+		var up []float32
+		{
+			dir := t.TempDir()
+			res, err := Run(unfused, RunOptions{Out: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range readMetrics(t, filepath.Join(dir, MetricsFile)) {
+				if m["kind"] == "step" {
+					ul = append(ul, m["loss"].(float64))
+				}
+			}
+			up = res.Params[0]
+		}
+		t.Logf("T %s: losses fused %v\n unfused %v", tt, fl, ul)
+		d, dp := maxRelDiff64(fl, ul), maxRelDiff(fp, up)
+		if len(fl) != 4 || d > 1e-5 || dp > 1e-4 {
+			t.Errorf("T %s: %d steps; losses differ by %.2e, parameters by %.2e", tt, len(fl), d, dp)
+		}
+		if tt == "40" && (d != 0 || dp != 0) {
+			t.Errorf("T %s (one tile): losses differ by %.2e, parameters by %.2e: want the same bits", tt, d, dp)
+		}
+	}
+}
