@@ -29,8 +29,9 @@ var opSteps = joinSteps(convSteps, linearSteps, elementwiseSteps, poolSteps, dro
 // engine fuses into them only for a target that supports them
 // (engine.TargetFusions), so a CUDA plan never holds them.
 var declined = map[ops.Op]string{
-	ops.Conv2DPool:         "conv2d+maxpool2d is a CPU-only fusion of conv2d, maxpool2d and relu; the compiler emits it only for a target that supports it, and a CUDA plan runs the three ops",
-	ops.Conv2DPoolGrad:     "conv2d+maxpool2d_grad is the gradient of the CPU-only fusion conv2d+maxpool2d, which CUDA plans do not hold",
+	ops.Conv2DPool:     "conv2d+maxpool2d is a CPU-only fusion of conv2d, maxpool2d and relu; the compiler emits it only for a target that supports it, and a CUDA plan runs the three ops",
+	ops.Conv2DPoolGrad: "conv2d+maxpool2d_grad is the gradient of the CPU-only fusion conv2d+maxpool2d, which CUDA plans do not hold",
+
 	ops.AttentionHeads:     "attention_heads is a CPU-only fusion of a script's batch_matmul, softmax and batch_matmul (q, k and v apart); the compiler emits it only for a target that supports it, and a CUDA plan runs the three ops (nn.multihead_attention's fused attention runs on CUDA)",
 	ops.AttentionHeadsGrad: "attention_heads_grad is the gradient of the CPU-only fusion attention_heads, which CUDA plans do not hold",
 }
