@@ -15,14 +15,16 @@ import (
 
 // TestAttentionKernelsGPU runs, on the GPU, the fused attention (the fp32
 // kernels of ops.Attention and ops.AttentionGrad, and the bf16
-// tensor-core forward gorun_attention_bf16) against the unfused path's
+// tensor-core ones, gorun_attention_bf16 and its two gradient kernels,
+// against the fp32 ones) against the unfused path's
 // forward steps (permute, narrow, batch_matmul, scale, causal softmax,
 // batch_matmul, permute: the T×T scores written whole), at the GPT
 // example's shape and at a long sequence. It reports one JSON line per
 // shape: the largest difference of the fused outputs from the unfused one
 // (fp32, and bf16 against fp32) and the microseconds of each (back-to-back
-// launches). It fails when fp32 differs by more than 1e-4 (relative) or
-// bf16 by more than 2e-2; speed is reported, not required.
+// launches). It fails when fp32 differs by more than 1e-4 (relative), the
+// bf16 forward by more than 2e-2 or its gradient by more than 3e-2; speed
+// is reported, not required.
 func TestAttentionKernelsGPU(t *testing.T) {
 	needGPU(t)
 	for _, c := range []struct {
@@ -43,6 +45,7 @@ func attentionGPU(t *testing.T, name string, n, tt, h, dh int) {
 	o, lse := b.f("o", true, n, tt, h*dh), b.f("lse", true, n, h, tt)
 	ob, lseb := b.f("o bf16", true, n, tt, h*dh), b.f("lse bf16", true, n, h, tt)
 	do, dqkv := b.f("do", true, n, tt, h*dh), b.f("dqkv", true, n, tt, 3, h, dh)
+	dqkvb := b.f("dqkv bf16", true, n, tt, 3, h, dh)
 	fwdStep := b.step(engine.PhaseForward, ops.Attention, causal, false, []*engine.Buffer{qkv}, o, lse)
 	bwdStep := b.step(engine.PhaseBackward, ops.AttentionGrad, causal, false, []*engine.Buffer{do, qkv, o, lse}, dqkv)
 	// The unfused forward, as engine's attention builder writes it.
@@ -85,6 +88,20 @@ func attentionGPU(t *testing.T, name string, n, tt, h, dh int) {
 		nn, t, hh, dd, scale, geom := attnDims(d, qkv)
 		return d.launch(kAttentionBf16, geom, d.bufArg(qkv), d.bufArg(ob), d.bufArg(lseb), intArg(nn), intArg(t), intArg(hh), intArg(dd), boolArg(true), floatArg(scale))
 	}
+	bf16Grad := func() error {
+		if err := d.enter(); err != nil {
+			return err
+		}
+		defer d.exit()
+		nn, t, hh, dd, scale, geom := attnDims(d, qkv)
+		for _, k := range []kernelID{kAttentionBf16GradQ, kAttentionBf16GradKv} {
+			if err := d.launch(k, geom, d.bufArg(do), d.bufArg(qkv), d.bufArg(o), d.bufArg(lse), d.bufArg(dqkvb),
+				intArg(nn), intArg(t), intArg(hh), intArg(dd), boolArg(true), floatArg(scale)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	perCall := func(f func() error) float64 {
 		reps := 20
 		for range 3 {
@@ -111,21 +128,26 @@ func attentionGPU(t *testing.T, name string, n, tt, h, dh int) {
 		"fused_fwd_us":   perCall(exec(fwdStep)),
 		"bf16_fwd_us":    perCall(bf16),
 		"fused_bwd_us":   perCall(exec(bwdStep)),
+		"bf16_bwd_us":    perCall(bf16Grad),
 	}
 	elems := n * tt * h * dh
 	want := download(t, d, ou, elems)
 	errFP32 := relErr(download(t, d, o, elems), want)
 	errBF16 := relErr(download(t, d, ob, elems), download(t, d, o, elems))
 	errLse := relErr(download(t, d, lseb, n*h*tt), download(t, d, lse, n*h*tt))
+	errGrad := relErr(download(t, d, dqkvb, 3*elems), download(t, d, dqkv, 3*elems))
+	res["bf16_grad_vs_fp32_rel_err"] = errGrad
 	res["fp32_vs_unfused_rel_err"] = errFP32
 	res["bf16_vs_fp32_rel_err"] = errBF16
 	res["bf16_lse_rel_err"] = errLse
 	res["fused_over_unfused_fwd"] = res["unfused_fwd_us"].(float64) / res["fused_fwd_us"].(float64)
 	res["bf16_over_fp32_fwd"] = res["fused_fwd_us"].(float64) / res["bf16_fwd_us"].(float64)
-	ok := errFP32 <= 1e-4 && errBF16 <= 2e-2 && errLse <= 2e-2
+	res["bf16_over_fp32_bwd"] = res["fused_bwd_us"].(float64) / res["bf16_bwd_us"].(float64)
+	ok := errFP32 <= 1e-4 && errBF16 <= 2e-2 && errLse <= 2e-2 && errGrad <= 3e-2
 	res["ok"] = ok
 	jsonLine(res)
 	if !ok {
-		t.Errorf("%s: fused fp32 vs unfused %g (want ≤ 1e-4), bf16 vs fp32 %g and lse %g (want ≤ 2e-2)", name, errFP32, errBF16, errLse)
+		t.Errorf("%s: fused fp32 vs unfused %g (want ≤ 1e-4), bf16 vs fp32 %g and lse %g (want ≤ 2e-2), bf16 gradient vs fp32 %g (want ≤ 3e-2)",
+			name, errFP32, errBF16, errLse, errGrad)
 	}
 }

@@ -46,6 +46,8 @@ const (
 	kSoftmaxGrad                         // gorun_softmax_grad
 	kAttention                           // gorun_attention
 	kAttentionBf16                       // gorun_attention_bf16
+	kAttentionBf16GradQ                  // gorun_attention_bf16_grad_q
+	kAttentionBf16GradKv                 // gorun_attention_bf16_grad_kv
 	kAttentionGradQ                      // gorun_attention_grad_q
 	kAttentionGradKv                     // gorun_attention_grad_kv
 	kNLLLoss                             // gorun_nll_loss
@@ -114,6 +116,8 @@ var kernelSigs = [numKernels]kernelSig{
 	kSoftmaxGrad:         {"gorun_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
 	kAttention:           {"gorun_attention", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kAttentionBf16:       {"gorun_attention_bf16", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16GradQ:  {"gorun_attention_bf16_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16GradKv: {"gorun_attention_bf16_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kAttentionGradQ:      {"gorun_attention_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kAttentionGradKv:     {"gorun_attention_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kNLLLoss:             {"gorun_nll_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt, argInt}},

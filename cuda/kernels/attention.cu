@@ -431,3 +431,174 @@ GORUN_KERNEL gorun_attention_bf16(const float* qkv, float* o, float* lse, int n,
     __syncthreads();
   }
 }
+
+// ---- the bf16 tensor-core backward ---------------------------------------
+// As gorun_attention_grad_q and gorun_attention_grad_kv, with the products
+// (s = q·kᵀ, dp = do·vᵀ, ds·k; sᵀ = k·qᵀ, dpᵀ = v·doᵀ, pᵀ·do, dsᵀ·q) in
+// bf16 on the tensor cores with fp32 accumulation, and p, ds, D and the
+// accumulators in fp32 (p and ds rounded to bf16 for the products that
+// take them). Tiles of 16 rows the block owns, 32 of the other side.
+
+// gorun_att_load16 copies rows row0 … row0+rows-1 (dh each, stride ld) of
+// src into dst (row stride GORUN_ATT_DMAX) rounded to bf16, zeros past row
+// t and past dh up to dp. Every thread calls it.
+__device__ __forceinline__ void gorun_att_load16(gorun_bf16* dst, const float* src, long long ld,
+                                                 int row0, int rows, int t, int dh, int dp) {
+  for (int e = threadIdx.x; e < rows * dp; e += blockDim.x) {
+    int r = e / dp, d = e % dp, row = row0 + r;
+    dst[r * GORUN_ATT_DMAX + d] =
+        gorun_bf16_of(row < t && d < dh ? src[(long long)row * ld + d] : 0.0f);
+  }
+}
+
+// gorun_att_stats16 sets lses[i] and drow[i] = Σ_d do·o (fp32, from global
+// memory, increasing d) for rows row0 … row0+rows-1 (0 past t). Threads
+// below rows do one row each; the caller syncs after.
+__device__ __forceinline__ void gorun_att_stats16(float* lses, float* drow, const float* dout,
+                                                  const float* o, const float* lse,
+                                                  const gorun_att_geom& g, int row0, int rows, int t,
+                                                  int dh) {
+  int i = threadIdx.x;
+  if (i >= rows) return;
+  float l = 0.0f, d = 0.0f;
+  if (row0 + i < t) {
+    long long at = g.o + (long long)(row0 + i) * g.ldo;
+    l = lse[g.lse + row0 + i];
+    d = gorun_att_dot(dout + at, o + at, dh);
+  }
+  lses[i] = l;
+  drow[i] = d;
+}
+
+GORUN_KERNEL gorun_attention_bf16_grad_q(const float* dout, const float* qkv, const float* o,
+                                         const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                         int causal, float scale) {
+  __shared__ __align__(32) gorun_bf16 qs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 dos[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 ks[GORUN_ATT_BF16_KEYS][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 vs[GORUN_ATT_BF16_KEYS][GORUN_ATT_DMAX];
+  __shared__ __align__(32) float ss[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) float dps[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) gorun_bf16 dss[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) float acc[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ float lses[GORUN_ATT_TILE], drow[GORUN_ATT_TILE];
+  const int tid = threadIdx.x, warp = tid / 32, warps = blockDim.x / 32;
+  const int dp = (dh + 15) / 16 * 16, halves = GORUN_ATT_BF16_KEYS / 16;
+  const long long blocks = (long long)n * h * ((t + GORUN_ATT_TILE - 1) / GORUN_ATT_TILE);
+  for (long long blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    gorun_att_geom g = gorun_att_at(qkv, blk, t, h, dh);
+    gorun_att_load16(&qs[0][0], g.q, g.ld, g.row0, GORUN_ATT_TILE, t, dh, dp);
+    gorun_att_load16(&dos[0][0], dout + g.o, g.ldo, g.row0, GORUN_ATT_TILE, t, dh, dp);
+    for (int e = tid; e < GORUN_ATT_TILE * dp; e += blockDim.x) acc[e / dp][e % dp] = 0.0f;
+    gorun_att_stats16(lses, drow, dout, o, lse, g, g.row0, GORUN_ATT_TILE, t, dh);
+    const int kend = causal ? min(t, g.row0 + GORUN_ATT_TILE) : t;
+    for (int k0 = 0; k0 < kend; k0 += GORUN_ATT_BF16_KEYS) {
+      gorun_att_load16(&ks[0][0], g.k, g.ld, k0, GORUN_ATT_BF16_KEYS, t, dh, dp);
+      gorun_att_load16(&vs[0][0], g.v, g.ld, k0, GORUN_ATT_BF16_KEYS, t, dh, dp);
+      __syncthreads();
+      // s = q·kᵀ and dp = do·vᵀ, one 16×16 half each per warp.
+      for (int w = warp; w < 2 * halves; w += warps) {
+        int c = w % halves;
+        if (w < halves)
+          gorun_att_mma(&ss[0][16 * c], GORUN_ATT_BF16_KEYS, &qs[0][0], GORUN_ATT_DMAX, &ks[16 * c][0],
+                        GORUN_ATT_DMAX, 1, dp / 16, 0);
+        else
+          gorun_att_mma(&dps[0][16 * c], GORUN_ATT_BF16_KEYS, &dos[0][0], GORUN_ATT_DMAX,
+                        &vs[16 * c][0], GORUN_ATT_DMAX, 1, dp / 16, 0);
+      }
+      __syncthreads();
+      for (int e = tid; e < GORUN_ATT_TILE * GORUN_ATT_BF16_KEYS; e += blockDim.x) {
+        int i = e / GORUN_ATT_BF16_KEYS, j = e % GORUN_ATT_BF16_KEYS;
+        float ds = 0.0f;
+        if (gorun_att_sees(g.row0 + i, k0 + j, t, causal)) {
+          float p = expf(ss[i][j] * scale - lses[i]);
+          ds = p * (dps[i][j] - drow[i]);
+        }
+        dss[i][j] = gorun_bf16_of(ds);
+      }
+      __syncthreads();
+      for (int c = warp; c < dp / 16; c += warps)
+        gorun_att_mma(&acc[0][16 * c], GORUN_ATT_DMAX, &dss[0][0], GORUN_ATT_BF16_KEYS, &ks[0][16 * c],
+                      GORUN_ATT_DMAX, 0, halves, 1);
+      __syncthreads();
+    }
+    for (int e = tid; e < GORUN_ATT_TILE * dh; e += blockDim.x) {
+      int r = e / dh, d = e % dh, row = g.row0 + r;
+      if (row < t) dqkv[(g.q - qkv) + row * g.ld + d] = acc[r][d] * scale;
+    }
+    __syncthreads();
+  }
+}
+
+GORUN_KERNEL gorun_attention_bf16_grad_kv(const float* dout, const float* qkv, const float* o,
+                                          const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                          int causal, float scale) {
+  __shared__ __align__(32) gorun_bf16 ks[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 vs[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 qs[GORUN_ATT_BF16_KEYS][GORUN_ATT_DMAX];
+  __shared__ __align__(32) gorun_bf16 dos[GORUN_ATT_BF16_KEYS][GORUN_ATT_DMAX];
+  __shared__ __align__(32) float sts[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) float dpts[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) gorun_bf16 pts[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) gorun_bf16 dsts[GORUN_ATT_TILE][GORUN_ATT_BF16_KEYS];
+  __shared__ __align__(32) float dka[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ __align__(32) float dva[GORUN_ATT_TILE][GORUN_ATT_DMAX];
+  __shared__ float lses[GORUN_ATT_BF16_KEYS], drow[GORUN_ATT_BF16_KEYS];
+  const int tid = threadIdx.x, warp = tid / 32, warps = blockDim.x / 32;
+  const int dp = (dh + 15) / 16 * 16, halves = GORUN_ATT_BF16_KEYS / 16;
+  const long long blocks = (long long)n * h * ((t + GORUN_ATT_TILE - 1) / GORUN_ATT_TILE);
+  for (long long blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    gorun_att_geom g = gorun_att_at(qkv, blk, t, h, dh);
+    const int k0 = g.row0; // this block's keys
+    gorun_att_load16(&ks[0][0], g.k, g.ld, k0, GORUN_ATT_TILE, t, dh, dp);
+    gorun_att_load16(&vs[0][0], g.v, g.ld, k0, GORUN_ATT_TILE, t, dh, dp);
+    for (int e = tid; e < GORUN_ATT_TILE * dp; e += blockDim.x) dka[e / dp][e % dp] = dva[e / dp][e % dp] = 0.0f;
+    const int qstart = causal ? k0 / GORUN_ATT_BF16_KEYS * GORUN_ATT_BF16_KEYS : 0;
+    for (int q0 = qstart; q0 < t; q0 += GORUN_ATT_BF16_KEYS) {
+      gorun_att_load16(&qs[0][0], g.q, g.ld, q0, GORUN_ATT_BF16_KEYS, t, dh, dp);
+      gorun_att_load16(&dos[0][0], dout + g.o, g.ldo, q0, GORUN_ATT_BF16_KEYS, t, dh, dp);
+      gorun_att_stats16(lses, drow, dout, o, lse, g, q0, GORUN_ATT_BF16_KEYS, t, dh);
+      __syncthreads();
+      // sᵀ = k·qᵀ and dpᵀ = v·doᵀ (keys × queries), one 16×16 half each per warp.
+      for (int w = warp; w < 2 * halves; w += warps) {
+        int c = w % halves;
+        if (w < halves)
+          gorun_att_mma(&sts[0][16 * c], GORUN_ATT_BF16_KEYS, &ks[0][0], GORUN_ATT_DMAX, &qs[16 * c][0],
+                        GORUN_ATT_DMAX, 1, dp / 16, 0);
+        else
+          gorun_att_mma(&dpts[0][16 * c], GORUN_ATT_BF16_KEYS, &vs[0][0], GORUN_ATT_DMAX,
+                        &dos[16 * c][0], GORUN_ATT_DMAX, 1, dp / 16, 0);
+      }
+      __syncthreads();
+      for (int e = tid; e < GORUN_ATT_TILE * GORUN_ATT_BF16_KEYS; e += blockDim.x) {
+        int j = e / GORUN_ATT_BF16_KEYS, i = e % GORUN_ATT_BF16_KEYS; // key j, query i
+        float p = 0.0f, ds = 0.0f;
+        if (gorun_att_sees(q0 + i, k0 + j, t, causal)) {
+          p = expf(sts[j][i] * scale - lses[i]);
+          ds = p * (dpts[j][i] - drow[i]);
+        }
+        pts[j][i] = gorun_bf16_of(p);
+        dsts[j][i] = gorun_bf16_of(ds);
+      }
+      __syncthreads();
+      for (int w = warp; w < 2 * (dp / 16); w += warps) {
+        int c = w % (dp / 16);
+        if (w < dp / 16)
+          gorun_att_mma(&dva[0][16 * c], GORUN_ATT_DMAX, &pts[0][0], GORUN_ATT_BF16_KEYS, &dos[0][16 * c],
+                        GORUN_ATT_DMAX, 0, halves, 1);
+        else
+          gorun_att_mma(&dka[0][16 * c], GORUN_ATT_DMAX, &dsts[0][0], GORUN_ATT_BF16_KEYS, &qs[0][16 * c],
+                        GORUN_ATT_DMAX, 0, halves, 1);
+      }
+      __syncthreads();
+    }
+    for (int e = tid; e < GORUN_ATT_TILE * dh; e += blockDim.x) {
+      int r = e / dh, d = e % dh, row = k0 + r;
+      if (row < t) {
+        dqkv[(g.k - qkv) + row * g.ld + d] = dka[r][d] * scale;
+        dqkv[(g.v - qkv) + row * g.ld + d] = dva[r][d];
+      }
+    }
+    __syncthreads();
+  }
+}

@@ -47,6 +47,8 @@ var Names = []string{
 	"gorun_softmax_grad",
 	"gorun_attention",
 	"gorun_attention_bf16",
+	"gorun_attention_bf16_grad_q",
+	"gorun_attention_bf16_grad_kv",
 	"gorun_attention_grad_q",
 	"gorun_attention_grad_kv",
 	"gorun_nll_loss",

@@ -391,6 +391,18 @@ GORUN_KERNEL gorun_attention(const float* qkv, float* o, float* lse, int n, int 
 // ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
 GORUN_KERNEL gorun_attention_bf16(const float* qkv, float* o, float* lse, int n, int t, int h,
                                   int dh, int causal, float scale);
+// AttentionGrad with the products in bf16 on the tensor cores and fp32
+// accumulation, as gorun_attention_grad_q and gorun_attention_grad_kv
+// (the same two-kernel split, tiles of 16 owned rows and 32 of the other
+// side): s, dp and their transposes by wmma, p and ds in fp32 rounded to
+// bf16 for the products that take them, D = Σ_d do·o in fp32.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)) each.
+GORUN_KERNEL gorun_attention_bf16_grad_q(const float* dout, const float* qkv, const float* o,
+                                         const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                         int causal, float scale);
+GORUN_KERNEL gorun_attention_bf16_grad_kv(const float* dout, const float* qkv, const float* o,
+                                          const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                          int causal, float scale);
 // AttentionGrad's dq, per query tile: D = Σ_d do·o per row, and over key
 // tiles p = exp(scale·q·kᵀ − lse) (0 where masked), dp = do·vᵀ, ds =
 // p·(dp − D), acc += ds·k; dq = scale·acc, written into dqkv's q part.

@@ -19,9 +19,9 @@ func attentionBlocks(n, t, h int) Geom {
 
 // TestAttention runs the fused attention kernels (gorun_attention,
 // gorun_attention_grad_q, gorun_attention_grad_kv: the scalar tiling of
-// FlashAttention-2; gorun_attention_bf16's tiling, its tensor-core
-// products done here by scalar loops on the same bf16 values, within bf16's
-// precision) against ops.Attention and ops.AttentionGrad on odd
+// FlashAttention-2; the bf16 tensor-core kernels' tiling, gorun_attention_bf16
+// and gorun_attention_bf16_grad_q/_kv, their products done here by scalar
+// loops on the same bf16 values, within bf16's precision) against ops.Attention and ops.AttentionGrad on odd
 // sizes: T not a multiple of the tile (and T = 1), head dimensions 3, 5,
 // 24, 64 and the largest (GORUN_ATT_DMAX), N·H odd, causal and not, a live
 // batch smaller than the buffers (NaN tails stay untouched), one block per
@@ -84,6 +84,12 @@ func TestAttention(t *testing.T) {
 			checkTail(t, "attention_bf16 o "+what, ob, oLive)
 			checkBF16(t, "attention_bf16 lse "+what, lseb, wantL, lLive)
 			checkTail(t, "attention_bf16 lse "+what, lseb, lLive)
+
+			db := nans(cap3)
+			AttentionBf16GradQ(geo, dout, qkv, wantO, wantL, db, c.n, c.t, c.h, c.dh, b2i(c.causal), scale)
+			AttentionBf16GradKv(geo, dout, qkv, wantO, wantL, db, c.n, c.t, c.h, c.dh, b2i(c.causal), scale)
+			checkBF16(t, "attention_bf16_grad dqkv "+what, db, wantD, live)
+			checkTail(t, "attention_bf16_grad dqkv "+what, db, live)
 
 			// The backward from the CPU's o and lse, both kernels into
 			// one dqkv: q's part from the first, k's and v's from the

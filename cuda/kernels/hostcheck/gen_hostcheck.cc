@@ -177,6 +177,14 @@ void hc_attention_bf16(int hc_grid, int hc_block, const float* qkv, float* o, fl
   gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16, qkv, o, lse, n, t, h, dh, causal, scale);
 }
 
+void hc_attention_bf16_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16_grad_q, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
+}
+
+void hc_attention_bf16_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16_grad_kv, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
+}
+
 void hc_attention_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
   gorun_host::launch_block(hc_grid, hc_block, gorun_attention_grad_q, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
 }

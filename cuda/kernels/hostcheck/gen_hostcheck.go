@@ -217,6 +217,16 @@ func AttentionBf16(geom Geom, qkv, o, lse []float32, n, t, h, dh, causal int, sc
 	C.hc_attention_bf16(C.int(geom.Grid), C.int(geom.Block), fp(qkv), fp(o), fp(lse), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
 }
 
+// AttentionBf16GradQ launches gorun_attention_bf16_grad_q on the CPU with the geometry geom.
+func AttentionBf16GradQ(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_bf16_grad_q(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
+// AttentionBf16GradKv launches gorun_attention_bf16_grad_kv on the CPU with the geometry geom.
+func AttentionBf16GradKv(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_bf16_grad_kv(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
 // AttentionGradQ launches gorun_attention_grad_q on the CPU with the geometry geom.
 func AttentionGradQ(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
 	C.hc_attention_grad_q(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))

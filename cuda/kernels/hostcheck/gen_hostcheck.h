@@ -50,6 +50,8 @@ void hc_log_softmax_grad(int hc_grid, int hc_block, const float* dy, const float
 void hc_softmax_grad(int hc_grid, int hc_block, const float* dy, const float* y, float* dx, int n, int c);
 void hc_attention(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale);
 void hc_attention_bf16(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_bf16_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_bf16_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
 void hc_attention_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
 void hc_attention_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
 void hc_nll_loss(int hc_grid, int hc_block, const float* logp, const int* target, float* loss, int n, int c, float scale, int accumulate, int has_ignore, int ignore_index);
