@@ -83,6 +83,9 @@ func (Backend) ConnectWorld(devs []backend.Device, w backend.World) ([]backend.C
 	if len(ds) == 0 || len(w.Ranks) != len(ds) {
 		return nil, fmt.Errorf("cuda: NCCL world: %d devices, %d ranks", len(ds), len(w.Ranks))
 	}
+	if w.Size != w.Processes*len(ds) || w.Process < 0 || w.Process >= w.Processes {
+		return nil, fmt.Errorf("cuda: NCCL world: process %d of %d with %d devices each, but %d ranks", w.Process, w.Processes, len(ds), w.Size)
+	}
 	if w.Cross != nil && w.Processes > 1 && (w.Cross.Size() != w.Processes || w.Cross.Rank() != w.Process) {
 		return nil, fmt.Errorf("cuda: NCCL world: process %d of %d, but the cross communicator says %d of %d", w.Process, w.Processes, w.Cross.Rank(), w.Cross.Size())
 	}
