@@ -1,11 +1,6 @@
 package runner
 
-import (
-	"slices"
-
-	"gorun/engine/backend"
-	"gorun/engine/target"
-)
+import "gorun/engine/backend"
 
 // worldConnector returns the backend as a WorldConnector when the
 // cluster's transport is one the backend brings (cuda's nccl), or nil:
@@ -13,12 +8,15 @@ import (
 // set up even for a run of one device.
 func (rs *runState) worldConnector() backend.WorldConnector {
 	wc, ok := rs.backend.(backend.WorldConnector)
-	if !ok || !slices.ContainsFunc(rs.backend.Target().Transports, func(t target.Transport) bool {
-		return t.Name == rs.plan.Cluster.Transport
-	}) {
+	if !ok {
 		return nil
 	}
-	return wc
+	for _, t := range rs.backend.Target().Transports {
+		if t.Name == rs.plan.Cluster.Transport {
+			return wc
+		}
+	}
+	return nil
 }
 
 // world is this process's place in the run for a WorldConnector.
