@@ -122,10 +122,16 @@ func checkWorld(cards []gpuCard, devices int) error {
 			if !sameGPU(a, b) {
 				continue
 			}
-			return fmt.Errorf("transport \"nccl\": %s and %s are on the same GPU, and NCCL runs one rank per GPU: "+
-				"process k of a host opens its GPUs from k·%d on (cluster.devices = %d), modulo the %d GPUs it sees; "+
-				"start at most %d processes on host %s, or give each its own GPUs (CUDA_VISIBLE_DEVICES), or use transport \"mpi\", which can share a GPU",
-				a.where(), b.where(), devices, devices, b.Visible, max(b.Visible/max(devices, 1), 1), b.Host)
+			fix := fmt.Sprintf("process k of a host opens its GPUs from k·%d on (cluster.devices = %d), modulo the %d GPUs it sees; "+
+				"start at most %d processes on host %s, or give each its own GPUs (CUDA_VISIBLE_DEVICES)",
+				devices, devices, b.Visible, max(b.Visible/max(devices, 1), 1), b.Host)
+			if a.Process == b.Process {
+				fix = fmt.Sprintf("process %d runs cluster.devices = %d devices but sees %d GPUs: set devices to at most %d",
+					b.Process, devices, b.Visible, b.Visible)
+			}
+			return fmt.Errorf("transport \"nccl\": %s and %s are on the same GPU, and NCCL runs one rank per GPU: %s; "+
+				"or use transport \"mpi\" (or \"inproc\" in one process), whose replicas can share a GPU",
+				a.where(), b.where(), fix)
 		}
 	}
 	return nil

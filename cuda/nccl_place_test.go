@@ -49,9 +49,9 @@ func TestCheckWorld(t *testing.T) {
 		{"two hosts one GPU each", []gpuCard{h200(0, 0, 0, "a", 0, "GPU-a0"), h200(1, 1, 0, "b", 0, "GPU-b0")}, 1, nil},
 		{"two processes on one GPU", []gpuCard{h200(0, 0, 0, "a", 0, "GPU-a0"), h200(1, 1, 1, "a", 0, "GPU-a0")}, 1, []string{
 			`transport "nccl": rank 0 (process 0, local rank 0 on host a, GPU 0: NVIDIA H200 GPU-a0) and rank 1 (process 1, local rank 1 on host a, GPU 0: NVIDIA H200 GPU-a0) are on the same GPU`,
-			"start at most 1 processes on host a"}},
+			"start at most 1 processes on host a", `or use transport "mpi"`}},
 		{"two devices of a process on one GPU", []gpuCard{h200(0, 0, 0, "a", 0, "GPU-a0"), h200(1, 0, 0, "a", 0, "GPU-a0")}, 2, []string{
-			"rank 0 (process 0", "rank 1 (process 0", "cluster.devices = 2"}},
+			"rank 0 (process 0", "rank 1 (process 0", "process 0 runs cluster.devices = 2 devices but sees 1 GPUs: set devices to at most 1"}},
 		{"no UUIDs: host and ordinal", []gpuCard{h200(0, 0, 0, "a", 0, ""), h200(1, 1, 0, "b", 0, ""), h200(2, 2, 1, "b", 0, "")}, 1, []string{
 			"rank 1 (process 1, local rank 0 on host b, GPU 0: NVIDIA H200) and rank 2 (process 2, local rank 1 on host b"}},
 		{"a host without NCCL", func() []gpuCard {
