@@ -82,7 +82,7 @@ build-mpi:
 test-mpi:
 	@$(MPI_CHECK); \
 	set -x; $(GO) vet -tags mpi ./comm/ && $(GO) test -tags mpi -count=1 ./comm/ && \
-	$(GO) test -tags mpi -count=1 -run '^TestNCCLWorldJoin$$' ./cmd/gorun/
+	$(GO) test -tags mpi -count=1 -run '^TestNCCLWorld(Join|Seam)$$' ./cmd/gorun/
 
 bench-mpi:
 	@$(MPI_CHECK); \
