@@ -107,15 +107,18 @@ func loadNCCL(override string) (*ncclLib, error) {
 		{"ncclGroupEnd", &l.groupEnd},
 		{"ncclGetErrorString", &l.errorString},
 		{"ncclGetVersion", &l.version},
-		{"ncclCommInitRank", &l.initRank},
-		{"ncclCommAbort", &l.abort},
 	} {
 		if *s.dst = dlsym(h, s.name); *s.dst == nil {
 			return nil, fmt.Errorf("cuda: %s has no symbol %s (is it NCCL 2?)", path, s.name)
 		}
 	}
+	// Across processes (transport = "nccl"): NCCL 2.4 or later.
+	l.initRank, l.abort = dlsym(h, "ncclCommInitRank"), dlsym(h, "ncclCommAbort")
 	return l, nil
 }
+
+// versionCode is ncclGetVersion's code (22703 for NCCL 2.27.3).
+func (l *ncclLib) versionCode() int { return int(C.gorun_nccl_version(l.version)) }
 
 func (l *ncclLib) check(call string, r C.int) error {
 	if r == 0 {

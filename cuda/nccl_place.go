@@ -28,15 +28,18 @@ type gpuCard struct {
 	// Name its name.
 	GPU, Visible int
 	UUID, Name   string
-	// NCCL is "" when the process loaded NCCL, else why it could not.
-	NCCL string
+	// NCCL is "" when the process loaded NCCL, else why it could not;
+	// NCCLVersion is the version it loaded (ncclGetVersion: 22703 for
+	// 2.27.3).
+	NCCL        string
+	NCCLVersion int
 }
 
 // gpuCardBytes is the size of an encoded card (comm.GatherBytes needs one
 // size): room for a host name of 255 bytes and NCCL's longest load error.
 const gpuCardBytes = 2048
 
-const gpuCardFields = 9
+const gpuCardFields = 10
 
 // encode writes the card for comm.GatherBytes; a load error too long for
 // the card is cut.
@@ -46,7 +49,7 @@ func (c gpuCard) encode() ([]byte, error) {
 		nccl = nccl[:room] + "…"
 	}
 	return comm.EncodeCard(gpuCardBytes, strconv.Itoa(c.Rank), strconv.Itoa(c.Process), strconv.Itoa(c.HostRank),
-		c.Host, strconv.Itoa(c.GPU), strconv.Itoa(c.Visible), c.UUID, c.Name, nccl)
+		c.Host, strconv.Itoa(c.GPU), strconv.Itoa(c.Visible), c.UUID, c.Name, nccl, strconv.Itoa(c.NCCLVersion))
 }
 
 // decodeGPUCard reads a card that encode wrote.
@@ -56,7 +59,7 @@ func decodeGPUCard(b []byte) (gpuCard, error) {
 		return gpuCard{}, err
 	}
 	var c gpuCard
-	ints := []*int{&c.Rank, &c.Process, &c.HostRank, nil, &c.GPU, &c.Visible}
+	ints := []*int{&c.Rank, &c.Process, &c.HostRank, nil, &c.GPU, &c.Visible, nil, nil, nil, &c.NCCLVersion}
 	for i, p := range ints {
 		if p == nil {
 			continue
@@ -117,6 +120,12 @@ func checkWorld(cards []gpuCard, devices int) error {
 		}
 		return fmt.Errorf("transport \"nccl\": %s has no NCCL%s: %s", c.where(), more, c.NCCL)
 	}
+	for _, c := range cards[1:] {
+		if c.NCCLVersion != cards[0].NCCLVersion {
+			return fmt.Errorf("transport \"nccl\": %s has NCCL %s, but %s has NCCL %s: every rank needs the same NCCL (set [cuda] nccl to the same library on every host)",
+				cards[0].where(), ncclVersionString(cards[0].NCCLVersion), c.where(), ncclVersionString(c.NCCLVersion))
+		}
+	}
 	for j, b := range cards {
 		for _, a := range cards[:j] {
 			if !sameGPU(a, b) {
@@ -135,4 +144,17 @@ func checkWorld(cards []gpuCard, devices int) error {
 		}
 	}
 	return nil
+}
+
+// ncclVersionString writes ncclGetVersion's code as NCCL's version:
+// 22703 is "2.27.3" (NCCL 2.9 on: major·10000 + minor·100 + patch),
+// 2708 "2.7.8" (before: major·1000 + minor·100 + patch).
+func ncclVersionString(code int) string {
+	switch {
+	case code <= 0:
+		return "(version unknown)"
+	case code >= 20900:
+		return fmt.Sprintf("%d.%d.%d", code/10000, code/100%100, code%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", code/1000, code/100%10, code%100)
 }

@@ -13,7 +13,7 @@ func h200(rank, proc, hostRank int, host string, gpu int, uuid string) gpuCard {
 // size comm.GatherBytes needs; a long load error is cut, not refused.
 func TestGPUCardRoundTrip(t *testing.T) {
 	c := h200(3, 1, 1, "gpu-node-2", 1, "GPU-5d1c0a8e-0000-1111-2222-333344445555")
-	c.Visible, c.NCCL = 8, "cuda: cannot load NCCL: tried libnccl.so.2 (libnccl.so.2: cannot open shared object file)"
+	c.Visible, c.NCCL, c.NCCLVersion = 8, "cuda: cannot load NCCL: tried libnccl.so.2 (libnccl.so.2: cannot open shared object file)", 22703
 	b, err := c.encode()
 	if err != nil || len(b) != gpuCardBytes {
 		t.Fatalf("encode: %d bytes, %v", len(b), err)
@@ -61,6 +61,11 @@ func TestCheckWorld(t *testing.T) {
 		}(), 1, []string{`transport "nccl": rank 1 (process 1, local rank 0 on host b, GPU 0: NVIDIA H200 GPU-b0) has no NCCL (and 1 more ranks: rank 2 (process 2`,
 			": cuda: cannot load NCCL: tried libnccl.so.2 (not found)"}},
 		{"ranks out of order", []gpuCard{h200(1, 0, 0, "a", 0, "GPU-a0")}, 1, []string{"card 0 says rank 1"}},
+		{"two NCCL versions", func() []gpuCard {
+			c := []gpuCard{h200(0, 0, 0, "a", 0, "GPU-a0"), h200(1, 1, 0, "b", 0, "GPU-b0")}
+			c[0].NCCLVersion, c[1].NCCLVersion = 22703, 21805
+			return c
+		}(), 1, []string{`transport "nccl": rank 0 (process 0, local rank 0 on host a, GPU 0: NVIDIA H200 GPU-a0) has NCCL 2.27.3, but rank 1 (process 1, local rank 0 on host b, GPU 0: NVIDIA H200 GPU-b0) has NCCL 2.18.5`}},
 	} {
 		err := checkWorld(tc.cards, tc.devices)
 		if tc.want == nil {
@@ -77,6 +82,16 @@ func TestCheckWorld(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error\n%v\ndoes not say\n%s", tc.name, err, w)
 			}
+		}
+	}
+}
+
+// TestNCCLVersionString: ncclGetVersion's two encodings (before and from
+// NCCL 2.9) read as NCCL's version numbers.
+func TestNCCLVersionString(t *testing.T) {
+	for code, want := range map[int]string{22703: "2.27.3", 21805: "2.18.5", 20900: "2.9.0", 2708: "2.7.8", 2406: "2.4.6", 0: "(version unknown)"} {
+		if got := ncclVersionString(code); got != want {
+			t.Errorf("ncclVersionString(%d) = %q, want %q", code, got, want)
 		}
 	}
 }

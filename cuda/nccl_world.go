@@ -94,7 +94,10 @@ func (Backend) ConnectWorld(devs []backend.Device, w backend.World) ([]backend.C
 		timeout = comm.DefaultTimeout
 	}
 	lib, libErr := openNCCL(ds[0].set.NCCL)
-	mine, err := worldCards(ds, w, libErr)
+	if libErr == nil && (lib.initRank == nil || lib.abort == nil) {
+		libErr = fmt.Errorf("cuda: %s (NCCL %s) has no ncclCommInitRank or ncclCommAbort: transport \"nccl\" needs NCCL 2.4 or later", lib.path, ncclVersionString(lib.versionCode()))
+	}
+	mine, err := worldCards(ds, w, lib, libErr)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func (Backend) ConnectWorld(devs []backend.Device, w backend.World) ([]backend.C
 
 // worldCards are this process's ranks' cards; libErr is why NCCL did not
 // load (nil when it did).
-func worldCards(ds []*Device, w backend.World, libErr error) ([]gpuCard, error) {
+func worldCards(ds []*Device, w backend.World, lib *ncclLib, libErr error) ([]gpuCard, error) {
 	host, _ := os.Hostname()
 	visible, err := numGPUs()
 	if err != nil {
@@ -143,6 +146,8 @@ func worldCards(ds []*Device, w backend.World, libErr error) ([]gpuCard, error) 
 		}
 		if libErr != nil {
 			c.NCCL = libErr.Error()
+		} else {
+			c.NCCLVersion = lib.versionCode()
 		}
 		cards[i] = c
 	}
