@@ -83,6 +83,11 @@ func (Backend) ConnectWorld(devs []backend.Device, w backend.World) ([]backend.C
 	if len(ds) == 0 || len(w.Ranks) != len(ds) {
 		return nil, fmt.Errorf("cuda: NCCL world: %d devices, %d ranks", len(ds), len(w.Ranks))
 	}
+	for i, r := range w.Ranks {
+		if r != w.Ranks[0]+i {
+			return nil, fmt.Errorf("cuda: NCCL world: the ranks of a process's devices must follow each other, got %v", w.Ranks)
+		}
+	}
 	if w.Size != w.Processes*len(ds) || w.Process < 0 || w.Process >= w.Processes {
 		return nil, fmt.Errorf("cuda: NCCL world: process %d of %d with %d devices each, but %d ranks", w.Process, w.Processes, len(ds), w.Size)
 	}
