@@ -71,7 +71,7 @@ func TestNCCLWithoutMPI(t *testing.T) {
 	c = ncclCluster(2)
 	c.File = "nccl.toml"
 	_, err = placeProcess(&c, true)
-	want := `nccl.toml: 2 processes with transport "nccl" need MPI to start and meet: build gorun with ` + "`go build -tags \"cuda mpi\"`"
+	want := `nccl.toml: 2 processes with transport "nccl" need MPI to start and meet: build gorun with ` + "`make build-cuda-mpi` (go build -tags \"cuda mpi\";"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("two processes without MPI: %v\nwant %s", err, want)
 	}

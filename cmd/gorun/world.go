@@ -37,7 +37,7 @@ func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 	}
 	if c.Transport != "mpi" && train && !comm.MPIAvailable() {
 		// NCCL moves the tensors, but its processes find each other through MPI.
-		return nil, fmt.Errorf("%s: %d processes with transport %q need MPI to start and meet: build gorun with `go build -tags \"cuda mpi\"` (needs libopenmpi-dev and nvidia-cuda-dev)", clusterName(c), w.procs, c.Transport)
+		return nil, fmt.Errorf("%s: %d processes with transport %q need MPI to start and meet: build gorun with `make build-cuda-mpi` (go build -tags \"cuda mpi\"; needs libopenmpi-dev and nvidia-cuda-dev)", clusterName(c), w.procs, c.Transport)
 	}
 	rank, size, _, ok := comm.EnvWorld()
 	if !ok {
