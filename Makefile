@@ -81,7 +81,8 @@ build-mpi:
 
 test-mpi:
 	@$(MPI_CHECK); \
-	set -x; $(GO) vet -tags mpi ./comm/ && $(GO) test -tags mpi -count=1 ./comm/
+	set -x; $(GO) vet -tags mpi ./comm/ && $(GO) test -tags mpi -count=1 ./comm/ && \
+	$(GO) test -tags mpi -count=1 -run '^TestNCCLWorld(Join|Seam)$$' ./cmd/gorun/
 
 bench-mpi:
 	@$(MPI_CHECK); \
@@ -99,20 +100,30 @@ test-cluster:
 	$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./cmd/gorun/ -cluster
 
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
-## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...
+## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...; with OpenMPI's development files too, go vet (cuda, comm, cmd/gorun) and build gorun with -tags 'cuda mpi' (transport = "nccl" across processes)
+## build-cuda-mpi: bin/gorun-cuda-mpi, gorun with the cuda backend and MPI (-tags "cuda mpi"): what transport = "nccl" across processes needs (rank 0's NCCL id travels over MPI); needs nvidia-cuda-dev and libopenmpi-dev to build, an NVIDIA GPU per rank, NCCL and mpirun to run
 ## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda), MNIST, gpucheck/run.sh; run gpucheck/run.sh there
-.PHONY: build-cuda cuda-check gpu-check
+.PHONY: build-cuda build-cuda-mpi cuda-check gpu-check
 CUDA_H ?= /usr/include/cuda.h
 CUDA_CHECK = if [ ! -f $(CUDA_H) ]; then \
 		echo "SKIP $@: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 0; fi
 build-cuda:
 	$(GO) build -tags cuda -o bin/gorun-cuda ./cmd/gorun
 
+build-cuda-mpi:
+	@[ -f $(CUDA_H) ] || { echo "build-cuda-mpi: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }
+	@pkg-config --exists ompi-c 2>/dev/null || { echo "build-cuda-mpi: OpenMPI's development files not found (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin"; exit 1; }
+	$(GO) build -tags 'cuda mpi' -o bin/gorun-cuda-mpi ./cmd/gorun
+
 cuda-check:
 	@$(CUDA_CHECK); \
 	set -x; $(GO) vet -tags cuda ./... && \
 	$(GO) build -tags cuda -o /tmp/gorun-cuda ./cmd/gorun && \
-	$(GO) test -count=1 -tags cuda ./cuda ./engine/backend/...
+	$(GO) test -count=1 -tags cuda ./cuda ./engine/backend/... && \
+	if pkg-config --exists ompi-c 2>/dev/null; then \
+		$(GO) vet -tags 'cuda mpi' ./cuda/ ./comm/ ./cmd/gorun/ && \
+		$(GO) build -tags 'cuda mpi' -o /tmp/gorun-cuda-mpi ./cmd/gorun; \
+	else echo "SKIP cuda-check's -tags 'cuda mpi' build: OpenMPI's development files not found (apt-get install libopenmpi-dev)"; fi
 
 gpu-check:
 	@[ -f $(CUDA_H) ] || { echo "gpu-check: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }

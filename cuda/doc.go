@@ -52,7 +52,10 @@
 // against the compute stream with events so that gradient all-reduces
 // overlap the rest of backward. Replicas sharing one GPU use
 // device-to-device copies and the gorun add and scale kernels through the
-// same interface.
+// same interface. With transport = "nccl" the devices of every process
+// form one NCCL communicator instead (Backend.ConnectWorld, nccl_world.go:
+// rank 0's ncclGetUniqueId shared over MPI, ncclCommInitRank bounded by
+// comm.timeout; the checks before it, in plain Go, in nccl_place.go).
 //
 // gorgonia.org/cu calls cuInit in its package init and exits the process
 // when that fails; this package intercepts that cuInit (see cuinit.c) so

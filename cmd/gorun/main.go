@@ -430,6 +430,9 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	if underLauncher {
 		opts.HostRank = hostRank
 	}
+	if f.world != nil && f.world.hostRankSet { // the launcher did not say: from the host names (world.go)
+		opts.HostRank = f.world.hostRank
+	}
 	if !f.quiet && (isTerminal(f.stderr) || f.verbose) {
 		opts.DataProgress = dataProgress(f.stderr, isTerminal(f.stderr))
 	}

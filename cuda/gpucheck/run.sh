@@ -7,10 +7,10 @@
 # packages, else with find). No Go toolchain: `make gpu-check` built
 # everything next to this script. Usage:
 #
-#   gpucheck/run.sh [OUTDIR [BUDGET_SECONDS]]   (about 2-4 minutes)
+#   gpucheck/run.sh [OUTDIR [BUDGET_SECONDS]]   (about 2-5 minutes)
 #
 # OUTDIR defaults to $OUT/gpucheck when $OUT is set (the device tool's
-# folder that comes back), else gpucheck/out. BUDGET_SECONDS (default 280)
+# folder that comes back), else gpucheck/out. BUDGET_SECONDS (default 330)
 # bounds the whole script: a check that would not fit what is left of it
 # is skipped, and says so.
 #
@@ -19,6 +19,13 @@
 #   {"check":"op", ...}            every CUDA op against the CPU op, rel err ≤ 1e-4
 #   {"check":"graph_replay", ...}  a captured graph equals eager launches
 #   {"check":"go_test", ...}       the whole cuda.test run passed
+#   {"check":"nccl_world", ...}    transport "nccl": a world of one rank through ncclGetUniqueId and
+#                                  ncclCommInitRank and every collective on it; two ranks on one GPU
+#                                  refused; a rank that never joins fails within comm.timeout
+#   {"check":"nccl_one_vs_inproc"} mnist_nodrop.star with transport "nccl" (one process: a world of
+#                                  one) ends with the in-process run's parameters, bit for bit
+#   {"check":"nccl_same_gpu"}      gorun with transport "nccl" and 2 devices on the one GPU refuses,
+#                                  naming both ranks, the host and the GPU
 #   {"check":"mnist", ...}         mnist.star's test accuracy after one epoch ≥ 0.93
 #   {"check":"replicas", ...}      2 replicas on one GPU = 1 replica (20 steps, no dropout), ≤ 1e-5
 #   {"check":"resnet_cpu_vs_cuda"} a ResNet with batch norm: cuda's step losses = cpu's, ≤ 1e-3
@@ -33,7 +40,7 @@ if [ -n "${1:-}" ]; then out=$1
 elif [ -n "${OUT:-}" ]; then out=$OUT/gpucheck
 else out=$here/out; fi
 mkdir -p "$out"
-exec python3 - "$here" "$out" "${2:-280}" <<'PY'
+exec python3 - "$here" "$out" "${2:-330}" <<'PY'
 import glob, json, os, shutil, subprocess, sys, tempfile, time
 
 here, out = sys.argv[1], sys.argv[2]
@@ -108,9 +115,10 @@ def cluster(eager):
     return path
 
 
-def run(name, args, timeout, reserve=0):
+def run(name, args, timeout, reserve=0, extra_env=None):
     """Runs args with its output in OUT/NAME.log; rc is the exit status,
-    "timeout", or "skipped" (too little of the budget left)."""
+    "timeout", or "skipped" (too little of the budget left). extra_env adds
+    to the environment."""
     log = os.path.join(work, name + ".log")
     t0 = time.time()
     timeout = min(timeout, left(reserve))
@@ -119,7 +127,8 @@ def run(name, args, timeout, reserve=0):
             f.write("skipped: %.0f s of the %.0f s budget left\n" % (left(), BUDGET))
             return "skipped", 0.0, log
         try:
-            r = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=here, timeout=timeout)
+            r = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, env=dict(env, **(extra_env or {})),
+                               cwd=here, timeout=timeout)
             rc = r.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -160,7 +169,7 @@ mnist_dir = (glob.glob(os.path.join(here, "modcache", "github.com", "petar", "*"
 
 # --- 1. every op against the CPU, graph replay (the cuda.test binary). ------
 rc, dt, log = run("ops", [os.path.join(here, "cuda.test"), "-require-gpu", "-test.v", "-test.count=1",
-                          "-test.timeout=110s"], 120, reserve=150)
+                          "-test.skip", "^TestNCCLWorld", "-test.timeout=110s"], 120, reserve=190)
 for line in open(log, errors="replace"):
     if line.startswith("{") and '"check":' in line:
         try:
@@ -168,6 +177,21 @@ for line in open(log, errors="replace"):
         except ValueError:
             pass
 emit({"check": "go_test", "rc": rc, "seconds": round(dt, 1), "ok": rc == 0, "tail": tail(log) if rc != 0 else []})
+
+# --- 1b. the NCCL world (transport = "nccl") on its own: the timeout check
+# leaves NCCL's init waiting on a thread, so nothing runs after it. --------
+rc, dt, log = run("nccl_world", [os.path.join(here, "cuda.test"), "-require-gpu", "-test.v", "-test.count=1",
+                                 "-test.run", "^TestNCCLWorld", "-test.timeout=60s"], 60, reserve=150)
+seen = 0
+for line in open(log, errors="replace"):
+    if line.startswith("{") and '"check":' in line:
+        try:
+            emit(json.loads(line))
+            seen += 1
+        except ValueError:
+            pass
+emit({"check": "nccl_world_test", "rc": rc, "seconds": round(dt, 1), "checks": seen,
+      "ok": rc == 0 and seen == 3, "tail": tail(log) if rc != 0 or seen != 3 else []})
 
 # --- 2. two epochs of mnist.star, graph on and off, batch 64 and 512. --------
 speed = {}
@@ -232,6 +256,51 @@ a, b = rn["cpu"], rn["cuda"]
 err = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=None)
 emit({"check": "resnet_cpu_vs_cuda", "steps": min(len(a), len(b)), "max_rel_loss_diff": err,
       "ok": len(a) == 20 and len(b) == 20 and err is not None and err <= 1e-3})
+
+# --- 3c. transport = "nccl" in one process: a world of one rank that still
+# takes ncclGetUniqueId and ncclCommInitRank (and broadcasts the initial
+# parameters through NCCL) ends with the in-process run's parameters (3's
+# replicas_1), bit for bit. NCCL_DEBUG=INFO shows NCCL's own init lines. --
+def nccl_cluster():
+    path = os.path.join(work, "cuda_nccl.toml")
+    with open(path, "w") as f:
+        f.write('[cluster]\nbackend = "cuda"\ntransport = "nccl"\n\n[cuda]\neager = false\n')
+        if cublas:
+            f.write('cublas = %s\n' % json.dumps(cublas))
+        if nccl:
+            f.write('nccl = %s\n' % json.dumps(nccl))
+    return path
+
+
+def params(rundir):
+    """The tensors' bytes of a run's model.safetensors, by name."""
+    try:
+        b = open(os.path.join(rundir, "model.safetensors"), "rb").read()
+        n = int.from_bytes(b[:8], "little")
+        hdr, data = json.loads(b[8:8 + n]), b[8 + n:]
+        return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in hdr.items() if k != "__metadata__"}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+rundir = os.path.join(work, "nccl_one")
+shutil.rmtree(rundir, ignore_errors=True)
+rc, dt, log = run("nccl_one", [gorun, os.path.join(here, "mnist_nodrop.star"), "--cluster", nccl_cluster(),
+                               "--out", rundir], 45, reserve=50, extra_env={"NCCL_DEBUG": "INFO"})
+mine, ref = params(rundir), params(os.path.join(work, "replicas_1"))
+text = open(log, errors="replace").read()
+emit({"check": "nccl_one_vs_inproc", "rc": rc, "tensors": len(mine), "steps": len(metrics(rundir)[0]),
+      "differing": sorted(k for k in ref if mine.get(k) != ref[k]),
+      "nccl_init_logged": "Init COMPLETE" in text, "seconds": round(dt, 1),
+      "ok": rc == 0 and bool(ref) and mine == ref, "tail": tail(log, 12) if rc != 0 or mine != ref else []})
+
+# --- 3d. transport = "nccl" with two devices on the one GPU: refused. ------
+rundir = os.path.join(work, "nccl_same_gpu")
+rc, dt, log = run("nccl_same_gpu", [gorun, os.path.join(here, "mnist_nodrop.star"), "--cluster", nccl_cluster(),
+                                    "--devices", "2", "--out", rundir], 45, reserve=45)
+said = [l for l in tail(log, 20) if "are on the same GPU" in l]
+emit({"check": "nccl_same_gpu", "rc": rc, "error": said[-1][:600] if said else None,
+      "ok": rc not in (0, "timeout", "skipped") and bool(said), "tail": [] if said else tail(log)})
 
 # --- 4. PyTorch eager on the same GPU, same Net and batches. ----------------
 torch_sps = {}

@@ -405,8 +405,9 @@ func (rs *runState) initParams() error {
 func (rs *runState) connect() error {
 	p := rs.plan
 	n := len(rs.workers)
+	wc := rs.worldConnector()
 	if p.World == 1 {
-		return nil
+		return rs.connectOne(wc)
 	}
 	alg, err := comm.ParseAlgorithm(p.Cluster.Algorithm)
 	if err != nil {
@@ -427,7 +428,12 @@ func (rs *runState) connect() error {
 		d.host = host[r]
 		d.world = p.World
 	}
-	colls, err := rs.backend.Connect(devs, host)
+	var colls []backend.Collectives
+	if wc != nil {
+		colls, err = wc.ConnectWorld(devs, rs.world())
+	} else {
+		colls, err = rs.backend.Connect(devs, host)
+	}
 	if err != nil {
 		return err
 	}
