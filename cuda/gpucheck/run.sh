@@ -396,16 +396,40 @@ def gpt2_flops_per_token():
     return 6 * n + 12 * L * d * g["T"], n
 
 
+def write_npy(path, rows, cols, values):
+    """An int32 [rows, cols] .npy file (format 1.0), without numpy."""
+    import array
+    header = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    a = array.array("i", values)
+    if sys.byteorder != "little":
+        a.byteswap()
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1"))
+        a.tofile(f)
+
+
+def write_tokens(d, n, t, v):
+    """data.tensors' token windows: n random windows of t ids below v
+    (x), and the id after each (y)."""
+    import random
+    rng = random.Random(1)
+    x, y = [], []
+    for _ in range(n):
+        w = [rng.randrange(v) for _ in range(t + 1)]
+        x += w[:-1]
+        y += w[1:]
+    write_npy(os.path.join(d, "tokens_x.npy"), n, t, x)
+    write_npy(os.path.join(d, "tokens_y.npy"), n, t, y)
+
+
 @check("gpt2_small")
 def _():
-    import numpy as np  # PyTorch's companion; the tokens file of data.tensors
     g = GPT2
     d = os.path.join(work, "gpt2")
     os.makedirs(d, exist_ok=True)
     shutil.copy(os.path.join(here, "gpt2_small.star"), d)
-    ids = np.random.default_rng(1).integers(0, g["V"], size=(g["batch"] * g["steps"], g["T"] + 1)).astype(np.int32)
-    np.save(os.path.join(d, "tokens_x.npy"), np.ascontiguousarray(ids[:, :-1]))
-    np.save(os.path.join(d, "tokens_y.npy"), np.ascontiguousarray(ids[:, 1:]))
+    write_tokens(d, g["batch"] * g["steps"], g["T"], g["V"])
     fpt, n = gpt2_flops_per_token()
     for prec in ("fp32", "bf16"):
         sets = ["batch_size=%d" % g["batch"], "max_steps=%d" % g["steps"]]
