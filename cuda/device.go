@@ -220,6 +220,42 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 	return s-s == 0, nil
 }
 
+// ReadStep reads the step's loss and whether grads are all finite with
+// one copy to the host and one wait (backend.StepReader): the split sum
+// of grads (Finite's) and a copy of the loss land side by side in a few
+// bytes of device memory, which come back together.
+func (d *Device) ReadStep(loss, grads *engine.Buffer) (float32, bool, error) {
+	if err := d.loaded(); err != nil {
+		return 0, false, err
+	}
+	if err := d.enter(); err != nil {
+		return 0, false, err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return 0, false, err
+	}
+	if grads.DType == engine.Float32 {
+		if err := d.splitSum(d.ptr(grads), uintptr(d.small), 1, 1, d.live(grads), false); err != nil {
+			return 0, false, err
+		}
+	} else if err := memset32(d.small, 0, 1, d.stream); err != nil {
+		return 0, false, err
+	}
+	if err := memcpyDtoD(d.small+4, cu.DevicePtr(d.ptr(loss)), 4, d.stream); err != nil {
+		return 0, false, err
+	}
+	h := d.host.bytes(8)
+	if err := memcpyDtoH(unsafe.Pointer(&h[0]), d.small, 8, d.stream); err != nil {
+		return 0, false, err
+	}
+	if err := syncStream(d.stream); err != nil {
+		return 0, false, fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	s := *(*float32)(unsafe.Pointer(&h[0]))
+	return *(*float32)(unsafe.Pointer(&h[4])), s-s == 0, nil
+}
+
 // Device is one Program on one GPU: its arena, its compute and
 // communication streams, its cuBLAS handle and the captured graphs.
 type Device struct {
@@ -234,7 +270,7 @@ type Device struct {
 	eventsOK                  bool
 	blas                      *blasHandle
 	blasWork                  cu.DevicePtr
-	small                     cu.DevicePtr // a few scalars (Finite's sum)
+	small                     cu.DevicePtr // a few scalars (Finite's sum, ReadStep's sum and loss)
 	// part holds partN doubles: the split sums' partials (splitSum),
 	// sized at Load for the program's largest.
 	part  cu.DevicePtr
@@ -285,6 +321,7 @@ var (
 	_ backend.Device        = (*Device)(nil)
 	_ backend.Replayer      = (*Device)(nil)
 	_ backend.FiniteChecker = (*Device)(nil)
+	_ backend.StepReader    = (*Device)(nil)
 )
 
 // Name is "cuda:INDEX (GPU NAME)", with the GPU's ordinal when it differs

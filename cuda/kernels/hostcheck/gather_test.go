@@ -81,13 +81,15 @@ func TestGatherTokenWindows(t *testing.T) {
 // targets of shape [3] (values from a formula: a mix-up shows).
 type regression struct{ n int }
 
-func (s regression) Name() string                           { return "regression" }
-func (s regression) Len() int                               { return s.n }
-func (s regression) SampleShape() []int                     { return []int{5} }
-func (s regression) TargetShape() []int                     { return []int{3} }
-func (s regression) NumClasses() int                        { return 0 }
-func (s regression) Labels() []int32                        { return nil }
-func (s regression) Fill(idx []int, x []float32, _ []int32) { s.FillTargets(idx, x, make([]float32, 3*len(idx))) }
+func (s regression) Name() string       { return "regression" }
+func (s regression) Len() int           { return s.n }
+func (s regression) SampleShape() []int { return []int{5} }
+func (s regression) TargetShape() []int { return []int{3} }
+func (s regression) NumClasses() int    { return 0 }
+func (s regression) Labels() []int32    { return nil }
+func (s regression) Fill(idx []int, x []float32, _ []int32) {
+	s.FillTargets(idx, x, make([]float32, 3*len(idx)))
+}
 func (s regression) FillTargets(idx []int, x, y []float32) {
 	for i, k := range idx {
 		for j := range 5 {
