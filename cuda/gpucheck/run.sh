@@ -306,7 +306,7 @@ def _():
     script, changed = example("gpt_text.star")
     losses = {}
     for backend, cf in (("cpu", cpu_cluster()), ("cuda", cluster(False))):
-        rc, dt, log, steps, _, _, _ = gorun_run("gpt20_" + backend, script, cf, ["max_steps=20", "epochs=1"], 90, reserve=250)
+        rc, dt, log, steps, _, _, _ = gorun_run("gpt20_" + backend, script, cf, ["max_steps=20", "epochs=1", "eval=None"], 90, reserve=250)
         losses[backend] = [s["loss"] for s in steps]
         if rc != 0:
             emit({"check": "gpt_run", "backend": backend, "rc": rc, "ok": False, "tail": tail(log)})
