@@ -36,7 +36,8 @@
 #                                   bf16 when gorun takes precision = "bf16")
 #   {"check":"torch_gpt2", ...}     the same model in PyTorch eager (SDPA), fp32 and bf16
 #   {"check":"resnet_fashion", ...} resnet_fashion.star unchanged on cuda: samples/s,
-#                                   seconds to 0.92, test accuracy (≥ the CPU's - 0.01)
+#                                   seconds to 0.92, test accuracy (≥ the CPU's - 0.01);
+#                                   fp32, and bf16 once gorun takes precision = "bf16"
 #   {"check":"torch_resnet", ...}   the same ResNet and training in PyTorch, fp32 and bf16
 #   {"check":"gpt_text", ...}       gpt_text.star unchanged on cuda (2 epochs): test loss
 #                                   vs the CPU's 1.706 (± 0.015)
@@ -522,6 +523,31 @@ def _():
           "ok": rc == 0 and loss is not None and abs(loss - CPU_GPT_TEST_LOSS) <= 0.015, "tail": tail(log) if rc != 0 else []})
 
 
+# --- 8b. resnet_fashion.star under bf16, once gorun takes a precision. ----
+@check("resnet_fashion_bf16")
+def _():
+    script, changed = example("resnet_fashion.star")
+    rc, dt, log, steps, summary, evals, epochs = gorun_run("resnet_fashion_bf16", script, cluster(False), ['precision="bf16"'],
+                                                           120, reserve=20)
+    if rc != 0 and "precision" in open(log, errors="replace").read() and not steps:
+        emit({"check": "resnet_fashion", "precision": "bf16", "ok": None,
+              "skipped": "this gorun does not take precision = \"bf16\" yet", "tail": tail(log, 3)})
+        return
+    accs = [e.get("accuracy") for e in evals]
+    train_s, to_target = 0.0, None
+    for ep, ev in zip(epochs, evals):
+        train_s += ep["train_seconds"]
+        if to_target is None and (ev.get("accuracy") or 0) >= 0.92:
+            to_target = train_s
+    rates = [ep["samples"] / ep["train_seconds"] for ep in epochs[1:] if ep["train_seconds"]]
+    sps = sum(rates) / len(rates) if rates else None
+    resnet["gorun_bf16"], resnet["gorun_bf16_to_092"] = sps, to_target
+    final = accs[-1] if accs else None
+    emit({"check": "resnet_fashion", "precision": "bf16", "devices": 1, "samples_per_s": sps, "seconds_to_092": to_target,
+          "accuracy": accs, "wall_seconds": round(dt, 1),
+          "ok": rc == 0 and final is not None and final >= CPU_RESNET_ACCURACY - 0.01, "tail": tail(log) if rc != 0 else []})
+
+
 # --- 9. resnet_fashion.star as the CPU's figure was made: two devices
 # (replicas on the one GPU), its test accuracy against the CPU's. --------
 @check("resnet_fashion_2")
@@ -545,8 +571,9 @@ emit({"check": "summary",
       "gpt2_bf16_vs_torch_bf16": ratio(gpt2.get("bf16"), gpt2.get("torch_bf16")),
       "resnet_vs_torch_fp32": ratio(resnet.get("gorun"), resnet.get("torch_fp32")),
       "resnet_vs_torch_bf16": ratio(resnet.get("gorun"), resnet.get("torch_bf16")),
-      "resnet_seconds_to_092": {"gorun": resnet.get("gorun_to_092"), "torch_fp32": resnet.get("torch_fp32_to_092"),
-                                "torch_bf16": resnet.get("torch_bf16_to_092")},
+      "resnet_bf16_vs_torch_bf16": ratio(resnet.get("gorun_bf16"), resnet.get("torch_bf16")),
+      "resnet_seconds_to_092": {"gorun": resnet.get("gorun_to_092"), "gorun_bf16": resnet.get("gorun_bf16_to_092"),
+                                "torch_fp32": resnet.get("torch_fp32_to_092"), "torch_bf16": resnet.get("torch_bf16_to_092")},
       "targets_met": {"mnist_b512_3x_torch": bool(r512 and r512 >= 3)},
       "all_checks_ok": ok_all, "seconds": round(time.time() - start, 1), "ok": ok_all})
 try:
