@@ -21,6 +21,14 @@
 // in the instantiated graph's kernel nodes before a launch
 // (cuGraphExecKernelNodeSetParams), so the graph is captured only once.
 //
+// Data: LoadData holds a whole dataset in GPU memory in the layout its
+// kind needs (datalayout.go: float32 samples with int32 class labels,
+// int32 token windows with their next-token targets, float32 samples with
+// float32 targets), and Gather sends only a batch's sample indices and
+// gathers its rows there. The runner reads back one thing a step: the
+// loss and whether the gradients are finite, in one transfer (ReadStep,
+// backend.StepReader).
+//
 // Kernel steps run by table: opSteps maps each op the device runs to a
 // small function (runConv2D, runReLU, …) that queues its kernels and
 // GEMMs, and each op family keeps its functions and its part of the

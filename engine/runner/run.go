@@ -736,14 +736,11 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	d.dataWait = d.dataWaited() - waited
 	d.epochWait += d.dataWait
-	// The loss sums the micro-batches on the device: read once a step.
-	local, err := d.readLoss()
-	if err != nil {
-		return err
-	}
+	// The loss sums the micro-batches on the device: read once a step,
+	// with whether the gradients are finite (one wait for the device).
 	// A non-finite loss or gradient must not reach the parameters.
 	bad := 0.0
-	gradsOK, err := d.finite(d.prog.SyncedGrads)
+	local, gradsOK, err := d.readStep()
 	if err != nil {
 		return err
 	}
