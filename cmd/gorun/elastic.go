@@ -229,7 +229,7 @@ func decideRestart(named, c *engine.Cluster, end jobEnd, interrupted os.Signal, 
 		return restartDecision{why: fmt.Sprintf("mpirun exited with status %d and no host or process was lost: the ranks' own error (above) would repeat", end.code)}
 	}
 	if restarts >= maxRestarts {
-		return restartDecision{why: fmt.Sprintf("the job lost %s, and its %s (--max-restarts %d) are used up", nodeList(named, c, lost), plural(maxRestarts, "restart"), maxRestarts), lost: lost, ranks: ranks}
+		return restartDecision{why: fmt.Sprintf("the job lost %s, and --max-restarts %d allows no more restarts (%s made)", nodeList(named, c, lost), maxRestarts, plural(restarts, "restart")), lost: lost, ranks: ranks}
 	}
 	return restartDecision{restart: true, lost: lost, ranks: ranks}
 }

@@ -179,7 +179,7 @@ func TestElasticNoRestart(t *testing.T) {
 		{"crash", []string{"killed 1 10.0.0.2 11 Segfault"}, nil, 1, 1,
 			"gorun: launch: not restarting: rank 1 on node[2] 10.0.0.2 died of signal 11 (Segfault): a crash of gorun itself, which a restart would repeat"},
 		{"used up", []string{"killed 2 10.0.0.3 9 Killed", "lose 10.0.0.2"}, nil, 2, 1,
-			"gorun: launch: not restarting: the job lost node[2] 10.0.0.2, and its 1 restart (--max-restarts 1) are used up"},
+			"gorun: launch: not restarting: the job lost node[2] 10.0.0.2, and --max-restarts 1 allows no more restarts (1 restart made)"},
 		{"min processes", []string{"lose 10.0.0.3"}, []string{"--min-processes", "3"}, 1, 1,
 			"gorun: launch: not restarting: the job lost node[3] 10.0.0.3; 2 processes left on the hosts that answer (127.0.0.1, 10.0.0.2), fewer than --min-processes 3; the checkpoints in "},
 		{"rank 0's host", []string{"lose 127.0.0.1"}, nil, 1, 1,
