@@ -165,6 +165,10 @@ func (el *elastic) run(j *elasticJob) error {
 			return fail
 		}
 		next, err := j.regroup(&cur, d, el, end)
+		if s := j.sig.interrupted(); s != nil {
+			fmt.Fprintf(j.stderr, "gorun: launch: not restarting: %s stopped the run during the restart\n", sigName(s))
+			return &exitStatus{code: signalStatus(s), msg: "launch: interrupted"}
+		}
 		if err != nil {
 			fmt.Fprintf(j.stderr, "gorun: launch: not restarting: %v\n", err)
 			return fail

@@ -27,7 +27,8 @@ type elasticFake struct {
 // each): "ok"; "fail" (a rank's own error); "lose HOST [DOWN]" (OpenMPI
 // lost HOST's daemon; host DOWN stops answering ssh); "killed RANK HOST
 // SIGNAL NAME"; "interrupt" (SIGINT to launch, then lose host 10.0.0.3
-// unless SIGUSR2 came).
+// unless SIGUSR2 came); "lose-int HOST OTHER" (lose HOST; the
+// restart's check of host OTHER sends SIGINT to launch and hangs).
 func newElasticFake(t *testing.T, plan ...string) *elasticFake {
 	t.Helper()
 	e := &elasticFake{dir: t.TempDir()}
@@ -54,6 +55,7 @@ set -- $(sed -n "${n}p" "$D/plan")
 case "$1" in
 ok) exit 0;;
 fail) echo "gorun: rank 1 of 3 (host h2): train.star:12:5: train: batch_size: must be ≥ 1" >&2; exit 1;;
+lose-int) echo "  Remote daemon: [[43405,0],2] on node $2" >&2; touch "$D/interrupt-$3"; exit 1;;
 lose) echo "An ORTE daemon has unexpectedly failed after launch and before communicating back to mpirun." >&2
   echo "  Remote daemon: [[43405,0],2] on node $2" >&2
   [ -n "$3" ] && touch "$D/down-$3"; exit 1;;
@@ -66,6 +68,7 @@ exit 99
 	write(e.ssh, `#!/bin/sh
 for a; do host=$cmd; cmd=$a; done
 if [ -e `+shellQuote(e.dir)+`/down-"$host" ]; then echo "ssh: connect to host $host port 22: Connection timed out" >&2; exit 255; fi
+if [ -e `+shellQuote(e.dir)+`/interrupt-"$host" ]; then kill -INT $PPID; sleep 10; fi
 cmd=$(printf '%s' "$cmd" | sed "s|`+e.run+`|`+e.run+`-$host|g")
 exec sh -c "$cmd"
 `, 0o755)
@@ -186,6 +189,8 @@ func TestElasticNoRestart(t *testing.T) {
 			"gorun: launch: not restarting: node[1] 127.0.0.1 held the run folder "},
 		{"interrupt", []string{"interrupt", "ok"}, nil, 1, 143,
 			"gorun: launch: not restarting: SIGINT stopped the run (a user's interrupt is never followed by a restart)"},
+		{"interrupt between jobs", []string{"lose-int 10.0.0.3 10.0.0.2", "ok"}, nil, 1, 130,
+			"gorun: launch: SIGINT: stopping; no job starts after an interrupt\ngorun: launch: not restarting: SIGINT stopped the run during the restart"},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			e := newElasticFake(t, c.plan...)
