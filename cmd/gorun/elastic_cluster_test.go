@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,7 +53,10 @@ func TestElasticCluster(t *testing.T) {
 	})
 	ct := &clusterTest{t: t, h: h, bin: bin, local: local}
 	t.Run("ZeroStage2", ct.zeroStage2)
-	t.Run("Elastic", ct.elastic)
+	for _, fault := range []string{"link cut", "rank killed"} {
+		t.Run("Elastic_"+strings.ReplaceAll(fault, " ", "_"), func(t *testing.T) { ct.elastic(t, fault) })
+	}
+	t.Run("LeadLost", ct.leadLost)
 }
 
 // zeroStage2: sync.zero(stage = 2) over 3 hosts equals 3 in-process
@@ -126,13 +130,15 @@ train(
 )
 `
 
-// elastic: a run that loses host 3 after its first checkpoint restarts
-// on hosts 1 and 2 and ends where a planned stop and --resume do.
-func (ct *clusterTest) elastic(t *testing.T) {
+// elastic: a run that loses host 3 after its first checkpoint (fault:
+// "link cut", "rank killed") restarts on hosts 1 and 2 and ends where a
+// planned stop and --resume do.
+func (ct *clusterTest) elastic(t *testing.T, fault string) {
 	script := writeScript(t, elasticScript)
 	cluster := ct.cluster(t, "")
-	out := filepath.Join(ct.local, "elastic") // host 1's own: no shared folder
-	own := filepath.Join(ct.h.PrivateDir(0), "elastic")
+	name := "elastic-" + strings.ReplaceAll(fault, " ", "-")
+	out := filepath.Join(ct.local, name) // host 1's own: no shared folder
+	own := filepath.Join(ct.h.PrivateDir(0), name)
 	l := ct.start(t, 4*time.Minute, "--cluster", cluster, "--max-restarts", "1", script, "--out", out, "-q")
 	defer func() {
 		select {
@@ -144,11 +150,24 @@ func (ct *clusterTest) elastic(t *testing.T) {
 	}()
 	ct.waitCheckpoint(t, l, own)
 	time.Sleep(200 * time.Millisecond) // inside the next epoch
-	if err := ct.h.CutLink(2, true); err != nil {
-		t.Fatal(err)
+	began := time.Now()
+	switch fault {
+	case "link cut":
+		if err := ct.h.CutLink(2, true); err != nil {
+			t.Fatal(err)
+		}
+		defer ct.h.CutLink(2, false)
+	case "rank killed":
+		killed := false
+		for _, p := range ct.h.Procs(2) {
+			if strings.HasPrefix(p.Cmd, ct.bin+" ") {
+				killed = syscall.Kill(p.Pid, syscall.SIGKILL) == nil
+			}
+		}
+		if !killed {
+			t.Fatalf("host 3 runs no rank: %v", ct.h.Procs(2))
+		}
 	}
-	fault := time.Now()
-	defer ct.h.CutLink(2, false)
 	// The times: the restart decided (launch's line), the run resumed
 	// (rank 0's restart line in metrics.jsonl), the run finished.
 	var restarted, resumed time.Duration
@@ -159,15 +178,15 @@ func (ct *clusterTest) elastic(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if restarted == 0 && strings.Contains(l.out.String(), "gorun: launch: restart 1 of 1: ") {
-			restarted = time.Since(fault)
+			restarted = time.Since(began)
 		}
 		if resumed == 0 {
 			if b, err := os.ReadFile(filepath.Join(own, "metrics.jsonl")); err == nil && strings.Contains(string(b), `"kind":"restart"`) {
-				resumed = time.Since(fault)
+				resumed = time.Since(began)
 			}
 		}
 	}
-	finished := time.Since(fault)
+	finished := time.Since(began)
 	log := l.out.String()
 	if l.code != 0 {
 		t.Fatalf("the elastic run: exit %d\n%s", l.code, tail(log, 40))
@@ -211,13 +230,14 @@ func (ct *clusterTest) elastic(t *testing.T) {
 
 	// The planned run: the same steps on 3 hosts, a stop, --resume on 2
 	// (host 2 given host 1's checkpoint by hand).
-	planned := filepath.Join(ct.local, "planned")
-	ownPlanned := filepath.Join(ct.h.PrivateDir(0), "planned")
+	name = "planned-" + strings.ReplaceAll(fault, " ", "-")
+	planned := filepath.Join(ct.local, name)
+	ownPlanned := filepath.Join(ct.h.PrivateDir(0), name)
 	ct.h.CutLink(2, false)
 	if p := ct.launch(t, "--cluster", cluster, script, "--out", planned, "-q", "--set", fmt.Sprintf("max_steps=%d", step)); p.code != 0 {
 		t.Fatalf("the planned run's first part: exit %d\n%s", p.code, tail(p.out.String(), 30))
 	}
-	ckpt := filepath.Join("planned", "checkpoints", ckptName)
+	ckpt := filepath.Join(name, "checkpoints", ckptName)
 	if err := os.CopyFS(filepath.Join(ct.h.PrivateDir(1), ckpt), os.DirFS(filepath.Join(ct.h.PrivateDir(0), ckpt))); err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +246,45 @@ func (ct *clusterTest) elastic(t *testing.T) {
 	}
 	want, got := finalParams(t, ownPlanned), finalParams(t, own)
 	d := relDiff(want, got)
-	t.Logf("elastic run (lost host 3 at step %d's checkpoint, went on on 2) vs planned stop and --resume on 2: %.3g relative, %.3g absolute", step, d, maxAbsDiff(want, got))
+	t.Logf("%s: elastic run (lost host 3 after step %d's checkpoint, went on on 2) vs planned stop and --resume on 2: %.3g relative, %.3g absolute", fault, step, d, maxAbsDiff(want, got))
 	if d > 1e-5 {
 		t.Errorf("the elastic run's parameters differ from the planned run's by %.3g (want ≤ 1e-5)", d)
 	}
-	t.Logf("time to recover from host 3's cut link (comm.timeout %v): restart decided after %v, training resumed after %v (restart line: down %.1fs, redo %.1fs, lost %.1fs); the run finished %v after the fault",
-		clusterTimeout, restarted.Round(100*time.Millisecond), resumed.Round(100*time.Millisecond),
+	t.Logf("time to recover from host 3's %s (comm.timeout %v): restart decided after %v, training resumed after %v (restart line: down %.1fs, redo %.1fs, lost %.1fs); the run finished %v after the fault",
+		fault, clusterTimeout, restarted.Round(100*time.Millisecond), resumed.Round(100*time.Millisecond),
 		restart["down_seconds"], restart["redo_seconds"], restart["seconds_lost"], finished.Round(100*time.Millisecond))
+}
+
+// leadLost: when rank 0's host (node 1) is lost and no folder is shared,
+// the run folder cannot be reached: launch does not restart, names the
+// host, and exits with mpirun's status; the checkpoint stays on host 1.
+func (ct *clusterTest) leadLost(t *testing.T) {
+	script := writeScript(t, elasticScript)
+	out := filepath.Join(ct.local, "lead")
+	own := filepath.Join(ct.h.PrivateDir(0), "lead")
+	l := ct.start(t, 3*time.Minute, "--cluster", ct.cluster(t, ""), "--max-restarts", "2", script, "--out", out, "-q")
+	defer func() {
+		select {
+		case <-l.done:
+		default:
+			l.cmd.Cancel()
+			<-l.done
+		}
+	}()
+	ct.waitCheckpoint(t, l, own)
+	if err := ct.h.CutLink(0, true); err != nil {
+		t.Fatal(err)
+	}
+	defer ct.h.CutLink(0, false)
+	<-l.done
+	log := l.out.String()
+	want := fmt.Sprintf("gorun: launch: not restarting: node[1] %s held the run folder %s (rank 0 writes its metrics.jsonl and checkpoints on its own host) and is lost; node[2] %s, rank 0's host now, does not see it",
+		ct.h.Addrs[0], out, ct.h.Addrs[1])
+	if l.code == 0 || !strings.Contains(log, want) || strings.Contains(log, "restart 1 of") {
+		t.Errorf("rank 0's host lost: exit %d\n%s\nwant a non-zero exit and %q", l.code, tail(log, 30), want)
+	}
+	if m, _ := filepath.Glob(filepath.Join(own, "checkpoints", "step-*", "state.safetensors")); len(m) == 0 {
+		t.Error("host 1's checkpoint is gone")
+	}
+	t.Logf("rank 0's host lost: exit %d after %v; %s", l.code, l.took.Round(100*time.Millisecond), lastLine(log))
 }
