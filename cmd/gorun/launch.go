@@ -55,6 +55,11 @@ var launchFlags = map[string]bool{"dry-run": true, "mpirun": true, "max-restarts
 // When mpirun fails, launch reads what its output said (jobWatch) and ends
 // with one line naming the rank and host the job lost and the collective
 // the other ranks were waiting in.
+//
+// With --max-restarts N (elastic.go), a job that lost hosts or processes
+// is started again, up to N times, on the hosts that still answer, from
+// the run folder's newest checkpoint, while at least --min-processes
+// processes are left.
 func launchCmd(args []string, stdout, stderr io.Writer) error {
 	var f flags
 	fs := newFlagSet(&f, stderr)
@@ -63,7 +68,7 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	var el elastic
 	el.flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gorun launch --cluster C.toml [--dry-run] [--mpirun PATH] SCRIPT.star [flags for every rank]")
+		fmt.Fprintln(stderr, "usage: gorun launch --cluster C.toml [--dry-run] [--mpirun PATH] [--max-restarts N [--min-processes M]] SCRIPT.star [flags for every rank]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseCmdArgs(fs, args)
