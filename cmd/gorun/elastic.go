@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -379,11 +380,17 @@ func (j *elasticJob) regroup(cur *engine.Cluster, d restartDecision, el *elastic
 	// the first of those left.
 	lead := left.Nodes[0].Host
 	probes := make([]checkpointProbe, len(left.Nodes))
-	for i, n := range left.Nodes {
-		probes[i] = j.probe(ctx, &left, n.Host, remote[i])
-		if ctx.Err() != nil {
-			return nil, errors.New("interrupted while looking for the newest checkpoint")
-		}
+	var wg sync.WaitGroup
+	for i, n := range left.Nodes { // all at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probes[i] = j.probe(ctx, &left, n.Host, remote[i])
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, errors.New("interrupted while looking for the newest checkpoint")
 	}
 	p0 := probes[0]
 	oldLead := cur.Nodes[0].Host

@@ -173,6 +173,9 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 		return el.run(&elasticJob{c: c, clusterFile: f.cluster, mpirun: mpirun, self: self, script: pos[0],
 			flags: passThrough(fs, args), fs: fs, runDir: runDir, hostfile: hostfile, sig: sig, stdout: stdout, stderr: stderr})
 	}
+	if s := sig.interrupted(); s != nil { // before the job started
+		return &exitStatus{code: signalStatus(s), msg: "launch: interrupted"}
+	}
 	end, err := runJob(argv, stdout, stderr, sig, &jobWatch{})
 	if err != nil {
 		return err
