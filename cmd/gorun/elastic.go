@@ -403,6 +403,13 @@ func (j *elasticJob) regroup(cur *engine.Cluster, d restartDecision, el *elastic
 	case p0.step == "":
 		return nil, fmt.Errorf("%s has no complete checkpoint in %s yet (the job was lost before its first): start the run again", nodeName(&j.c, lead), filepath.Join(j.runDir, runner.CheckpointDir))
 	}
+	if oldLead != lead {
+		// A shared run folder: the old rank 0, on the lost host, may
+		// still hold its lock until its collectives time out.
+		if err := j.waitUnlocked(ctx, &left, remote[0], oldLead); err != nil {
+			return nil, err
+		}
+	}
 	step, _ := strconv.Atoi(strings.TrimPrefix(p0.step, "step-"))
 	// Every other host gets rank 0's copy of the checkpoint.
 	for i := 1; i < len(left.Nodes); i++ {
@@ -475,6 +482,40 @@ func probeScript(dir string) string {
 		`cd checkpoints 2>/dev/null || exit 0; best=; n0=-1; for d in step-*; do n=${d#step-}; case $n in ''|*[!0-9]*) continue;; esac; ` +
 		`[ -f "$d/model.safetensors" ] && [ -f "$d/state.safetensors" ] || continue; [ "$n" -gt "$n0" ] && { n0=$n; best=$d; }; done; ` +
 		`[ -n "$best" ] || exit 0; echo "ckpt $best"; for f in "$best"/*; do [ -f "$f" ] && echo "sum $(sha256sum < "$f" | cut -d' ' -f1) ${f#"$best"/}"; done`
+}
+
+// waitUnlocked waits, on rank 0's new host (node 1 of c), until the run
+// folder's lock (gorun.lock) is free: a lost host's rank 0 whose peers
+// are gone ends within comm.timeout (its collectives' watchdog), and
+// its lock with it. It waits at most comm.timeout and 10 s.
+func (j *elasticJob) waitUnlocked(ctx context.Context, c *engine.Cluster, remote bool, oldLead string) error {
+	lock := filepath.Join(j.runDir, lockName)
+	limit := c.Timeout + 10*time.Second
+	deadline := time.Now().Add(limit)
+	script := "[ -e " + shellQuote(lock) + " ] || exit 0; flock -n " + shellQuote(lock) + " true && exit 0; echo held"
+	said := false
+	for {
+		cmd := onHost(ctx, c, c.Nodes[0].Host, remote, script)
+		out, err := cmd.Output()
+		if err == nil && !strings.Contains(string(out), "held") {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.New("interrupted while waiting for the run folder's lock")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the run folder %s is still locked (%s) after %v, by rank 0's process on the lost %s: resume with gorun launch --resume %s once it has ended",
+				j.runDir, lock, limit, nodeName(&j.c, oldLead), j.runDir)
+		}
+		if !said {
+			fmt.Fprintf(j.stderr, "gorun: launch: waiting for rank 0's process on the lost %s to release the run folder %s (at most %v)\n", nodeName(&j.c, oldLead), j.runDir, limit)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // onHost is the command that runs the shell script on host: over the

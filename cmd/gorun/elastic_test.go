@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,8 +18,8 @@ import (
 // fake mpirun that does, call by call, what plan says, and logs its
 // arguments and hostfile; a fake ssh that runs a command here, as a host
 // would, but with the run folder replaced by a folder of the host's own
-// (no shared filesystem), and that fails for a host once a file
-// down-HOST exists; a run folder with a checkpoint at step 10.
+// (no shared filesystem, unless a file "shared" exists), and that fails
+// for a host once a file down-HOST exists; a run folder with a checkpoint at step 10.
 type elasticFake struct {
 	dir, run, mpirun, ssh, script string
 }
@@ -69,7 +70,7 @@ exit 99
 for a; do host=$cmd; cmd=$a; done
 if [ -e `+shellQuote(e.dir)+`/down-"$host" ]; then echo "ssh: connect to host $host port 22: Connection timed out" >&2; exit 255; fi
 if [ -e `+shellQuote(e.dir)+`/interrupt-"$host" ]; then kill -INT $PPID; sleep 10; fi
-cmd=$(printf '%s' "$cmd" | sed "s|`+e.run+`|`+e.run+`-$host|g")
+[ -e `+shellQuote(e.dir)+`/shared ] || cmd=$(printf '%s' "$cmd" | sed "s|`+e.run+`|`+e.run+`-$host|g")
 exec sh -c "$cmd"
 `, 0o755)
 	write(filepath.Join(e.run, "metrics.jsonl"), `{"kind":"step","step":10}`+"\n", 0o644)
@@ -288,5 +289,51 @@ func TestDecideRestart(t *testing.T) {
 		if d.restart != tc.restart || !slices.Equal(d.lost, tc.lost) || !slices.Equal(d.ranks, tc.ranks) {
 			t.Errorf("%s: restart %v, lost nodes %v ranks %v (%s); want %v, %v, %v", tc.name, d.restart, d.lost, d.ranks, d.why, tc.restart, tc.lost, tc.ranks)
 		}
+	}
+}
+
+// TestElasticLeadLostShared: when rank 0's host is lost but the run
+// folder is shared, the restart waits until the lost rank 0's lock on the
+// folder is released (its collectives time out), then restarts on the
+// other hosts, rank 0 now on node 2.
+func TestElasticLeadLostShared(t *testing.T) {
+	e := newElasticFake(t, "lose 10.0.0.1", "ok")
+	if err := os.WriteFile(filepath.Join(e.dir, "shared"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The lost rank 0 holds the folder's lock for 1.5 s more.
+	lock := filepath.Join(e.run, "gorun.lock")
+	holder := exec.Command("flock", lock, "sleep", "1.5")
+	if err := holder.Start(); err != nil {
+		t.Skipf("SKIP: flock (util-linux): %v", err)
+	}
+	defer holder.Wait()
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(lock); err == nil || time.Since(start) > 5*time.Second {
+			break
+		}
+	}
+	begin := time.Now()
+	code, out := e.launch(t, e.cluster(t, "10.0.0.1", "10.0.0.2", "10.0.0.3"), "--max-restarts", "1")
+	log := e.log(t)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\nmpirun's log:\n%s", code, out, log)
+	}
+	for _, want := range []string{
+		"gorun: launch: waiting for rank 0's process on the lost node[1] 10.0.0.1 to release the run folder " + e.run + " (at most 1m10s)",
+		"gorun: launch: restart 1 of 1: lost node[1] 10.0.0.1 (rank 0); resuming from step 10 (",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("launch's output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "copied checkpoint") {
+		t.Errorf("a shared folder's checkpoint was copied:\n%s", out)
+	}
+	if calls := strings.Split(log, "call "); len(calls) != 3 || !strings.Contains(calls[2], "hostfile: 10.0.0.2 slots=1\n  hostfile: 10.0.0.3 slots=1\n") {
+		t.Errorf("mpirun's log:\n%s", log)
+	}
+	if took := time.Since(begin); took < time.Second {
+		t.Errorf("restarted after %v, before the lock was free", took)
 	}
 }
