@@ -28,7 +28,12 @@ import (
 //     checkpoint copied to host 2, as no folder is shared — and finishes;
 //     its final parameters equal (≤ 1e-5) those of a run that does the
 //     same epochs on 3 hosts, stops as planned at the same step, and is
-//     resumed on 2; it logs the time to recover.
+//     resumed on 2; it logs the time to recover; the same with host 3's
+//     rank killed;
+//   - LeadLost: rank 0's host lost, the run folder not shared: launch
+//     stops, naming the host;
+//   - LeadLostShared: rank 0's host lost, the run folder shared: the run
+//     restarts on hosts 2 and 3.
 //
 // Run it alone, under the lock the cluster tests share on this machine:
 //
@@ -57,6 +62,7 @@ func TestElasticCluster(t *testing.T) {
 		t.Run("Elastic_"+strings.ReplaceAll(fault, " ", "_"), func(t *testing.T) { ct.elastic(t, fault) })
 	}
 	t.Run("LeadLost", ct.leadLost)
+	t.Run("LeadLostShared", ct.leadLostShared)
 }
 
 // zeroStage2: sync.zero(stage = 2) over 3 hosts equals 3 in-process
@@ -287,4 +293,35 @@ func (ct *clusterTest) leadLost(t *testing.T) {
 		t.Error("host 1's checkpoint is gone")
 	}
 	t.Logf("rank 0's host lost: exit %d after %v; %s", l.code, l.took.Round(100*time.Millisecond), lastLine(log))
+}
+
+// leadLostShared: with a run folder every host shares, losing rank 0's
+// host (node 1) restarts on hosts 2 and 3, rank 0 now on host 2, once the
+// lost rank 0's lock on the folder is released.
+func (ct *clusterTest) leadLostShared(t *testing.T) {
+	script := writeScript(t, elasticScript)
+	out := filepath.Join(t.TempDir(), "shared") // every namespace sees it
+	l := ct.start(t, 3*time.Minute, "--cluster", ct.cluster(t, ""), "--max-restarts", "1", script, "--out", out, "-q")
+	defer func() {
+		select {
+		case <-l.done:
+		default:
+			l.cmd.Cancel()
+			<-l.done
+		}
+	}()
+	ct.waitCheckpoint(t, l, out)
+	if err := ct.h.CutLink(0, true); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	defer ct.h.CutLink(0, false)
+	<-l.done
+	log := l.out.String()
+	want := fmt.Sprintf("gorun: launch: restart 1 of 1: lost node[1] %s (rank 0); resuming from step ", ct.h.Addrs[0])
+	if l.code != 0 || !strings.Contains(log, want) || !strings.Contains(log, "gorun: launch: finished after 1 restart") {
+		t.Fatalf("rank 0's host lost, a shared folder: exit %d\n%s\nwant exit 0 and %q", l.code, tail(log, 40), want)
+	}
+	t.Logf("rank 0's host lost, a shared folder: finished %v after the fault; %s", time.Since(began).Round(100*time.Millisecond),
+		strings.Join(regexp.MustCompile(`gorun: launch: (waiting|restart)[^\n]*`).FindAllString(log, -1), "; "))
 }
