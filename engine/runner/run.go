@@ -9,7 +9,8 @@
 //   - the epoch loop (run.go) decides each optimizer step's micro-batches,
 //     loss scale and stop requests;
 //   - the observer (observe.go) turns rank 0's steps and epochs into
-//     metrics.jsonl lines, log lines and callbacks;
+//     metrics.jsonl lines, log lines and callbacks (restart.go: the line
+//     of a run that gorun launch restarted after a lost host);
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
 //     checkpoints, best and final parameters;
 //   - the prefetch (stream.go) decodes a dataset streamed from disk ahead
