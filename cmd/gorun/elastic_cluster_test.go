@@ -29,7 +29,8 @@ import (
 //     its final parameters equal (≤ 1e-5) those of a run that does the
 //     same epochs on 3 hosts, stops as planned at the same step, and is
 //     resumed on 2; it logs the time to recover; the same with host 3's
-//     rank killed;
+//     rank killed, and under sync.zero(stage = 2), whose optimizer state
+//     is re-sharded for the 2 processes left;
 //   - LeadLost: rank 0's host lost, the run folder not shared: launch
 //     stops, naming the host;
 //   - LeadLostShared: rank 0's host lost, the run folder shared: the run
@@ -58,8 +59,12 @@ func TestElasticCluster(t *testing.T) {
 	})
 	ct := &clusterTest{t: t, h: h, bin: bin, local: local}
 	t.Run("ZeroStage2", ct.zeroStage2)
-	for _, fault := range []string{"link cut", "rank killed"} {
-		t.Run("Elastic_"+strings.ReplaceAll(fault, " ", "_"), func(t *testing.T) { ct.elastic(t, fault) })
+	for _, c := range []struct{ fault, sync string }{{"link cut", ""}, {"rank killed", ""}, {"rank killed", "sync.zero(stage = 2)"}} {
+		name := "Elastic_" + strings.ReplaceAll(c.fault, " ", "_")
+		if c.sync != "" {
+			name += "_zero2"
+		}
+		t.Run(name, func(t *testing.T) { ct.elastic(t, c.fault, c.sync) })
 	}
 	t.Run("LeadLost", ct.leadLost)
 	t.Run("LeadLostShared", ct.leadLostShared)
@@ -139,10 +144,14 @@ train(
 // elastic: a run that loses host 3 after its first checkpoint (fault:
 // "link cut", "rank killed") restarts on hosts 1 and 2 and ends where a
 // planned stop and --resume do.
-func (ct *clusterTest) elastic(t *testing.T, fault string) {
-	script := writeScript(t, elasticScript)
+func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
+	src := elasticScript
+	if sync != "" { // its optimizer state re-sharded for 2 processes
+		src = strings.Replace(src, "    seed = 1,", "    seed = 1,\n    sync = "+sync+",", 1)
+	}
+	script := writeScript(t, src)
 	cluster := ct.cluster(t, "")
-	name := "elastic-" + strings.ReplaceAll(fault, " ", "-")
+	name := "elastic-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""]
 	out := filepath.Join(ct.local, name) // host 1's own: no shared folder
 	own := filepath.Join(ct.h.PrivateDir(0), name)
 	l := ct.start(t, 4*time.Minute, "--cluster", cluster, "--max-restarts", "1", script, "--out", out, "-q")
@@ -236,7 +245,7 @@ func (ct *clusterTest) elastic(t *testing.T, fault string) {
 
 	// The planned run: the same steps on 3 hosts, a stop, --resume on 2
 	// (host 2 given host 1's checkpoint by hand).
-	name = "planned-" + strings.ReplaceAll(fault, " ", "-")
+	name = "planned-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""]
 	planned := filepath.Join(ct.local, name)
 	ownPlanned := filepath.Join(ct.h.PrivateDir(0), name)
 	ct.h.CutLink(2, false)
@@ -252,7 +261,7 @@ func (ct *clusterTest) elastic(t *testing.T, fault string) {
 	}
 	want, got := finalParams(t, ownPlanned), finalParams(t, own)
 	d := relDiff(want, got)
-	t.Logf("%s: elastic run (lost host 3 after step %d's checkpoint, went on on 2) vs planned stop and --resume on 2: %.3g relative, %.3g absolute", fault, step, d, maxAbsDiff(want, got))
+	t.Logf("%s %s: elastic run (lost host 3 after step %d's checkpoint, went on on 2) vs planned stop and --resume on 2: %.3g relative, %.3g absolute", fault, sync, step, d, maxAbsDiff(want, got))
 	if d > 1e-5 {
 		t.Errorf("the elastic run's parameters differ from the planned run's by %.3g (want ≤ 1e-5)", d)
 	}
