@@ -261,7 +261,7 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 	}
 	want, got := finalParams(t, ownPlanned), finalParams(t, own)
 	d := relDiff(want, got)
-	t.Logf("%s %s: elastic run (lost host 3 after step %d's checkpoint, went on on 2) vs planned stop and --resume on 2: %.3g relative, %.3g absolute", fault, sync, step, d, maxAbsDiff(want, got))
+	t.Logf("%s: elastic run (lost host 3 after step %d's checkpoint, went on on 2) vs planned stop and --resume on 2: %.3g relative, %.3g absolute", strings.TrimSpace(fault+" "+sync), step, d, maxAbsDiff(want, got))
 	if d > 1e-5 {
 		t.Errorf("the elastic run's parameters differ from the planned run's by %.3g (want ≤ 1e-5)", d)
 	}
