@@ -88,7 +88,7 @@ bench-mpi:
 	@$(MPI_CHECK); \
 	set -x; $(GO) test -tags mpi -count=1 -run '^$$' -bench 'MPIAllReduce' ./comm/
 
-## test-cluster: as root, three hosts on this machine (network namespaces on a private bridge, 10.77.0.0/24, an sshd each) and gorun launch across them over TCP: an in-process run's parameters bit for bit, launch's host checks, the hosts' copies of the data, a slow link, binding, and four faults timed (a cut link, dropped packets, a killed rank, a stopped host); about 2 minutes. Everything it makes is removed, also when it fails. Otherwise a SKIP line naming what is missing.
+## test-cluster: as root, three hosts on this machine (network namespaces on a private bridge, 10.77.0.0/24, an sshd each) and gorun launch across them over TCP: an in-process run's parameters bit for bit, launch's host checks, the hosts' copies of the data, a slow link, binding, and four faults timed (a cut link, dropped packets, a killed rank, a stopped host); sync.zero(stage = 2) against 3 in-process devices; elastic restarts (gorun launch --max-restarts) after a lost host, against a planned stop and --resume; about 3 minutes. Everything it makes is removed, also when it fails. Otherwise a SKIP line naming what is missing.
 .PHONY: test-cluster
 test-cluster:
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP test-cluster: not root (network namespaces, veth pairs and sshd need root; CI runs as root)"; exit 0; fi; \
@@ -97,7 +97,7 @@ test-cluster:
 	if [ -n "$$missing" ]; then echo "SKIP test-cluster: missing$$missing: apt-get install openssh-server openssh-client iproute2 nftables openmpi-bin libopenmpi-dev"; exit 0; fi; \
 	$(MPI_CHECK); \
 	set -x; $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
-	$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./cmd/gorun/ -cluster
+	$(GO) test -count=1 -v -timeout 10m -run '^(TestCluster|TestElasticCluster)$$' ./cmd/gorun/ -cluster
 
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
 ## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...; with OpenMPI's development files too, go vet (cuda, comm, cmd/gorun) and build gorun with -tags 'cuda mpi' (transport = "nccl" across processes)

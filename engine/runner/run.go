@@ -9,7 +9,8 @@
 //   - the epoch loop (run.go) decides each optimizer step's micro-batches,
 //     loss scale and stop requests;
 //   - the observer (observe.go) turns rank 0's steps and epochs into
-//     metrics.jsonl lines, log lines and callbacks;
+//     metrics.jsonl lines, log lines and callbacks (restart.go: the line
+//     of a run that gorun launch restarted after a lost host);
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
 //     checkpoints, best and final parameters;
 //   - the prefetch (stream.go) decodes a dataset streamed from disk ahead
@@ -74,6 +75,10 @@ type RunOptions struct {
 	// Resume is a run folder to continue from its newest checkpoint
 	// (--resume); Out defaults to it.
 	Resume string
+	// Restart, with Resume, says that gorun launch restarted the run
+	// after a job lost hosts (--max-restarts): metrics.jsonl gets a
+	// restart line and the summary the restart count (restart.go).
+	Restart *Restart
 	// DataProgress, when set, is called as a dataset that takes a while
 	// to decode (data.images) is decoded, before step 1.
 	DataProgress func(datasets.Progress)
@@ -235,12 +240,17 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	if err := rs.initParams(); err != nil {
 		return nil, err
 	}
+	var restartLine map[string]any // an elastic restart's metrics line
 	if opts.Resume != "" {
 		if rs.resume, err = rs.loadCheckpoint(opts.Resume); err != nil {
 			return nil, err
 		}
 		rs.best = rs.resume.BestAccuracy
 		rs.res.Steps = rs.resume.Step
+		if rs.lead && opts.Restart != nil {
+			reached, redo := lostWork(rs.opts.Out, rs.resume.Step)
+			restartLine = rs.restartRecord(opts.Restart, rs.resume, reached, redo)
+		}
 		if rs.lead {
 			if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
 				return nil, err
@@ -264,6 +274,11 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 			"from_devices": r.FromDevices, "devices": p.World,
 			"from_sync": r.FromSync, "sync": string(p.Sync.Kind()),
 		}); err != nil {
+			return nil, fmt.Errorf("--out: %w", err)
+		}
+	}
+	if restartLine != nil {
+		if err := rs.metrics.record("restart", restartLine); err != nil {
 			return nil, fmt.Errorf("--out: %w", err)
 		}
 	}
