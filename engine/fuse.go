@@ -51,6 +51,11 @@ func (o *GraphOptions) supports(fused ...ops.Op) bool {
 //     input is computed before the batch norm (of two batch norms, the
 //     later one takes the other's output).
 //
+// For a backend that runs them (TargetFusions), fuseConvPool and
+// fuseAttention (a script's own attention into ops.AttentionHeads) follow;
+// nn.multihead_attention's fused attention is chosen where the layer is
+// built (builder.fusedAttention).
+//
 // The fused node keeps the batch norm's layer, its place and its Eval
 // twin (fused the same way); the ReLU's output becomes its output, and the
 // values in between disappear. Each element is rounded as the separate ops

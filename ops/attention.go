@@ -14,11 +14,13 @@ import (
 // each row's logsumexp; the backward op recomputes each tile's
 // probabilities from them.
 //
-// Both ops read q, k and v packed as the attention's input projection
-// writes them, qkv[N,T,3,H,dh] (nn.MultiheadAttention's in_proj: q, k and
-// v for every head of one position in one row), and write the output
-// joined by heads, o[N,T,H·dh], ready for the output projection: no
-// permute is needed on either side.
+// Attention and AttentionGrad read q, k and v packed as the attention's
+// input projection writes them, qkv[N,T,3,H,dh] (nn.MultiheadAttention's
+// in_proj: q, k and v for every head of one position in one row), and
+// write the output joined by heads, o[N,T,H·dh], ready for the output
+// projection: no permute is needed on either side. AttentionHeads and its
+// gradient take q, k and v apart, [N,...,T,dh], as a script that writes
+// attention out with nn.matmul has them.
 //
 // The CPU kernels tile the query rows by attnTile: a tile's scores against
 // every key it may see (its first attnTile·T elements of Ctx.Work, fewer
@@ -42,7 +44,9 @@ const (
 	// AttentionGrad: in do[N,T,H·dh], qkv, o, lse (from Attention); out
 	// dqkv[N,T,3,H,dh]: with P = exp(q·kᵀ/√dh − lse) recomputed tile by
 	// tile, D = rowsum(do∘o) and dS = P∘(do·vᵀ − D), dq = dS·k/√dh, dk =
-	// dSᵀ·q/√dh, dv = Pᵀ·do. Attrs: Causal.
+	// dSᵀ·q/√dh, dv = Pᵀ·do. (The CPU kernel sums D as Σ P∘(do·vᵀ), the
+	// same value, to round as the unfused ops do: attnBackward.) Attrs:
+	// Causal.
 	AttentionGrad Op = "attention_grad"
 
 	// AttentionHeads: in q, k, v [N,...,T,dh] (one shape, rank ≥ 3: each
