@@ -35,6 +35,7 @@ func Target() *target.Target {
 			target.Bool("eager", false, "true: launch each step on its own instead of replaying the step as one captured CUDA graph"),
 			target.Path("cublas", "/usr/lib/x86_64-linux-gnu/libcublas.so.12", "the path of libcublas.so to try first (default: libcublas.so.13, .12, .11 where the loader finds them)"),
 			target.Path("nccl", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "the path of libnccl.so.2 to try first (default: where the loader finds it)"),
+			target.Bool("cublaslt", true, "false: a linear layer's bias is a kernel of its own after the cuBLAS SGEMM, instead of the epilogue of one cuBLASLt matmul (libcublasLt.so beside libcublas)"),
 		},
 		Transports: []target.Transport{{
 			Name: "nccl",
@@ -52,6 +53,9 @@ type Settings struct {
 	// Cublas and NCCL are paths of libcublas.so and libnccl.so.2 to try
 	// before the defaults ("" for none).
 	Cublas, NCCL string
+	// NoCublasLt (cublaslt = false) runs linear layers through cuBLAS and
+	// the separate bias kernel, never cuBLASLt.
+	NoCublasLt bool
 }
 
 // Read reads the [cuda] table's keys from a device's settings (keys left
@@ -61,5 +65,8 @@ func Read(settings map[string]any) Settings {
 	s.Eager, _ = settings["eager"].(bool)
 	s.Cublas, _ = settings["cublas"].(string)
 	s.NCCL, _ = settings["nccl"].(string)
+	if lt, ok := settings["cublaslt"].(bool); ok {
+		s.NoCublasLt = !lt
+	}
 	return s
 }
