@@ -37,7 +37,7 @@ func TestVectorLoads(t *testing.T) {
 		name string
 		// run runs the kernel over arrays (all of length n) and returns
 		// the ones it writes.
-		run func(g Geom, arrs [][]float32, n int) [][]float32
+		run  func(g Geom, arrs [][]float32, n int) [][]float32
 		arrs int
 	}
 	ks := []kernel{
