@@ -16,7 +16,9 @@ const (
 	// is rounded as CrossEntropy then CrossEntropyGrad round it: dx holds
 	// the probabilities CrossEntropy would have written, turned in place
 	// into the gradient, so the fused plan trains bit for bit as the
-	// unfused one on the CPU (TestCrossEntropyFusedMatchesUnfused).
+	// unfused one on the CPU (TestCrossEntropyFusedMatchesUnfused); its
+	// finite-difference check is TestCrossEntropyFusedGradient, its
+	// PyTorch 1.13 check TestOpsGolden's cross_entropy cases.
 	CrossEntropyFused Op = "cross_entropy_fused"
 )
 
