@@ -30,7 +30,8 @@ func withFusedClassifier(t *testing.T) {
 // positions are ignored) compiles into one cross_entropy_fused step in
 // the forward pass, with no cross_entropy_grad, and trains — two
 // micro-batches a step, evaluation on — bit for bit as the plan with
-// cluster.fusion = false, on one device and two. For the real cpu
+// cluster.fusion = false, on one device and two (and two under
+// sync.zero(stage = 3)). For the real cpu
 // target (which declines it) the plan keeps the two ops.
 func TestClassifierFusedTrainsAsUnfused(t *testing.T) {
 	src := strings.Replace(attnSrc(t, false, "0.0"), `loss = "cross_entropy",`,
@@ -40,8 +41,12 @@ func TestClassifierFusedTrainsAsUnfused(t *testing.T) {
 		t.Errorf("the cpu target's plan fuses the classifier")
 	}
 	withFusedClassifier(t)
-	for _, devices := range []int{1, 2} {
-		fused, plain, pf, pp := trainFusedAndPlain(t, src, nil, devices)
+	for _, run := range []struct {
+		devices int
+		sets    []string
+	}{{1, nil}, {2, nil}, {2, []string{"sync=sync.zero(stage = 3)"}}} {
+		devices := run.devices
+		fused, plain, pf, pp := trainFusedAndPlain(t, src, run.sets, devices)
 		if n, m, g := countOp(pf, ops.CrossEntropyFused), countOp(pf, ops.CrossEntropy), countOp(pf, ops.CrossEntropyGrad); n != 1 || m != 0 || g != 0 {
 			t.Errorf("fused plan: %d cross_entropy_fused, %d cross_entropy, %d cross_entropy_grad steps; want 1, 0, 0", n, m, g)
 		}
