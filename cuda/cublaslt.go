@@ -43,7 +43,8 @@ enum {
 	GORUN_LT_DESC_TRANSB = 4,   // CUBLASLT_MATMUL_DESC_TRANSB (int32)
 	GORUN_LT_DESC_EPILOGUE = 7, // CUBLASLT_MATMUL_DESC_EPILOGUE (uint32)
 	GORUN_LT_DESC_BIAS = 8,     // CUBLASLT_MATMUL_DESC_BIAS_POINTER (void *)
-	GORUN_LT_PREF_WORKSPACE = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
+	GORUN_LT_PREF_WORKSPACE = 1, // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
+	GORUN_LT_PREF_ALIGN_A = 5    // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32); B, C, D follow
 };
 
 static int gorun_lt_create(gorun_lt_fns *f, void **h) { return ((gorun_ltCreate_t)f->create)(h); }
@@ -55,7 +56,7 @@ static void gorun_lt_destroy(gorun_lt_fns *f, void *h) { ((gorun_ltDestroy_t)f->
 // gorun_lt_release whatever the outcome.
 static int gorun_lt_prepare(gorun_lt_fns *f, void *h, int ta, int tb, int epilogue,
 	uint64_t ar, uint64_t ac, int64_t ald, uint64_t br, uint64_t bc, int64_t bld,
-	uint64_t cr, uint64_t cc, int64_t cld, uint64_t ws,
+	uint64_t cr, uint64_t cc, int64_t cld, uint64_t ws, uint32_t align,
 	void **desc, void **la, void **lb, void **lc, gorun_lt_algo *algo, int *found) {
 	*found = 0;
 	int s = ((gorun_ltDescCreate_t)f->descCreate)(desc, GORUN_LT_COMPUTE_32F, GORUN_LT_R_32F);
@@ -73,6 +74,8 @@ static int gorun_lt_prepare(gorun_lt_fns *f, void *h, int ta, int tb, int epilog
 	void *pref = NULL;
 	if ((s = ((gorun_ltPrefCreate_t)f->prefCreate)(&pref))) return s;
 	s = ((gorun_ltSetAttr_t)f->prefSet)(pref, GORUN_LT_PREF_WORKSPACE, &ws, sizeof ws);
+	for (int i = 0; i < 4 && !s; i++)
+		s = ((gorun_ltSetAttr_t)f->prefSet)(pref, GORUN_LT_PREF_ALIGN_A + i, &align, sizeof align);
 	gorun_lt_heuristic res;
 	int n = 0;
 	if (!s) s = ((gorun_ltHeuristic_t)f->heuristic)(h, *desc, *la, *lb, *lc, *lc, pref, 1, &res, &n);
@@ -224,7 +227,7 @@ func (l *ltHandle) prepare(c ltCall) (*ltPrepared, error) {
 	var found C.int
 	s := C.gorun_lt_prepare(&l.lib.fns, l.h, C.int(cublasOp(c.TransA)), C.int(cublasOp(c.TransB)), C.int(c.Epilogue),
 		C.uint64_t(c.A.Rows), C.uint64_t(c.A.Cols), C.int64_t(c.A.LD), C.uint64_t(c.B.Rows), C.uint64_t(c.B.Cols), C.int64_t(c.B.LD),
-		C.uint64_t(c.C.Rows), C.uint64_t(c.C.Cols), C.int64_t(c.C.LD), C.uint64_t(cublasWorkspaceBytes),
+		C.uint64_t(c.C.Rows), C.uint64_t(c.C.Cols), C.int64_t(c.C.LD), C.uint64_t(cublasWorkspaceBytes), C.uint32_t(c.Align),
 		&p.desc, &p.la, &p.lb, &p.lc, &p.algo, &found)
 	if err := cublasCheck("cublasLt (preparing a matmul)", s); err != nil {
 		C.gorun_lt_release(&l.lib.fns, p.desc, p.la, p.lb, p.lc)
@@ -278,7 +281,7 @@ func (d *Device) linearBias(n, i, o int, x, w, b, y uintptr) (ran bool, err erro
 	if d.lt == nil {
 		return false, nil
 	}
-	c, ok := linearBiasCall(n, i, o)
+	c, ok := linearBiasCall(n, i, o, ltAlignment(x, w, b, y))
 	if !ok {
 		return false, nil
 	}

@@ -41,6 +41,29 @@ type ltCall struct {
 	A, B, C        ltLayout
 	Epilogue       ltEpilogue
 	SwapOperands   bool
+	// Align is the bytes every operand's address is a multiple of (a
+	// power of two, at most 256: ltAlignment), which the heuristic is told
+	// (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), since by default it assumes
+	// 256 and gorun's buffers start on 64-byte boundaries (views anywhere).
+	Align int
+}
+
+// ltMaxAlign is the alignment cuBLASLt assumes unless told less.
+const ltMaxAlign = 256
+
+// ltAlignment is the largest power of two, at most ltMaxAlign, that
+// divides every non-zero address of ptrs (an absent operand is 0).
+func ltAlignment(ptrs ...uintptr) int {
+	a := uintptr(ltMaxAlign)
+	for _, p := range ptrs {
+		if p == 0 {
+			continue
+		}
+		for p%a != 0 {
+			a /= 2
+		}
+	}
+	return int(a)
 }
 
 // k is the call's inner dimension (op(A)'s columns).
@@ -72,12 +95,15 @@ func ltCallFor(g gemmCall, e ltEpilogue) (c ltCall, ok bool) {
 // call (runLinear).
 func linearGemm(n, i, o int) gemmCall { return rowMajorGemm(false, true, n, o, i, i, i, o) }
 
-// linearBiasCall is ops.Linear with a bias as one cuBLASLt matmul: the
+// linearBiasCall is ops.Linear with a bias as one cuBLASLt matmul, its
+// operands at addresses aligned to align bytes (ltAlignment): the
 // column-major product is yᵀ[o×n], so the bias (o elements) is added to
 // each of its rows: CUBLASLT_EPILOGUE_BIAS. ok is false for an empty
 // batch.
-func linearBiasCall(n, i, o int) (ltCall, bool) {
-	return ltCallFor(linearGemm(n, i, o), ltEpilogueBias)
+func linearBiasCall(n, i, o, align int) (ltCall, bool) {
+	c, ok := ltCallFor(linearGemm(n, i, o), ltEpilogueBias)
+	c.Align = align
+	return c, ok
 }
 
 // ltNotes says once per device and reason why the device runs a linear

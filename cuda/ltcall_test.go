@@ -61,8 +61,8 @@ func TestLtLinearCall(t *testing.T) {
 	r := rand.New(rand.NewPCG(26, 1))
 	for _, sz := range [][3]int{{1, 1, 1}, {3, 5, 7}, {17, 4, 9}, {2, 33, 1}} {
 		n, in, o := sz[0], sz[1], sz[2]
-		c, ok := linearBiasCall(n, in, o)
-		if !ok || c.Epilogue != ltEpilogueBias || !c.SwapOperands || c.C.Rows != o || c.C.Cols != n {
+		c, ok := linearBiasCall(n, in, o, 64)
+		if !ok || c.Epilogue != ltEpilogueBias || !c.SwapOperands || c.C.Rows != o || c.C.Cols != n || c.Align != 64 {
 			t.Fatalf("n=%d i=%d o=%d: %+v, %v", n, in, o, c, ok)
 		}
 		x, w, bias := randFloats(r, n*in), randFloats(r, o*in), randFloats(r, o)
@@ -77,11 +77,31 @@ func TestLtLinearCall(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := linearBiasCall(0, 3, 4); ok {
+	if _, ok := linearBiasCall(0, 3, 4, 256); ok {
 		t.Error("an empty batch goes to cuBLASLt")
 	}
 	if _, ok := ltCallFor(rowMajorGemmBatched(false, false, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4), ltEpilogueDefault); ok {
 		t.Error("a batched product goes to cuBLASLt")
+	}
+}
+
+// TestLtAlignment: the heuristic is told the alignment the operands have,
+// never more than cuBLASLt's default 256 bytes; an absent bias counts for
+// nothing.
+func TestLtAlignment(t *testing.T) {
+	for _, c := range []struct {
+		ptrs []uintptr
+		want int
+	}{
+		{[]uintptr{0x7f0000000000, 0x7f0000001000}, 256},
+		{[]uintptr{0x7f0000000000, 0x7f0000000040, 0}, 64},
+		{[]uintptr{0x7f0000000100, 0x7f0000000104}, 4},
+		{[]uintptr{0x7f0000000010}, 16},
+		{nil, 256},
+	} {
+		if got := ltAlignment(c.ptrs...); got != c.want {
+			t.Errorf("ltAlignment(%#x) = %d, want %d", c.ptrs, got, c.want)
+		}
 	}
 }
 
