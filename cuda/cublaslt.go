@@ -231,6 +231,7 @@ func (l *ltHandle) prepare(c ltCall) (*ltPrepared, error) {
 		&p.desc, &p.la, &p.lb, &p.lc, &p.algo, &found)
 	if err := cublasCheck("cublasLt (preparing a matmul)", s); err != nil {
 		C.gorun_lt_release(&l.lib.fns, p.desc, p.la, p.lb, p.lc)
+		l.calls[c] = &ltPrepared{} // not again: the call falls back
 		return nil, err
 	}
 	p.ok = found != 0
@@ -240,15 +241,18 @@ func (l *ltHandle) prepare(c ltCall) (*ltPrepared, error) {
 
 // matmul queues c on stream s over the row-major operands a and b into
 // out, with bias for an epilogue that takes one. ran is false, with no
-// error, when cuBLASLt has no algorithm for c: the caller runs cuBLAS.
-func (l *ltHandle) matmul(device string, c ltCall, a, b, out, bias uintptr, s cu.Stream) (ran bool, err error) {
+// error, when cuBLASLt has no algorithm for c or refuses it (a status
+// other than success, with nothing launched): the caller runs cuBLAS, and
+// the device says why once. A refused call is not tried again.
+func (l *ltHandle) matmul(device string, c ltCall, a, b, out, bias uintptr, s cu.Stream) (ran bool) {
 	p, err := l.prepare(c)
 	if err != nil {
-		return false, err
+		l.notes.fallback(device, err.Error())
+		return false
 	}
 	if !p.ok {
 		l.notes.fallback(device, fmt.Sprintf("cuBLASLt offers no algorithm for the %d×%d product over %d (epilogue %d)", c.C.Rows, c.C.Cols, c.k(), c.Epilogue))
-		return false, nil
+		return false
 	}
 	x, y := a, b
 	if c.SwapOperands {
@@ -256,7 +260,12 @@ func (l *ltHandle) matmul(device string, c ltCall, a, b, out, bias uintptr, s cu
 	}
 	st := C.gorun_lt_matmul(&l.lib.fns, l.h, p.desc, p.la, p.lb, p.lc, &p.algo, 1, C.uintptr_t(x), C.uintptr_t(y), 0,
 		C.uintptr_t(out), C.uintptr_t(bias), C.uintptr_t(l.ws), C.uint64_t(cublasWorkspaceBytes), unsafe.Pointer(cStream(s)))
-	return true, cublasCheck("cublasLtMatmul", st)
+	if err := cublasCheck("cublasLtMatmul", st); err != nil {
+		p.ok = false
+		l.notes.fallback(device, err.Error())
+		return false
+	}
+	return true
 }
 
 // openLt opens cuBLASLt for the device unless the cluster file's [cuda]
@@ -275,20 +284,15 @@ func (d *Device) openLt() {
 }
 
 // linearBias queues ops.Linear with a bias as one cuBLASLt matmul (the
-// bias in its epilogue); ran is false when the device has no cuBLASLt or
-// it has no algorithm for the shape.
-func (d *Device) linearBias(n, i, o int, x, w, b, y uintptr) (ran bool, err error) {
+// bias in its epilogue); ran is false when the device has no cuBLASLt, or
+// it has no algorithm for the shape or refuses it (the caller then runs
+// SGEMM and gorun_bias_add).
+func (d *Device) linearBias(n, i, o int, x, w, b, y uintptr) (ran bool) {
 	if d.lt == nil {
-		return false, nil
+		return false
 	}
 	c, ok := linearBiasCall(n, i, o, ltAlignment(x, w, b, y))
-	if !ok {
-		return false, nil
-	}
-	if ran, err = d.lt.matmul(d.Name(), c, x, w, y, b, d.stream); err != nil {
-		return false, fmt.Errorf("%s: %w", d.Name(), err)
-	}
-	return ran, nil
+	return ok && d.lt.matmul(d.Name(), c, x, w, y, b, d.stream)
 }
 
 func (l *ltHandle) close() {

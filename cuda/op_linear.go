@@ -28,10 +28,8 @@ func runLinear(d *Device, st *engine.Step, acc bool) error {
 	if n == 0 {
 		return nil
 	}
-	if b != nil && i > 0 {
-		if ran, err := d.linearBias(n, i, o, d.ptr(x), d.ptr(w), d.ptr(b), d.ptr(y)); err != nil || ran {
-			return err
-		}
+	if b != nil && i > 0 && d.linearBias(n, i, o, d.ptr(x), d.ptr(w), d.ptr(b), d.ptr(y)) {
+		return nil
 	}
 	if err := d.gemm(rowMajorGemm(false, true, n, o, i, i, i, o), 1, 0, d.ptr(x), d.ptr(w), d.ptr(y)); err != nil {
 		return err
