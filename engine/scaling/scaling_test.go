@@ -83,7 +83,7 @@ func TestCollectiveTime(t *testing.T) {
 		{engine.CollectiveAllReduce, comm.Ring, 4, 2 * 3 * (10*us + 250*us)},  // 1.56 ms
 		{engine.CollectiveAllReduce, comm.Tree, 4, 2 * 2 * (10*us + 1000*us)}, // 4.04 ms
 		{engine.CollectiveAllReduce, comm.Direct, 4, 3 * (10*us + 1000*us)},
-		{engine.CollectiveAllReduce, comm.Auto, 4, 2 * 3 * (10*us + 250*us)}, // Auto: 1 MB goes Ring
+		{engine.CollectiveAllReduce, comm.Auto, 4, 2 * 3 * (10*us + 250*us)},  // Auto: 1 MB goes Ring
 		{engine.CollectiveAllReduce, comm.Tree, 5, 2 * 3 * (10*us + 1000*us)}, // ⌈log₂5⌉ = 3
 		{engine.CollectiveReduceScatter, comm.Ring, 4, 3 * (10*us + 250*us)},
 		{engine.CollectiveAllGather, comm.Ring, 4, 3 * (10*us + 250*us)},
