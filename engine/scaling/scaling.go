@@ -195,6 +195,7 @@ func Predict(p *engine.Plan, topo Topology, compute time.Duration, links Links) 
 	t := float64(acc-1) * (fwd + bwd) / float64(acc) * scale
 	commFree := 0.0
 	phase := engine.Phase(255)
+	var busy [][2]float64 // when the compute stream runs kernels
 	for i, st := range prog.Steps {
 		if st.Kind != engine.CollectiveStep {
 			if st.Phase != phase && phase != 255 {
@@ -202,6 +203,11 @@ func Predict(p *engine.Plan, topo Topology, compute time.Duration, links Links) 
 			}
 			phase = st.Phase
 			x := costs[i] * scale
+			if n := len(busy); n > 0 && busy[n-1][1] == t {
+				busy[n-1][1] = t + x
+			} else {
+				busy = append(busy, [2]float64{t, t + x})
+			}
 			t += x
 			continue
 		}
@@ -223,7 +229,7 @@ func Predict(p *engine.Plan, topo Topology, compute time.Duration, links Links) 
 		pr.Collectives = append(pr.Collectives, c)
 	}
 	// Hidden is the part of a collective on the communication stream
-	// that ran before the step's last kernel ended.
+	// that ran while the compute stream ran kernels.
 	end := math.Max(t, commFree)
 	pr.Step = time.Duration(end * 1e9)
 	pr.Exposed = pr.Step - compute
@@ -232,28 +238,65 @@ func Predict(p *engine.Plan, topo Topology, compute time.Duration, links Links) 
 	}
 	for i := range pr.Collectives {
 		c := &pr.Collectives[i]
-		if c.Stream == "comm" {
-			c.Hidden = min(c.Time, max(0, time.Duration(t*1e9)-c.Start))
+		if c.Stream != "comm" {
+			continue
 		}
+		var h float64
+		for _, b := range busy {
+			h += math.Max(0, math.Min(b[1], c.End.Seconds())-math.Max(b[0], c.Start.Seconds()))
+		}
+		c.Hidden = time.Duration(h * 1e9)
 	}
 	pr.SamplesPerS = float64(pr.GlobalBatch) / pr.Step.Seconds()
 	pr.Efficiency = compute.Seconds() / pr.Step.Seconds()
 	return pr, nil
 }
 
-// Scale predicts p on factor× topo's hosts, for each factor.
+// Scale predicts p's script on factor× topo's hosts, for each factor:
+// the script is compiled again for that cluster (ScaledCluster), with the
+// per-device batch of p's first device, so that the collectives are
+// those of that world (a world of one has none, a sharded strategy's
+// blocks shrink).
 func Scale(p *engine.Plan, topo Topology, compute time.Duration, links Links, factors []int) ([]*Prediction, error) {
 	var out []*Prediction
 	for _, f := range factors {
 		t := topo
 		t.Hosts *= f
-		pr, err := Predict(p, t, compute, links)
+		q := p
+		if f != 1 {
+			s := *p.Spec
+			s.BatchSize = p.LocalBatch[0] * t.World()
+			var err error
+			if q, err = engine.CompileProcess(&s, ScaledCluster(&p.Cluster, t), 0); err != nil {
+				return nil, fmt.Errorf("on %s: %w", t, err)
+			}
+		}
+		pr, err := Predict(q, t, compute, links)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("on %s: %w", t, err)
 		}
 		out = append(out, pr)
 	}
 	return out, nil
+}
+
+// ScaledCluster is c spread over topo: topo.Hosts [[node]] tables of
+// topo.ProcsPerHost slots (c's hosts first, then made-up names), MPI
+// between processes when there are several.
+func ScaledCluster(c *engine.Cluster, topo Topology) engine.Cluster {
+	n := *c
+	n.Processes, n.Weights, n.Nodes = 0, nil, nil
+	for i := range topo.Hosts {
+		h := fmt.Sprintf("host%d", i+1)
+		if i < len(c.Nodes) {
+			h = c.Nodes[i].Host
+		}
+		n.Nodes = append(n.Nodes, engine.Host{Host: h, Slots: topo.ProcsPerHost})
+	}
+	if topo.Procs() > 1 && n.Transport == "inproc" {
+		n.Transport = "mpi"
+	}
+	return n
 }
 
 // timeCollective times the collective step st on topo: in the devices of
@@ -315,18 +358,29 @@ func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links)
 const smallBytes = comm.AutoTreeMaxBytes
 
 // mpiTime is the alpha–beta time of a collective that MPI runs across
-// procs processes: recursive doubling (all-reduce) or a binomial tree
-// (broadcast, reduce) for small buffers, the ring (all-reduce,
-// all-gather, reduce-scatter) or a pipelined chain (broadcast, reduce)
-// for large ones.
+// procs processes. All-reduce: the fastest of the ring
+// (2(p−1)·(α + n/(pβ))), recursive halving (Rabenseifner's reduce-scatter
+// then all-gather, 2⌈log₂p⌉·α + 2(p−1)/p·n/β) and recursive doubling
+// (⌈log₂p⌉·(α + n/β)), the three OpenMPI's tuned component chooses
+// among. Broadcast and reduce: a binomial tree for small buffers, a
+// pipelined chain for large ones. All-gather and reduce-scatter: the
+// ring.
 func mpiTime(kind engine.CollectiveKind, procs int, n float64, l engine.Link) (string, time.Duration) {
 	small := n <= smallBytes
 	switch kind {
 	case engine.CollectiveAllReduce:
-		if small {
-			return "mpi recursive doubling", CollectiveTime(engine.CollectiveBroadcast, comm.Tree, procs, n, l)
+		// The fastest of the three all-reduces OpenMPI's tuned component
+		// chooses among by size and count.
+		a, b, pf := l.Latency.Seconds(), l.Bandwidth, float64(procs)
+		logp := math.Ceil(math.Log2(pf))
+		name, best := "mpi ring", CollectiveTime(kind, comm.Ring, procs, n, l)
+		if t := time.Duration((2*logp*a + 2*(pf-1)/pf*n/b) * 1e9); t < best {
+			name, best = "mpi recursive halving", t
 		}
-		return "mpi ring", CollectiveTime(kind, comm.Ring, procs, n, l)
+		if t := time.Duration(logp * (a + n/b) * 1e9); t < best {
+			name, best = "mpi recursive doubling", t
+		}
+		return name, best
 	case engine.CollectiveBroadcast, engine.CollectiveReduce:
 		if small {
 			return "mpi binomial tree", CollectiveTime(kind, comm.Tree, procs, n, l)
