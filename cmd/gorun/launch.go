@@ -56,6 +56,9 @@ var launchFlags = map[string]bool{"dry-run": true, "mpirun": true}
 // with one line naming the rank and host the job lost and the collective
 // the other ranks were waiting in.
 func launchCmd(args []string, stdout, stderr io.Writer) error {
+	if wantsProbeLinks(args) { // cmd/gorun/probelinks.go
+		return probeLinksCmd(args, stdout, stderr)
+	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
 	dryRun := fs.Bool("dry-run", false, "launch: print the mpirun command and exit")

@@ -96,6 +96,8 @@ const usage = `usage:
   gorun plan [flags] SCRIPT.star         print the compiled Plan (--dot FILE: Graphviz too)
   gorun plot [-o DIR] RUN_DIR...         draw loss and accuracy curves of runs (PNG)
   gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
+  gorun launch --cluster C.toml --probe-links
+                                         measure the links between the hosts: [[link]] tables
   gorun sample RUN_DIR --prompt TEXT     continue a text with a trained sequence model
   gorun predict RUN_DIR FILE...          predict with a trained model (.npy, .safetensors arrays)
   gorun board [--addr HOST:PORT] RUN_DIR...
@@ -235,6 +237,8 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 			return plotCmd(args[1:], stdout, stderr)
 		case "launch":
 			return launchCmd(args[1:], stdout, stderr)
+		case probeRankCmd: // started by gorun launch --probe-links
+			return probeLinksRank(args[1:], stdout, stderr)
 		case "sample":
 			return sampleCmd(args[1:], stdout, stderr)
 		case "predict":
