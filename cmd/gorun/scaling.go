@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"gorun/engine"
@@ -12,11 +13,14 @@ import (
 )
 
 // The one-device step that `gorun plan --predict` measures when no
-// --step-time is given: measureWarmup steps to warm up, then the median
-// of measureSteps.
+// --step-time is given: measureWarmup steps to warm up, then steps until
+// measureFor has passed and at least measureMin were timed (at most
+// measureMax); the median of them.
 const (
 	measureWarmup = 3
-	measureSteps  = 8
+	measureMin    = 8
+	measureMax    = 500
+	measureFor    = time.Second
 )
 
 // predictScaling prints the scaling prediction of plan (gorun plan
@@ -29,10 +33,11 @@ func predictScaling(plan *engine.Plan, f *flags, stdout io.Writer) error {
 	if compute == 0 {
 		setPhase("measuring one device's step of %s", plan.Spec.Script)
 		var err error
-		if compute, err = measureStep(plan); err != nil {
+		var n int
+		if compute, n, err = measureStep(plan); err != nil {
 			return fmt.Errorf("--predict: measuring one device's step (batch %d) on this machine: %w; give the step time instead with --step-time DURATION", plan.LocalBatch[0], err)
 		}
-		src = scaling.Source(fmt.Sprintf("measured here: median of %d steps on one %s device after %d to warm up", measureSteps, plan.Cluster.Backend, measureWarmup))
+		src = scaling.Source(fmt.Sprintf("measured here: median of %d steps on one %s device after %d to warm up", n, plan.Cluster.Backend, measureWarmup))
 	}
 	links := scaling.LinksOf(&plan.Cluster)
 	topo := scaling.TopologyOf(&plan.Cluster)
@@ -59,33 +64,42 @@ func predictScaling(plan *engine.Plan, f *flags, stdout io.Writer) error {
 }
 
 // measureStep runs plan's script on one device of plan's backend in this
-// process, at the plan's local batch (that of rank 0), for measureWarmup
-// + measureSteps optimizer steps, with no evaluation and no run folder,
-// and returns the median time of the steps after the warm-up.
-func measureStep(plan *engine.Plan) (time.Duration, error) {
+// process, at the plan's local batch (that of rank 0), with no evaluation
+// and no run folder: measureWarmup optimizer steps, then steps until
+// measureFor has passed and measureMin were timed (or the data or
+// measureMax end them). It returns their median time and count.
+func measureStep(plan *engine.Plan) (time.Duration, int, error) {
 	s := *plan.Spec
 	s.BatchSize = plan.LocalBatch[0]
-	s.MaxSteps = measureWarmup + measureSteps
+	s.MaxSteps = measureWarmup + measureMax
 	s.Epochs = max(s.Epochs, 1000)
 	s.Eval = nil
 	c := plan.Cluster
 	c.Devices, c.Processes, c.Nodes, c.Transport, c.Weights = 1, 1, nil, "inproc", nil
 	one, err := engine.Compile(&s, c)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var times []time.Duration
-	_, err = runner.Run(one, runner.RunOptions{OnStep: func(m runner.StepMetrics) {
+	var began time.Time
+	stop := new(atomic.Bool)
+	_, err = runner.Run(one, runner.RunOptions{Interrupt: stop, OnStep: func(m runner.StepMetrics) {
+		if m.Step == measureWarmup {
+			began = time.Now()
+		}
 		if m.Step > measureWarmup && m.SamplesPerS > 0 {
 			times = append(times, time.Duration(float64(m.Samples)/m.SamplesPerS*1e9))
+			if len(times) >= measureMin && time.Since(began) >= measureFor {
+				stop.Store(true)
+			}
 		}
 	}})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if len(times) == 0 {
-		return 0, fmt.Errorf("the data gave fewer than %d steps", measureWarmup+1)
+		return 0, 0, fmt.Errorf("the data gave fewer than %d steps", measureWarmup+1)
 	}
 	slices.Sort(times)
-	return times[len(times)/2], nil
+	return times[len(times)/2], len(times), nil
 }
