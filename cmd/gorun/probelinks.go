@@ -203,45 +203,54 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: probe-links: %d ranks started, the [[node]] slots say %d: start it with `gorun launch --probe-links`", m.Who(), m.Size(), c.Slots())
 	}
 	pairs := probePairs(&c)
-	// oneWay[pair][size]: seconds, as rank 0 learns them.
-	oneWay := make([][]float64, len(pairs))
-	buf := make([]byte, probeSizes[len(probeSizes)-1])
+	// times[pair]: the one-way times at probeSizes (ping-pong), then the
+	// exchange times (both ways at once), in seconds, as rank 0 learns
+	// them.
+	times := make([][]float64, len(pairs))
+	big := probeSizes[len(probeSizes)-1]
+	send, recv := make([]byte, big), make([]byte, big)
 	step := 0
 	for pi, p := range pairs {
-		res := make([]float32, len(probeSizes))
+		res := make([]float32, 2*len(probeSizes))
 		for si, n := range probeSizes {
 			step++
 			if err := m.Barrier(comm.Tag{Name: "probe-links", Step: step}); err != nil {
 				return err
 			}
 			me := m.Rank()
-			if me == p.a || me == p.b {
-				peer, lead := p.b, true
-				if me == p.b {
-					peer, lead = p.a, false
-				}
-				if _, err := m.PingPong(peer, buf[:n], 5, lead); err != nil { // warm-up: connections, buffers
+			if me != p.a && me != p.b {
+				continue
+			}
+			peer, lead := p.b, true
+			if me == p.b {
+				peer, lead = p.a, false
+			}
+			if _, err := m.PingPong(peer, send[:n], 5, lead); err != nil { // warm-up: connections, buffers
+				return err
+			}
+			// The median of probeBatches batches: a shared machine's
+			// pauses land in a few of them.
+			pp, ex := make([]time.Duration, probeBatches), make([]time.Duration, probeBatches)
+			reps := max(1, probeReps(n)/probeBatches)
+			for b := range probeBatches {
+				rtt, err := m.PingPong(peer, send[:n], reps, lead)
+				if err != nil {
 					return err
 				}
-				// The median of probeBatches batches: a shared machine's
-				// pauses land in a few of them.
-				var rtts []time.Duration
-				for range probeBatches {
-					rtt, err := m.PingPong(peer, buf[:n], max(1, probeReps(n)/probeBatches), lead)
-					if err != nil {
-						return err
-					}
-					rtts = append(rtts, rtt)
+				pp[b] = rtt / 2
+				if ex[b], err = m.Exchange(peer, send[:n], recv[:n], reps); err != nil {
+					return err
 				}
-				slices.Sort(rtts)
-				res[si] = float32(rtts[len(rtts)/2].Seconds() / 2)
 			}
+			slices.Sort(pp)
+			slices.Sort(ex)
+			res[si], res[len(probeSizes)+si] = float32(pp[probeBatches/2].Seconds()), float32(ex[probeBatches/2].Seconds())
 		}
 		if err := m.Broadcast(res, p.a, comm.Tag{Name: "probe-links results", Step: pi}); err != nil {
 			return err
 		}
 		for _, x := range res {
-			oneWay[pi] = append(oneWay[pi], float64(x))
+			times[pi] = append(times[pi], float64(x))
 		}
 	}
 	if m.Rank() != 0 {
@@ -252,8 +261,8 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pairs = append(pairs, probePair{class: engine.LinkInProc, name: "two devices of rank 0's process"})
-	oneWay = append(oneWay, inproc)
-	return writeProbe(stdout, &c, f.cluster, pairs, oneWay)
+	times = append(times, append(inproc, inproc...))
+	return writeProbe(stdout, &c, f.cluster, pairs, times)
 }
 
 // probeInProc times one-way messages of probeSizes bytes between two
@@ -296,38 +305,49 @@ func probeInProc() ([]float64, error) {
 	return out, nil
 }
 
-// fitLink fits t(n) = α + n/β to one-way times at probeSizes: α is the
-// smaller time of the two smallest sizes (8 B and 1 KiB: latency, the
-// bytes costing nothing), β the largest size's bytes over its time less
-// α.
+// fitLink fits t(n) = α + n/β to a pair's times (probeLinksRank): α is
+// the smaller one-way time of the two smallest sizes (8 B and 1 KiB:
+// latency, the bytes costing nothing), β the largest size's bytes over
+// its exchange time (both ways at once, as a collective's step loads the
+// link) less α.
 func fitLink(class engine.LinkClass, t []float64) engine.Link {
 	a := min(t[0], t[1])
-	k := len(probeSizes) - 1
+	k := 2*len(probeSizes) - 1
 	rest := t[k] - a
 	if rest <= 0 {
 		rest = t[k]
 	}
-	return engine.Link{Class: class, Bandwidth: float64(probeSizes[k]) / rest, Latency: time.Duration(a * 1e9).Round(100 * time.Nanosecond)}
+	return engine.Link{Class: class, Bandwidth: float64(probeSizes[len(probeSizes)-1]) / rest, Latency: time.Duration(a * 1e9).Round(100 * time.Nanosecond)}
 }
 
-// writeProbe prints the one-way times and the [[link]] tables.
-func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, oneWay [][]float64) error {
+// writeProbe prints the times and the [[link]] tables.
+func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, times [][]float64) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "probe-links: %s, %d hosts; one-way time of a message (half the median round trip):\n", file, len(c.Nodes))
+	fmt.Fprintf(&b, "probe-links: %s, %d hosts; a message's time one way (half the median round trip) and both ways at once (the median exchange):\n", file, len(c.Nodes))
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  class\tpair\t")
+	fmt.Fprintf(tw, "  class\tpair\t\t")
 	for _, n := range probeSizes {
 		fmt.Fprintf(tw, "%s\t", bytesName(n))
 	}
 	fmt.Fprintf(tw, "α\tβ\t\n")
 	best := map[engine.LinkClass]engine.Link{}
 	for i, p := range pairs {
-		l := fitLink(p.class, oneWay[i])
-		fmt.Fprintf(tw, "  %s\t%s\t", p.class, p.name)
-		for _, x := range oneWay[i] {
-			fmt.Fprintf(tw, "%v\t", time.Duration(x*1e9).Round(100*time.Nanosecond))
+		l := fitLink(p.class, times[i])
+		for half, what := range []string{"one way", "both ways"} {
+			if half == 0 {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t", p.class, p.name, what)
+			} else {
+				fmt.Fprintf(tw, "\t\t%s\t", what)
+			}
+			for _, x := range times[i][half*len(probeSizes) : (half+1)*len(probeSizes)] {
+				fmt.Fprintf(tw, "%v\t", time.Duration(x*1e9).Round(100*time.Nanosecond))
+			}
+			if half == 0 {
+				fmt.Fprintf(tw, "%v\t%s\t\n", l.Latency, engine.FormatBandwidth(l.Bandwidth))
+			} else {
+				fmt.Fprintf(tw, "\t\t\n")
+			}
 		}
-		fmt.Fprintf(tw, "%v\t%s\t\n", l.Latency, engine.FormatBandwidth(l.Bandwidth))
 		// The slowest pair of a class sets its pace.
 		if o, ok := best[p.class]; !ok {
 			best[p.class] = l

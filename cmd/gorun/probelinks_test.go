@@ -15,7 +15,10 @@ func TestProbeLinksFit(t *testing.T) {
 	const alpha, beta = 40e-6, 125e6 // 40 µs, 1 Gbit/s
 	var ts []float64
 	for _, n := range probeSizes {
-		ts = append(ts, alpha+float64(n)/beta)
+		ts = append(ts, alpha+float64(n)/beta) // one way
+	}
+	for _, n := range probeSizes {
+		ts = append(ts, alpha+float64(n)/beta) // both ways at once: a full-duplex link
 	}
 	l := fitLink(engine.LinkHost, ts)
 	if math.Abs(l.Bandwidth-beta)/beta > 0.01 || math.Abs(l.Latency.Seconds()-alpha)/alpha > 0.01 {

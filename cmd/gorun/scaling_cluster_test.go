@@ -6,12 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +25,6 @@ var (
 	predictModels = flag.String("predict-models", "mnist,gpt", "TestPredictScaling: the models (mnist, gpt)")
 	predictHosts  = flag.String("predict-hosts", "2,3", "TestPredictScaling: host counts")
 	predictRates  = flag.String("predict-rates", "full,1gbit,200mbit,50mbit", "TestPredictScaling: link rates (tc's units; full: unshaped)")
-	predictProbe  = flag.Bool("predict-probe", false, "TestPredictScaling: also probe the links at each rate (logged)")
 	predictTable  = flag.String("predict-table", "", "TestPredictScaling: also write the table to this file")
 )
 
@@ -105,20 +102,10 @@ func TestPredictScaling(t *testing.T) {
 		return path
 	}
 
-	type row struct {
-		model               string
-		hosts               int
-		rate                string
-		link                engine.Link
-		compute             time.Duration
-		predicted, measured time.Duration
-		commMeasured        time.Duration
-	}
-	var rows []row
-	for _, n := range hostCounts {
-		// α (and the unshaped β) from the probe on the unshaped links.
-		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
-		pl := ct.launch(t, "--probe-links", "--cluster", plain)
+	// probe runs --probe-links on the first n hosts (their links as they
+	// are now) and returns the host link it measured.
+	probe := func(n int, file string) engine.Link {
+		pl := ct.launch(t, "--probe-links", "--cluster", file)
 		if pl.code != 0 {
 			t.Fatalf("%d hosts: --probe-links: exit %d\n%s", n, pl.code, pl.out.String())
 		}
@@ -131,11 +118,40 @@ func TestPredictScaling(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d hosts: the probe's tables: %v\n%s", n, err, probed)
 		}
-		hostLink, ok := pc.Link(engine.LinkHost)
+		l, ok := pc.Link(engine.LinkHost)
 		if !ok {
 			t.Fatalf("%d hosts: the probe gave no host link:\n%s", n, probed)
 		}
-		t.Logf("%d hosts, unshaped links: %s\n%s", n, hostLink, probed)
+		t.Logf("%d hosts: %s\n%s", n, l, probed)
+		return l
+	}
+
+	type row struct {
+		model               string
+		hosts               int
+		rate                string
+		link                engine.Link // α from the unshaped probe, β from the probe at rate
+		compute             time.Duration
+		predicted, measured time.Duration
+		commMeasured        time.Duration
+	}
+	var rows []row
+	for _, n := range hostCounts {
+		// α (and the unshaped β) from the probe on the unshaped links.
+		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
+		hostLink := probe(n, plain)
+		// β at each rate: the probe's on the shaped links.
+		shaped := map[string]engine.Link{"full": hostLink}
+		for _, rate := range strings.Split(*predictRates, ",") {
+			if rate == "full" {
+				continue
+			}
+			shapeHosts(t, h, n, rate)
+			l := probe(n, plain)
+			shapeHosts(t, h, n, "")
+			l.Latency = hostLink.Latency // calibrated on the unshaped links: tbf adds none
+			shaped[rate] = l
+		}
 
 		for _, key := range strings.Split(*predictModels, ",") {
 			m, ok := predictScripts[key]
@@ -147,16 +163,18 @@ func TestPredictScaling(t *testing.T) {
 				t.Fatal(err)
 			}
 			set := fmt.Sprintf("max_steps=%d", m.steps)
-			compute := contendedStep(t, bin, n, script, set)
+			noneScript := syncNone(t, script, dir)
 			for _, rate := range strings.Split(*predictRates, ",") {
-				link := hostLink
-				if rate != "full" {
-					bw, err := engine.ParseBandwidth(tcRate(rate))
-					if err != nil {
-						t.Fatalf("-predict-rates %q: %v", rate, err)
-					}
-					link.Bandwidth = bw
+				link := shaped[rate]
+				// One device's step: the same script with sync.none (no
+				// gradient collectives), launched on the same hosts just
+				// before the run it predicts (the machine's load moves).
+				alone := filepath.Join(dir, fmt.Sprintf("none-%s-%d-%s", key, n, rate))
+				l := ct.launch(t, "--cluster", plain, noneScript, "--set", set, "--out", alone, "-q")
+				if l.code != 0 {
+					t.Fatalf("%s, %d hosts, sync.none: exit %d\n%s", m.name, n, l.code, l.out.String())
 				}
+				compute, _ := measuredStep(t, filepath.Join(alone, "metrics.jsonl"))
 				cf := clusterFile(n, fmt.Sprintf("%s-%d-%s.toml", key, n, rate), fmt.Sprintf("\n[[link]]\n%s\n", strings.ReplaceAll(link.String(), ", ", "\n")))
 				code, out, errOut := gorun(t, "plan", "--cluster", cf, "--predict", "--step-time", compute.String(), script, "--set", set)
 				mm := regexp.MustCompile(`(?m)^  step (\S+) = compute`).FindStringSubmatch(out)
@@ -167,22 +185,10 @@ func TestPredictScaling(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rate != "full" {
-					for i := range n {
-						if err := h.RateLimit(i, rate); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				if *predictProbe && rate != "full" {
-					pl := ct.launch(t, "--probe-links", "--cluster", plain)
-					t.Logf("%d hosts at %s: --probe-links (exit %d):\n%s", n, rate, pl.code, pl.out.String())
-				}
+				shapeHosts(t, h, n, rate)
 				runDir := filepath.Join(dir, fmt.Sprintf("run-%s-%d-%s", key, n, rate))
-				l := ct.launch(t, "--cluster", cf, script, "--set", set, "--out", runDir, "-q")
-				for i := range n {
-					h.RateLimit(i, "")
-				}
+				l = ct.launch(t, "--cluster", cf, script, "--set", set, "--out", runDir, "-q")
+				shapeHosts(t, h, n, "")
 				if l.code != 0 {
 					t.Fatalf("%s, %d hosts, %s: launch: exit %d\n%s", m.name, n, rate, l.code, l.out.String())
 				}
@@ -194,8 +200,8 @@ func TestPredictScaling(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host, α from --probe-links on the unshaped links:\n\n")
-	fmt.Fprintf(&b, "| model | hosts | link | α | β used | one-device step (contended) | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
+	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		e := (r.predicted.Seconds() - r.measured.Seconds()) / r.measured.Seconds()
 		mark := ""
@@ -215,46 +221,43 @@ func TestPredictScaling(t *testing.T) {
 	}
 }
 
-// tcRate turns tc's rate ("200mbit") into ParseBandwidth's ("200Mbit/s").
-func tcRate(r string) string {
-	r = strings.ToLower(r)
-	for _, u := range []struct{ tc, ours string }{{"gbit", "Gbit/s"}, {"mbit", "Mbit/s"}, {"kbit", "kbit/s"}} {
-		if num, ok := strings.CutSuffix(r, u.tc); ok {
-			return num + u.ours
-		}
-	}
-	return r
-}
-
-// contendedStep measures one device's step of script as `gorun plan
-// --predict` does, in n processes at once (as the n hosts share this
-// machine's cores), and returns the slowest of their medians.
-func contendedStep(t *testing.T, bin string, n int, script, set string) time.Duration {
+// shapeHosts limits the links of the first n hosts to rate (tc's tbf,
+// both ways, testhosts.RateLimit); "" or "full" removes the limits.
+func shapeHosts(t *testing.T, h *testhosts.Hosts, n int, rate string) {
 	t.Helper()
-	re := regexp.MustCompile(`compute of one device's step: (\S+) \(measured here`)
-	out := make([]time.Duration, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o, err := exec.Command(bin, "plan", "--predict", script, "--set", set).CombinedOutput()
-			m := re.FindSubmatch(o)
-			if err != nil || m == nil {
-				errs[i] = fmt.Errorf("gorun plan --predict %s: %v\n%s", script, err, o)
-				return
-			}
-			out[i], errs[i] = time.ParseDuration(string(m[1]))
-		}()
+	if rate == "full" {
+		rate = ""
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
+	for i := range n {
+		if err := h.RateLimit(i, rate); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return slices.Max(out)
+}
+
+// syncNone writes a copy of script into dir that trains with sync.none()
+// (each rank on its own, no gradient collectives).
+func syncNone(t *testing.T, script, dir string) string {
+	t.Helper()
+	src, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	re := regexp.MustCompile(`(?m)^(\s*)sync\s*=.*$`)
+	if re.MatchString(s) {
+		s = re.ReplaceAllString(s, "${1}sync = sync.none(),")
+	} else {
+		s = strings.Replace(s, "train(\n", "train(\n    sync = sync.none(),\n", 1)
+	}
+	if !strings.Contains(s, "sync.none()") {
+		t.Fatalf("%s: found no place for sync = sync.none()", script)
+	}
+	out := filepath.Join(dir, "none-"+filepath.Base(script))
+	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // measuredStep reads a run's metrics.jsonl: the median time between
