@@ -25,6 +25,7 @@ var (
 	predictModels = flag.String("predict-models", "mnist,gpt", "TestPredictScaling: the models (mnist, gpt)")
 	predictHosts  = flag.String("predict-hosts", "2,3", "TestPredictScaling: host counts")
 	predictRates  = flag.String("predict-rates", "full,1gbit,200mbit,50mbit", "TestPredictScaling: link rates (tc's units; full: unshaped)")
+	predictRepeat = flag.Int("predict-repeat", 2, "TestPredictScaling: runs of each kind (sync.none, then the model) at each rate, alternating; the medians count")
 	predictTable  = flag.String("predict-table", "", "TestPredictScaling: also write the table to this file")
 )
 
@@ -36,8 +37,8 @@ type predictModel struct {
 }
 
 var predictScripts = map[string]predictModel{
-	"mnist": {"MNIST Net", "../../scripts/examples/mnist.star", 60},
-	"gpt":   {"GPT", "../../scripts/examples/gpt_text.star", 14},
+	"mnist": {"MNIST Net", "../../scripts/examples/mnist.star", 150},
+	"gpt":   {"GPT", "../../scripts/examples/gpt_text.star", 16},
 }
 
 const predictWarmup = 3
@@ -168,14 +169,29 @@ func TestPredictScaling(t *testing.T) {
 				link := shaped[rate]
 				// One device's step: the same script with sync.none (no
 				// gradient collectives), launched on the same hosts just
-				// before the run it predicts (the machine's load moves).
-				alone := filepath.Join(dir, fmt.Sprintf("none-%s-%d-%s", key, n, rate))
-				l := ct.launch(t, "--cluster", plain, noneScript, "--set", set, "--out", alone, "-q")
-				if l.code != 0 {
-					t.Fatalf("%s, %d hosts, sync.none: exit %d\n%s", m.name, n, l.code, l.out.String())
-				}
-				compute, _ := measuredStep(t, filepath.Join(alone, "metrics.jsonl"))
+				// before each run it predicts (the machine's load moves).
 				cf := clusterFile(n, fmt.Sprintf("%s-%d-%s.toml", key, n, rate), fmt.Sprintf("\n[[link]]\n%s\n", strings.ReplaceAll(link.String(), ", ", "\n")))
+				var computes, steps, comms []time.Duration
+				for k := range *predictRepeat {
+					alone := filepath.Join(dir, fmt.Sprintf("none-%s-%d-%s-%d", key, n, rate, k))
+					shapeHosts(t, h, n, rate)
+					l := ct.launch(t, "--cluster", plain, noneScript, "--set", set, "--out", alone, "-q")
+					if l.code != 0 {
+						shapeHosts(t, h, n, "")
+						t.Fatalf("%s, %d hosts, sync.none: exit %d\n%s", m.name, n, l.code, l.out.String())
+					}
+					c, _ := measuredStep(t, filepath.Join(alone, "metrics.jsonl"))
+					runDir := filepath.Join(dir, fmt.Sprintf("run-%s-%d-%s-%d", key, n, rate, k))
+					l = ct.launch(t, "--cluster", cf, script, "--set", set, "--out", runDir, "-q")
+					shapeHosts(t, h, n, "")
+					if l.code != 0 {
+						t.Fatalf("%s, %d hosts, %s: launch: exit %d\n%s", m.name, n, rate, l.code, l.out.String())
+					}
+					st, cm := measuredStep(t, filepath.Join(runDir, "metrics.jsonl"))
+					t.Logf("%s, %d hosts, %s, run %d: one device %v, step %v (comm %v)", m.name, n, rate, k+1, c, st, cm)
+					computes, steps, comms = append(computes, c), append(steps, st), append(comms, cm)
+				}
+				compute, measured, comm := median(computes), median(steps), median(comms)
 				code, out, errOut := gorun(t, "plan", "--cluster", cf, "--predict", "--step-time", compute.String(), script, "--set", set)
 				mm := regexp.MustCompile(`(?m)^  step (\S+) = compute`).FindStringSubmatch(out)
 				if code != 0 || mm == nil {
@@ -185,14 +201,6 @@ func TestPredictScaling(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				shapeHosts(t, h, n, rate)
-				runDir := filepath.Join(dir, fmt.Sprintf("run-%s-%d-%s", key, n, rate))
-				l = ct.launch(t, "--cluster", cf, script, "--set", set, "--out", runDir, "-q")
-				shapeHosts(t, h, n, "")
-				if l.code != 0 {
-					t.Fatalf("%s, %d hosts, %s: launch: exit %d\n%s", m.name, n, rate, l.code, l.out.String())
-				}
-				measured, comm := measuredStep(t, filepath.Join(runDir, "metrics.jsonl"))
 				r := row{m.name, n, rate, link, compute, predicted, measured, comm}
 				t.Logf("%s, %d hosts, %s: predicted %v, measured %v (comm %v)", r.model, n, rate, predicted, measured, comm)
 				rows = append(rows, r)
@@ -258,6 +266,16 @@ func syncNone(t *testing.T, script, dir string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// median is the middle of ds (the mean of the middle two).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // measuredStep reads a run's metrics.jsonl: the median time between
