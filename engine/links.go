@@ -40,22 +40,84 @@ type Link struct {
 	Bandwidth float64
 	// Latency is the time of one message of no bytes (α), ≥ 0.
 	Latency time.Duration
+	// BySize, when set, are the link's rates for messages of given sizes
+	// (the [[link]] table's by_size), in increasing size: where a
+	// transport's rate depends on the message (TCP's window over a
+	// queue that also holds the other direction's data), BandwidthAt
+	// interpolates them; nil: Bandwidth for every size.
+	BySize []SizeRate
+}
+
+// SizeRate is a link's rate for messages of Size bytes.
+type SizeRate struct {
+	Size      int64
+	Bandwidth float64 // bytes per second
+}
+
+// BandwidthAt is the link's rate for a message of n bytes: Bandwidth
+// without BySize; else BySize's rates, interpolated linearly in log(size)
+// between its sizes and held at its first and last outside them.
+func (l Link) BandwidthAt(n float64) float64 {
+	bs := l.BySize
+	switch {
+	case len(bs) == 0:
+		return l.Bandwidth
+	case n <= float64(bs[0].Size):
+		return bs[0].Bandwidth
+	case n >= float64(bs[len(bs)-1].Size):
+		return bs[len(bs)-1].Bandwidth
+	}
+	for i := 1; i < len(bs); i++ {
+		if n <= float64(bs[i].Size) {
+			a, b := math.Log(float64(bs[i-1].Size)), math.Log(float64(bs[i].Size))
+			f := (math.Log(n) - a) / (b - a)
+			return bs[i-1].Bandwidth + f*(bs[i].Bandwidth-bs[i-1].Bandwidth)
+		}
+	}
+	return bs[len(bs)-1].Bandwidth
 }
 
 // String writes the link as a [[link]] table's one line:
 // `class = "host", bandwidth = "1Gbit/s", latency = "50µs"`.
 func (l Link) String() string {
-	return fmt.Sprintf("class = %q, bandwidth = %q, latency = %q", l.Class, FormatBandwidth(l.Bandwidth), l.Latency.String())
+	s := fmt.Sprintf("class = %q, bandwidth = %q, latency = %q", l.Class, FormatBandwidth(l.Bandwidth), l.Latency.String())
+	if len(l.BySize) > 0 {
+		var parts []string
+		for _, r := range l.BySize {
+			parts = append(parts, fmt.Sprintf("{ size = %q, bandwidth = %q }", FormatSize(r.Size), FormatBandwidth(r.Bandwidth)))
+		}
+		s += ", by_size = [" + strings.Join(parts, ", ") + "]"
+	}
+	return s
 }
 
-// linkKeys are the keys of a [[link]] table.
-var linkKeys = []string{"class", "bandwidth", "latency"}
+// FormatSize writes bytes as a size byteSize reads back: "256KiB", "4MiB",
+// "100B".
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		mult int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// linkKeys are the keys of a [[link]] table (by_size's entries' keys
+// under it).
+var linkKeys = []string{"class", "bandwidth", "latency", "by_size", "by_size.size", "by_size.bandwidth"}
 
 // linkTable decodes a [[link]] table, marking its known keys decoded.
 type linkTable struct {
 	Class     rawValue `toml:"class"`
 	Bandwidth rawValue `toml:"bandwidth"`
 	Latency   rawValue `toml:"latency"`
+	BySize    []struct {
+		Size      rawValue `toml:"size"`
+		Bandwidth rawValue `toml:"bandwidth"`
+	} `toml:"by_size"`
 }
 
 // linkError is what is wrong with the value of the link key: in which
@@ -177,6 +239,13 @@ func links(v any) ([]Link, *linkError) {
 			}
 			l.Latency = d
 		}
+		if bv, ok := e["by_size"]; ok {
+			rates, sub, msg := bySize(bv)
+			if msg != "" {
+				return fail("by_size"+sub, "%s", msg)
+			}
+			l.BySize = rates
+		}
 		out = append(out, l)
 	}
 	return out, nil
@@ -254,6 +323,61 @@ func FormatBandwidth(bw float64) string {
 		}
 	}
 	return strconv.FormatFloat(bits, 'g', 4, 64) + "bit/s"
+}
+
+// bySize reads a [[link]] table's by_size: an array of { size = "1MiB",
+// bandwidth = "300Mbit/s" } in increasing size. It returns what is wrong
+// and where ("[2].size"), or the rates.
+func bySize(v any) ([]SizeRate, string, string) {
+	var entries []map[string]any
+	switch arr := v.(type) {
+	case []map[string]any:
+		entries = arr
+	case []any:
+		for _, e := range arr {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, "", "want an array of { size = \"1MiB\", bandwidth = \"300Mbit/s\" }, found an array holding " + target.Found(e)
+			}
+			entries = append(entries, m)
+		}
+	default:
+		return nil, "", "want an array of { size = \"1MiB\", bandwidth = \"300Mbit/s\" }, found " + target.Found(v)
+	}
+	var out []SizeRate
+	for i, e := range entries {
+		at := fmt.Sprintf("[%d]", i+1)
+		sv, ok := e["size"]
+		if !ok {
+			return nil, at, "size is missing"
+		}
+		n, msg := byteSize(sv)
+		if msg != "" {
+			return nil, at + ".size", msg
+		}
+		bv, ok := e["bandwidth"]
+		if !ok {
+			return nil, at, "bandwidth is missing"
+		}
+		bs, ok := bv.(string)
+		if !ok {
+			return nil, at + ".bandwidth", "want a rate with its unit as a string, such as \"1Gbit/s\", found " + target.Found(bv)
+		}
+		bw, err := ParseBandwidth(bs)
+		if err != nil {
+			return nil, at + ".bandwidth", err.Error()
+		}
+		for k := range e {
+			if k != "size" && k != "bandwidth" {
+				return nil, at + "." + k, "unknown key: a by_size entry holds size and bandwidth"
+			}
+		}
+		if len(out) > 0 && n <= out[len(out)-1].Size {
+			return nil, at + ".size", fmt.Sprintf("sizes must increase: %s after %s", FormatSize(n), FormatSize(out[len(out)-1].Size))
+		}
+		out = append(out, SizeRate{n, bw})
+	}
+	return out, "", ""
 }
 
 // parseLinks decodes the link key of a cluster file (see links); decoding

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +39,7 @@ latency = "1µs"
 		t.Fatalf("links %+v, want %+v", c.Links, want)
 	}
 	for i := range want {
-		if c.Links[i] != want[i] {
+		if !reflect.DeepEqual(c.Links[i], want[i]) {
 			t.Errorf("link[%d] = %+v, want %+v", i+1, c.Links[i], want[i])
 		}
 	}
@@ -46,7 +48,7 @@ latency = "1µs"
 	}
 	// A table written by Link.String parses back to the same link.
 	back, err := ParseCluster("b.toml", []byte("link = [{"+want[0].String()+"}]\n"))
-	if err != nil || len(back.Links) != 1 || back.Links[0] != want[0] {
+	if err != nil || len(back.Links) != 1 || !reflect.DeepEqual(back.Links[0], want[0]) {
 		t.Errorf("%s read back as %+v, %v", want[0], back.Links, err)
 	}
 }
@@ -85,6 +87,45 @@ func TestParseBandwidth(t *testing.T) {
 		}
 		if back, err := ParseBandwidth(FormatBandwidth(got)); err != nil || back != got {
 			t.Errorf("FormatBandwidth(%g) = %q reads back as %g, %v", got, FormatBandwidth(got), back, err)
+		}
+	}
+}
+
+func TestClusterLinkBySize(t *testing.T) {
+	src := `[[link]]
+class = "host"
+bandwidth = "100Mbit/s"
+latency = "10us"
+by_size = [{ size = "64KiB", bandwidth = "200Mbit/s" }, { size = "4MiB", bandwidth = "100Mbit/s" }]
+`
+	c, err := ParseCluster("c.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := c.Link(LinkHost)
+	for _, tc := range []struct{ n, want float64 }{
+		{1000, 25e6}, {64 << 10, 25e6}, {512 << 10, 18.75e6}, {4 << 20, 12.5e6}, {1 << 30, 12.5e6},
+	} {
+		if got := l.BandwidthAt(tc.n); math.Abs(got-tc.want) > 1 {
+			t.Errorf("BandwidthAt(%g) = %g, want %g", tc.n, got, tc.want)
+		}
+	}
+	if got := (Link{Bandwidth: 7}).BandwidthAt(1e9); got != 7 {
+		t.Errorf("without by_size: %g, want Bandwidth", got)
+	}
+	back, err := ParseCluster("b.toml", []byte("link = [{"+l.String()+"}]\n"))
+	if err != nil || len(back.Links) != 1 || len(back.Links[0].BySize) != 2 || back.Links[0].BySize[1] != l.BySize[1] {
+		t.Errorf("%s read back as %+v, %v", l, back.Links, err)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{`by_size = [{ size = "4MiB", bandwidth = "1Gbit/s" }, { size = "1MiB", bandwidth = "1Gbit/s" }]`, `link[1].by_size[2].size: sizes must increase: 1MiB after 4MiB`},
+		{`by_size = [{ size = "4MiB" }]`, `link[1].by_size[1]: bandwidth is missing`},
+		{`by_size = [{ size = "4MB", bandwidth = "fast" }]`, `link[1].by_size[1].bandwidth: "fast" is not a rate`},
+		{`by_size = "4MiB"`, `link[1].by_size: want an array of`},
+	} {
+		_, err := ParseCluster("c.toml", []byte("[[link]]\nclass = \"host\"\nbandwidth = \"1Gbit/s\"\n"+tc.src+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n got %v\nwant %s", tc.src, err, tc.want)
 		}
 	}
 }

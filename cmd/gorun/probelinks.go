@@ -309,19 +309,52 @@ func probeInProc() ([]float64, error) {
 	return out, nil
 }
 
-// fitLink fits t(n) = α + n/β to a pair's times (probeLinksRank): α is
-// the smaller one-way time of the two smallest sizes (8 B and 1 KiB:
-// latency, the bytes costing nothing), β the largest size's bytes over
-// its exchange time (both ways at once, as a collective's step loads the
-// link) less α.
+// fitLink fits the alpha–beta figures to a pair's times
+// (probeLinksRank): α is the smaller one-way time of the two smallest
+// sizes (8 B and 1 KiB: latency, the bytes costing nothing); the rate at
+// each size from 16 KiB is its bytes over its exchange time (both ways at
+// once, as a collective's step loads the link) less α. Over TCP the rate
+// falls for messages larger than the window a queue lets through, so the
+// link keeps every size's rate (by_size) and, as bandwidth, the largest
+// size's.
 func fitLink(class engine.LinkClass, t []float64) engine.Link {
 	a := min(t[0], t[1])
-	k := 2*len(probeSizes) - 1
-	rest := t[k] - a
-	if rest <= 0 {
-		rest = t[k]
+	l := engine.Link{Class: class, Latency: time.Duration(a * 1e9).Round(100 * time.Nanosecond)}
+	for i, n := range probeSizes {
+		if n < 16<<10 {
+			continue
+		}
+		rest := t[len(probeSizes)+i] - a
+		if rest <= 0 {
+			rest = t[len(probeSizes)+i]
+		}
+		bw := float64(n) / rest
+		l.BySize = append(l.BySize, engine.SizeRate{Size: int64(n), Bandwidth: roundRate(bw)})
+		l.Bandwidth = roundRate(bw)
 	}
-	return engine.Link{Class: class, Bandwidth: float64(probeSizes[len(probeSizes)-1]) / rest, Latency: time.Duration(a * 1e9).Round(100 * time.Nanosecond)}
+	return l
+}
+
+// roundRate keeps 4 significant figures of bits per second, as
+// engine.FormatBandwidth writes them, so that a table reads back the
+// same.
+func roundRate(bw float64) float64 {
+	v, _ := engine.ParseBandwidth(engine.FormatBandwidth(bw))
+	return v
+}
+
+// slowest combines two pairs' links of one class: the larger latency and
+// at each size the lower rate (a ring runs at its slowest link's pace).
+func slowest(a, b engine.Link) engine.Link {
+	out := engine.Link{Class: a.Class, Bandwidth: min(a.Bandwidth, b.Bandwidth), Latency: max(a.Latency, b.Latency)}
+	for i := range a.BySize {
+		r := a.BySize[i]
+		if i < len(b.BySize) {
+			r.Bandwidth = min(r.Bandwidth, b.BySize[i].Bandwidth)
+		}
+		out.BySize = append(out.BySize, r)
+	}
+	return out
 }
 
 // writeProbe prints the times and the [[link]] tables.
@@ -356,14 +389,18 @@ func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, 
 		if o, ok := best[p.class]; !ok {
 			best[p.class] = l
 		} else {
-			best[p.class] = engine.Link{Class: p.class, Bandwidth: min(o.Bandwidth, l.Bandwidth), Latency: max(o.Latency, l.Latency)}
+			best[p.class] = slowest(o, l)
 		}
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "\n# [[link]] tables for %s (gorun plan --predict); measured by gorun launch --probe-links\n", file)
 	for _, class := range slices.Backward(engine.LinkClasses) {
 		if l, ok := best[class]; ok {
-			fmt.Fprintf(&b, "[[link]]\nclass = %q\nbandwidth = %q\nlatency = %q\n\n", l.Class, engine.FormatBandwidth(l.Bandwidth), l.Latency.String())
+			fmt.Fprintf(&b, "[[link]]\nclass = %q\nbandwidth = %q\nlatency = %q\nby_size = [\n", l.Class, engine.FormatBandwidth(l.Bandwidth), l.Latency.String())
+			for _, r := range l.BySize {
+				fmt.Fprintf(&b, "  { size = %q, bandwidth = %q },\n", engine.FormatSize(r.Size), engine.FormatBandwidth(r.Bandwidth))
+			}
+			b.WriteString("]\n\n")
 		}
 	}
 	_, err := io.WriteString(w, b.String())

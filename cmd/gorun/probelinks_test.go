@@ -24,6 +24,14 @@ func TestProbeLinksFit(t *testing.T) {
 	if math.Abs(l.Bandwidth-beta)/beta > 0.01 || math.Abs(l.Latency.Seconds()-alpha)/alpha > 0.01 {
 		t.Errorf("fit %v, %s; want 40µs, 1Gbit/s", l.Latency, engine.FormatBandwidth(l.Bandwidth))
 	}
+	if len(l.BySize) != 4 || l.BySize[0].Size != 16<<10 {
+		t.Fatalf("by_size %+v, want the 4 sizes from 16 KiB", l.BySize)
+	}
+	for _, r := range l.BySize {
+		if math.Abs(r.Bandwidth-beta)/beta > 0.01 {
+			t.Errorf("at %d B: %s, want 1Gbit/s", r.Size, engine.FormatBandwidth(r.Bandwidth))
+		}
+	}
 }
 
 // TestProbePairs: rank 0 with the first rank of every other host, and two

@@ -91,11 +91,11 @@ func TestPredictScaling(t *testing.T) {
 		hostCounts = append(hostCounts, n)
 	}
 	dir := t.TempDir()
-	// clusterFile is a cluster file for the first n hosts, with extra
-	// (the [[link]] tables) at its end.
+	// clusterFile is a cluster file for the first n hosts, extra (the
+	// link key, before any table) first.
 	clusterFile := func(n int, name, extra string) string {
 		tables := strings.Split(h.ClusterTables(1), "\n[[node]]")
-		src := "[cluster]\ntransport = \"mpi\"\n" + strings.Join(tables[:n+1], "\n[[node]]") + "\n[comm]\ntimeout = \"60s\"\n" + extra
+		src := extra + "[cluster]\ntransport = \"mpi\"\n" + strings.Join(tables[:n+1], "\n[[node]]") + "\n[comm]\ntimeout = \"60s\"\n"
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
@@ -170,7 +170,7 @@ func TestPredictScaling(t *testing.T) {
 				// One device's step: the same script with sync.none (no
 				// gradient collectives), launched on the same hosts just
 				// before each run it predicts (the machine's load moves).
-				cf := clusterFile(n, fmt.Sprintf("%s-%d-%s.toml", key, n, rate), fmt.Sprintf("\n[[link]]\n%s\n", strings.ReplaceAll(link.String(), ", ", "\n")))
+				cf := clusterFile(n, fmt.Sprintf("%s-%d-%s.toml", key, n, rate), "link = [{ "+link.String()+" }]\n")
 				var computes, steps, comms []time.Duration
 				for k := range *predictRepeat {
 					alone := filepath.Join(dir, fmt.Sprintf("none-%s-%d-%s-%d", key, n, rate, k))
@@ -209,7 +209,7 @@ func TestPredictScaling(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
-	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed (4 MiB) | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		e := (r.predicted.Seconds() - r.measured.Seconds()) / r.measured.Seconds()
 		mark := ""

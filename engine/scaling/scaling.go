@@ -371,13 +371,13 @@ func mpiTime(kind engine.CollectiveKind, procs int, n float64, l engine.Link) (s
 	case engine.CollectiveAllReduce:
 		// The fastest of the three all-reduces OpenMPI's tuned component
 		// chooses among by size and count.
-		a, b, pf := l.Latency.Seconds(), l.Bandwidth, float64(procs)
+		a, pf := l.Latency.Seconds(), float64(procs)
 		logp := math.Ceil(math.Log2(pf))
 		name, best := "mpi ring", CollectiveTime(kind, comm.Ring, procs, n, l)
-		if t := time.Duration((2*logp*a + 2*(pf-1)/pf*n/b) * 1e9); t < best {
+		if t := time.Duration((2*logp*a + 2*(pf-1)/pf*n/l.BandwidthAt(n/2)) * 1e9); t < best {
 			name, best = "mpi recursive halving", t
 		}
-		if t := time.Duration(logp * (a + n/b) * 1e9); t < best {
+		if t := time.Duration(logp * (a + n/l.BandwidthAt(n)) * 1e9); t < best {
 			name, best = "mpi recursive doubling", t
 		}
 		return name, best
@@ -393,7 +393,7 @@ func mpiTime(kind engine.CollectiveKind, procs int, n float64, l engine.Link) (s
 // CollectiveTime is the alpha–beta time of one collective of kind over p
 // ranks by algorithm alg on a buffer of n bytes (the payload of each
 // rank, engine.Collective.Bytes), every hop crossing link l (α its
-// latency, β its bandwidth):
+// latency, β its bandwidth for the hop's messages, BandwidthAt):
 //
 //	ring   all-reduce        2(p−1)·(α + n/(pβ))
 //	       reduce-scatter,
@@ -415,10 +415,17 @@ func CollectiveTime(kind engine.CollectiveKind, alg comm.Algorithm, p int, n flo
 	if p <= 1 {
 		return 0
 	}
-	a, b := l.Latency.Seconds(), l.Bandwidth
+	a := l.Latency.Seconds()
 	pf := float64(p)
 	logp := math.Ceil(math.Log2(pf))
 	alg = alg.Resolve(p, int(n/4))
+	// β is the link's rate for the messages each hop sends
+	// (engine.Link.BandwidthAt): a ring's blocks of n/p, a tree's or a
+	// direct send's whole buffer.
+	b := l.BandwidthAt(n)
+	if alg == comm.Ring && kind != engine.CollectiveBroadcast || alg == comm.Direct && kind.Blocks() {
+		b = l.BandwidthAt(n / pf)
+	}
 	var s float64
 	switch alg {
 	case comm.Tree:

@@ -97,6 +97,13 @@ func TestCollectiveTime(t *testing.T) {
 			t.Errorf("%s %s over %d: %v, want %v", tc.kind, tc.alg, tc.p, got, tc.want)
 		}
 	}
+	// With by_size, each hop's messages take their own rate: a ring's
+	// blocks of 250 kB go at the 256KiB rate.
+	sized := l
+	sized.BySize = []engine.SizeRate{{Size: 256 << 10, Bandwidth: 2e9}, {Size: 1 << 20, Bandwidth: 1e9}}
+	if got, want := CollectiveTime(engine.CollectiveAllReduce, comm.Ring, 4, n, sized), 2*3*(10*us+125*us); !near(got, want) {
+		t.Errorf("ring with by_size: %v, want %v", got, want)
+	}
 	// Auto sends a small buffer Direct, as comm does.
 	if got, want := CollectiveTime(engine.CollectiveAllReduce, comm.Auto, 4, 64, l), 3*(10*us+64*time.Nanosecond); !near(got, want) {
 		t.Errorf("auto on 64 B: %v, want direct's %v", got, want)
