@@ -29,9 +29,10 @@ var probeSizes = []int{8, 1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20}
 // for about 32 MiB each way, from 3 to 200.
 func probeReps(n int) int { return min(200, max(3, (32<<20)/n)) }
 
-// probeBatches is how many batches of round trips and of exchanges the
-// probe times at each size: the fastest batch of round trips gives the
-// one-way time, the median batch of exchanges the time both ways.
+// probeBatches is how many batches of round trips (sizes to 16 KiB) and
+// single exchanges (from 16 KiB) the probe times at each size: the
+// fastest batch of round trips gives the one-way time, the median
+// exchange the time both ways.
 const probeBatches = 7
 
 // wantsProbeLinks reports whether launch's arguments ask for
@@ -226,21 +227,32 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 			if me == p.b {
 				peer, lead = p.a, false
 			}
-			if _, err := m.PingPong(peer, send[:n], 5, lead); err != nil { // warm-up: connections, buffers
+			if _, err := m.PingPong(peer, send[:min(n, 64<<10)], 3, lead); err != nil { // warm-up: connections, buffers
 				return err
 			}
-			// probeBatches batches: a shared machine's pauses land in a
-			// few of them.
 			pp, ex := make([]time.Duration, probeBatches), make([]time.Duration, probeBatches)
-			reps := max(1, probeReps(n)/probeBatches)
 			for b := range probeBatches {
-				rtt, err := m.PingPong(peer, send[:n], reps, lead)
-				if err != nil {
-					return err
+				// One way, up to 16 KiB: batches of round trips.
+				if n <= 16<<10 {
+					rtt, err := m.PingPong(peer, send[:n], max(1, probeReps(n)/probeBatches), lead)
+					if err != nil {
+						return err
+					}
+					pp[b] = rtt / 2
 				}
-				pp[b] = rtt / 2
-				if ex[b], err = m.Exchange(peer, send[:n], recv[:n], reps); err != nil {
-					return err
+				// Both ways, from 16 KiB: one exchange at a time, the two
+				// ranks first meeting in an 8-byte round trip, as a
+				// collective's step comes after compute, its queues empty
+				// (back to back, TCP's window and the ACKs queued behind
+				// the other direction's data would slow it).
+				if n >= 16<<10 {
+					if _, err := m.PingPong(peer, send[:8], 1, lead); err != nil {
+						return err
+					}
+					var err error
+					if ex[b], err = m.Exchange(peer, send[:n], recv[:n], 1); err != nil {
+						return err
+					}
 				}
 			}
 			// One way: the fastest batch (a link's latency is what the
@@ -360,7 +372,7 @@ func slowest(a, b engine.Link) engine.Link {
 // writeProbe prints the times and the [[link]] tables.
 func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, times [][]float64) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "probe-links: %s, %d hosts; a message's time one way (half the fastest batch's round trip) and both ways at once (the median batch's exchange):\n", file, len(c.Nodes))
+	fmt.Fprintf(&b, "probe-links: %s, %d hosts; a message's time one way (half the fastest batch's round trip) and both ways at once (the median of single exchanges):\n", file, len(c.Nodes))
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  class\tpair\t\t")
 	for _, n := range probeSizes {
@@ -377,6 +389,10 @@ func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, 
 				fmt.Fprintf(tw, "\t\t%s\t", what)
 			}
 			for _, x := range times[i][half*len(probeSizes) : (half+1)*len(probeSizes)] {
+				if x == 0 {
+					fmt.Fprintf(tw, "-\t")
+					continue
+				}
 				fmt.Fprintf(tw, "%v\t", time.Duration(x*1e9).Round(100*time.Nanosecond))
 			}
 			if half == 0 {
