@@ -72,6 +72,11 @@ func TestPredictScaling(t *testing.T) {
 		t.Skip("SKIP: " + m)
 	}
 	bin := mpiGorun(t)
+	// The hosts share this machine's cores, more ranks than cores on 3
+	// hosts, which OpenMPI cannot see (each host has 1 slot): a rank
+	// waiting in a collective yields its core rather than spin on it
+	// (mpirun passes OMPI_MCA_ settings on to every rank).
+	t.Setenv("OMPI_MCA_mpi_yield_when_idle", "1")
 	h, err := testhosts.Up(testhosts.Options{Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
