@@ -239,3 +239,44 @@ func TestMissingLink(t *testing.T) {
 		t.Errorf("a step time of 0 was taken")
 	}
 }
+
+// TestPredictHier: two hosts of one process with two devices each: every
+// bucket crosses comm.Hier's levels, a tree in memory (reduce and
+// broadcast back) and the all-reduce across the hosts; a cluster file
+// without an inproc link says so.
+func TestPredictHier(t *testing.T) {
+	p := plan(t, true, 2, gbit)
+	p.Cluster.Devices = 2
+	s := *p.Spec
+	q, err := engine.CompileProcess(&s, p.Cluster, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := TopologyOf(&q.Cluster)
+	if topo != (Topology{Hosts: 2, ProcsPerHost: 1, Devices: 2}) || topo.World() != 4 {
+		t.Fatalf("topology %+v", topo)
+	}
+	if _, err := Predict(q, topo, 10*time.Millisecond, Links{engine.LinkHost: gbit}); err == nil || !strings.Contains(err.Error(), `class = "inproc", which the 2 devices of a process use`) {
+		t.Errorf("no inproc link: got %v", err)
+	}
+	in := engine.Link{Class: engine.LinkInProc, Bandwidth: 10e9, Latency: time.Microsecond}
+	pr, err := Predict(q, topo, 10*time.Millisecond, Links{engine.LinkHost: gbit, engine.LinkInProc: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pr.Collectives {
+		if !strings.HasPrefix(c.Tag, "bucket ") {
+			continue
+		}
+		if len(c.Levels) != 2 || c.Levels[0].Class != engine.LinkInProc || c.Levels[1].Class != engine.LinkHost || c.Levels[1].Ranks != 2 {
+			t.Fatalf("%s: levels %+v, want inproc then host over 2 processes", c.Tag, c.Levels)
+		}
+		n := float64(c.Bytes)
+		if want := 2 * CollectiveTime(engine.CollectiveBroadcast, comm.Tree, 2, n, in); !near(c.Levels[0].Time, want) {
+			t.Errorf("%s in memory: %v, want a tree there and back %v", c.Tag, c.Levels[0].Time, want)
+		}
+		if !near(c.Time, c.Levels[0].Time+c.Levels[1].Time) {
+			t.Errorf("%s: %v is not the sum of its levels", c.Tag, c.Time)
+		}
+	}
+}
