@@ -59,7 +59,7 @@ const (
 
 var activationOps = []*Def{
 	{
-		Op: ReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Op: ReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true, Autocast: AutocastExact,
 		Shape: sameShape, Grad: gradWithOut(ReLUGrad, 0),
 		Kernel32: relu[float32], Kernel64: relu[float64],
 	},

@@ -36,6 +36,8 @@
 //	embedding.go   Embedding and its weight's gradient
 //	tensor.go      Flatten, Concat, Narrow, NarrowGrad, Permute, Positions
 //	optim.go       SGDStep, AdamStep, AdamWStep, ClipGradNorm, GradNormSq, ClipGradScale
+//	precision.go   Round (to bfloat16 or float16), Precision, Autocast: what
+//	               train(precision = ...) does with each op
 //
 // op.go holds what every op shares: Op, Def, the registry (Lookup, All),
 // Attrs and the kernels' types (Buf, Ctx, Kernel). shape.go runs shape and

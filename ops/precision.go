@@ -1,0 +1,180 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Precision: mixed precision as a script choice (train(precision =
+// "bf16")). A Precision names the format values are computed in; Round
+// rounds float32 values to it, so that a float32 arena holds exactly the
+// values a bfloat16 or float16 tensor would. What the engine does with each
+// op under mixed precision (torch.autocast's lists) is the op's
+// Def.Autocast.
+
+// Precision is the number format a train() call computes in: FP32 (the
+// default), BF16 or FP16. Its String is the script's spelling.
+type Precision uint8
+
+const (
+	// FP32 is full precision: every value a float32.
+	FP32 Precision = iota
+	// BF16 is bfloat16 (8 exponent bits, 8 significand bits): matrix
+	// products and convolutions take bfloat16 operands and accumulate in
+	// float32, as torch.autocast(dtype=torch.bfloat16).
+	BF16
+	// FP16 is IEEE half precision (5 exponent bits, 11 significand bits),
+	// as BF16 plus dynamic loss scaling (GradScaler).
+	FP16
+)
+
+// Precisions lists every Precision in the order scripts document them.
+var Precisions = []Precision{FP32, BF16, FP16}
+
+// String returns the script's spelling: "fp32", "bf16" or "fp16".
+func (p Precision) String() string {
+	switch p {
+	case FP32:
+		return "fp32"
+	case BF16:
+		return "bf16"
+	case FP16:
+		return "fp16"
+	}
+	return fmt.Sprintf("precision(%d)", uint8(p))
+}
+
+// Dtype is the name PyTorch gives the format ("float32", "bfloat16",
+// "float16"), as plans print each step's.
+func (p Precision) Dtype() string {
+	switch p {
+	case BF16:
+		return "bfloat16"
+	case FP16:
+		return "float16"
+	}
+	return "float32"
+}
+
+// ParsePrecision turns a script's precision = "..." into a Precision; the
+// error lists the choices.
+func ParsePrecision(s string) (Precision, error) {
+	for _, p := range Precisions {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	names := make([]string, len(Precisions))
+	for i, p := range Precisions {
+		names[i] = fmt.Sprintf("%q", p.String())
+	}
+	return FP32, fmt.Errorf("precision must be %s, got %q", strings.Join(names, ", "), s)
+}
+
+// Autocast is what mixed precision does with an op (Def.Autocast), as
+// PyTorch 1.13's CPU torch.autocast does: which ops take low-precision
+// operands, which run in float32, and which follow their inputs.
+type Autocast uint8
+
+const (
+	// AutocastFollow (the default): the output is low precision when the
+	// op has a float input that is not a parameter and every such input is
+	// low precision (PyTorch's type promotion: bf16 + fp32 is fp32); the
+	// kernel computes in float32 and the engine rounds its output.
+	// Parameters do not promote (a norm's weight and bias).
+	AutocastFollow Autocast = iota
+	// AutocastLower: a matrix product or convolution (autocast's lower
+	// precision list): every float input is rounded to low precision, the
+	// kernel accumulates in float32, and the output is rounded.
+	AutocastLower
+	// AutocastFP32: the op runs in float32 whatever its inputs (losses:
+	// autocast's float32 list); low-precision inputs are read as they are
+	// (bf16 → fp32 is exact).
+	AutocastFP32
+	// AutocastExact: as AutocastFollow, but the op only selects, moves or
+	// zeroes its input's values (ReLU, max pooling, reshapes), so a
+	// low-precision input gives a low-precision output with no rounding.
+	AutocastExact
+)
+
+// Round: in x; out x rounded to the nearest value of Attrs.Precision's
+// format (bfloat16 or float16), ties to even — the bits PyTorch's
+// x.to(torch.bfloat16) or x.half() keep, held in float32. NaN stays NaN
+// (bfloat16: PyTorch's 0x7FC0); float16 overflows to ±Inf past 65504;
+// float16's subnormals are kept. FP32 is the identity. Gradient: Round of
+// dy with the same format (autograd's gradient of a cast is the cast back,
+// and the gradient of a low-precision tensor is low precision). Attrs:
+// Precision.
+//
+// The float64 kernel, which exists for finite-difference gradient checks,
+// is the identity: a cast's derivative is 1 (the straight-through rule
+// autograd applies), which a rounding step function would hide from
+// finite differences. Training runs the float32 kernel.
+const Round Op = "round"
+
+var precisionOps = []*Def{
+	{
+		Op: Round, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Shape: sameShape, Grad: gradOfDy(Round),
+		StepName: func(a *Attrs, _ func(int) bool) string {
+			return "round_" + a.Precision.String()
+		},
+		Kernel32: round32, Kernel64: round64,
+	},
+}
+
+// round32 is Round's float32 kernel.
+func round32(c *Ctx[float32], a *Attrs, in, out []*Buf[float32]) {
+	x := live(in[0])
+	y := out[0].Data[:len(x)]
+	switch a.Precision {
+	case BF16:
+		for i, v := range x {
+			y[i] = RoundBF16(v)
+		}
+	case FP16:
+		for i, v := range x {
+			y[i] = RoundFP16(v)
+		}
+	default:
+		copy(y, x)
+	}
+}
+
+// round64 is Round's float64 kernel: the identity (see Round).
+func round64(c *Ctx[float64], a *Attrs, in, out []*Buf[float64]) {
+	x := live(in[0])
+	copy(out[0].Data[:len(x)], x)
+}
+
+// RoundBF16 rounds v to the nearest bfloat16, ties to even, as PyTorch's
+// c10::BFloat16 does (round_to_nearest_even: NaN becomes 0x7FC0, values past
+// the largest bfloat16 round to ±Inf).
+func RoundBF16(v float32) float32 {
+	u := math.Float32bits(v)
+	if v != v {
+		return math.Float32frombits(0x7FC00000)
+	}
+	u += 0x7FFF + (u>>16)&1
+	return math.Float32frombits(u &^ 0xFFFF)
+}
+
+// RoundFP16 rounds v to the nearest IEEE float16, ties to even, with
+// float16's subnormals (multiples of 2⁻²⁴) and ±Inf from 65520 on, as
+// PyTorch's x.half() does. NaN stays NaN.
+func RoundFP16(v float32) float32 {
+	a := math.Abs(float64(v))
+	switch {
+	case v != v || math.IsInf(a, 0) || a == 0:
+		return v
+	case a >= 65520:
+		return float32(math.Copysign(math.Inf(1), float64(v)))
+	}
+	// The quantum of a's binade: 2^(e-11) for a in [2^(e-1), 2^e), never
+	// below the subnormals' 2⁻²⁴. a/q and the rounded product are exact in
+	// float64.
+	_, e := math.Frexp(a)
+	q := math.Ldexp(1, max(e-11, -24))
+	return float32(math.Copysign(math.RoundToEven(a/q)*q, float64(v)))
+}

@@ -1,0 +1,87 @@
+package ops
+
+import (
+	"math"
+	"testing"
+)
+
+// The Round op's gradient checks (in float64 the op is the identity, a
+// cast's derivative; see Round), one per format, with the other ops'.
+func init() {
+	gradCases = append(gradCases,
+		gradCase{name: "round/bf16", op: Round, attrs: Attrs{Precision: BF16}, in: [][]int{{3, 4}}, capN: 5,
+			bwd: []bwdStep{{op: Round, args: []ref{dyOf(0)}}}},
+		gradCase{name: "round/fp16", op: Round, attrs: Attrs{Precision: FP16}, in: [][]int{{2, 3, 2}}, capN: 4,
+			bwd: []bwdStep{{op: Round, args: []ref{dyOf(0)}}}},
+	)
+}
+
+// TestRoundMatchesPyTorch runs Round's float32 kernel, forward and as its
+// own gradient rule, on testdata/round_golden.json (gen_round_golden.py):
+// PyTorch 1.13's x.to(torch.bfloat16) and x.half(), and the gradient
+// autograd gives through them, compared bit for bit (NaN as NaN).
+func TestRoundMatchesPyTorch(t *testing.T) {
+	type side struct{ Y, Dx []uint32 }
+	var g struct {
+		Torch      string
+		X, Dy      []uint32
+		BF16, FP16 side
+	}
+	loadJSON(t, "round_golden.json", &g)
+	if len(g.X) < 200 || len(g.X) != len(g.Dy) {
+		t.Fatalf("round_golden.json: %d inputs, %d cotangents", len(g.X), len(g.Dy))
+	}
+	f32 := func(u []uint32) *Buf[float32] {
+		b := &Buf[float32]{Shape: []int{len(u)}, Data: make([]float32, len(u))}
+		for i, v := range u {
+			b.Data[i] = math.Float32frombits(v)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		p    Precision
+		want side
+	}{{BF16, g.BF16}, {FP16, g.FP16}} {
+		a := Attrs{Precision: c.p}
+		for _, dir := range []struct {
+			name    string
+			in      []uint32
+			want    []uint32
+			forward bool
+		}{{"forward", g.X, c.want.Y, true}, {"gradient", g.Dy, c.want.Dx, false}} {
+			out := &Buf[float32]{Shape: []int{len(dir.in)}, Data: make([]float32, len(dir.in))}
+			Kernels32[Round](&Ctx[float32]{}, &a, []*Buf[float32]{f32(dir.in)}, []*Buf[float32]{out})
+			bad := 0
+			for i, w := range dir.want {
+				got := out.Data[i]
+				wf := math.Float32frombits(w)
+				if wf != wf && got != got {
+					continue
+				}
+				if math.Float32bits(got) != w {
+					if bad++; bad <= 5 {
+						t.Errorf("%v %s: %.9g (%#08x) → %.9g (%#08x), PyTorch %.9g (%#08x)", c.p, dir.name,
+							math.Float32frombits(dir.in[i]), dir.in[i], got, math.Float32bits(got), wf, w)
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%v %s: %d of %d values differ from PyTorch %s", c.p, dir.name, bad, len(dir.want), g.Torch)
+			}
+		}
+	}
+}
+
+// TestParsePrecision: the script's spellings, and an error that lists the
+// choices.
+func TestParsePrecision(t *testing.T) {
+	for _, p := range Precisions {
+		if got, err := ParsePrecision(p.String()); got != p || err != nil {
+			t.Errorf("ParsePrecision(%q) = %v, %v", p.String(), got, err)
+		}
+	}
+	_, err := ParsePrecision("bf8")
+	if err == nil || err.Error() != `precision must be "fp32", "bf16", "fp16", got "bf8"` {
+		t.Errorf("ParsePrecision(\"bf8\"): %v", err)
+	}
+}
