@@ -69,7 +69,8 @@ func ParsePrecision(s string) (Precision, error) {
 	for i, p := range Precisions {
 		names[i] = fmt.Sprintf("%q", p.String())
 	}
-	return FP32, fmt.Errorf("precision must be %s, got %q", strings.Join(names, ", "), s)
+	last := len(names) - 1
+	return FP32, fmt.Errorf("precision must be %s or %s, got %q", strings.Join(names[:last], ", "), names[last], s)
 }
 
 // Autocast is what mixed precision does with an op (Def.Autocast), as

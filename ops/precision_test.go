@@ -81,7 +81,7 @@ func TestParsePrecision(t *testing.T) {
 		}
 	}
 	_, err := ParsePrecision("bf8")
-	if err == nil || err.Error() != `precision must be "fp32", "bf16", "fp16", got "bf8"` {
+	if err == nil || err.Error() != `precision must be "fp32", "bf16" or "fp16", got "bf8"` {
 		t.Errorf("ParsePrecision(\"bf8\"): %v", err)
 	}
 }
