@@ -33,6 +33,11 @@ type Value struct {
 	// unknown.
 	ids     int
 	idsFrom string
+	// LowPrecision: under mixed precision (GraphOptions.Precision), the
+	// value holds numbers of the low format (bfloat16 or float16) in
+	// float32 storage: a cast's output, or what autocast's ops make of
+	// them (engine/precision.go).
+	LowPrecision bool
 }
 
 // Elems is the number of elements at the maximum batch.
@@ -185,6 +190,10 @@ type GraphOptions struct {
 	// NoFusion builds the graph as the script wrote it, every op its own
 	// node: no fusion at all (cluster.fusion = false).
 	NoFusion bool
+	// Precision is the script's train(precision = ...): under ops.BF16
+	// and ops.FP16 the graph holds torch.autocast's casts as ops.Round
+	// nodes (engine/precision.go); ops.FP32 adds none.
+	Precision ops.Precision
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -227,12 +236,14 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts Grap
 	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
+	b.autocast(opts.Precision)
 	if !opts.NoFusion {
 		b.fuse()
 	}
 	if err := b.differentiate(); err != nil {
 		return nil, err
 	}
+	b.markLowGradients()
 	if !opts.NoFusion {
 		b.fuseBackward()
 	}
