@@ -684,14 +684,17 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		isStat[st.Value] = true
 	}
 
-	bufferOf := func(v *Value) *Buffer {
+	var bufferOf func(v *Value) *Buffer
+	bufferOf = func(v *Value) *Buffer {
 		if b, ok := prog.byValue[v]; ok {
 			return b
 		}
 		var b *Buffer
 		switch {
 		case v.Producer != nil && v == v.Producer.Out[0] && ops.Lookup(v.Producer.Op).Alias: // a view (flatten)
-			b = prog.view(v.Name, v, prog.byValue[v.Producer.In[0]], 0, v.Shape, v.Batched)
+			// Its input first: a cast (engine/precision.go) is a value made
+			// after the graph's others.
+			b = prog.view(v.Name, v, bufferOf(v.Producer.In[0]), 0, v.Shape, v.Batched)
 		default:
 			if off, ok := arenaAt[v]; ok {
 				arena := prog.GradArena

@@ -96,6 +96,14 @@ func (b *builder) autocast(p ops.Precision) {
 			low[y] = true
 			continue
 		}
+		// Kernels that PyTorch runs with low-precision intermediates
+		// (ops/precision.go) round where it does.
+		if def.Autocast == ops.AutocastFollow {
+			n.Attrs.Precision = p
+			if n.Eval != nil {
+				n.Eval.Attrs.Precision = p
+			}
+		}
 		r := round(y, n)
 		repl[y] = r
 	}

@@ -179,3 +179,115 @@ func RoundFP16(v float32) float32 {
 	q := math.Ldexp(1, max(e-11, -24))
 	return float32(math.Copysign(math.RoundToEven(a/q)*q, float64(v)))
 }
+
+// Low-precision kernels. PyTorch's CPU kernels for bfloat16 tensors do not
+// all compute in float32 and round once: some round intermediates to
+// bfloat16 (Vectorized<BFloat16> arithmetic, bfloat16 scratch). Under
+// autocast the engine gives the ops whose kernels do so (GELU's tanh form,
+// LogSoftmax, and the gradients of those and of Softmax) Attrs.Precision,
+// and their float32 kernels then round where PyTorch 1.13's do, found
+// value by value against it (testdata/gen_lowp_golden.py). The float64
+// kernels ignore Attrs.Precision, as Round's does.
+
+// rounder is Precision p's rounding; nil for FP32.
+func rounder(p Precision) func(float32) float32 {
+	switch p {
+	case BF16:
+		return RoundBF16
+	case FP16:
+		return RoundFP16
+	}
+	return nil
+}
+
+// logSoftmaxLowp is LogSoftmax on low-precision rows: y = r((x - max) -
+// r(log r(Σ exp(x - max)))), the sum and its log held in the low format.
+func logSoftmaxLowp(r func(float32) float32, x, y []float32, k int) {
+	for o := 0; o+k <= len(x); o += k {
+		xr, yr := x[o:o+k], y[o:o+k]
+		m := rowMax(xr)
+		var s float64
+		for _, v := range xr {
+			s += math.Exp(float64(v - m))
+		}
+		ls := r(float32(math.Log(float64(r(float32(s))))))
+		for j, v := range xr {
+			yr[j] = r((v - m) - ls)
+		}
+	}
+}
+
+// logSoftmaxGradLowp is LogSoftmaxGrad on low-precision rows: dx =
+// r(dy - exp(y)·r(Σ dy)).
+func logSoftmaxGradLowp(r func(float32) float32, dy, y, dx []float32, k int) {
+	for o := 0; o+k <= len(dy); o += k {
+		gr, yr, dr := dy[o:o+k], y[o:o+k], dx[o:o+k]
+		var s float64
+		for _, g := range gr {
+			s += float64(g)
+		}
+		sr := float64(r(float32(s)))
+		for j, g := range gr {
+			dr[j] = r(float32(float64(g) - math.Exp(float64(yr[j]))*sr))
+		}
+	}
+}
+
+// softmaxGradLowp is SoftmaxGrad on low-precision rows: dx =
+// r(y·(dy - r(Σ dy·y))).
+func softmaxGradLowp(r func(float32) float32, dy, y, dx []float32, k int) {
+	for o := 0; o+k <= len(dy); o += k {
+		gr, yr, dr := dy[o:o+k], y[o:o+k], dx[o:o+k]
+		var s float64
+		for j, g := range gr {
+			s += float64(g) * float64(yr[j])
+		}
+		sr := float64(r(float32(s)))
+		for j, g := range gr {
+			dr[j] = r(float32(float64(yr[j]) * (float64(g) - sr)))
+		}
+	}
+}
+
+// geluTanhLowp is GELU's tanh form as PyTorch's kernel computes it on
+// low-precision values, every operation rounded:
+// r(r(0.5·x)·r(1 + r(tanh(r(k·r(x + r(c·r(r(x·x)·x)))))))), k and c
+// rounded too.
+func geluTanhLowp(r func(float32) float32, y, x []float32) {
+	k, c := r(geluK), r(geluC)
+	for i, v := range x {
+		cube := r(r(v*v) * v)
+		inner := r(k * r(v+r(c*cube)))
+		t := r(float32(math.Tanh(float64(inner))))
+		y[i] = r(r(0.5*v) * r(1+t))
+	}
+}
+
+// geluTanhGradLowp is GELUGrad's tanh form as PyTorch's kernel computes
+// it on low-precision values, every operation rounded.
+func geluTanhGradLowp(r func(float32) float32, dx, dy, x []float32) {
+	k, c := r(geluK), r(geluC)
+	c3 := r(3 * c)
+	for i, v := range x[:len(dy)] {
+		sq := r(v * v)
+		cube := r(sq * v)
+		inner := r(k * r(v+r(c*cube)))
+		t := r(float32(math.Tanh(float64(inner))))
+		left := r(0.5 * v)
+		leftD := r(0.5 * r(1+t))
+		tanhD := r(1 - r(t*t))
+		innerD := r(k * r(1+r(c3*sq)))
+		rightD := r(r(left*tanhD) * innerD)
+		dx[i] = r(dy[i] * r(leftD+rightD))
+	}
+}
+
+// lowRounder is the rounding a float32 kernel given a applies to mirror
+// PyTorch's low-precision kernel (Attrs.Precision); nil for float64
+// kernels, for no attributes and for FP32.
+func lowRounder[T Float](a *Attrs) func(float32) float32 {
+	if a == nil || !is32[T]() {
+		return nil
+	}
+	return rounder(a.Precision)
+}

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 )
@@ -83,5 +84,80 @@ func TestParsePrecision(t *testing.T) {
 	_, err := ParsePrecision("bf8")
 	if err == nil || err.Error() != `precision must be "fp32", "bf16" or "fp16", got "bf8"` {
 		t.Errorf("ParsePrecision(\"bf8\"): %v", err)
+	}
+}
+
+// TestLowPrecisionKernelsMatchPyTorch runs the float32 kernels that round
+// intermediates under Attrs.Precision = BF16 (LogSoftmax, LogSoftmaxGrad,
+// SoftmaxGrad, GELU and GELUGrad in the tanh form) on
+// testdata/lowp_golden.json (gen_lowp_golden.py): PyTorch 1.13's CPU
+// kernels on bfloat16 tensors, compared bit for bit; one value in 200 may
+// differ by one bfloat16 step (a sum in another order).
+func TestLowPrecisionKernelsMatchPyTorch(t *testing.T) {
+	type io map[string][]uint32
+	var g struct {
+		Torch string
+		K     int
+	}
+	var raw map[string]json.RawMessage
+	loadJSON(t, "lowp_golden.json", &raw)
+	if err := json.Unmarshal(raw["torch"], &g.Torch); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw["k"], &g.K); err != nil {
+		t.Fatal(err)
+	}
+	buf := func(u []uint32, shape []int) *Buf[float32] {
+		b := &Buf[float32]{Shape: shape, Data: make([]float32, len(u))}
+		for i, v := range u {
+			b.Data[i] = math.Float32frombits(v)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name   string
+		op     Op
+		approx bool
+		in     []string
+		want   string
+	}{
+		{"log_softmax", LogSoftmax, false, []string{"x"}, "y"},
+		{"log_softmax_grad", LogSoftmaxGrad, false, []string{"dy", "y"}, "dx"},
+		{"softmax_grad", SoftmaxGrad, false, []string{"dy", "y"}, "dx"},
+		{"gelu_tanh", GELU, true, []string{"x"}, "y"},
+		{"gelu_tanh_grad", GELUGrad, true, []string{"dy", "x"}, "dx"},
+	} {
+		var vals io
+		if err := json.Unmarshal(raw[c.name], &vals); err != nil || len(vals[c.want]) == 0 {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		n := len(vals[c.want])
+		shape := []int{n}
+		if !c.approx {
+			shape = []int{n / g.K, g.K}
+		}
+		var in []*Buf[float32]
+		for _, name := range c.in {
+			in = append(in, buf(vals[name], shape))
+		}
+		out := &Buf[float32]{Shape: shape, Data: make([]float32, n)}
+		a := Attrs{Precision: BF16, Approximate: c.approx}
+		Kernels32[c.op](&Ctx[float32]{}, &a, in, []*Buf[float32]{out})
+		exact, off := 0, 0
+		for i, w := range vals[c.want] {
+			got := math.Float32bits(out.Data[i])
+			switch {
+			case got == w:
+				exact++
+			case math.Abs(float64(out.Data[i]-math.Float32frombits(w))) <= math.Abs(float64(math.Float32frombits(w)))/128:
+				off++
+			default:
+				t.Errorf("%s[%d] = %.6g, PyTorch %s %.6g", c.name, i, out.Data[i], g.Torch, math.Float32frombits(w))
+			}
+		}
+		if off*200 > n {
+			t.Errorf("%s: %d of %d values one bfloat16 step from PyTorch's", c.name, off, n)
+		}
+		t.Logf("%s: %d of %d values equal to PyTorch's bits, %d one step off", c.name, exact, n, off)
 	}
 }
