@@ -774,6 +774,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Steps = append(prog.Steps, p.allReduceAfter(prog, n, PhaseBackward)...)
 		prog.Steps = append(prog.Steps, p.Sync.AfterBackward(p, prog, i)...)
 	}
+	prog.Steps = append(prog.Steps, p.unscaleSteps(prog)...)
 	if err := p.Sync.Update(p, prog); err != nil {
 		return nil, err
 	}

@@ -251,3 +251,15 @@ func (p *Plan) precisionTwin() (*Plan, error) {
 	sc.Precision = ops.FP32
 	return compileProcess(&sc, p.Cluster, p.Process)
 }
+
+// unscaleSteps is fp16's first update step: the gradients, combined
+// across devices and scaled by the runner's dynamic loss scale S, divided
+// by it (ops.GradUnscale, GradScaler.unscale_) before clipping and the
+// optimizer. Other precisions have none.
+func (p *Plan) unscaleSteps(prog *Program) []*Step {
+	if p.Spec.Precision != ops.FP16 {
+		return nil
+	}
+	return []*Step{{Kind: KernelStep, Phase: PhaseUpdate, Op: ops.GradUnscale, In: []*Buffer{prog.SyncedGrads},
+		Layer: "fp16 loss scaling (unscale)", Pos: p.Spec.Pos}}
+}

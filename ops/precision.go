@@ -114,6 +114,13 @@ const (
 // finite differences. Training runs the float32 kernel.
 const Round Op = "round"
 
+// GradUnscale: in grads (every gradient, one buffer); multiplies them in
+// place by Ctx.LossScale, which in the update phase of an fp16 plan the
+// runner sets to 1/S, S the dynamic loss scale the step's gradients were
+// computed under: GradScaler.unscale_ (its inverse scale, 1/S in float32,
+// exact for powers of two), before clipping and the optimizer.
+const GradUnscale Op = "grad_unscale"
+
 var precisionOps = []*Def{
 	{
 		Op: Round, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
@@ -123,6 +130,19 @@ var precisionOps = []*Def{
 		},
 		Kernel32: round32, Kernel64: round64,
 	},
+	{
+		Op: GradUnscale, InPlace: true, In: []Input{{Name: "grads"}},
+		Kernel32: gradUnscale[float32], Kernel64: gradUnscale[float64],
+	},
+}
+
+// gradUnscale is GradUnscale's kernel: grads ·= float32(LossScale).
+func gradUnscale[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	inv := T(float32(c.LossScale))
+	g := live(in[0])
+	for i := range g {
+		g[i] *= inv
+	}
 }
 
 // round32 is Round's float32 kernel.

@@ -161,3 +161,17 @@ func TestLowPrecisionKernelsMatchPyTorch(t *testing.T) {
 		t.Logf("%s: %d of %d values equal to PyTorch's bits, %d one step off", c.name, exact, n, off)
 	}
 }
+
+// TestGradUnscale: the gradients times Ctx.LossScale (1/S), in place, as
+// GradScaler.unscale_ multiplies by its float32 inverse scale; infinities
+// and NaN stay.
+func TestGradUnscale(t *testing.T) {
+	g := &Buf[float32]{Shape: []int{5}, Data: []float32{65536, -3 * 65536, 1, float32(math.Inf(1)), 7}}
+	Kernels32[GradUnscale](&Ctx[float32]{LossScale: 1.0 / 65536}, &Attrs{}, []*Buf[float32]{{Shape: []int{4}, Data: g.Data}}, nil)
+	want := []float32{1, -3, 1.0 / 65536, float32(math.Inf(1)), 7} // the fifth is past the live length
+	for i, w := range want {
+		if g.Data[i] != w {
+			t.Errorf("element %d = %g, want %g", i, g.Data[i], w)
+		}
+	}
+}

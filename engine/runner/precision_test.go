@@ -239,3 +239,88 @@ func checkAutocastDtypes(t *testing.T, p *engine.Plan, dtypes [][2]string) {
 		t.Errorf("found %d of PyTorch's %d module outputs among gorun's values", found, len(dtypes))
 	}
 }
+
+// TestFP16LossScaleMatchesGradScaler trains a linear layer with precision
+// = "fp16" for as many steps as testdata/lossscale_golden.json
+// (gen_lossscale_golden.py: PyTorch's GradScaler with its defaults, inf
+// injected at its overflow steps), the batches of those steps holding
+// targets so far off (10⁴) that their scaled gradients overflow float16:
+// the loss_scale of every metrics.jsonl step line is GradScaler's scale,
+// and exactly its skipped steps have a null loss.
+func TestFP16LossScaleMatchesGradScaler(t *testing.T) {
+	var g struct {
+		Torch    string
+		Defaults struct {
+			InitScale      float64 `json:"init_scale"`
+			GrowthInterval int     `json:"growth_interval"`
+		}
+		Overflow, Skipped []int
+		Scales            []float64
+	}
+	b, err := os.ReadFile("testdata/lossscale_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	if g.Defaults.InitScale != InitLossScale || g.Defaults.GrowthInterval != LossScaleGrowthInterval {
+		t.Fatalf("GradScaler's defaults %+v, gorun's %g and %d", g.Defaults, InitLossScale, LossScaleGrowthInterval)
+	}
+	steps, batch := len(g.Scales), 2
+	dir := t.TempDir()
+	data, init := filepath.Join(dir, "data.safetensors"), filepath.Join(dir, "init.safetensors")
+	x := make([]float32, steps*batch*4)
+	y := make([]float32, steps*batch)
+	for i := range x {
+		x[i] = float32(0.01 * unit(i))
+	}
+	for i := range y {
+		y[i] = float32(0.001 * unit(i+7))
+	}
+	for _, s := range g.Overflow {
+		y[s*batch] = 1e4
+	}
+	if err := safetensors.WriteFile(data, []safetensors.Tensor{safetensors.F32("x", []int{steps * batch, 4}, x), safetensors.F32("y", []int{steps * batch, 1}, y)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(init, []safetensors.Tensor{safetensors.F32("fc.weight", []int{1, 4}, []float32{0.01, -0.01, 0.02, 0.01}),
+		safetensors.F32("fc.bias", []int{1}, []float32{0})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(`
+train(model = nn.linear(4, 1, name = "fc"), loss = "mse", data = data.tensors("DATA", x = "x", y = "y"),
+      optimizer = optim.sgd(lr = 0.01), batch_size = 2, shuffle = False, precision = "fp16")
+`, "DATA", data, 1)
+	p := compile(t, loadSpec(t, src, fmt.Sprintf("max_steps=%d", steps)), 1)
+	out := t.TempDir()
+	if _, err := Run(p, RunOptions{Out: out, Init: init}); err != nil {
+		t.Fatal(err)
+	}
+	var scales []float64
+	var skipped []int
+	for _, m := range readMetrics(t, filepath.Join(out, MetricsFile)) {
+		if m["kind"] != "step" {
+			continue
+		}
+		s, _ := m["loss_scale"].(float64)
+		scales = append(scales, s)
+		if m["loss"] == nil {
+			skipped = append(skipped, len(scales)-1)
+		}
+	}
+	if len(scales) != steps {
+		t.Fatalf("%d step lines, want %d", len(scales), steps)
+	}
+	bad := 0
+	for i, s := range scales {
+		if s != g.Scales[i] {
+			if bad++; bad <= 5 {
+				t.Errorf("step %d: loss_scale %g, GradScaler's %g", i+1, s, g.Scales[i])
+			}
+		}
+	}
+	if fmt.Sprint(skipped) != fmt.Sprint(g.Skipped) {
+		t.Errorf("skipped steps (0-based) %v, GradScaler's %v", skipped, g.Skipped)
+	}
+}
