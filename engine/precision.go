@@ -136,10 +136,16 @@ func lowOutput(def *ops.Def, in []*Value, low map[*Value]bool) bool {
 }
 
 // markLowGradients marks the gradients that Round's gradient rule rounds
-// (the gradients of low-precision values) as LowPrecision.
+// (the gradients of low-precision values) as LowPrecision, but for
+// parameters' gradients: float32 values (combined across devices, summed
+// over micro-batches) the optimizer reads.
 func (b *builder) markLowGradients() {
+	param := map[*Value]bool{}
+	for _, p := range b.g.Params {
+		param[p.Grad] = true
+	}
 	for _, n := range b.g.Backward {
-		if n.Op == ops.Round {
+		if n.Op == ops.Round && !param[n.Out[0]] {
 			for _, o := range n.Out {
 				o.LowPrecision = true
 			}
@@ -151,13 +157,16 @@ func (b *builder) markLowGradients() {
 // on, as `gorun plan` prints it: "fp32→bf16" for a cast (ops.Round),
 // "bf16" for a step whose float inputs all hold low-precision numbers (a
 // matrix product on bfloat16 operands accumulates in float32), "fp32"
-// otherwise; "i32" for a step with integer inputs alone.
+// otherwise and for the ops autocast runs in float32 (losses); "i32" for a step with integer inputs alone.
 func StepDtype(st *Step) string {
 	if st.Kind != KernelStep {
 		return ""
 	}
 	if st.Op == ops.Round {
 		return "fp32→" + st.Attrs.Precision.String()
+	}
+	if d := ops.Lookup(st.Op); d != nil && d.Autocast == ops.AutocastFP32 {
+		return "fp32" // a loss reads low-precision values as float32
 	}
 	lowIn, floats := ops.FP32, 0
 	for _, b := range st.In {
