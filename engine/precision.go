@@ -71,6 +71,10 @@ func (b *builder) autocast(p ops.Precision) {
 		}
 		def := ops.Lookup(n.Op)
 		if def.Autocast == ops.AutocastLower {
+			// The product's steps (and its gradient's, which the rules
+			// give the same attributes) say their operands hold values of
+			// p: the cuda backend runs them on tensor cores.
+			n.Attrs.Precision = p
 			for i, v := range n.In {
 				if v != nil && !v.Int && !low[v] {
 					n.In[i] = round(v, n)

@@ -7,6 +7,7 @@
 //	eager  = false   # true: launch each step on its own, no CUDA graph
 //	cublas = ""      # path of libcublas.so to try first (default: .13, .12, .11)
 //	nccl   = ""      # path of libnccl.so.2 to try first
+//	tf32   = false   # true: float32 GEMMs on TF32 tensor cores (PyTorch's allow_tf32)
 //
 // the transport that comes with it (nccl), and how to build a gorun that
 // has it. Importing the package registers that description, without the
@@ -35,6 +36,7 @@ func Target() *target.Target {
 			target.Bool("eager", false, "true: launch each step on its own instead of replaying the step as one captured CUDA graph"),
 			target.Path("cublas", "/usr/lib/x86_64-linux-gnu/libcublas.so.12", "the path of libcublas.so to try first (default: libcublas.so.13, .12, .11 where the loader finds them)"),
 			target.Path("nccl", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "the path of libnccl.so.2 to try first (default: where the loader finds it)"),
+			target.Bool("tf32", false, "true: float32 matrix products and convolutions (their GEMMs) run on tensor cores in TF32, 10-bit mantissas with float32 accumulation (cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH), PyTorch's torch.backends.cuda.matmul.allow_tf32)"),
 		},
 		Transports: []target.Transport{{
 			Name: "nccl",
@@ -52,6 +54,8 @@ type Settings struct {
 	// Cublas and NCCL are paths of libcublas.so and libnccl.so.2 to try
 	// before the defaults ("" for none).
 	Cublas, NCCL string
+	// TF32 lets cuBLAS run float32 GEMMs on TF32 tensor cores.
+	TF32 bool
 }
 
 // Read reads the [cuda] table's keys from a device's settings (keys left
@@ -61,5 +65,6 @@ func Read(settings map[string]any) Settings {
 	s.Eager, _ = settings["eager"].(bool)
 	s.Cublas, _ = settings["cublas"].(string)
 	s.NCCL, _ = settings["nccl"].(string)
+	s.TF32, _ = settings["tf32"].(bool)
 	return s
 }
