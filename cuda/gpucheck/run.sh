@@ -25,6 +25,8 @@
 #   {"check":"speed", ...}         samples/s, batch 64 and 512, graph on and off: the
 #                                  second epoch's (steady state, as PyTorch's is after warm-up)
 #   {"check":"torch", ...}         PyTorch eager, same Net, same batches, data on the GPU
+#   {"check":"bf16_vs_torch_autocast"} precision = "bf16" against PyTorch's autocast(bfloat16)
+#                                  on the same GPU: at least as close as PyTorch's bf16 to its fp32
 #   {"check":"summary", ...}       the ratios and whether every check passed
 # and the logs of each run next to it. Exit status 0 when every check passed.
 set -u
@@ -247,6 +249,47 @@ for batch in (64, 512):
         res = {"check": "torch", "batch": batch, "ok": False, "tail": tail(log)}
     torch_sps[batch] = res.get("samples_per_s")
     emit(res)
+
+
+# --- 5. bf16 (train(precision = "bf16")) against PyTorch's CUDA autocast. ---
+# mnist_nodrop.star from the same weights (PyTorch's default init, written
+# by torch_bf16.py) on the same 20 batches, in fp32 and bf16: gorun's bf16
+# losses must be at least as close to PyTorch's autocast(bfloat16) run as
+# that run is to PyTorch's own fp32 run (the largest difference over the
+# steps). gorun follows PyTorch's CPU autocast lists (log_softmax in bf16),
+# CUDA's keep log_softmax in float32: a failure here says how far apart.
+bf16_init = os.path.join(work, "bf16_init.safetensors")
+rc, dt, log = run("torch_bf16", [sys.executable, os.path.join(here, "torch_bf16.py"), "--mnist", mnist_dir,
+                                 "--init", bf16_init], 60, reserve=20)
+ref = None
+for line in open(log, errors="replace"):
+    if line.startswith('{"check"'):
+        ref = json.loads(line)
+prec_losses = {}
+for prec in ("fp32", "bf16"):
+    name = "mnist_nodrop_" + prec
+    rundir = os.path.join(work, name)
+    shutil.rmtree(rundir, ignore_errors=True)
+    rc2, dt2, log2 = run(name, [gorun, os.path.join(here, "mnist_nodrop.star"), "--cluster", cluster(False),
+                                "--init", bf16_init, "--set", "precision=%s" % prec, "--set", "eval=None",
+                                "--out", rundir], 45, reserve=5 if prec == "fp32" else 0)
+    prec_losses[prec] = [s["loss"] for s in metrics(rundir)[0]]
+    if rc2 != 0:
+        emit({"check": "bf16_run", "precision": prec, "rc": rc2, "ok": False, "tail": tail(log2)})
+
+
+def maxdiff(a, b):
+    return max((abs(x - y) for x, y in zip(a, b)), default=None) if a and b and len(a) == len(b) else None
+
+
+theirs = maxdiff(ref.get("bf16"), ref.get("fp32")) if ref else None
+ours = maxdiff(prec_losses.get("bf16"), ref.get("bf16")) if ref else None
+emit({"check": "bf16_vs_torch_autocast", "torch": ref.get("torch") if ref else None,
+      "gorun_bf16_vs_torch_bf16": ours, "torch_bf16_vs_torch_fp32": theirs,
+      "gorun_fp32_vs_torch_fp32": maxdiff(prec_losses.get("fp32"), ref.get("fp32")) if ref else None,
+      "gorun_bf16": prec_losses.get("bf16"), "torch_bf16": ref.get("bf16") if ref else None,
+      "ok": ours is not None and theirs is not None and ours <= theirs,
+      "tail": tail(log) if ref is None else []})
 
 
 def ratio(a, b):
