@@ -185,19 +185,21 @@ func RoundBF16(v float32) float32 {
 // float16's subnormals (multiples of 2⁻²⁴) and ±Inf from 65520 on, as
 // PyTorch's x.half() does. NaN stays NaN.
 func RoundFP16(v float32) float32 {
-	a := math.Abs(float64(v))
+	u := math.Float32bits(v)
+	sign, a := u&0x80000000, u&^0x80000000
 	switch {
-	case v != v || math.IsInf(a, 0) || a == 0:
+	case a >= 0x7F800000: // ±Inf, NaN
 		return v
-	case a >= 65520:
-		return float32(math.Copysign(math.Inf(1), float64(v)))
+	case a >= 0x477FF000: // 65520 and up
+		return math.Float32frombits(sign | 0x7F800000)
+	case a < 0x38800000: // below 2⁻¹⁴: float16's subnormals, multiples of 2⁻²⁴
+		r := math.RoundToEven(math.Abs(float64(v))*(1<<24)) / (1 << 24)
+		return math.Float32frombits(sign | math.Float32bits(float32(r)))
 	}
-	// The quantum of a's binade: 2^(e-11) for a in [2^(e-1), 2^e), never
-	// below the subnormals' 2⁻²⁴. a/q and the rounded product are exact in
-	// float64.
-	_, e := math.Frexp(a)
-	q := math.Ldexp(1, max(e-11, -24))
-	return float32(math.Copysign(math.RoundToEven(a/q)*q, float64(v)))
+	// A normal float16: keep 10 of float32's 23 fraction bits, ties to
+	// even; a carry moves into the exponent, as it should.
+	a += 0xFFF + (a>>13)&1
+	return math.Float32frombits(sign | a&^0x1FFF)
 }
 
 // Low-precision kernels. PyTorch's CPU kernels for bfloat16 tensors do not
