@@ -324,3 +324,39 @@ train(model = nn.linear(4, 1, name = "fc"), loss = "mse", data = data.tensors("D
 		t.Errorf("skipped steps (0-based) %v, GradScaler's %v", skipped, g.Skipped)
 	}
 }
+
+// BenchmarkPrecision trains the MNIST Net on one device at batch 64 with
+// precision = "fp32", "bf16" and "fp16", alternating in rounds so that
+// the machine's drift falls on all, and reports each one's samples/s and
+// its ratio to fp32's measured in the same run. On the CPU the casts are
+// extra steps (rounding float32 values) and keep the conv+pool+ReLU
+// fusion from applying, so mixed precision costs time here; its gains are
+// on a GPU's tensor cores. Use -benchtime=60x or more.
+func BenchmarkPrecision(b *testing.B) {
+	precs := []string{"fp32", "bf16", "fp16"}
+	runs := make([]*speedRun, len(precs))
+	for i, p := range precs {
+		runs[i] = newSpeedRun(b, mnistScript, 1, 64, "precision="+p)
+	}
+	var steal stealMeter
+	steal.start()
+	b.ResetTimer()
+	for i := range pairRounds {
+		n := b.N / pairRounds
+		if i == pairRounds-1 {
+			n = b.N - n*(pairRounds-1)
+		}
+		for _, r := range runs {
+			r.run(max(n, 1))
+		}
+	}
+	b.StopTimer()
+	reportSteal(b, &steal)
+	ref := runs[0].samplesPerS()
+	b.ReportMetric(ref, "fp32_samples/s")
+	for i, p := range precs[1:] {
+		sps := runs[i+1].samplesPerS()
+		b.ReportMetric(sps, p+"_samples/s")
+		b.ReportMetric(sps/ref, p+"_ratio_to_fp32")
+	}
+}
