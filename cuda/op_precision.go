@@ -20,7 +20,9 @@ var precisionSteps = map[ops.Op]opStep{
 }
 
 // runRound queues Round: x rounded to its Precision's format, held in
-// float32.
+// float32; with acc (a parameter's gradient summed over micro-batches)
+// x is rounded in place, its one reader being this step, and added into
+// y.
 func runRound(d *Device, st *engine.Step, acc bool) error {
 	code := unaryRoundBf16
 	switch st.Attrs.Precision {
@@ -31,7 +33,13 @@ func runRound(d *Device, st *engine.Step, acc bool) error {
 		return fmt.Errorf("%s: round to %v: no such kernel", st.Layer, st.Attrs.Precision)
 	}
 	n := d.live(st.In[0])
-	return d.launch(kUnary, elementwise(n), d.bufArg(st.In[0]), d.bufArg(st.Out[0]), intArg(n), intArg(code), floatArg(0))
+	if !acc {
+		return d.launch(kUnary, elementwise(n), d.bufArg(st.In[0]), d.bufArg(st.Out[0]), intArg(n), intArg(code), floatArg(0))
+	}
+	if err := d.launch(kUnary, elementwise(n), d.bufArg(st.In[0]), d.bufArg(st.In[0]), intArg(n), intArg(code), floatArg(0)); err != nil {
+		return err
+	}
+	return d.launch(kBinary, elementwise(n), d.bufArg(st.Out[0]), d.bufArg(st.In[0]), d.bufArg(st.Out[0]), intArg(n), intArg(binaryAdd), floatArg(0))
 }
 
 // runGradUnscale queues GradUnscale: the gradients, in place, times the

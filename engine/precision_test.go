@@ -104,4 +104,20 @@ func TestPrecisionPlan(t *testing.T) {
 			t.Errorf("%v: fingerprint is fp32's", p.Spec.Precision)
 		}
 	}
+
+	// With micro-batches, every step that sums over them (a parameter's
+	// gradient: under bf16 the cast's gradient, a Round) accumulates.
+	acc := compile(t, loadSpec(t, mnistScript, `precision="bf16"`, "accumulate=2"), 1)
+	rounds := 0
+	for _, st := range acc.Devices[0].Steps {
+		if st.Acc && !ops.Lookup(st.Op).Accumulates {
+			t.Errorf("step %d (%s of %s) sums micro-batches, but its op does not accumulate", st.ID, st.Op, st.Layer)
+		}
+		if st.Acc && st.Op == ops.Round {
+			rounds++
+		}
+	}
+	if rounds != 8 {
+		t.Errorf("%d parameter gradients from a cast's gradient, want the 8 parameters'", rounds)
+	}
 }

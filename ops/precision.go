@@ -105,8 +105,10 @@ const (
 // (bfloat16: PyTorch's 0x7FC0); float16 overflows to ±Inf past 65504;
 // float16's subnormals are kept. FP32 is the identity. Gradient: Round of
 // dy with the same format (autograd's gradient of a cast is the cast back,
-// and the gradient of a low-precision tensor is low precision). Attrs:
-// Precision.
+// and the gradient of a low-precision tensor is low precision). With
+// Attrs.Accumulate the rounded values add into y (a parameter's gradient
+// summed over micro-batches, as PyTorch adds each backward's float32 copy
+// of the bfloat16 gradient into .grad). Attrs: Precision, Accumulate.
 //
 // The float64 kernel, which exists for finite-difference gradient checks,
 // is the identity: a cast's derivative is 1 (the straight-through rule
@@ -123,7 +125,7 @@ const GradUnscale Op = "grad_unscale"
 
 var precisionOps = []*Def{
 	{
-		Op: Round, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Op: Round, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true, Accumulates: true,
 		Shape: sameShape, Grad: gradOfDy(Round),
 		StepName: func(a *Attrs, _ func(int) bool) string {
 			return "round_" + a.Precision.String()
@@ -149,6 +151,16 @@ func gradUnscale[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func round32(c *Ctx[float32], a *Attrs, in, out []*Buf[float32]) {
 	x := live(in[0])
 	y := out[0].Data[:len(x)]
+	if a.Accumulate {
+		r := rounder(a.Precision)
+		if r == nil {
+			r = func(v float32) float32 { return v }
+		}
+		for i, v := range x {
+			y[i] += r(v)
+		}
+		return
+	}
 	switch a.Precision {
 	case BF16:
 		for i, v := range x {
@@ -166,7 +178,14 @@ func round32(c *Ctx[float32], a *Attrs, in, out []*Buf[float32]) {
 // round64 is Round's float64 kernel: the identity (see Round).
 func round64(c *Ctx[float64], a *Attrs, in, out []*Buf[float64]) {
 	x := live(in[0])
-	copy(out[0].Data[:len(x)], x)
+	y := out[0].Data[:len(x)]
+	if a.Accumulate {
+		for i, v := range x {
+			y[i] += v
+		}
+		return
+	}
+	copy(y, x)
 }
 
 // RoundBF16 rounds v to the nearest bfloat16, ties to even, as PyTorch's
