@@ -194,6 +194,9 @@ type GraphOptions struct {
 	// and ops.FP16 the graph holds torch.autocast's casts as ops.Round
 	// nodes (engine/precision.go); ops.FP32 adds none.
 	Precision ops.Precision
+	// AutocastFP32 are the ops the target runs in float32 under mixed
+	// precision beyond their Def.Autocast (target.Target.AutocastFP32).
+	AutocastFP32 []ops.Op
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -236,7 +239,7 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts Grap
 	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
-	b.autocast(opts.Precision)
+	b.autocast(opts.Precision, opts.AutocastFP32)
 	if !opts.NoFusion {
 		b.fuse()
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"gorun/ops"
 )
@@ -33,8 +34,10 @@ import (
 // autocast rewrites the forward nodes, before fusion and differentiation,
 // for precision p: it inserts the Round nodes that the casts of
 // torch.autocast are, and marks the values that hold low-precision
-// numbers (Value.LowPrecision). FP32 leaves the graph as it is.
-func (b *builder) autocast(p ops.Precision) {
+// numbers (Value.LowPrecision). The ops of fp32 run in float32 whatever
+// their Def.Autocast (the target's own lists: CUDA's). FP32 leaves the
+// graph as it is.
+func (b *builder) autocast(p ops.Precision, fp32 []ops.Op) {
 	if p == ops.FP32 {
 		return
 	}
@@ -70,7 +73,11 @@ func (b *builder) autocast(p ops.Precision) {
 			swap(n.Eval.In)
 		}
 		def := ops.Lookup(n.Op)
-		if def.Autocast == ops.AutocastLower {
+		rule := def.Autocast
+		if slices.Contains(fp32, n.Op) {
+			rule = ops.AutocastFP32
+		}
+		if rule == ops.AutocastLower {
 			// The product's steps (and its gradient's, which the rules
 			// give the same attributes) say their operands hold values of
 			// p: the cuda backend runs them on tensor cores.
@@ -91,18 +98,18 @@ func (b *builder) autocast(p ops.Precision) {
 		out = append(out, n)
 		// A node left out of evaluation (batch statistics) or an output
 		// no gradient flows through is no tensor autocast casts.
-		if len(n.Out) == 0 || n.Out[0].Int || n.TrainOnly || def.Out[0].NoGrad || !lowOutput(def, n.In, low) {
+		if len(n.Out) == 0 || n.Out[0].Int || n.TrainOnly || def.Out[0].NoGrad || !lowOutput(rule, n.In, low) {
 			continue
 		}
 		y := n.Out[0]
-		if def.Autocast == ops.AutocastExact {
+		if rule == ops.AutocastExact {
 			y.LowPrecision = true
 			low[y] = true
 			continue
 		}
 		// Kernels that PyTorch runs with low-precision intermediates
 		// (ops/precision.go) round where it does.
-		if def.Autocast == ops.AutocastFollow {
+		if rule == ops.AutocastFollow {
 			n.Attrs.Precision = p
 			if n.Eval != nil {
 				n.Eval.Attrs.Precision = p
@@ -117,10 +124,10 @@ func (b *builder) autocast(p ops.Precision) {
 	}
 }
 
-// lowOutput reports whether an op of def given in computes a
-// low-precision output under autocast (see autocast).
-func lowOutput(def *ops.Def, in []*Value, low map[*Value]bool) bool {
-	switch def.Autocast {
+// lowOutput reports whether an op of autocast rule r given in computes a
+// low-precision output (see autocast).
+func lowOutput(r ops.Autocast, in []*Value, low map[*Value]bool) bool {
+	switch r {
 	case ops.AutocastLower:
 		return true
 	case ops.AutocastFP32:

@@ -22,7 +22,10 @@
 // nothing (no cgo, no CUDA).
 package cudatarget
 
-import "gorun/engine/target"
+import (
+	"gorun/engine/target"
+	"gorun/ops"
+)
 
 func init() { target.Register(Target()) }
 
@@ -43,6 +46,8 @@ func Target() *target.Target {
 			Hint: "build gorun with `make build-cuda` (-tags cuda); it needs the CUDA driver (libcuda.so.1), an NVIDIA GPU and NCCL (libnccl.so.2, loaded at run time)",
 		}},
 		Hint: "build gorun with `make build-cuda` (-tags cuda); it needs Debian's nvidia-cuda-dev to build, and the CUDA driver (libcuda.so.1) and an NVIDIA GPU to run",
+		// torch.autocast("cuda")'s float32 list, of the ops gorun has.
+		AutocastFP32: []ops.Op{ops.Softmax, ops.LogSoftmax, ops.LayerNorm},
 	}
 }
 

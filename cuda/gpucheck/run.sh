@@ -256,8 +256,8 @@ for batch in (64, 512):
 # by torch_bf16.py) on the same 20 batches, in fp32 and bf16: gorun's bf16
 # losses must be at least as close to PyTorch's autocast(bfloat16) run as
 # that run is to PyTorch's own fp32 run (the largest difference over the
-# steps). gorun follows PyTorch's CPU autocast lists (log_softmax in bf16),
-# CUDA's keep log_softmax in float32: a failure here says how far apart.
+# steps). A cuda plan follows torch.autocast("cuda")'s lists (log_softmax
+# in float32; cudatarget's AutocastFP32).
 bf16_init = os.path.join(work, "bf16_init.safetensors")
 rc, dt, log = run("torch_bf16", [sys.executable, os.path.join(here, "torch_bf16.py"), "--mnist", mnist_dir,
                                  "--init", bf16_init], 60, reserve=20)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"gorun/engine"
+	"gorun/ops"
 	"gorun/safetensors"
 )
 
@@ -358,5 +359,37 @@ func BenchmarkPrecision(b *testing.B) {
 		sps := runs[i+1].samplesPerS()
 		b.ReportMetric(sps, p+"_samples/s")
 		b.ReportMetric(sps/ref, p+"_ratio_to_fp32")
+	}
+}
+
+// TestCUDAAutocastLists: a cuda plan follows torch.autocast("cuda")'s
+// lists (target.Target.AutocastFP32), which keep log-softmax in float32:
+// the MNIST Net's log_softmax output is not cast, and its kernel rounds
+// nothing (no Attrs.Precision); a cpu plan casts it, as PyTorch's CPU
+// autocast does.
+func TestCUDAAutocastLists(t *testing.T) {
+	for _, backend := range []string{"cpu", "cuda"} {
+		c := engine.DefaultCluster()
+		c.Backend = backend
+		p, err := engine.Compile(loadSpec(t, mnistScript, `precision="bf16"`), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ls *engine.Node
+		castAfter := false
+		for _, n := range p.Graph.Forward {
+			if n.Op == ops.LogSoftmax {
+				ls = n
+			}
+			if n.Op == ops.Round && ls != nil && n.In[0] == ls.Out[0] {
+				castAfter = true
+			}
+		}
+		if ls == nil {
+			t.Fatalf("%s: no log_softmax", backend)
+		}
+		if want := backend == "cpu"; castAfter != want || (ls.Attrs.Precision == ops.BF16) != want {
+			t.Errorf("%s: log_softmax's output cast %v, its precision %v", backend, castAfter, ls.Attrs.Precision)
+		}
 	}
 }
