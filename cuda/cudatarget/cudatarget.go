@@ -18,7 +18,7 @@
 // devices run; its devices read the table's keys from
 // backend.Options.Settings.
 //
-// The package imports only engine/target: importing it costs a build
+// The package imports only engine/target and ops: importing it costs a build
 // nothing (no cgo, no CUDA).
 package cudatarget
 
