@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"gorun/engine/spec"
+	"gorun/engine/target"
 	"gorun/ops"
 )
 
@@ -25,7 +26,10 @@ func (p *Plan) Describe(w io.Writer) error {
 	ew.printf("  devices %d (%s, %s), global batch %d split %v, accumulate %d, epochs %d, seed %d\n",
 		p.World, p.Cluster.Backend, p.Cluster.Transport, s.BatchSize, p.LocalBatch, s.Accumulate, s.Epochs, s.Seed)
 	ew.printf("  settings: %s\n", p.Cluster.settingsLine())
-	if procs := p.Cluster.ProcessCount(); procs > 1 {
+	if procs := p.Cluster.ProcessCount(); procs > 1 && target.TransportOwner(p.Cluster.Transport) != nil {
+		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives run in one %s communicator over every device of every process, one rank a device\n",
+			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
+	} else if procs > 1 {
 		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives reduce in memory inside a process, then once across processes (%s)\n",
 			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
 	}
@@ -96,7 +100,10 @@ func (p *Plan) Describe(w io.Writer) error {
 			}
 		}
 		tw.Flush()
-		if procs := p.Cluster.ProcessCount(); procs > 1 {
+		if procs := p.Cluster.ProcessCount(); procs > 1 && target.TransportOwner(p.Cluster.Transport) != nil {
+			ew.printf("  collectives move %s per step (payload per rank) in one %s communicator over the %d devices of the %d processes\n",
+				humanBytes(moved), p.Cluster.Transport, p.World, procs)
+		} else if procs > 1 {
 			ew.printf("  collectives move %s per step at each level: in memory among the %d devices of each process (payload per rank), then %s across the %d processes (%s, from each process's first device)\n",
 				humanBytes(moved), p.Cluster.Devices, humanBytes(moved), procs, p.Cluster.Transport)
 		} else if p.World > 1 {

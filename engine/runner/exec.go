@@ -448,6 +448,24 @@ func (d *worker) readLoss() (float64, error) {
 	return float64(d.loss[0]), nil
 }
 
+// readStep reads the step's loss (readLoss) and whether the synced
+// gradients are finite (finite): in one transfer from a device that is a
+// backend.StepReader, else one after the other.
+func (d *worker) readStep() (float64, bool, error) {
+	grads := d.prog.SyncedGrads
+	if sr, ok := d.dev.(backend.StepReader); ok && grads.DType == engine.Float32 {
+		loss, finite, err := sr.ReadStep(d.prog.Loss, grads)
+		d.loss[0] = loss
+		return float64(loss), finite, err
+	}
+	local, err := d.readLoss()
+	if err != nil {
+		return 0, false, err
+	}
+	finite, err := d.finite(grads)
+	return local, finite, err
+}
+
 // stepHook, when set (tests), runs before each step of a micro-step that
 // runStep walks.
 var stepHook func(d *worker, i int)

@@ -18,7 +18,8 @@ const MetricsFile = "metrics.jsonl"
 
 // metrics writes metrics.jsonl: one JSON object a line, with a "kind" of
 // "step", "epoch", "eval", "summary" or, where a resumed run starts,
-// "resume". Each line goes to the file in one
+// "resume" (and "restart" after it, when gorun launch restarted the run
+// after a lost host: restart.go). Each line goes to the file in one
 // write as it is made, unbuffered: the log is whole up to its last line
 // when the process is killed or its host lost (a write a step costs a few
 // microseconds next to milliseconds of training). Step lines are written
@@ -196,7 +197,7 @@ func trimMetrics(dir string, pr *progress) error {
 			if rec.Epoch > pr.Epoch {
 				continue
 			}
-		case "resume": // resumed at rec.Step: a resume from here replaces it
+		case "resume", "restart": // resumed at rec.Step: a resume from here replaces it
 			if rec.Step >= pr.Step {
 				continue
 			}
