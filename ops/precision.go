@@ -324,11 +324,13 @@ func geluTanhGradLowp(r func(float32) float32, dx, dy, x []float32) {
 }
 
 // lowRounder is the rounding a float32 kernel given a applies to mirror
-// PyTorch's low-precision kernel (Attrs.Precision); nil for float64
-// kernels, for no attributes and for FP32.
+// PyTorch's CPU kernel for bfloat16 tensors (Attrs.Precision BF16); nil
+// for float64 kernels, for no attributes, for FP32 and for FP16: PyTorch
+// 1.13 has no float16 CPU kernels for these ops, and its CUDA ones compute
+// in float32 and round once, as the engine's Round after the op does.
 func lowRounder[T Float](a *Attrs) func(float32) float32 {
-	if a == nil || !is32[T]() {
+	if a == nil || !is32[T]() || a.Precision != BF16 {
 		return nil
 	}
-	return rounder(a.Precision)
+	return RoundBF16
 }
