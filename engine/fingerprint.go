@@ -189,7 +189,7 @@ const ResumeKeyFormat = "meaning-1"
 // float32 graph, without mixed precision's casts: parameters and
 // optimizer state are float32 in every precision (master weights), so a
 // bf16 or fp16 run's checkpoint resumes as fp32 and the other way round
-// (an fp16 run's loss scale starts again at its initial value).
+// (an fp16 run's loss scale is the checkpoint's metadata, not the key's).
 func (p *Plan) ResumeKey() []PlanStep {
 	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nil, p.MaxBatch)
 	return out

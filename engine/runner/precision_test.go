@@ -241,23 +241,18 @@ func checkAutocastDtypes(t *testing.T, p *engine.Plan, dtypes [][2]string) {
 	}
 }
 
-// TestFP16LossScaleMatchesGradScaler trains a linear layer with precision
-// = "fp16" for as many steps as testdata/lossscale_golden.json
-// (gen_lossscale_golden.py: PyTorch's GradScaler with its defaults, inf
-// injected at its overflow steps), the batches of those steps holding
-// targets so far off (10⁴) that their scaled gradients overflow float16:
-// the loss_scale of every metrics.jsonl step line is GradScaler's scale,
-// and exactly its skipped steps have a null loss.
-func TestFP16LossScaleMatchesGradScaler(t *testing.T) {
-	var g struct {
-		Torch    string
-		Defaults struct {
-			InitScale      float64 `json:"init_scale"`
-			GrowthInterval int     `json:"growth_interval"`
-		}
-		Overflow, Skipped []int
-		Scales            []float64
+type lossScaleGolden struct {
+	Torch    string
+	Defaults struct {
+		InitScale      float64 `json:"init_scale"`
+		GrowthInterval int     `json:"growth_interval"`
 	}
+	Overflow, Skipped []int
+	Scales            []float64
+}
+
+func readLossScaleGolden(t *testing.T) lossScaleGolden {
+	var g lossScaleGolden
 	b, err := os.ReadFile("testdata/lossscale_golden.json")
 	if err != nil {
 		t.Fatal(err)
@@ -265,10 +260,15 @@ func TestFP16LossScaleMatchesGradScaler(t *testing.T) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
-	if g.Defaults.InitScale != InitLossScale || g.Defaults.GrowthInterval != LossScaleGrowthInterval {
-		t.Fatalf("GradScaler's defaults %+v, gorun's %g and %d", g.Defaults, InitLossScale, LossScaleGrowthInterval)
-	}
-	steps, batch := len(g.Scales), 2
+	return g
+}
+
+// fp16Plan compiles TestFP16LossScaleMatchesGradScaler's linear layer with
+// precision = "fp16" on batches of 2 whose targets at the overflow steps
+// are 10⁴ (their scaled gradients overflow float16), with its initial
+// parameters' file.
+func fp16Plan(t *testing.T, overflow []int, steps int, sets ...string) (*engine.Plan, string) {
+	batch := 2
 	dir := t.TempDir()
 	data, init := filepath.Join(dir, "data.safetensors"), filepath.Join(dir, "init.safetensors")
 	x := make([]float32, steps*batch*4)
@@ -279,7 +279,7 @@ func TestFP16LossScaleMatchesGradScaler(t *testing.T) {
 	for i := range y {
 		y[i] = float32(0.001 * unit(i+7))
 	}
-	for _, s := range g.Overflow {
+	for _, s := range overflow {
 		y[s*batch] = 1e4
 	}
 	if err := safetensors.WriteFile(data, []safetensors.Tensor{safetensors.F32("x", []int{steps * batch, 4}, x), safetensors.F32("y", []int{steps * batch, 1}, y)}, nil); err != nil {
@@ -293,13 +293,12 @@ func TestFP16LossScaleMatchesGradScaler(t *testing.T) {
 train(model = nn.linear(4, 1, name = "fc"), loss = "mse", data = data.tensors("DATA", x = "x", y = "y"),
       optimizer = optim.sgd(lr = 0.01), batch_size = 2, shuffle = False, precision = "fp16")
 `, "DATA", data, 1)
-	p := compile(t, loadSpec(t, src, fmt.Sprintf("max_steps=%d", steps)), 1)
-	out := t.TempDir()
-	if _, err := Run(p, RunOptions{Out: out, Init: init}); err != nil {
-		t.Fatal(err)
-	}
-	var scales []float64
-	var skipped []int
+	return compile(t, loadSpec(t, src, sets...), 1), init
+}
+
+// lossScales reads a run folder's step lines: each one's loss_scale, and
+// the (0-based) steps whose loss is null (skipped).
+func lossScales(t *testing.T, out string) (scales []float64, skipped []int) {
 	for _, m := range readMetrics(t, filepath.Join(out, MetricsFile)) {
 		if m["kind"] != "step" {
 			continue
@@ -307,9 +306,31 @@ train(model = nn.linear(4, 1, name = "fc"), loss = "mse", data = data.tensors("D
 		s, _ := m["loss_scale"].(float64)
 		scales = append(scales, s)
 		if m["loss"] == nil {
-			skipped = append(skipped, len(scales)-1)
+			skipped = append(skipped, int(m["step"].(float64))-1)
 		}
 	}
+	return scales, skipped
+}
+
+// TestFP16LossScaleMatchesGradScaler trains a linear layer with precision
+// = "fp16" for as many steps as testdata/lossscale_golden.json
+// (gen_lossscale_golden.py: PyTorch's GradScaler with its defaults, inf
+// injected at its overflow steps), the batches of those steps holding
+// targets so far off (10⁴) that their scaled gradients overflow float16:
+// the loss_scale of every metrics.jsonl step line is GradScaler's scale,
+// and exactly its skipped steps have a null loss.
+func TestFP16LossScaleMatchesGradScaler(t *testing.T) {
+	g := readLossScaleGolden(t)
+	if g.Defaults.InitScale != InitLossScale || g.Defaults.GrowthInterval != LossScaleGrowthInterval {
+		t.Fatalf("GradScaler's defaults %+v, gorun's %g and %d", g.Defaults, InitLossScale, LossScaleGrowthInterval)
+	}
+	steps := len(g.Scales)
+	out := t.TempDir()
+	p, init := fp16Plan(t, g.Overflow, steps, fmt.Sprintf("max_steps=%d", steps))
+	if _, err := Run(p, RunOptions{Out: out, Init: init}); err != nil {
+		t.Fatal(err)
+	}
+	scales, skipped := lossScales(t, out)
 	if len(scales) != steps {
 		t.Fatalf("%d step lines, want %d", len(scales), steps)
 	}
@@ -359,6 +380,30 @@ func BenchmarkPrecision(b *testing.B) {
 		sps := runs[i+1].samplesPerS()
 		b.ReportMetric(sps, p+"_samples/s")
 		b.ReportMetric(sps/ref, p+"_ratio_to_fp32")
+	}
+}
+
+// TestFP16LossScaleResumes: a checkpoint of an fp16 run holds its loss
+// scale: a run stopped after step 8 (three overflows behind it, the scale
+// 2¹³) and resumed goes on with GradScaler's scales, not 2¹⁶ again.
+func TestFP16LossScaleResumes(t *testing.T) {
+	g := readLossScaleGolden(t)
+	const first, last = 8, 12
+	out := t.TempDir()
+	p, init := fp16Plan(t, g.Overflow, len(g.Scales), fmt.Sprintf("max_steps=%d", first))
+	if _, err := Run(p, RunOptions{Out: out, Init: init}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = fp16Plan(t, g.Overflow, len(g.Scales), fmt.Sprintf("max_steps=%d", last))
+	if _, err := Run(p, RunOptions{Resume: out}); err != nil {
+		t.Fatal(err)
+	}
+	scales, _ := lossScales(t, out)
+	if len(scales) != last {
+		t.Fatalf("%d step lines after the resume, want %d", len(scales), last)
+	}
+	if fmt.Sprint(scales) != fmt.Sprint(g.Scales[:last]) {
+		t.Errorf("loss scales %v, GradScaler's %v", scales, g.Scales[:last])
 	}
 }
 
