@@ -38,6 +38,9 @@ type Value struct {
 	// float32 storage: a cast's output, or what autocast's ops make of
 	// them (engine/precision.go).
 	LowPrecision bool
+	// castInPlace: the value is an output cast's (engine/precision.go),
+	// planned in its input's buffer, which the cast rounds in place.
+	castInPlace bool
 }
 
 // Elems is the number of elements at the maximum batch.

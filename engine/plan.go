@@ -691,9 +691,10 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		}
 		var b *Buffer
 		switch {
-		case v.Producer != nil && v == v.Producer.Out[0] && ops.Lookup(v.Producer.Op).Alias: // a view (flatten)
-			// Its input first: a cast (engine/precision.go) is a value made
-			// after the graph's others.
+		case v.Producer != nil && v == v.Producer.Out[0] && (ops.Lookup(v.Producer.Op).Alias || v.castInPlace):
+			// A view (flatten), or a cast that rounds its input where it
+			// lies (engine/precision.go); its input first: a cast is a value
+			// made after the graph's others.
 			b = prog.view(v.Name, v, bufferOf(v.Producer.In[0]), 0, v.Shape, v.Batched)
 		default:
 			if off, ok := arenaAt[v]; ok {

@@ -28,8 +28,10 @@ import (
 // rounds the gradient, so backward mirrors autograd, where the gradient of
 // a low-precision tensor is low precision. Nothing is stored in 16 bits:
 // gorgonia.org/tensor has no bfloat16 dtype and the arena is float32
-// throughout, so the casts save no memory; each adds a buffer, which
-// `gorun plan` reports (Plan.DescribePrecision).
+// throughout, so the casts save no memory. An output's cast rounds it in
+// place (Value.castInPlace: no buffer); a cast of an input (a weight, a
+// float32 activation entering a matrix product) adds a buffer, which
+// `gorun plan` reports (Plan.describePrecision).
 
 // autocast rewrites the forward nodes, before fusion and differentiation,
 // for precision p: it inserts the Round nodes that the casts of
@@ -115,7 +117,12 @@ func (b *builder) autocast(p ops.Precision, fp32 []ops.Op) {
 				n.Eval.Attrs.Precision = p
 			}
 		}
+		// The output cast rounds y where it lies: nothing else reads y
+		// in the forward pass (later nodes read r), and the gradient rules
+		// that read y (softmax's, sigmoid's) then see the low-precision
+		// values PyTorch's saved output holds; no memory added.
 		r := round(y, n)
+		r.castInPlace = true
 		repl[y] = r
 	}
 	g.Forward = out
