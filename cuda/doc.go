@@ -35,7 +35,8 @@
 // table in one file: op_conv.go, op_linear.go (linear, batch_matmul),
 // op_elementwise.go (activations, arithmetic), op_pool.go, op_dropout.go,
 // op_softmax.go (softmax and losses), op_batchnorm.go, op_layernorm.go,
-// op_data.go (embedding and data movement) and op_optim.go. Whether the
+// op_data.go (embedding and data movement), op_optim.go and
+// op_attention.go (the fused attention, ops.Attention). Whether the
 // backend supports an op (Backend.Supports) is a lookup there; the ops it
 // declines, the CPU-only fusions, are listed with the reason
 // (Backend.Declines), and a test fails an op that has neither.

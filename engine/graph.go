@@ -337,7 +337,7 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 	case l.Kind == spec.MultiheadAttention:
 		return b.attention(l, pos, x, name, params)
 	case l.Kind == spec.MatMulOp:
-		node.Op, node.Layer = ops.BatchMatMul, "nn.matmul"
+		node.Op, node.Layer = ops.BatchMatMul, matmulLayer
 	case l.Kind == spec.TransposeOp:
 		perm, err := transposePerm(len(x.Shape), l.Dims)
 		if err != nil {
@@ -536,10 +536,13 @@ func transposePerm(rank int, dims []int) ([6]int8, error) {
 }
 
 // attention adds self-attention by layer l (nn.MultiheadAttention's
-// parameters: in_proj_weight and bias, out_proj) over x [N, T, D], built
-// from primitives: one projection to q, k and v, split by heads, scaled
+// parameters: in_proj_weight and bias, out_proj) over x [N, T, D]: one
+// projection to q, k and v, the attention of each head, the heads joined
+// and the output projection. The attention of the heads is one fused
+// ops.Attention, which never holds the T×T weights (fusedAttention says
+// when); otherwise it is built from primitives: split by heads, scaled
 // scores q·kᵀ/√dh, softmax (causal when asked), dropout, the weighted sum
-// of v, the heads joined and the output projection.
+// of v.
 func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, params []*Value) (*Value, error) {
 	label := l.Label()
 	if len(x.Shape) != 3 || x.Shape[2] != l.In {
@@ -560,6 +563,13 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	}
 	if qkv, err = b.reshape(qkv, []int{t, 3, h, dh}, pos, name+":qkv"); err != nil {
 		return nil, err
+	}
+	if b.fusedAttention(l, dh) {
+		o, err := step(ops.Attention, ops.Attrs{Causal: l.Causal}, []*Value{qkv}, "attention")
+		if err != nil {
+			return nil, err
+		}
+		return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
 	}
 	// [N, T, 3, H, dh] → [N, 3, H, T, dh]: q, k and v are slices of dimension 1.
 	if qkv, err = step(ops.Permute, ops.Attrs{Perm: [6]int8{0, 2, 3, 1, 4, 5}}, []*Value{qkv}, "heads"); err != nil {
@@ -604,6 +614,25 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 		return nil, err
 	}
 	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
+}
+
+// matmulLayer labels the nodes of a script's nn.matmul (which
+// fuseAttention may fuse; nn.multihead_attention's own products it leaves
+// alone).
+const matmulLayer = "nn.matmul"
+
+// fusedAttention reports whether attention layer l, with heads of dh,
+// lowers to the fused ops.Attention: by default, unless the script asked
+// for the unfused path (nn.multihead_attention(..., fused = False)), the
+// cluster turned fusion off (fusion = false), the backend lacks the op
+// (TargetFusions), the layer has attention dropout (which needs the T×T
+// weights) or its heads are wider than ops.AttentionMaxHeadDim, or the
+// plan is mixed precision (GraphOptions.Precision): torch.autocast casts
+// the scores and the weights to bfloat16 between the products, which the
+// primitives' casts do (engine/precision.go) and the fused kernels do not.
+func (b *builder) fusedAttention(l *spec.Layer, dh int) bool {
+	return !l.Unfused && l.P == 0 && dh <= ops.AttentionMaxHeadDim && !b.opts.NoFusion &&
+		b.opts.supports(ops.Attention, ops.AttentionGrad) && b.opts.Precision == ops.FP32
 }
 
 // softmaxDim is the dimension a softmax layer normalises, in a rank-r

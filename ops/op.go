@@ -137,7 +137,7 @@ func (d *Def) mayOmit(i int) bool { return i >= 0 && i < len(d.In) && d.In[i].Op
 // filled once, when the package is initialised, and never changed.
 var registry = index(
 	activationOps, arithmeticOps, convOps, linearOps, poolOps, dropoutOps, softmaxOps, lossOps,
-	batchNormOps, layerNormOps, embeddingOps, tensorOps, optimizerOps,
+	batchNormOps, layerNormOps, embeddingOps, tensorOps, optimizerOps, attentionOps,
 	precisionOps,
 )
 

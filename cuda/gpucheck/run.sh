@@ -50,6 +50,12 @@
 #                                   vs the CPU's 1.706 (± 0.015)
 #   {"check":"resnet_fashion_2"}    resnet_fashion.star on 2 devices (replicas on the GPU),
 #                                   as the CPU's figure: test accuracy vs its 0.9188 (± 0.005)
+#   {"check":"attention_kernels"}   (cuda.test) the fused attention's kernels, fp32 and bf16
+#                                   tensor-core, against the unfused forward steps: largest
+#                                   differences and microseconds of each (T 64 and T 1024)
+#   {"check":"attention", ...}      a GPT (T 256) with the fused attention against the unfused
+#                                   plan (cluster.fusion=false): step losses ≤ 1e-4 apart, the
+#                                   second epoch's samples/s of each and their ratio
 #   {"check":"bf16_vs_torch_autocast"} precision = "bf16" (mnist_nodrop.star, 20 steps) against
 #                                   PyTorch's autocast(bfloat16) on the same GPU: at least as close
 #                                   as PyTorch's bf16 run is to its own fp32 run
@@ -458,6 +464,40 @@ def _():
     err = rel_diff(a, b)
     emit({"check": "resnet_cpu_vs_cuda", "steps": min(len(a), len(b)), "max_rel_loss_diff": err,
           "ok": len(a) == 20 and len(b) == 20 and err is not None and err <= 1e-3})
+
+
+# --- 5b. the fused attention against the unfused path (a GPT, T 256). ------
+# gpt_attention.star on gpt_text.txt (written next to it: 20 steps of 32
+# windows of 256 bytes an epoch, and the 10% test split), two epochs with
+# the fused attention (the default) and with cluster.fusion=false.
+@check("attention")
+def _():
+    script = os.path.join(work, "gpt_attention.star")
+    shutil.copy(os.path.join(here, "gpt_attention.star"), script)
+    words = ["attention", "never", "writes", "the", "whole", "matrix", "tiles", "of", "keys",
+             "queries", "online", "softmax", "gorun", "trains", "on", "a", "GPU"]
+    with open(os.path.join(work, "gpt_text.txt"), "w") as f:
+        k, n = 12345, 0
+        while n < 32 * 256 * 20 * 10 // 9 + 1000:
+            k = (k * 1103515245 + 12345) % 2147483648
+            w = words[k % len(words)] + (". " if k % 11 == 0 else " ")
+            f.write(w)
+            n += len(w)
+    att = {}
+    for mode, sets in (("fused", []), ("unfused", ["cluster.fusion=false"])):
+        rc, dt, log, steps, _, _, epochs = gorun_run("attention_" + mode, script, cluster(False), sets, 45, reserve=170)
+        sps = epochs[1]["samples"] / epochs[1]["train_seconds"] if len(epochs) > 1 and epochs[1]["train_seconds"] else None
+        att[mode] = ([s["loss"] for s in steps], sps, rc, log)
+    (fl, fs, frc, flog), (ul, us, urc, ulog) = att["fused"], att["unfused"]
+    if "skipped" in (frc, urc):
+        emit({"check": "attention", "ok": None, "skipped": "too little of the budget left"})
+        return
+    err = rel_diff(fl, ul)
+    emit({"check": "attention", "steps": min(len(fl), len(ul)), "max_rel_loss_diff": err,
+          "fused_samples_per_s": fs, "unfused_samples_per_s": us, "fused_over_unfused": ratio(fs, us),
+          "first_losses": [fl[:3], ul[:3]],
+          "ok": frc == 0 and urc == 0 and len(fl) == len(ul) and len(fl) >= 20 and err is not None and err <= 1e-4,
+          "tail": (tail(flog) if frc != 0 else []) + (tail(ulog) if urc != 0 else [])})
 
 
 # --- 6. GPT-2 small: gorun (fp32; bf16 when it takes it) and PyTorch. ------

@@ -362,6 +362,67 @@ GORUN_KERNEL gorun_log_softmax_grad(const float* dy, const float* y, float* dx, 
 // SoftmaxGrad: dx = y·(dy - Σ_row dy·y). dx may be dy.
 GORUN_KERNEL gorun_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
 
+// ---- fused attention (ops/attention.go), FlashAttention-2's tiling ---------
+// qkv[N, T, 3, H, dh] packed (q, k, v of every head of a position in one
+// row of 3·H·dh), o[N, T, H·dh], lse[N, H, T], dqkv like qkv; dh ≤
+// GORUN_ATT_DMAX (ops.AttentionMaxHeadDim). scale is 1/√dh; with causal != 0
+// query row i sees keys j ≤ i. A block takes one tile of GORUN_ATT_TILE rows
+// of one sample and head, GORUN_ATT_THREADS threads: GORUN_ATT_TILE rows of
+// GORUN_ATT_THREADS / GORUN_ATT_TILE lanes, lane l owning the dimensions
+// l, l + lanes, … of its row in registers. The other tiles of keys (or
+// queries) pass through static shared memory, GORUN_ATT_TILE at a time;
+// scores and probabilities exist for one GORUN_ATT_TILE² tile only, never
+// T×T. Dot products over dh are float sums in increasing d. No atomics:
+// dq and (dk, dv) are two kernels, each owning the rows it writes.
+// Geometry ATTENTION(m): grid m (any m ≥ 1 is correct: blocks loop over the
+// N·H·ceil(T/GORUN_ATT_TILE) tiles with a grid stride; the Go side launches
+// one block per tile), block exactly GORUN_ATT_THREADS. These are the scalar
+// kernels, which the host check runs too.
+#define GORUN_ATT_TILE 16
+#define GORUN_ATT_THREADS 128
+#define GORUN_ATT_DMAX 128
+
+// Attention forward, per query tile: over key tiles, s = scale·q·kᵀ (masked
+// to -Inf), the online softmax (running row maximum m and sum l, the
+// accumulator rescaled by exp(m_old − m_new)), acc += p·v; then o = acc/l
+// and lse = m + log l. ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention(const float* qkv, float* o, float* lse, int n, int t, int h, int dh,
+                             int causal, float scale);
+// Attention forward with the products in bf16 on the tensor cores (wmma,
+// sm_80+) and fp32 accumulation (torch.autocast's rule): q, k and v tiles
+// rounded to bf16 (dh zero-padded to a multiple of 16), s = q·kᵀ per 16×32
+// tile, the online softmax in fp32, p rounded to bf16 for p·v. Inputs and
+// outputs fp32, as gorun_attention's; the host build runs the same tiling
+// with scalar products of the same bf16 values.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_bf16(const float* qkv, float* o, float* lse, int n, int t, int h,
+                                  int dh, int causal, float scale);
+// AttentionGrad with the products in bf16 on the tensor cores and fp32
+// accumulation, as gorun_attention_grad_q and gorun_attention_grad_kv
+// (the same two-kernel split, tiles of 16 owned rows and 32 of the other
+// side): s, dp and their transposes by wmma, p and ds in fp32 rounded to
+// bf16 for the products that take them, D = Σ_d do·o in fp32.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)) each.
+GORUN_KERNEL gorun_attention_bf16_grad_q(const float* dout, const float* qkv, const float* o,
+                                         const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                         int causal, float scale);
+GORUN_KERNEL gorun_attention_bf16_grad_kv(const float* dout, const float* qkv, const float* o,
+                                          const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                          int causal, float scale);
+// AttentionGrad's dq, per query tile: D = Σ_d do·o per row, and over key
+// tiles p = exp(scale·q·kᵀ − lse) (0 where masked), dp = do·vᵀ, ds =
+// p·(dp − D), acc += ds·k; dq = scale·acc, written into dqkv's q part.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_grad_q(const float* dout, const float* qkv, const float* o,
+                                    const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                    int causal, float scale);
+// AttentionGrad's dk and dv, per key tile: over the query tiles that see
+// it, p, dp, ds as above, dv += pᵀ·do, acc += dsᵀ·q; dk = scale·acc, both
+// written into dqkv's k and v parts. ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_grad_kv(const float* dout, const float* qkv, const float* o,
+                                     const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                     int causal, float scale);
+
 // ---- losses (scale = Ctx.LossScale, usually 1/global batch) -----------------
 // The class losses take rows [N, C] (N positions, classes along the last
 // dimension) and target[N]. A target outside [0, C) makes the loss NaN

@@ -181,6 +181,11 @@ func TestBF16MatchesPyTorchAutocast(t *testing.T) {
 				p := compile(t, loadSpec(t, src, fmt.Sprintf("precision=%q", prec)), 1)
 				if prec == "bf16" {
 					checkAutocastDtypes(t, p, c.run.Dtypes)
+					for _, n := range p.Graph.Forward {
+						if n.Op == ops.Attention || n.Op == ops.AttentionHeads {
+							t.Errorf("bf16 plan holds the fused %s (%s): autocast casts between its products", n.Op, n.Layer)
+						}
+					}
 				}
 				formulaParams(t, p, init)
 				out := t.TempDir()

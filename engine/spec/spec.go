@@ -96,6 +96,10 @@ type Layer struct {
 	Heads       int
 	Causal      bool
 	Approximate bool
+	// Unfused (multihead_attention, fused = False): build the attention
+	// from batched products and a softmax that writes the T×T weights,
+	// not the fused ops.Attention; for checking one against the other.
+	Unfused bool
 	// Tie (linear): the embedding whose weight this layer uses as its own
 	// (weight tying: one parameter, one gradient from both uses).
 	Tie *Layer
