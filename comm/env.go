@@ -53,3 +53,27 @@ func envInt(name string) (int, bool) {
 	n, err := strconv.Atoi(v)
 	return n, err == nil
 }
+
+// EnvLocalRank reads this process's rank among the processes of its host
+// from the launcher's environment, from the same family of variables as
+// EnvWorld (OMPI_COMM_WORLD_LOCAL_RANK under mpirun, else LOCAL_RANK);
+// set is false when the launcher does not say, or says something that is
+// not a number from 0 to below the world size.
+func EnvLocalRank() (localRank int, set bool) {
+	for _, names := range [][3]string{
+		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+		{"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+	} {
+		r, okR := envInt(names[0])
+		s, okS := envInt(names[1])
+		if !okR || !okS {
+			continue
+		}
+		if r < 0 || s < 1 || r >= s {
+			return 0, false
+		}
+		l, okL := envInt(names[2])
+		return l, okL && l >= 0 && l < s
+	}
+	return 0, false
+}

@@ -178,7 +178,7 @@ func (d *Device) open() error {
 	if d.blasWork, err = cu.MemAlloc(cublasWorkspaceBytes); err != nil {
 		return fmt.Errorf("%s: cuMemAlloc (cuBLAS workspace): %w", d.Name(), err)
 	}
-	if d.blas, err = newBlasHandle(lib, d.stream, d.blasWork); err != nil {
+	if d.blas, err = newBlasHandle(lib, d.stream, d.blasWork, d.set.TF32); err != nil {
 		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
 	if d.small, err = cu.MemAlloc(256); err != nil {
@@ -220,6 +220,42 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 	return s-s == 0, nil
 }
 
+// ReadStep reads the step's loss and whether grads are all finite with
+// one copy to the host and one wait (backend.StepReader): the split sum
+// of grads (Finite's) and a copy of the loss land side by side in a few
+// bytes of device memory, which come back together.
+func (d *Device) ReadStep(loss, grads *engine.Buffer) (float32, bool, error) {
+	if err := d.loaded(); err != nil {
+		return 0, false, err
+	}
+	if err := d.enter(); err != nil {
+		return 0, false, err
+	}
+	defer d.exit()
+	if err := d.joinComm(); err != nil {
+		return 0, false, err
+	}
+	if grads.DType == engine.Float32 {
+		if err := d.splitSum(d.ptr(grads), uintptr(d.small), 1, 1, d.live(grads), false); err != nil {
+			return 0, false, err
+		}
+	} else if err := memset32(d.small, 0, 1, d.stream); err != nil {
+		return 0, false, err
+	}
+	if err := memcpyDtoD(d.small+4, cu.DevicePtr(d.ptr(loss)), 4, d.stream); err != nil {
+		return 0, false, err
+	}
+	h := d.host.bytes(8)
+	if err := memcpyDtoH(unsafe.Pointer(&h[0]), d.small, 8, d.stream); err != nil {
+		return 0, false, err
+	}
+	if err := syncStream(d.stream); err != nil {
+		return 0, false, fmt.Errorf("%s: %w", d.Name(), err)
+	}
+	s := *(*float32)(unsafe.Pointer(&h[0]))
+	return *(*float32)(unsafe.Pointer(&h[4])), s-s == 0, nil
+}
+
 // Device is one Program on one GPU: its arena, its compute and
 // communication streams, its cuBLAS handle and the captured graphs.
 type Device struct {
@@ -234,7 +270,10 @@ type Device struct {
 	eventsOK                  bool
 	blas                      *blasHandle
 	blasWork                  cu.DevicePtr
-	small                     cu.DevicePtr // a few scalars (Finite's sum)
+	small                     cu.DevicePtr // a few scalars (Finite's sum, ReadStep's sum and loss)
+	// lowp is the running step's Attrs.Precision: its GEMMs' operands
+	// hold values of that format (cublas.go's computeType).
+	lowp ops.Precision
 	// part holds partN doubles: the split sums' partials (splitSum),
 	// sized at Load for the program's largest.
 	part  cu.DevicePtr
@@ -285,6 +324,7 @@ var (
 	_ backend.Device        = (*Device)(nil)
 	_ backend.Replayer      = (*Device)(nil)
 	_ backend.FiniteChecker = (*Device)(nil)
+	_ backend.StepReader    = (*Device)(nil)
 )
 
 // Name is "cuda:INDEX (GPU NAME)", with the GPU's ordinal when it differs
@@ -558,12 +598,14 @@ func (d *Device) Zero(b *engine.Buffer) error {
 	return memset32(cu.DevicePtr(d.ptr(b)), 0, b.Elems(), d.stream)
 }
 
-// deviceData is a dataset resident on the GPU: every sample as float32
-// and every label as int32.
+// deviceData is a dataset resident on the GPU: every sample and every
+// target, as the layout says (float32 samples and int32 labels, int32
+// token windows and their targets, or float32 samples and targets).
 type deviceData struct {
 	dev     *Device
 	x, y    cu.DevicePtr
-	n, per  int
+	layout  dataLayout
+	n       int
 	classes int
 	freed   bool
 	name    string
@@ -588,45 +630,61 @@ func (dd *deviceData) Free() {
 // loadChunk is how many samples LoadData converts and uploads at a time.
 const loadChunk = 4096
 
-// LoadData uploads the whole dataset to the GPU once; Gather then moves
-// only sample indices.
+// LoadData uploads the whole dataset to the GPU once (samples and
+// targets, in the layout its kind needs: residentLayout); Gather then
+// moves only sample indices.
 func (d *Device) LoadData(ds datasets.Dataset) (backend.Data, error) {
-	if _, ok := ds.(datasets.Regression); ok {
-		return nil, fmt.Errorf("%s: %s has float targets (regression), which the cuda backend does not gather yet; use backend = \"cpu\"", d.Name(), ds.Name())
-	}
-	if _, ok := ds.(datasets.Tokens); ok {
-		return nil, fmt.Errorf("%s: %s holds token windows, which the cuda backend does not gather yet; use backend = \"cpu\"", d.Name(), ds.Name())
-	}
 	if info, ok := datasets.Streamed(ds); ok {
 		return nil, fmt.Errorf("%s: %s: data.images would stream it from disk, which the cuda backend does not do: it holds a whole dataset in GPU memory, as float32 (%.1f GiB here); raise the cluster's memory_limit so that the images are decoded into memory before step 1 (or give data.images a smaller size, channels = 1 or a limit), or train with backend = \"cpu\", which streams",
 			d.Name(), info, float64(4*info.Decoded)/(1<<30))
 	}
-	n, per := ds.Len(), datasets.SampleSize(ds)
+	l := residentLayout(ds)
+	n := ds.Len()
 	if err := d.enter(); err != nil {
 		return nil, err
 	}
 	defer d.exit()
-	dd := &deviceData{dev: d, n: n, per: per, classes: ds.NumClasses(), name: ds.Name()}
+	dd := &deviceData{dev: d, n: n, layout: l, classes: ds.NumClasses(), name: ds.Name()}
 	var err error
-	if dd.x, err = cu.MemAlloc(int64(max(n*per, 1)) * 4); err != nil {
-		return nil, fmt.Errorf("%s: uploading %s (%d bytes): %w", d.Name(), ds.Name(), 4*n*per, err)
+	if dd.x, err = cu.MemAlloc(int64(max(n*l.per, 1)) * 4); err != nil {
+		return nil, fmt.Errorf("%s: uploading %s (%d samples of %d %s, %d bytes): %w", d.Name(), ds.Name(), n, l.per, l.what(), 4*n*l.per, err)
 	}
-	if dd.y, err = cu.MemAlloc(int64(max(n, 1)) * 4); err != nil {
+	if dd.y, err = cu.MemAlloc(int64(max(n*l.tper, 1)) * 4); err != nil {
 		cu.MemFree(dd.x)
-		return nil, fmt.Errorf("%s: uploading %s's labels: %w", d.Name(), ds.Name(), err)
+		return nil, fmt.Errorf("%s: uploading %s's targets (%d bytes): %w", d.Name(), ds.Name(), 4*n*l.tper, err)
 	}
 	chunk := min(n, loadChunk)
-	xs := make([]float32, chunk*per)
-	ys := make([]int32, chunk)
+	var xs, yf []float32
+	var xi, ys []int32
+	switch l.kind {
+	case tokenData:
+		xi, ys = make([]int32, chunk*l.per), make([]int32, chunk*l.tper)
+	case regressionData:
+		xs, yf = make([]float32, chunk*l.per), make([]float32, chunk*l.tper)
+	default:
+		xs, ys = make([]float32, chunk*l.per), make([]int32, chunk*l.tper)
+	}
 	idx := make([]int, chunk)
 	for lo := 0; lo < n; lo += chunk {
 		m := min(chunk, n-lo)
 		for i := range m {
 			idx[i] = lo + i
 		}
-		ds.Fill(idx[:m], xs[:m*per], ys[:m])
-		if err := d.copyIn(dd.x+cu.DevicePtr(4*lo*per), asBytes(xs[:m*per])); err == nil {
-			err = d.copyIn(dd.y+cu.DevicePtr(4*lo), asBytes(ys[:m]))
+		var xb, yb []byte
+		switch l.kind {
+		case tokenData:
+			ds.(datasets.Tokens).FillTokens(idx[:m], xi[:m*l.per], ys[:m*l.tper])
+			xb, yb = asBytes(xi[:m*l.per]), asBytes(ys[:m*l.tper])
+		case regressionData:
+			ds.(datasets.Regression).FillTargets(idx[:m], xs[:m*l.per], yf[:m*l.tper])
+			xb, yb = asBytes(xs[:m*l.per]), asBytes(yf[:m*l.tper])
+		default:
+			ds.Fill(idx[:m], xs[:m*l.per], ys[:m])
+			xb, yb = asBytes(xs[:m*l.per]), asBytes(ys[:m])
+		}
+		err := d.copyIn(dd.x+cu.DevicePtr(4*lo*l.per), xb)
+		if err == nil {
+			err = d.copyIn(dd.y+cu.DevicePtr(4*lo*l.tper), yb)
 		}
 		if err == nil {
 			err = syncStream(d.stream)
@@ -650,7 +708,9 @@ func (dd *deviceData) free() {
 }
 
 // Gather fills the live batch of input and target with samples idx of
-// the resident dataset: only the indices travel to the GPU.
+// the resident dataset: only the indices travel to the GPU, and two
+// gathers copy the samples' rows and their targets' (checkGather says
+// which datasets fit which input and target).
 func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buffer) error {
 	dd, ok := data.(*deviceData)
 	if !ok || dd.dev != d || dd.freed {
@@ -663,8 +723,8 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 	if n > input.Max[0] || n > target.Max[0] {
 		return fmt.Errorf("%s: %d samples for a batch of %d", d.Name(), n, input.Max[0])
 	}
-	if per := input.Elems() / max(input.Max[0], 1); per != dd.per {
-		return fmt.Errorf("%s: %s has samples of %d values, the input takes %d", d.Name(), dd.name, dd.per, per)
+	if err := dd.layout.checkGather(dd.name, input, target); err != nil {
+		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
 	h := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(d.host.bytes(4*max(n, 1))))), n)
 	for i, v := range idx {
@@ -695,10 +755,18 @@ func (d *Device) Gather(data backend.Data, idx []int, input, target *engine.Buff
 	if err := memcpyHtoD(d.idx, unsafe.Pointer(&h[0]), 4*n, d.stream); err != nil { // staged on return
 		return err
 	}
-	if err := d.launch(kGatherRows, elementwise(n*dd.per), ptrArg(uintptr(dd.x)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(input)), intArg(n), intArg(dd.per)); err != nil {
+	l := dd.layout
+	kx, ky := kGatherRows, kGatherRowsInt
+	switch l.kind {
+	case tokenData:
+		kx = kGatherRowsInt
+	case regressionData:
+		ky = kGatherRows
+	}
+	if err := d.launch(kx, elementwise(n*l.per), ptrArg(uintptr(dd.x)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(input)), intArg(n), intArg(l.per)); err != nil {
 		return err
 	}
-	return d.launch(kGatherRowsInt, elementwise(n), ptrArg(uintptr(dd.y)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(target)), intArg(n), intArg(1))
+	return d.launch(ky, elementwise(n*l.tper), ptrArg(uintptr(dd.y)), ptrArg(uintptr(d.idx)), ptrArg(d.ptr(target)), intArg(n), intArg(l.tper))
 }
 
 // SeedRNG seeds the dropout RNG: the kernels' counter-based generator

@@ -21,13 +21,22 @@
 // in the instantiated graph's kernel nodes before a launch
 // (cuGraphExecKernelNodeSetParams), so the graph is captured only once.
 //
+// Data: LoadData holds a whole dataset in GPU memory in the layout its
+// kind needs (datalayout.go: float32 samples with int32 class labels,
+// int32 token windows with their next-token targets, float32 samples with
+// float32 targets), and Gather sends only a batch's sample indices and
+// gathers its rows there. The runner reads back one thing a step: the
+// loss and whether the gradients are finite, in one transfer (ReadStep,
+// backend.StepReader).
+//
 // Kernel steps run by table: opSteps maps each op the device runs to a
 // small function (runConv2D, runReLU, …) that queues its kernels and
 // GEMMs, and each op family keeps its functions and its part of the
 // table in one file: op_conv.go, op_linear.go (linear, batch_matmul),
 // op_elementwise.go (activations, arithmetic), op_pool.go, op_dropout.go,
 // op_softmax.go (softmax and losses), op_batchnorm.go, op_layernorm.go,
-// op_data.go (embedding and data movement) and op_optim.go. Whether the
+// op_data.go (embedding and data movement), op_optim.go and
+// op_attention.go (the fused attention, ops.Attention). Whether the
 // backend supports an op (Backend.Supports) is a lookup there; the ops it
 // declines, the CPU-only fusions, are listed with the reason
 // (Backend.Declines), and a test fails an op that has neither.
@@ -52,7 +61,10 @@
 // against the compute stream with events so that gradient all-reduces
 // overlap the rest of backward. Replicas sharing one GPU use
 // device-to-device copies and the gorun add and scale kernels through the
-// same interface.
+// same interface. With transport = "nccl" the devices of every process
+// form one NCCL communicator instead (Backend.ConnectWorld, nccl_world.go:
+// rank 0's ncclGetUniqueId shared over MPI, ncclCommInitRank bounded by
+// comm.timeout; the checks before it, in plain Go, in nccl_place.go).
 //
 // gorgonia.org/cu calls cuInit in its package init and exits the process
 // when that fails; this package intercepts that cuInit (see cuinit.c) so

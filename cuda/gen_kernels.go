@@ -44,6 +44,12 @@ const (
 	kSoftmax                             // gorun_softmax
 	kLogSoftmaxGrad                      // gorun_log_softmax_grad
 	kSoftmaxGrad                         // gorun_softmax_grad
+	kAttention                           // gorun_attention
+	kAttentionBf16                       // gorun_attention_bf16
+	kAttentionBf16GradQ                  // gorun_attention_bf16_grad_q
+	kAttentionBf16GradKv                 // gorun_attention_bf16_grad_kv
+	kAttentionGradQ                      // gorun_attention_grad_q
+	kAttentionGradKv                     // gorun_attention_grad_kv
 	kNLLLoss                             // gorun_nll_loss
 	kNLLLossGrad                         // gorun_nll_loss_grad
 	kCrossEntropy                        // gorun_cross_entropy
@@ -108,6 +114,12 @@ var kernelSigs = [numKernels]kernelSig{
 	kSoftmax:             {"gorun_softmax", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
 	kLogSoftmaxGrad:      {"gorun_log_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
 	kSoftmaxGrad:         {"gorun_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
+	kAttention:           {"gorun_attention", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16:       {"gorun_attention_bf16", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16GradQ:  {"gorun_attention_bf16_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16GradKv: {"gorun_attention_bf16_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionGradQ:      {"gorun_attention_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionGradKv:     {"gorun_attention_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
 	kNLLLoss:             {"gorun_nll_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt, argInt}},
 	kNLLLossGrad:         {"gorun_nll_loss_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt}},
 	kCrossEntropy:        {"gorun_cross_entropy", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt, argInt}},
@@ -131,26 +143,31 @@ var kernelSigs = [numKernels]kernelSig{
 // The op codes and modes of the kernels shared by several ops: kernels.h's
 // GORUN_* integer macros.
 const (
-	unarySigmoid        = 0 // GORUN_UNARY_SIGMOID
-	unaryTanh           = 1 // GORUN_UNARY_TANH
-	unaryLeakyReLU      = 2 // GORUN_UNARY_LEAKY_RELU
-	unaryScale          = 3 // GORUN_UNARY_SCALE
-	unaryGELU           = 4 // GORUN_UNARY_GELU
-	unaryGELUTanh       = 5 // GORUN_UNARY_GELU_TANH
-	unarySilu           = 6 // GORUN_UNARY_SILU
-	binaryAdd           = 0 // GORUN_BINARY_ADD
-	binarySub           = 1 // GORUN_BINARY_SUB
-	binaryMul           = 2 // GORUN_BINARY_MUL
-	binarySigmoidGrad   = 3 // GORUN_BINARY_SIGMOID_GRAD
-	binaryTanhGrad      = 4 // GORUN_BINARY_TANH_GRAD
-	binaryLeakyReLUGrad = 5 // GORUN_BINARY_LEAKY_RELU_GRAD
-	binaryGELUGrad      = 6 // GORUN_BINARY_GELU_GRAD
-	binaryGELUTanhGrad  = 7 // GORUN_BINARY_GELU_TANH_GRAD
-	binarySiluGrad      = 8 // GORUN_BINARY_SILU_GRAD
-	bnSums              = 0 // GORUN_BN_SUMS: gorun_bn_partial: Σa, Σa² (BatchNormStats)
-	bnGradSums          = 1 // GORUN_BN_GRAD_SUMS: gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
-	lnGammaSums         = 2 // GORUN_LN_GAMMA_SUMS: gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)
-	bnNorm              = 0 // GORUN_BN_NORM: gorun_bn_params: BatchNormNorm
-	bnEval              = 1 // GORUN_BN_EVAL: gorun_bn_params: BatchNormEval
-	bnGrad              = 2 // GORUN_BN_GRAD: gorun_bn_params: BatchNormGradInput
+	unarySigmoid        = 0   // GORUN_UNARY_SIGMOID
+	unaryTanh           = 1   // GORUN_UNARY_TANH
+	unaryLeakyReLU      = 2   // GORUN_UNARY_LEAKY_RELU
+	unaryScale          = 3   // GORUN_UNARY_SCALE
+	unaryGELU           = 4   // GORUN_UNARY_GELU
+	unaryGELUTanh       = 5   // GORUN_UNARY_GELU_TANH
+	unaryRoundBf16      = 7   // GORUN_UNARY_ROUND_BF16
+	unaryRoundFp16      = 8   // GORUN_UNARY_ROUND_FP16
+	unarySilu           = 6   // GORUN_UNARY_SILU
+	binaryAdd           = 0   // GORUN_BINARY_ADD
+	binarySub           = 1   // GORUN_BINARY_SUB
+	binaryMul           = 2   // GORUN_BINARY_MUL
+	binarySigmoidGrad   = 3   // GORUN_BINARY_SIGMOID_GRAD
+	binaryTanhGrad      = 4   // GORUN_BINARY_TANH_GRAD
+	binaryLeakyReLUGrad = 5   // GORUN_BINARY_LEAKY_RELU_GRAD
+	binaryGELUGrad      = 6   // GORUN_BINARY_GELU_GRAD
+	binaryGELUTanhGrad  = 7   // GORUN_BINARY_GELU_TANH_GRAD
+	binarySiluGrad      = 8   // GORUN_BINARY_SILU_GRAD
+	bnSums              = 0   // GORUN_BN_SUMS: gorun_bn_partial: Σa, Σa² (BatchNormStats)
+	bnGradSums          = 1   // GORUN_BN_GRAD_SUMS: gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
+	lnGammaSums         = 2   // GORUN_LN_GAMMA_SUMS: gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)
+	bnNorm              = 0   // GORUN_BN_NORM: gorun_bn_params: BatchNormNorm
+	bnEval              = 1   // GORUN_BN_EVAL: gorun_bn_params: BatchNormEval
+	bnGrad              = 2   // GORUN_BN_GRAD: gorun_bn_params: BatchNormGradInput
+	attTile             = 16  // GORUN_ATT_TILE
+	attThreads          = 128 // GORUN_ATT_THREADS
+	attDmax             = 128 // GORUN_ATT_DMAX
 )

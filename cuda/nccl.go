@@ -65,6 +65,7 @@ type ncclLib struct {
 	getUniqueID, initAll, destroy, allReduce, reduce, bcast unsafe.Pointer
 	reduceScatter, allGather                                unsafe.Pointer
 	groupStart, groupEnd, errorString, version              unsafe.Pointer
+	initRank, abort                                         unsafe.Pointer // across processes (nccl_world.go)
 }
 
 var ncclOpen sync.Map // override → *ncclResult
@@ -111,8 +112,13 @@ func loadNCCL(override string) (*ncclLib, error) {
 			return nil, fmt.Errorf("cuda: %s has no symbol %s (is it NCCL 2?)", path, s.name)
 		}
 	}
+	// Across processes (transport = "nccl"): NCCL 2.4 or later.
+	l.initRank, l.abort = dlsym(h, "ncclCommInitRank"), dlsym(h, "ncclCommAbort")
 	return l, nil
 }
+
+// versionCode is ncclGetVersion's code (22703 for NCCL 2.27.3).
+func (l *ncclLib) versionCode() int { return int(C.gorun_nccl_version(l.version)) }
 
 func (l *ncclLib) check(call string, r C.int) error {
 	if r == 0 {
@@ -127,11 +133,17 @@ const (
 	ncclMax = 2
 )
 
-// ncclGroup is one NCCL communicator per device, from ncclCommInitAll.
+// ncclGroup is one NCCL communicator per local device: from
+// ncclCommInitAll (the devices of one process), or from ncclCommInitRank
+// (a world spanning processes, nccl_world.go).
 type ncclGroup struct {
 	lib   *ncclLib
 	devs  []*Device
 	comms []unsafe.Pointer
+	// size is the number of ranks of the communicators: len(devs) in one
+	// process, every process's devices in a world. first is the global
+	// rank of comms[0] (0 in one process): comms[i] is rank first+i.
+	size, first int
 }
 
 // newNCCLGroup creates the communicators of devices on distinct GPUs.
@@ -149,7 +161,7 @@ func newNCCLGroup(lib *ncclLib, devs []*Device) (*ncclGroup, error) {
 	if err := lib.check("ncclCommInitAll", C.gorun_nccl_init_all(lib.initAll, comms, C.int(len(devs)), &ords[0])); err != nil {
 		return nil, err
 	}
-	g := &ncclGroup{lib: lib, devs: devs, comms: append([]unsafe.Pointer(nil), unsafe.Slice(comms, len(devs))...)}
+	g := &ncclGroup{lib: lib, devs: devs, comms: append([]unsafe.Pointer(nil), unsafe.Slice(comms, len(devs))...), size: len(devs)}
 	for _, d := range devs {
 		d.closers = append(d.closers, g.close)
 	}
@@ -250,7 +262,7 @@ func (c *ncclColl) AllReduce(b *engine.Buffer, off, n int, op comm.ReduceOp, t c
 	s := unsafe.Pointer(cStream(c.d.comm))
 	err = c.g.lib.check("ncclAllReduce", C.gorun_nccl_allreduce(c.g.lib.allReduce, C.uintptr_t(p), C.size_t(n), nop, c.g.comms[c.rank], s))
 	if err == nil && op == comm.Mean {
-		err = scaleOn(c.d, c.d.comm, c.args, &c.bits, p, n, 1/float64(len(c.g.devs)))
+		err = scaleOn(c.d, c.d.comm, c.args, &c.bits, p, n, 1/float64(c.g.size))
 	}
 	return c.end(err)
 }
@@ -270,8 +282,8 @@ func (c *ncclColl) Reduce(b *engine.Buffer, off, n, root int, op comm.ReduceOp, 
 	}
 	s := unsafe.Pointer(cStream(c.d.comm))
 	err = c.g.lib.check("ncclReduce", C.gorun_nccl_reduce(c.g.lib.reduce, C.uintptr_t(p), C.size_t(n), nop, C.int(root), c.g.comms[c.rank], s))
-	if err == nil && op == comm.Mean && c.rank == root {
-		err = scaleOn(c.d, c.d.comm, c.args, &c.bits, p, n, 1/float64(len(c.g.devs)))
+	if err == nil && op == comm.Mean && c.g.first+c.rank == root {
+		err = scaleOn(c.d, c.d.comm, c.args, &c.bits, p, n, 1/float64(c.g.size))
 	}
 	return c.end(err)
 }
@@ -294,7 +306,7 @@ func (c *ncclColl) Broadcast(b *engine.Buffer, off, n, root int, t comm.Tag) err
 // leaves this rank's block in part from partOff, with NCCL on the
 // communication stream, ordered before the compute stream's next work.
 func (c *ncclColl) ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, op comm.ReduceOp, t comm.Tag) error {
-	size := len(c.g.devs)
+	size := c.g.size
 	if n%size != 0 {
 		return fmt.Errorf("%s: reduce_scatter %q: %d elements do not split into %d blocks", c.d.Name(), t.Name, n, size)
 	}
@@ -325,7 +337,7 @@ func (c *ncclColl) ReduceScatter(b *engine.Buffer, off, n int, part *engine.Buff
 // of b, with NCCL on the communication stream, ordered before the compute
 // stream's next work.
 func (c *ncclColl) AllGather(b *engine.Buffer, off, n int, part *engine.Buffer, partOff int, t comm.Tag) error {
-	size := len(c.g.devs)
+	size := c.g.size
 	if n%size != 0 {
 		return fmt.Errorf("%s: all_gather %q: %d elements do not split into %d blocks", c.d.Name(), t.Name, n, size)
 	}

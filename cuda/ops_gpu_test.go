@@ -617,6 +617,22 @@ func opCases() []opCase {
 	add("positions", once, func(b *progBuilder) []*engine.Buffer {
 		return fwd(b, ops.Positions, ops.Attrs{}, []*engine.Buffer{b.f("x", true, tb, 5, 3)}, b.i("pos", 1, true, tb, 5))
 	})
+	// The fused attention (cuda/op_attention.go): T not a multiple of the
+	// tile, N·H odd at the partial batch, head dimensions 24 and 64.
+	for _, c := range []struct {
+		t, h, dh int
+		causal   bool
+	}{{37, 3, 24, true}, {20, 1, 64, false}} {
+		a := ops.Attrs{Causal: c.causal}
+		add(fmt.Sprintf("attention, attention_grad T %d H %d dh %d causal %t", c.t, c.h, c.dh, c.causal), once, func(b *progBuilder) []*engine.Buffer {
+			qkv := b.f("qkv", true, tb, c.t, 3, c.h, c.dh)
+			o, lse := b.f("o", true, tb, c.t, c.h*c.dh), b.f("lse", true, tb, c.h, c.t)
+			fwd(b, ops.Attention, a, []*engine.Buffer{qkv}, o, lse)
+			d := bwd(b, ops.AttentionGrad, a, false, []*engine.Buffer{b.f("do", true, tb, c.t, c.h*c.dh), qkv, o, lse},
+				b.f("dqkv", true, tb, c.t, 3, c.h, c.dh))
+			return []*engine.Buffer{o, lse, d[0]}
+		})
+	}
 	steps := []backend.RunCtx{{Step: 1, First: true, Last: true}, {Step: 2, First: true, Last: true}, {Step: 3, First: true, Last: true}}
 	for _, maxNorm := range []float64{0.5, 1e6} {
 		add(fmt.Sprintf("clip_grad_norm max_norm %g", maxNorm), steps, func(b *progBuilder) []*engine.Buffer {
@@ -672,7 +688,7 @@ func opCases() []opCase {
 			})
 		}
 	}
-	return cs
+	return append(cs, precisionCases()...)
 }
 
 // TestOpsAgainstCPU runs every op on the GPU and on the CPU backend, at

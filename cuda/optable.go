@@ -22,7 +22,7 @@ type opStep func(d *Device, st *engine.Step, acc bool) error
 // to the backend is one entry in its family's table and its function.
 // Which ops the backend supports is a lookup here (supportsOp).
 var opSteps = joinSteps(convSteps, linearSteps, elementwiseSteps, poolSteps, dropoutSteps,
-	softmaxSteps, batchNormSteps, layerNormSteps, dataSteps, optimSteps)
+	softmaxSteps, batchNormSteps, layerNormSteps, dataSteps, optimSteps, attentionSteps, precisionSteps)
 
 // declined lists the ops the CUDA backend has no kernel for, each with the
 // reason (the Target's Declines). They are the CPU-only fusions: the
@@ -31,6 +31,9 @@ var opSteps = joinSteps(convSteps, linearSteps, elementwiseSteps, poolSteps, dro
 var declined = map[ops.Op]string{
 	ops.Conv2DPool:     "conv2d+maxpool2d is a CPU-only fusion of conv2d, maxpool2d and relu; the compiler emits it only for a target that supports it, and a CUDA plan runs the three ops",
 	ops.Conv2DPoolGrad: "conv2d+maxpool2d_grad is the gradient of the CPU-only fusion conv2d+maxpool2d, which CUDA plans do not hold",
+
+	ops.AttentionHeads:     "attention_heads is a CPU-only fusion of a script's batch_matmul, softmax and batch_matmul (q, k and v apart); the compiler emits it only for a target that supports it, and a CUDA plan runs the three ops (nn.multihead_attention's fused attention runs on CUDA)",
+	ops.AttentionHeadsGrad: "attention_heads_grad is the gradient of the CPU-only fusion attention_heads, which CUDA plans do not hold",
 }
 
 // joinSteps merges the families' tables into one.

@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 
 	"gorun/engine/spec"
+	"gorun/engine/target"
+	"gorun/ops"
 )
 
 // Describe writes the Plan as a reader checks it: the run's settings, the
@@ -24,7 +26,10 @@ func (p *Plan) Describe(w io.Writer) error {
 	ew.printf("  devices %d (%s, %s), global batch %d split %v, accumulate %d, epochs %d, seed %d\n",
 		p.World, p.Cluster.Backend, p.Cluster.Transport, s.BatchSize, p.LocalBatch, s.Accumulate, s.Epochs, s.Seed)
 	ew.printf("  settings: %s\n", p.Cluster.settingsLine())
-	if procs := p.Cluster.ProcessCount(); procs > 1 {
+	if procs := p.Cluster.ProcessCount(); procs > 1 && target.TransportOwner(p.Cluster.Transport) != nil {
+		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives run in one %s communicator over every device of every process, one rank a device\n",
+			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
+	} else if procs > 1 {
 		ew.printf("  processes %d × %d devices; this plan shows process %d (ranks %d–%d): collectives reduce in memory inside a process, then once across processes (%s)\n",
 			procs, p.Cluster.Devices, p.Process, p.Devices[0].Rank, p.Devices[len(p.Devices)-1].Rank, p.Cluster.Transport)
 	}
@@ -48,6 +53,7 @@ func (p *Plan) Describe(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	p.describePrecision(ew)
 	if p.World > 1 {
 		ew.printf("\ngradient buckets (%s, %g MB):\n", p.Sync.Kind(), bucketMB(p))
 		at := map[string]int{}
@@ -70,7 +76,11 @@ func (p *Plan) Describe(w io.Writer) error {
 			p.Cluster.Backend, p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
 			humanBytes(prog.MemoryBytes()-int64(prog.WorkElems())*4), humanBytes(int64(prog.WorkElems())*4))
 		tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\tstream\n")
+		dtype := func(string) string { return "" }
+		if s.Precision != ops.FP32 {
+			dtype = func(d string) string { return "\t" + d } // mixed precision: a dtype column
+		}
+		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\tstream%s\n", dtype("dtype"))
 		var moved int64
 		for i, st := range prog.Steps {
 			switch st.Kind {
@@ -80,17 +90,20 @@ func (p *Plan) Describe(w io.Writer) error {
 				if st.Every > 0 {
 					extra = fmt.Sprintf(", every %d steps", st.Every)
 				}
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, c, c.Buffer.Name,
-					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s%s\n", i+1, st.Phase, c, c.Buffer.Name,
+					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st), dtype("fp32"))
 				if st.Every == 0 {
 					moved += c.Bytes
 				}
 			default:
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.OpName(), shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s%s\n", i+1, st.Phase, st.OpName(), shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st), dtype(StepDtype(st)))
 			}
 		}
 		tw.Flush()
-		if procs := p.Cluster.ProcessCount(); procs > 1 {
+		if procs := p.Cluster.ProcessCount(); procs > 1 && target.TransportOwner(p.Cluster.Transport) != nil {
+			ew.printf("  collectives move %s per step (payload per rank) in one %s communicator over the %d devices of the %d processes\n",
+				humanBytes(moved), p.Cluster.Transport, p.World, procs)
+		} else if procs > 1 {
 			ew.printf("  collectives move %s per step at each level: in memory among the %d devices of each process (payload per rank), then %s across the %d processes (%s, from each process's first device)\n",
 				humanBytes(moved), p.Cluster.Devices, humanBytes(moved), procs, p.Cluster.Transport)
 		} else if p.World > 1 {

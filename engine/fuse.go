@@ -18,10 +18,14 @@ func (s *Step) OpName() string {
 
 // TargetFusions are the ops the compiler emits only for a backend that
 // supports them (GraphOptions.Supports): the convolution, max pooling
-// and ReLU fused into one Conv2DPool (fuseConvPool), and its gradient.
-// Every other op a Plan may hold, every backend must run; a backend may
-// decline only these (target.Target.Declines).
-func TargetFusions() []ops.Op { return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad} }
+// and ReLU fused into one Conv2DPool (fuseConvPool), and its gradient;
+// the fused attention (ops.Attention, builder.fusedAttention; and
+// ops.AttentionHeads, fuseAttention) and their gradients. Every other op
+// a Plan may hold, every backend must run; a backend may decline only
+// these (target.Target.Declines).
+func TargetFusions() []ops.Op {
+	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad}
+}
 
 // supports reports whether the Plan's backend runs every op of fused.
 func (o *GraphOptions) supports(fused ...ops.Op) bool {
@@ -46,6 +50,11 @@ func (o *GraphOptions) supports(fused ...ops.Op) bool {
 //     residual (y = relu(bn(x) + res): a ResNet block's end), when that
 //     input is computed before the batch norm (of two batch norms, the
 //     later one takes the other's output).
+//
+// For a backend that runs them (TargetFusions), fuseConvPool and
+// fuseAttention (a script's own attention into ops.AttentionHeads) follow;
+// nn.multihead_attention's fused attention is chosen where the layer is
+// built (builder.fusedAttention).
 //
 // The fused node keeps the batch norm's layer, its place and its Eval
 // twin (fused the same way); the ReLU's output becomes its output, and the
@@ -123,6 +132,9 @@ func (b *builder) fuse() {
 	if b.opts.supports(ops.Conv2DPool, ops.Conv2DPoolGrad) {
 		b.fuseConvPool(uses, dead, gone)
 	}
+	if b.opts.supports(ops.AttentionHeads, ops.AttentionHeadsGrad) {
+		b.fuseAttention(uses, dead, gone)
+	}
 	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)
 }
@@ -165,6 +177,84 @@ func (b *builder) fuseConvPool(uses map[*Value]int, dead map[*Node]bool, gone ma
 		c.Out = []*Value{y, idx}
 		y.Producer, idx.Producer = c, c
 	}
+}
+
+// fuseAttention rewrites a script's own attention (two nn.matmul products:
+// nn.multihead_attention's with fused = False stay apart), batch_matmul(q, kᵀ)
+// (kᵀ by TransB, or by a transpose of k's last two dimensions), an
+// optional scale, a softmax over the last dimension (causal or not) and
+// batch_matmul(weights, v), into one ops.AttentionHeads, which never
+// holds the T×T scores, when q, k and v have one shape [N, ..., T, dh]
+// (dh at most ops.AttentionMaxHeadDim) and nothing else reads the scores,
+// the scaled scores or the weights. The transpose of k goes too when only
+// the product read it. The fused node is the second product's (its layer,
+// place and output) with a new output, the rows' logsumexps; the values
+// in between disappear. Within one tile of the CPU kernel (T ≤ 64) every
+// value is rounded as the separate ops round it, so the plan trains bit
+// for bit as the unfused one (TestAttentionPatternFused).
+func (b *builder) fuseAttention(uses map[*Value]int, dead map[*Node]bool, gone map[*Value]bool) {
+	g := b.g
+	live := func(n *Node) bool { return n != nil && !dead[n] && n.Eval == nil }
+	for _, m2 := range g.Forward {
+		if m2.Op != ops.BatchMatMul || m2.Layer != matmulLayer || !live(m2) || m2.Attrs.TransA || m2.Attrs.TransB {
+			continue
+		}
+		w, v := m2.In[0], m2.In[1]
+		sm := w.Producer
+		if !live(sm) || sm.Op != ops.Softmax || uses[w] != 1 {
+			continue
+		}
+		x, alpha := sm.In[0], 1.0
+		sc := x.Producer
+		if live(sc) && sc.Op == ops.Scale && uses[x] == 1 {
+			x, alpha = sc.In[0], sc.Attrs.Alpha
+		} else {
+			sc = nil
+		}
+		m1 := x.Producer
+		if !live(m1) || m1.Op != ops.BatchMatMul || m1.Layer != matmulLayer || m1.Attrs.TransA || uses[x] != 1 {
+			continue
+		}
+		q, k := m1.In[0], m1.In[1]
+		var perm *Node
+		if !m1.Attrs.TransB {
+			if perm = k.Producer; !live(perm) || perm.Op != ops.Permute || !swapsLastTwo(perm.Attrs.Perm, len(k.Shape)) {
+				continue
+			}
+			k = perm.In[0]
+		}
+		r := len(q.Shape)
+		if r < 3 || !slices.Equal(q.Shape, k.Shape) || !slices.Equal(q.Shape, v.Shape) || q.Shape[r-1] > ops.AttentionMaxHeadDim ||
+			q.Batched != k.Batched || q.Batched != v.Batched {
+			continue
+		}
+		o := m2.Out[0]
+		lse := b.value(o.Name+":lse", slices.Clone(q.Shape[:r-1]), q.Batched)
+		lse.Producer = m2
+		m2.Op, m2.Attrs = ops.AttentionHeads, ops.Attrs{Causal: sm.Attrs.Causal, Alpha: alpha}
+		m2.In, m2.Out = []*Value{q, k, v}, []*Value{o, lse}
+		dead[m1], dead[sm], gone[m1.Out[0]], gone[w] = true, true, true, true
+		if sc != nil {
+			dead[sc], gone[sc.Out[0]] = true, true
+		}
+		if perm != nil && uses[perm.Out[0]] == 1 {
+			dead[perm], gone[perm.Out[0]] = true, true
+		}
+	}
+}
+
+// swapsLastTwo reports whether perm, over rank dimensions, swaps the last
+// two and keeps the others.
+func swapsLastTwo(perm [ops.MaxPermRank]int8, rank int) bool {
+	if rank < 2 || rank > len(perm) {
+		return false
+	}
+	for i := range rank - 2 {
+		if int(perm[i]) != i {
+			return false
+		}
+	}
+	return int(perm[rank-2]) == rank-1 && int(perm[rank-1]) == rank-2
 }
 
 // fuseBackward rewrites the backward nodes once they exist: the Add that

@@ -33,6 +33,14 @@ type Value struct {
 	// unknown.
 	ids     int
 	idsFrom string
+	// LowPrecision: under mixed precision (GraphOptions.Precision), the
+	// value holds numbers of the low format (bfloat16 or float16) in
+	// float32 storage: a cast's output, or what autocast's ops make of
+	// them (engine/precision.go).
+	LowPrecision bool
+	// castInPlace: the value is an output cast's (engine/precision.go),
+	// planned in its input's buffer, which the cast rounds in place.
+	castInPlace bool
 }
 
 // Elems is the number of elements at the maximum batch.
@@ -185,6 +193,13 @@ type GraphOptions struct {
 	// NoFusion builds the graph as the script wrote it, every op its own
 	// node: no fusion at all (cluster.fusion = false).
 	NoFusion bool
+	// Precision is the script's train(precision = ...): under ops.BF16
+	// and ops.FP16 the graph holds torch.autocast's casts as ops.Round
+	// nodes (engine/precision.go); ops.FP32 adds none.
+	Precision ops.Precision
+	// AutocastFP32 are the ops the target runs in float32 under mixed
+	// precision beyond their Def.Autocast (target.Target.AutocastFP32).
+	AutocastFP32 []ops.Op
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -227,12 +242,14 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts Grap
 	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
+	b.autocast(opts.Precision, opts.AutocastFP32)
 	if !opts.NoFusion {
 		b.fuse()
 	}
 	if err := b.differentiate(); err != nil {
 		return nil, err
 	}
+	b.markLowGradients()
 	if !opts.NoFusion {
 		b.fuseBackward()
 	}
@@ -320,7 +337,7 @@ func (b *builder) layer(l *spec.Layer, pos spec.Pos, in []*Value) (*Value, error
 	case l.Kind == spec.MultiheadAttention:
 		return b.attention(l, pos, x, name, params)
 	case l.Kind == spec.MatMulOp:
-		node.Op, node.Layer = ops.BatchMatMul, "nn.matmul"
+		node.Op, node.Layer = ops.BatchMatMul, matmulLayer
 	case l.Kind == spec.TransposeOp:
 		perm, err := transposePerm(len(x.Shape), l.Dims)
 		if err != nil {
@@ -519,10 +536,13 @@ func transposePerm(rank int, dims []int) ([6]int8, error) {
 }
 
 // attention adds self-attention by layer l (nn.MultiheadAttention's
-// parameters: in_proj_weight and bias, out_proj) over x [N, T, D], built
-// from primitives: one projection to q, k and v, split by heads, scaled
+// parameters: in_proj_weight and bias, out_proj) over x [N, T, D]: one
+// projection to q, k and v, the attention of each head, the heads joined
+// and the output projection. The attention of the heads is one fused
+// ops.Attention, which never holds the T×T weights (fusedAttention says
+// when); otherwise it is built from primitives: split by heads, scaled
 // scores q·kᵀ/√dh, softmax (causal when asked), dropout, the weighted sum
-// of v, the heads joined and the output projection.
+// of v.
 func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, params []*Value) (*Value, error) {
 	label := l.Label()
 	if len(x.Shape) != 3 || x.Shape[2] != l.In {
@@ -543,6 +563,13 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 	}
 	if qkv, err = b.reshape(qkv, []int{t, 3, h, dh}, pos, name+":qkv"); err != nil {
 		return nil, err
+	}
+	if b.fusedAttention(l, dh) {
+		o, err := step(ops.Attention, ops.Attrs{Causal: l.Causal}, []*Value{qkv}, "attention")
+		if err != nil {
+			return nil, err
+		}
+		return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
 	}
 	// [N, T, 3, H, dh] → [N, 3, H, T, dh]: q, k and v are slices of dimension 1.
 	if qkv, err = step(ops.Permute, ops.Attrs{Perm: [6]int8{0, 2, 3, 1, 4, 5}}, []*Value{qkv}, "heads"); err != nil {
@@ -587,6 +614,25 @@ func (b *builder) attention(l *spec.Layer, pos spec.Pos, x *Value, name string, 
 		return nil, err
 	}
 	return step(ops.Linear, ops.Attrs{}, []*Value{o, params[2], params[3]}, "out_proj")
+}
+
+// matmulLayer labels the nodes of a script's nn.matmul (which
+// fuseAttention may fuse; nn.multihead_attention's own products it leaves
+// alone).
+const matmulLayer = "nn.matmul"
+
+// fusedAttention reports whether attention layer l, with heads of dh,
+// lowers to the fused ops.Attention: by default, unless the script asked
+// for the unfused path (nn.multihead_attention(..., fused = False)), the
+// cluster turned fusion off (fusion = false), the backend lacks the op
+// (TargetFusions), the layer has attention dropout (which needs the T×T
+// weights) or its heads are wider than ops.AttentionMaxHeadDim, or the
+// plan is mixed precision (GraphOptions.Precision): torch.autocast casts
+// the scores and the weights to bfloat16 between the products, which the
+// primitives' casts do (engine/precision.go) and the fused kernels do not.
+func (b *builder) fusedAttention(l *spec.Layer, dh int) bool {
+	return !l.Unfused && l.P == 0 && dh <= ops.AttentionMaxHeadDim && !b.opts.NoFusion &&
+		b.opts.supports(ops.Attention, ops.AttentionGrad) && b.opts.Precision == ops.FP32
 }
 
 // softmaxDim is the dimension a softmax layer normalises, in a rank-r

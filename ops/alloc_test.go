@@ -69,5 +69,6 @@ func checkAllocs[T Float](t *testing.T, k map[Op]Kernel[T], seen map[Op]bool) []
 	measure("clip", ClipGradNorm, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g}, nil)
 	measure("norm_sq", GradNormSq, c, &Attrs{}, []*Buf[T]{g, buf(1)}, nil)
 	measure("clip_scale", ClipGradScale, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g, buf(3)}, nil)
+	measure("grad_unscale", GradUnscale, c, &Attrs{}, []*Buf[T]{g}, nil)
 	return bad
 }

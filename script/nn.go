@@ -611,15 +611,17 @@ func nnGELU(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 }
 
 // nnAttention declares nn.multihead_attention(embed_dim, num_heads,
-// causal = True, dropout = 0.0, bias = True): self-attention over [N, T,
-// embed_dim] with PyTorch's nn.MultiheadAttention parameters.
+// causal = True, dropout = 0.0, bias = True, fused = True): self-attention
+// over [N, T, embed_dim] with PyTorch's nn.MultiheadAttention parameters.
+// fused = False keeps the attention built from batched products and a
+// softmax over the whole T×T weights, for checking the fused op against.
 func nnAttention(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var dim, heads int
-	causal, bias := true, true
+	causal, bias, fused := true, true, true
 	var dropout number
 	var name layerName
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "embed_dim", &dim, "num_heads", &heads, "causal?", &causal,
-		"dropout?", &dropout, "bias?", &bias, "name?", &name); err != nil {
+		"dropout?", &dropout, "bias?", &bias, "name?", &name, "fused?", &fused); err != nil {
 		return nil, err
 	}
 	if err := positive(b, "embed_dim", dim); err != nil {
@@ -635,7 +637,7 @@ func nnAttention(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 		return nil, fmt.Errorf("%s: dropout must be in [0, 1), got %g", b.Name(), float64(dropout))
 	}
 	return newLayer(thread, spec.Layer{Kind: spec.MultiheadAttention, Name: string(name), Pos: position(thread),
-		In: dim, Out: dim, Heads: heads, Causal: causal, P: float64(dropout), Bias: bias})
+		In: dim, Out: dim, Heads: heads, Causal: causal, P: float64(dropout), Bias: bias, Unfused: !fused})
 }
 
 // nnMatMul is nn.matmul(a, b): batched matrix products of [N, ..., M, K]

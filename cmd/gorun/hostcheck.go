@@ -141,6 +141,33 @@ type hostProblem struct {
 // nodes to check. It returns one error listing every node that fails, by
 // node and host, or nil.
 func checkHosts(ctx context.Context, c *engine.Cluster, clusterFile string, remote []bool, wd string, files []localFile, slack time.Duration) error {
+	problems := hostProblems(ctx, c, remote, wd, files, slack)
+	if len(problems) == 0 {
+		return nil
+	}
+	var lines []string
+	for _, p := range problems {
+		lines = append(lines, p.line(c, c))
+	}
+	if len(lines) == 1 {
+		return fmt.Errorf("launch: %s: %s", clusterFile, lines[0])
+	}
+	return fmt.Errorf("launch: %s: %d of %d hosts cannot run their ranks:\n  %s", clusterFile, len(lines), len(c.Nodes), strings.Join(lines, "\n  "))
+}
+
+// line names the node (of c, by its number in named, the cluster file)
+// and host and says what is wrong with it.
+func (p hostProblem) line(c, named *engine.Cluster) string {
+	who := nodeName(named, c.Nodes[p.node].Host)
+	if p.name != "" {
+		who += " (" + p.name + ")"
+	}
+	return who + ": " + p.msg
+}
+
+// hostProblems checks the nodes remote says, as checkHosts does, and
+// returns what is wrong with each that fails, in the cluster's order.
+func hostProblems(ctx context.Context, c *engine.Cluster, remote []bool, wd string, files []localFile, slack time.Duration) []hostProblem {
 	var (
 		mu       sync.Mutex
 		problems []hostProblem
@@ -165,23 +192,9 @@ func checkHosts(ctx context.Context, c *engine.Cluster, clusterFile string, remo
 		}()
 	}
 	wg.Wait()
-	if len(problems) == 0 {
-		return nil
-	}
 	// In the cluster file's order.
 	slices.SortFunc(problems, func(a, b hostProblem) int { return a.node - b.node })
-	var lines []string
-	for _, p := range problems {
-		who := fmt.Sprintf("node[%d] %s", p.node+1, c.Nodes[p.node].Host)
-		if p.name != "" {
-			who += " (" + p.name + ")"
-		}
-		lines = append(lines, who+": "+p.msg)
-	}
-	if len(lines) == 1 {
-		return fmt.Errorf("launch: %s: %s", clusterFile, lines[0])
-	}
-	return fmt.Errorf("launch: %s: %d of %d hosts cannot run their ranks:\n  %s", clusterFile, len(lines), len(c.Nodes), strings.Join(lines, "\n  "))
+	return problems
 }
 
 // checkHost checks one host; it returns what is wrong, or "", and the

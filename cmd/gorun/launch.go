@@ -31,7 +31,7 @@ func (e *exitStatus) Error() string { return e.msg }
 
 // launchFlags are the flags of `gorun launch` that stay with launch; every
 // other flag goes to the ranks.
-var launchFlags = map[string]bool{"dry-run": true, "mpirun": true}
+var launchFlags = map[string]bool{"dry-run": true, "mpirun": true, "max-restarts": true, "min-processes": true}
 
 // launchCmd is `gorun launch --cluster C.toml [--dry-run] [--mpirun PATH]
 // SCRIPT.star [flags]`: it writes an mpirun hostfile from the cluster's
@@ -55,6 +55,11 @@ var launchFlags = map[string]bool{"dry-run": true, "mpirun": true}
 // When mpirun fails, launch reads what its output said (jobWatch) and ends
 // with one line naming the rank and host the job lost and the collective
 // the other ranks were waiting in.
+//
+// With --max-restarts N (elastic.go), a job that lost hosts or processes
+// is started again, up to N times, on the hosts that still answer, from
+// the run folder's newest checkpoint, while at least --min-processes
+// processes are left.
 func launchCmd(args []string, stdout, stderr io.Writer) error {
 	if wantsProbeLinks(args) { // cmd/gorun/probelinks.go
 		return probeLinksCmd(args, stdout, stderr)
@@ -63,8 +68,10 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet(&f, stderr)
 	dryRun := fs.Bool("dry-run", false, "launch: print the mpirun command and exit")
 	mpirunPath := fs.String("mpirun", "", "launch: the mpirun `program` (default: mpirun on PATH)")
+	var el elastic
+	el.flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gorun launch --cluster C.toml [--dry-run] [--mpirun PATH] SCRIPT.star [flags for every rank]")
+		fmt.Fprintln(stderr, "usage: gorun launch --cluster C.toml [--dry-run] [--mpirun PATH] [--max-restarts N [--min-processes M]] SCRIPT.star [flags for every rank]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseCmdArgs(fs, args)
@@ -97,6 +104,10 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(c.Nodes) == 0 {
 		return fmt.Errorf("launch: %s has no [[node]] entries: add one per host, such as\n\n  [[node]]\n  host  = \"127.0.0.1\"\n  slots = 2", f.cluster)
+	}
+	runDir, err := el.check(&f, &c, fs)
+	if err != nil {
+		return err
 	}
 
 	mpirun := *mpirunPath
@@ -159,56 +170,151 @@ func launchCmd(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
+	sig := watchLaunchSignals(stderr)
+	defer sig.close()
+	if el.maxRestarts > 0 {
+		return el.run(&elasticJob{c: c, clusterFile: f.cluster, mpirun: mpirun, self: self, script: pos[0],
+			flags: passThrough(fs, args), fs: fs, runDir: runDir, hostfile: hostfile, sig: sig, stdout: stdout, stderr: stderr})
+	}
+	if s := sig.interrupted(); s != nil { // before the job started
+		return &exitStatus{code: signalStatus(s), msg: "launch: interrupted"}
+	}
+	end, err := runJob(argv, stdout, stderr, sig, &jobWatch{})
+	if err != nil {
+		return err
+	}
+	if end.code != 0 {
+		if line := end.watch.summary(&c); line != "" {
+			fmt.Fprintln(stderr, line)
+		}
+		return &exitStatus{code: end.code, msg: fmt.Sprintf("launch: mpirun exited with status %d", end.code)}
+	}
+	return nil
+}
+
+// jobEnd is how one mpirun job ended.
+type jobEnd struct {
+	code  int       // mpirun's exit status, 128 + the signal's number when one ended it; 0: success
+	watch *jobWatch // what its output said
+	at    time.Time // when launch saw it end
+}
+
+// runJob runs one mpirun job (argv) with stdin, stdout and stderr passed
+// through, mpirun's stderr also read by a jobWatch. mpirun runs in a
+// process group of its own: a Ctrl-C on the terminal reaches it only
+// through sig (launchSignals), which passes the first SIGINT or SIGTERM
+// on as SIGUSR2 and a second as SIGTERM.
+func runJob(argv []string, stdout, stderr io.Writer, sig *launchSignals, watch *jobWatch) (jobEnd, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	watch := &jobWatch{}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, io.MultiWriter(stderr, watch)
-	// mpirun in a process group of its own: a Ctrl-C on the terminal
-	// reaches it only through us. mpirun takes SIGINT and SIGTERM as an
-	// order to kill the job (SIGTERM to the ranks, SIGKILL a second
-	// later), which leaves no time for a checkpoint; it passes SIGUSR2 on
-	// to every rank, on every host, and gorun's ranks take SIGUSR2 as
-	// their stop (watchSignals): after the step under way, with a
-	// checkpoint, exit 143. A second signal kills the job.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return jobEnd{}, fmt.Errorf("launch: %w", err)
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
+	sig.setJob(cmd)
+	err := cmd.Wait()
+	sig.setJob(nil)
+	end := jobEnd{watch: watch, at: time.Now()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		end.code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			end.code = 128 + int(ws.Signal())
+		}
+		return end, nil
+	}
+	if err != nil {
+		return end, fmt.Errorf("launch: %w", err)
+	}
+	return end, nil
+}
+
+// launchSignals is how gorun launch takes SIGINT and SIGTERM, from the
+// first job to the last. mpirun takes SIGINT and SIGTERM as an order to
+// kill the job (SIGTERM to the ranks, SIGKILL a second later), which
+// leaves no time for a checkpoint; it passes SIGUSR2 on to every rank, on
+// every host, and gorun's ranks take SIGUSR2 as their stop (watchSignals):
+// after the step under way, with a checkpoint, exit 143. So the first
+// signal reaches the job under way as SIGUSR2, a second as SIGTERM (which
+// kills it). Between the jobs of an elastic run (--max-restarts: the
+// host checks and checkpoint copies of a restart) the first signal
+// cancels what runs (Context), and no job starts after it: a user's
+// interrupt is never followed by a restart.
+type launchSignals struct {
+	mu     sync.Mutex
+	n      int
+	first  os.Signal
+	job    *exec.Cmd
+	ctx    context.Context
+	cancel context.CancelFunc
+	ch     chan os.Signal
+	done   chan struct{}
+	stderr io.Writer
+}
+
+// watchLaunchSignals starts taking SIGINT and SIGTERM; close stops it.
+func watchLaunchSignals(stderr io.Writer) *launchSignals {
+	s := &launchSignals{ch: make(chan os.Signal, 2), done: make(chan struct{}), stderr: stderr}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	signal.Notify(s.ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		for n := 0; ; n++ {
+		for {
 			select {
-			case s := <-sigs:
-				if n == 0 {
-					fmt.Fprintf(stderr, "\ngorun: launch: %s: every rank stops after the step under way, with a checkpoint (%s again to kill)\n", sigName(s), sigName(s))
-					cmd.Process.Signal(syscall.SIGUSR2)
-				} else {
-					cmd.Process.Signal(syscall.SIGTERM)
-				}
-			case <-done:
+			case sg := <-s.ch:
+				s.take(sg)
+			case <-s.done:
 				return
 			}
 		}
 	}()
-	err = cmd.Wait()
-	signal.Stop(sigs)
-	close(done)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code := ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		}
-		if line := watch.summary(&c); line != "" {
-			fmt.Fprintln(stderr, line)
-		}
-		return &exitStatus{code: code, msg: fmt.Sprintf("launch: mpirun exited with status %d", code)}
+	return s
+}
+
+// take acts on one signal.
+func (s *launchSignals) take(sg os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.n == 1 {
+		s.first = sg
+		s.cancel()
 	}
-	if err != nil {
-		return fmt.Errorf("launch: %w", err)
+	switch {
+	case s.job != nil && s.n == 1:
+		fmt.Fprintf(s.stderr, "\ngorun: launch: %s: every rank stops after the step under way, with a checkpoint (%s again to kill)\n", sigName(sg), sigName(sg))
+		s.job.Process.Signal(syscall.SIGUSR2)
+	case s.job != nil:
+		s.job.Process.Signal(syscall.SIGTERM)
+	case s.n == 1:
+		fmt.Fprintf(s.stderr, "\ngorun: launch: %s: stopping; no job starts after an interrupt\n", sigName(sg))
 	}
-	return nil
+}
+
+// setJob says which job runs (nil: none).
+func (s *launchSignals) setJob(cmd *exec.Cmd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.job = cmd
+	if cmd != nil && s.n > 0 { // a signal came as it started
+		cmd.Process.Signal(syscall.SIGUSR2)
+	}
+}
+
+// interrupted is the first signal taken, or nil.
+func (s *launchSignals) interrupted() os.Signal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
+}
+
+// Context ends at the first signal.
+func (s *launchSignals) Context() context.Context { return s.ctx }
+
+// close stops taking signals.
+func (s *launchSignals) close() {
+	signal.Stop(s.ch)
+	close(s.done)
+	s.cancel()
 }
 
 // hostLookupTimeout bounds the look-up of every [[node]] host before a

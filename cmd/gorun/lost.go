@@ -26,6 +26,10 @@ type jobWatch struct {
 	hosts   []lostHost       // hosts OpenMPI or ssh lost, in order
 	killed  []killedRank     // ranks that died of a signal
 	seen    map[string]bool  // lost hosts already recorded
+	// named, when set, is the cluster file as launched, whose node
+	// numbers name hosts in summary (a restarted job runs on fewer
+	// nodes: elastic.go); nil: the job's own cluster.
+	named *engine.Cluster
 }
 
 // rankWait is where a rank waited when it was stopped.
@@ -123,7 +127,7 @@ func (w *jobWatch) summary(c *engine.Cluster) string {
 	lostRanks := map[int]bool{}
 	for _, k := range w.killed {
 		lostRanks[k.rank] = true
-		lost = append(lost, fmt.Sprintf("rank %d on %s: killed by %s", k.rank, nodeName(c, k.host), k.signal))
+		lost = append(lost, fmt.Sprintf("rank %d on %s: killed by %s", k.rank, w.nodeName(c, k.host), k.signal))
 	}
 	for _, h := range w.hosts {
 		ranks := ranksOn(c, h.host)
@@ -141,7 +145,7 @@ func (w *jobWatch) summary(c *engine.Cluster) string {
 		if len(ranks) > 0 {
 			who = rankList(ranks)
 		}
-		lost = append(lost, fmt.Sprintf("%s on %s: %s", who, nodeName(c, h.host), h.cause))
+		lost = append(lost, fmt.Sprintf("%s on %s: %s", who, w.nodeName(c, h.host), h.cause))
 	}
 	// Where the others waited, by collective.
 	var calls []string
@@ -201,13 +205,21 @@ func (w *jobWatch) summary(c *engine.Cluster) string {
 		if len(missing) > 0 && len(missing) < c.ProcessCount() {
 			var on []string
 			for _, r := range missing {
-				on = append(on, fmt.Sprintf("rank %d on %s", r, nodeName(c, hostOf(c, r))))
+				on = append(on, fmt.Sprintf("rank %d on %s", r, w.nodeName(c, hostOf(c, r))))
 			}
 			msg += "; never joined by " + strings.Join(on, ", ")
 		}
 		return msg
 	}
 	return ""
+}
+
+// nodeName is nodeName in the cluster that names the hosts (named, else c).
+func (w *jobWatch) nodeName(c *engine.Cluster, host string) string {
+	if w.named != nil {
+		return nodeName(w.named, host)
+	}
+	return nodeName(c, host)
 }
 
 // nodeName names a host as mpirun printed it by its node: "node[3]

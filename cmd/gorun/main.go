@@ -66,6 +66,7 @@ type flags struct {
 	out       string
 	init      string
 	resume    string
+	restart   string // --elastic-restart: set by gorun launch on a restart
 	quiet     bool
 	verbose   bool
 	dot       string
@@ -128,6 +129,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.out, "out", "", "run `folder`: metrics.jsonl, checkpoints, plots")
 	fs.StringVar(&f.init, "init", "", "start from the weights in this safetensors `file`")
 	fs.StringVar(&f.resume, "resume", "", "continue the run saved in this `folder`")
+	fs.StringVar(&f.restart, "elastic-restart", "", "set by gorun launch --max-restarts on the processes it restarts: the restart's `facts`, for metrics.jsonl")
 	fs.BoolVar(&f.quiet, "q", false, "print nothing but errors")
 	fs.BoolVar(&f.verbose, "v", false, "print a line per step")
 	fs.StringVar(&f.dot, "dot", "", "plan: also write the Plan as Graphviz to this `file`")
@@ -328,6 +330,8 @@ func checkFlags(cmd string, f *flags) error {
 		return &usageError{"--overwrite and --resume conflict: --overwrite removes the run that --resume continues"}
 	case f.overwrite && f.out == "":
 		return &usageError{"--overwrite needs --out DIR (the run folder to replace)"}
+	case f.restart != "" && f.resume == "":
+		return &usageError{"--elastic-restart comes with --resume DIR (gorun launch --max-restarts sets both on the processes it restarts)"}
 	case (f.predict || f.given["step-time"]) && cmd != "plan":
 		return &usageError{fmt.Sprintf("--predict and --step-time predict a plan's scaling: use them with gorun plan, not %s", cmd)}
 	case f.given["step-time"] && (!f.predict || f.stepTime <= 0):
@@ -435,6 +439,11 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 		out = f.resume
 	}
 	opts := runner.RunOptions{Out: out, Log: stdout, Verbose: f.verbose, Init: f.init, Resume: f.resume, Flags: runFlags(f)}
+	if f.restart != "" {
+		if opts.Restart, err = parseRestartInfo(f.restart); err != nil {
+			return err
+		}
+	}
 	if f.world != nil && f.world.cross != nil {
 		opts.Cross = f.world.cross
 		// Each host reads its own copy of the data and the checkpoint.
@@ -447,6 +456,9 @@ func train(path string, f *flags, stdout, stderr io.Writer) (err error) {
 	_, launched, hostRank, underLauncher := comm.EnvWorld()
 	if underLauncher {
 		opts.HostRank = hostRank
+	}
+	if f.world != nil && f.world.hostRankSet { // the launcher did not say: from the host names (world.go)
+		opts.HostRank = f.world.hostRank
 	}
 	if !f.quiet && (isTerminal(f.stderr) || f.verbose) {
 		opts.DataProgress = dataProgress(f.stderr, isTerminal(f.stderr))

@@ -17,6 +17,11 @@ import (
 type world struct {
 	proc, procs int
 	cross       *comm.MPIComm // nil for a single process, or for `plan`
+	// hostRank is this process's rank among its host's processes when
+	// gorun worked it out (hostRankSet): the launcher did not say, and
+	// the transport (nccl) needs one GPU per rank (see ownHostRank).
+	hostRank    int
+	hostRankSet bool
 }
 
 // placeProcess decides which process of the cluster this one is. With
@@ -32,7 +37,7 @@ func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 	}
 	if c.Transport != "mpi" && train && !comm.MPIAvailable() {
 		// NCCL moves the tensors, but its processes find each other through MPI.
-		return nil, fmt.Errorf("%s: %d processes with transport %q need MPI to start and meet: build gorun with `go build -tags \"cuda mpi\"` (needs libopenmpi-dev and nvidia-cuda-dev)", clusterName(c), w.procs, c.Transport)
+		return nil, fmt.Errorf("%s: %d processes with transport %q need MPI to start and meet: build gorun with `make build-cuda-mpi` (go build -tags \"cuda mpi\"; needs libopenmpi-dev and nvidia-cuda-dev)", clusterName(c), w.procs, c.Transport)
 	}
 	rank, size, _, ok := comm.EnvWorld()
 	if !ok {
@@ -40,7 +45,7 @@ func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 			return w, nil
 		}
 		if w.procs > 1 {
-			return nil, fmt.Errorf("%s: transport \"mpi\" with %d processes: start the run with `gorun launch --cluster %s SCRIPT` (or mpirun -np %d gorun …)", clusterName(c), w.procs, clusterName(c), w.procs)
+			return nil, fmt.Errorf("%s: transport %q with %d processes: start the run with `gorun launch --cluster %s SCRIPT` (or mpirun -np %d gorun …)", clusterName(c), c.Transport, w.procs, clusterName(c), w.procs)
 		}
 	}
 	if train {
@@ -60,6 +65,11 @@ func placeProcess(c *engine.Cluster, train bool) (*world, error) {
 	}
 	c.Processes = size
 	w.proc, w.procs = rank, size
+	if w.cross != nil && c.Transport != "mpi" {
+		if err := ownHostRank(w); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -74,9 +84,20 @@ func clusterName(c *engine.Cluster) string {
 // saying so) into an MPI run of N processes: a cluster with the default
 // in-process transport started by a launcher of several processes takes
 // transport "mpi".
+//
+// A cluster whose transport comes with its backend (nccl) and that names
+// no number of processes takes the launcher's: `mpirun -np 4 gorun
+// --cluster nccl.toml` is 4 processes of one NCCL world, not 4 runs.
 func detectLauncher(c *engine.Cluster) {
-	if _, size, _, ok := comm.EnvWorld(); ok && size > 1 && c.Transport == "inproc" && c.ProcessCount() == 1 {
+	_, size, _, ok := comm.EnvWorld()
+	if !ok || size <= 1 || c.ProcessCount() != 1 {
+		return
+	}
+	switch {
+	case c.Transport == "inproc":
 		c.Transport = "mpi"
+	case target.TransportOwner(c.Transport) != nil:
+		c.Processes = size
 	}
 }
 
@@ -146,4 +167,50 @@ func checkBuild(c *engine.Cluster) error {
 		}
 	}
 	return c.CheckBuild(backend.Names(), transports)
+}
+
+// ownHostRank works out this process's rank among the processes of its
+// host when the launcher does not say (no OMPI_COMM_WORLD_LOCAL_RANK or
+// LOCAL_RANK): every process tells the others its host name, and a
+// process's host rank is the number of lower ranks on the same host.
+// Process k of a host opens GPUs from k·devices on, so a transport of one
+// rank per GPU (nccl) needs it right; without it every process would take
+// the first GPU.
+func ownHostRank(w *world) error {
+	if _, set := comm.EnvLocalRank(); set {
+		return nil
+	}
+	host, _ := os.Hostname()
+	card, err := comm.EncodeCard(hostCardBytes, host)
+	if err != nil {
+		return fmt.Errorf("host name %q: %w", host, err)
+	}
+	cards, err := comm.GatherBytes(w.cross, card, comm.Tag{Name: "host names (for each process's GPUs)"})
+	if err != nil {
+		return err
+	}
+	hosts := make([]string, len(cards))
+	for r, c := range cards {
+		f, err := comm.DecodeCard(c, 1)
+		if err != nil {
+			return fmt.Errorf("process %d's host name: %w", r, err)
+		}
+		hosts[r] = f[0]
+	}
+	w.hostRank, w.hostRankSet = hostRankOf(hosts, w.proc), true
+	return nil
+}
+
+// hostCardBytes holds a host name (at most 255 bytes) and its end.
+const hostCardBytes = 256
+
+// hostRankOf is the number of processes before proc whose host is proc's.
+func hostRankOf(hosts []string, proc int) int {
+	n := 0
+	for _, h := range hosts[:proc] {
+		if h == hosts[proc] {
+			n++
+		}
+	}
+	return n
 }

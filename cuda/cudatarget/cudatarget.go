@@ -7,6 +7,7 @@
 //	eager  = false   # true: launch each step on its own, no CUDA graph
 //	cublas = ""      # path of libcublas.so to try first (default: .13, .12, .11)
 //	nccl   = ""      # path of libnccl.so.2 to try first
+//	tf32   = false   # true: float32 GEMMs on TF32 tensor cores (PyTorch's allow_tf32)
 //
 // the transport that comes with it (nccl), and how to build a gorun that
 // has it. Importing the package registers that description, without the
@@ -17,11 +18,14 @@
 // devices run; its devices read the table's keys from
 // backend.Options.Settings.
 //
-// The package imports only engine/target: importing it costs a build
+// The package imports only engine/target and ops: importing it costs a build
 // nothing (no cgo, no CUDA).
 package cudatarget
 
-import "gorun/engine/target"
+import (
+	"gorun/engine/target"
+	"gorun/ops"
+)
 
 func init() { target.Register(Target()) }
 
@@ -35,12 +39,15 @@ func Target() *target.Target {
 			target.Bool("eager", false, "true: launch each step on its own instead of replaying the step as one captured CUDA graph"),
 			target.Path("cublas", "/usr/lib/x86_64-linux-gnu/libcublas.so.12", "the path of libcublas.so to try first (default: libcublas.so.13, .12, .11 where the loader finds them)"),
 			target.Path("nccl", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "the path of libnccl.so.2 to try first (default: where the loader finds it)"),
+			target.Bool("tf32", false, "true: float32 matrix products and convolutions (their GEMMs) run on tensor cores in TF32, 10-bit mantissas with float32 accumulation (cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH), PyTorch's torch.backends.cuda.matmul.allow_tf32)"),
 		},
 		Transports: []target.Transport{{
 			Name: "nccl",
 			Hint: "build gorun with `make build-cuda` (-tags cuda); it needs the CUDA driver (libcuda.so.1), an NVIDIA GPU and NCCL (libnccl.so.2, loaded at run time)",
 		}},
 		Hint: "build gorun with `make build-cuda` (-tags cuda); it needs Debian's nvidia-cuda-dev to build, and the CUDA driver (libcuda.so.1) and an NVIDIA GPU to run",
+		// torch.autocast("cuda")'s float32 list, of the ops gorun has.
+		AutocastFP32: []ops.Op{ops.Softmax, ops.LogSoftmax, ops.LayerNorm},
 	}
 }
 
@@ -52,6 +59,8 @@ type Settings struct {
 	// Cublas and NCCL are paths of libcublas.so and libnccl.so.2 to try
 	// before the defaults ("" for none).
 	Cublas, NCCL string
+	// TF32 lets cuBLAS run float32 GEMMs on TF32 tensor cores.
+	TF32 bool
 }
 
 // Read reads the [cuda] table's keys from a device's settings (keys left
@@ -61,5 +70,6 @@ func Read(settings map[string]any) Settings {
 	s.Eager, _ = settings["eager"].(bool)
 	s.Cublas, _ = settings["cublas"].(string)
 	s.NCCL, _ = settings["nccl"].(string)
+	s.TF32, _ = settings["tf32"].(bool)
 	return s
 }

@@ -5,5 +5,6 @@
 #include "batchnorm.cu"
 #include "pool.cu"
 #include "softmax.cu"
+#include "attention.cu"
 #include "optim.cu"
 #include "data.cu"

@@ -98,6 +98,10 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 //   GELU        x·Φ(x) = 0.5·x·(1+erf(x/√2)), in double (GELU)
 //   GELU_TANH   0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))), in double (GELU
 //               with Approximate)
+//   ROUND_BF16  x rounded to the nearest bfloat16, ties to even, ±Inf past
+//               the largest (Round with Precision BF16); NaN stays NaN
+//   ROUND_FP16  x rounded to the nearest float16, ties to even, with its
+//               subnormals, ±Inf from 65520 on (Round with Precision FP16)
 //   SILU        x/(1+e), e = exp(-x) in double rounded to float, the rest
 //               in float (SiLU)
 // ELEMENTWISE(n). In place ok.
@@ -107,6 +111,8 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 #define GORUN_UNARY_SCALE 3
 #define GORUN_UNARY_GELU 4
 #define GORUN_UNARY_GELU_TANH 5
+#define GORUN_UNARY_ROUND_BF16 7
+#define GORUN_UNARY_ROUND_FP16 8
 #define GORUN_UNARY_SILU 6
 GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 // Binary ops, out[i] = f(a[i], b[i]), f chosen by op (GORUN_BINARY_*):
@@ -355,6 +361,67 @@ GORUN_KERNEL gorun_softmax(const float* x, float* y, int n, int c, int causal);
 GORUN_KERNEL gorun_log_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
 // SoftmaxGrad: dx = y·(dy - Σ_row dy·y). dx may be dy.
 GORUN_KERNEL gorun_softmax_grad(const float* dy, const float* y, float* dx, int n, int c);
+
+// ---- fused attention (ops/attention.go), FlashAttention-2's tiling ---------
+// qkv[N, T, 3, H, dh] packed (q, k, v of every head of a position in one
+// row of 3·H·dh), o[N, T, H·dh], lse[N, H, T], dqkv like qkv; dh ≤
+// GORUN_ATT_DMAX (ops.AttentionMaxHeadDim). scale is 1/√dh; with causal != 0
+// query row i sees keys j ≤ i. A block takes one tile of GORUN_ATT_TILE rows
+// of one sample and head, GORUN_ATT_THREADS threads: GORUN_ATT_TILE rows of
+// GORUN_ATT_THREADS / GORUN_ATT_TILE lanes, lane l owning the dimensions
+// l, l + lanes, … of its row in registers. The other tiles of keys (or
+// queries) pass through static shared memory, GORUN_ATT_TILE at a time;
+// scores and probabilities exist for one GORUN_ATT_TILE² tile only, never
+// T×T. Dot products over dh are float sums in increasing d. No atomics:
+// dq and (dk, dv) are two kernels, each owning the rows it writes.
+// Geometry ATTENTION(m): grid m (any m ≥ 1 is correct: blocks loop over the
+// N·H·ceil(T/GORUN_ATT_TILE) tiles with a grid stride; the Go side launches
+// one block per tile), block exactly GORUN_ATT_THREADS. These are the scalar
+// kernels, which the host check runs too.
+#define GORUN_ATT_TILE 16
+#define GORUN_ATT_THREADS 128
+#define GORUN_ATT_DMAX 128
+
+// Attention forward, per query tile: over key tiles, s = scale·q·kᵀ (masked
+// to -Inf), the online softmax (running row maximum m and sum l, the
+// accumulator rescaled by exp(m_old − m_new)), acc += p·v; then o = acc/l
+// and lse = m + log l. ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention(const float* qkv, float* o, float* lse, int n, int t, int h, int dh,
+                             int causal, float scale);
+// Attention forward with the products in bf16 on the tensor cores (wmma,
+// sm_80+) and fp32 accumulation (torch.autocast's rule): q, k and v tiles
+// rounded to bf16 (dh zero-padded to a multiple of 16), s = q·kᵀ per 16×32
+// tile, the online softmax in fp32, p rounded to bf16 for p·v. Inputs and
+// outputs fp32, as gorun_attention's; the host build runs the same tiling
+// with scalar products of the same bf16 values.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_bf16(const float* qkv, float* o, float* lse, int n, int t, int h,
+                                  int dh, int causal, float scale);
+// AttentionGrad with the products in bf16 on the tensor cores and fp32
+// accumulation, as gorun_attention_grad_q and gorun_attention_grad_kv
+// (the same two-kernel split, tiles of 16 owned rows and 32 of the other
+// side): s, dp and their transposes by wmma, p and ds in fp32 rounded to
+// bf16 for the products that take them, D = Σ_d do·o in fp32.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)) each.
+GORUN_KERNEL gorun_attention_bf16_grad_q(const float* dout, const float* qkv, const float* o,
+                                         const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                         int causal, float scale);
+GORUN_KERNEL gorun_attention_bf16_grad_kv(const float* dout, const float* qkv, const float* o,
+                                          const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                          int causal, float scale);
+// AttentionGrad's dq, per query tile: D = Σ_d do·o per row, and over key
+// tiles p = exp(scale·q·kᵀ − lse) (0 where masked), dp = do·vᵀ, ds =
+// p·(dp − D), acc += ds·k; dq = scale·acc, written into dqkv's q part.
+// ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_grad_q(const float* dout, const float* qkv, const float* o,
+                                    const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                    int causal, float scale);
+// AttentionGrad's dk and dv, per key tile: over the query tiles that see
+// it, p, dp, ds as above, dv += pᵀ·do, acc += dsᵀ·q; dk = scale·acc, both
+// written into dqkv's k and v parts. ATTENTION(N·H·ceil(T/GORUN_ATT_TILE)).
+GORUN_KERNEL gorun_attention_grad_kv(const float* dout, const float* qkv, const float* o,
+                                     const float* lse, float* dqkv, int n, int t, int h, int dh,
+                                     int causal, float scale);
 
 // ---- losses (scale = Ctx.LossScale, usually 1/global batch) -----------------
 // The class losses take rows [N, C] (N positions, classes along the last

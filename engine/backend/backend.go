@@ -157,6 +157,17 @@ type FiniteChecker interface {
 	Finite(b *engine.Buffer) (bool, error)
 }
 
+// StepReader is a Device that reads what the runner needs of an optimizer
+// step — the loss buffer's value and whether the synced gradients are all
+// finite — in one transfer and one wait, where the runner would otherwise
+// download the loss and then check the gradients (two waits for the
+// device: cuda's).
+type StepReader interface {
+	// ReadStep returns loss's first element and whether the live elements
+	// of float buffer grads are all finite (FiniteChecker's Finite).
+	ReadStep(loss, grads *engine.Buffer) (float32, bool, error)
+}
+
 // Helper is a Device that can run a kernel step of another device of the
 // same backend and process on the calling goroutine: CPU devices, whose
 // arenas share one address space. The runner uses it to let a rank that

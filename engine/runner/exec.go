@@ -31,6 +31,10 @@ type worker struct {
 	host comm.Communicator
 	rc   backend.RunCtx
 	step int // optimizer steps taken
+	// amp is fp16's dynamic loss scale (lossscale.go), set by the first
+	// optimizer step; ampUsed the scale of the last step.
+	amp     lossScaler
+	ampUsed float64
 	// shareState is set when rank 0's optimizer state is every rank's
 	// (the sync strategy's ShareState), so the initial broadcast sends it
 	// too.
@@ -442,6 +446,24 @@ func (d *worker) readLoss() (float64, error) {
 		return 0, err
 	}
 	return float64(d.loss[0]), nil
+}
+
+// readStep reads the step's loss (readLoss) and whether the synced
+// gradients are finite (finite): in one transfer from a device that is a
+// backend.StepReader, else one after the other.
+func (d *worker) readStep() (float64, bool, error) {
+	grads := d.prog.SyncedGrads
+	if sr, ok := d.dev.(backend.StepReader); ok && grads.DType == engine.Float32 {
+		loss, finite, err := sr.ReadStep(d.prog.Loss, grads)
+		d.loss[0] = loss
+		return float64(loss), finite, err
+	}
+	local, err := d.readLoss()
+	if err != nil {
+		return 0, false, err
+	}
+	finite, err := d.finite(grads)
+	return local, finite, err
 }
 
 // stepHook, when set (tests), runs before each step of a micro-step that

@@ -18,7 +18,8 @@ const MetricsFile = "metrics.jsonl"
 
 // metrics writes metrics.jsonl: one JSON object a line, with a "kind" of
 // "step", "epoch", "eval", "summary" or, where a resumed run starts,
-// "resume". Each line goes to the file in one
+// "resume" (and "restart" after it, when gorun launch restarted the run
+// after a lost host: restart.go). Each line goes to the file in one
 // write as it is made, unbuffered: the log is whole up to its last line
 // when the process is killed or its host lost (a write a step costs a few
 // microseconds next to milliseconds of training). Step lines are written
@@ -67,6 +68,10 @@ type StepMetrics struct {
 	// on_nonfinite = "skip" skipped (this one too when its Loss is NaN).
 	// metrics.jsonl's epoch line has it; the step line's loss is null.
 	SkippedSteps int
+	// LossScale is the dynamic loss scale the step ran under
+	// (train(precision = "fp16"): GradScaler's scale); 0 for the other
+	// precisions, whose step lines leave it out.
+	LossScale float64
 }
 
 func appendFloat(b []byte, v float64) []byte {
@@ -96,6 +101,10 @@ func (m *metrics) step(s *StepMetrics) error {
 	b = appendFloat(b, s.DataWaitSeconds)
 	b = append(b, `,"time":`...)
 	b = appendFloat(b, s.Time)
+	if s.LossScale != 0 {
+		b = append(b, `,"loss_scale":`...)
+		b = appendFloat(b, s.LossScale)
+	}
 	b = append(b, "}\n"...)
 	m.buf = b
 	_, err := m.f.Write(b)
@@ -188,7 +197,7 @@ func trimMetrics(dir string, pr *progress) error {
 			if rec.Epoch > pr.Epoch {
 				continue
 			}
-		case "resume": // resumed at rec.Step: a resume from here replaces it
+		case "resume", "restart": // resumed at rec.Step: a resume from here replaces it
 			if rec.Step >= pr.Step {
 				continue
 			}

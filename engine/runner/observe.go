@@ -43,6 +43,9 @@ func (rs *runState) stepDone(d *worker, pr *progress, epoch int, loss float64, t
 	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.lr, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
 		DataWaitSeconds: d.dataWait.Seconds(), Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
+	if d.amp.on {
+		sm.LossScale = d.ampUsed
+	}
 	if err := rs.metrics.step(&sm); err != nil {
 		return fmt.Errorf("writing %s: %w", MetricsFile, err)
 	}
@@ -174,7 +177,7 @@ func (rs *runState) summary() error {
 	if !rs.lead {
 		return nil // rank 0's process writes the summary
 	}
-	if err := rs.metrics.record("summary", map[string]any{
+	fields := map[string]any{
 		"train_samples_per_s": res.TrainSamplesPerS,
 		"test_accuracy":       res.TestAccuracy,
 		"test_loss":           res.TestLoss,
@@ -187,7 +190,11 @@ func (rs *runState) summary() error {
 		"devices":             rs.plan.World,
 		"backend":             rs.backend.Target().Name,
 		"final_loss":          res.FinalLoss,
-	}); err != nil {
+	}
+	if r := rs.opts.Restart; r != nil {
+		fields["restarts"] = r.Number // gorun launch's elastic restarts
+	}
+	if err := rs.metrics.record("summary", fields); err != nil {
 		return err
 	}
 	if err := rs.metrics.close(); err != nil {

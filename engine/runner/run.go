@@ -9,7 +9,8 @@
 //   - the epoch loop (run.go) decides each optimizer step's micro-batches,
 //     loss scale and stop requests;
 //   - the observer (observe.go) turns rank 0's steps and epochs into
-//     metrics.jsonl lines, log lines and callbacks;
+//     metrics.jsonl lines, log lines and callbacks (restart.go: the line
+//     of a run that gorun launch restarted after a lost host);
 //   - the checkpoint policy (checkpoint.go) saves, prunes and restores
 //     checkpoints, best and final parameters;
 //   - the prefetch (stream.go) decodes a dataset streamed from disk ahead
@@ -74,6 +75,10 @@ type RunOptions struct {
 	// Resume is a run folder to continue from its newest checkpoint
 	// (--resume); Out defaults to it.
 	Resume string
+	// Restart, with Resume, says that gorun launch restarted the run
+	// after a job lost hosts (--max-restarts): metrics.jsonl gets a
+	// restart line and the summary the restart count (restart.go).
+	Restart *Restart
 	// DataProgress, when set, is called as a dataset that takes a while
 	// to decode (data.images) is decoded, before step 1.
 	DataProgress func(datasets.Progress)
@@ -235,12 +240,17 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 	if err := rs.initParams(); err != nil {
 		return nil, err
 	}
+	var restartLine map[string]any // an elastic restart's metrics line
 	if opts.Resume != "" {
 		if rs.resume, err = rs.loadCheckpoint(opts.Resume); err != nil {
 			return nil, err
 		}
 		rs.best = rs.resume.BestAccuracy
 		rs.res.Steps = rs.resume.Step
+		if rs.lead && opts.Restart != nil {
+			reached, redo := lostWork(rs.opts.Out, rs.resume.Step)
+			restartLine = rs.restartRecord(opts.Restart, rs.resume, reached, redo)
+		}
 		if rs.lead {
 			if err := trimMetrics(rs.opts.Out, rs.resume); err != nil {
 				return nil, err
@@ -264,6 +274,11 @@ func Run(p *engine.Plan, opts RunOptions) (*Result, error) {
 			"from_devices": r.FromDevices, "devices": p.World,
 			"from_sync": r.FromSync, "sync": string(p.Sync.Kind()),
 		}); err != nil {
+			return nil, fmt.Errorf("--out: %w", err)
+		}
+	}
+	if restartLine != nil {
+		if err := rs.metrics.record("restart", restartLine); err != nil {
 			return nil, fmt.Errorf("--out: %w", err)
 		}
 	}
@@ -405,8 +420,9 @@ func (rs *runState) initParams() error {
 func (rs *runState) connect() error {
 	p := rs.plan
 	n := len(rs.workers)
+	wc := rs.worldConnector()
 	if p.World == 1 {
-		return nil
+		return rs.connectOne(wc)
 	}
 	alg, err := comm.ParseAlgorithm(p.Cluster.Algorithm)
 	if err != nil {
@@ -427,7 +443,12 @@ func (rs *runState) connect() error {
 		d.host = host[r]
 		d.world = p.World
 	}
-	colls, err := rs.backend.Connect(devs, host)
+	var colls []backend.Collectives
+	if wc != nil {
+		colls, err = wc.ConnectWorld(devs, rs.world())
+	} else {
+		colls, err = rs.backend.Connect(devs, host)
+	}
 	if err != nil {
 		return err
 	}
@@ -688,7 +709,12 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 			denom += len(sc.Slice(d.rank, m))
 		}
 	}
-	scale := p.Sync.LossScale()
+	if d.amp.scale == 0 {
+		d.amp = newLossScaler(s.Precision)
+	}
+	// fp16: the loss, so every gradient, times the dynamic loss scale.
+	d.ampUsed = d.amp.scale
+	scale := p.Sync.LossScale() * d.amp.scale
 	positions := denom * p.Positions()
 	noTargets := false // every target of the step is the ignore_index
 	if ig, ok := ignore32(s.IgnoreIndex); ok && p.Classes > 0 {
@@ -730,14 +756,11 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	}
 	d.dataWait = d.dataWaited() - waited
 	d.epochWait += d.dataWait
-	// The loss sums the micro-batches on the device: read once a step.
-	local, err := d.readLoss()
-	if err != nil {
-		return err
-	}
+	// The loss sums the micro-batches on the device: read once a step,
+	// with whether the gradients are finite (one wait for the device).
 	// A non-finite loss or gradient must not reach the parameters.
 	bad := 0.0
-	gradsOK, err := d.finite(d.prog.SyncedGrads)
+	local, gradsOK, err := d.readStep()
 	if err != nil {
 		return err
 	}
@@ -760,7 +783,14 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		}
 	}
 	sum, stops, bads := d.sumOut3[0], d.sumOut3[1], d.sumOut3[2]
-	if bads > 0 {
+	if bads > 0 && d.amp.on {
+		// fp16: GradScaler skips the step and halves the scale.
+		pr.Skipped++
+		if d.rank == 0 {
+			fmt.Fprintf(rs.log, "epoch %d step %d: inf or NaN under loss scale %g; update skipped, loss scale now %g (fp16 loss scaling)\n",
+				epoch+1, d.step+1, d.amp.scale, d.amp.scale*lossScaleBackoff)
+		}
+	} else if bads > 0 {
 		if s.OnNonFinite != "skip" {
 			return rs.nonFinite(d, epoch, bad > 0, local, gradsOK)
 		}
@@ -770,9 +800,17 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		if d.rank == 0 {
 			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", epoch+1, d.step+1)
 		}
-	} else if err := d.runUpdate(); err != nil {
-		return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+	} else {
+		if d.amp.on {
+			// The update phase unscales the gradients first
+			// (ops.GradUnscale reads the loss scale as 1/S).
+			d.rc.LossScale = 1 / d.amp.scale
+		}
+		if err := d.runUpdate(); err != nil {
+			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+		}
 	}
+	d.amp.update(bads > 0)
 	d.step++
 	pr.Step, pr.Micro = d.step, g1
 	d.interrupted = stops > 0

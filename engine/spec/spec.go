@@ -96,6 +96,10 @@ type Layer struct {
 	Heads       int
 	Causal      bool
 	Approximate bool
+	// Unfused (multihead_attention, fused = False): build the attention
+	// from batched products and a softmax that writes the T×T weights,
+	// not the fused ops.Attention; for checking one against the other.
+	Unfused bool
 	// Tie (linear): the embedding whose weight this layer uses as its own
 	// (weight tying: one parameter, one gradient from both uses).
 	Tie *Layer
@@ -371,6 +375,12 @@ type Spec struct {
 	// "skip" (the update is skipped and training goes on, as AMP's scaler
 	// does).
 	OnNonFinite string
+	// Precision is train(precision = ...): ops.FP32 (the default),
+	// ops.BF16 (torch.autocast's mixed precision: matrix products and
+	// convolutions on bfloat16 operands with float32 accumulation, float32
+	// master weights and losses) or ops.FP16 (the same in float16, with
+	// GradScaler's dynamic loss scaling).
+	Precision ops.Precision
 
 	// Loads lists the files load() statements resolved to, in order.
 	Loads []string

@@ -169,6 +169,30 @@ void hc_softmax_grad(int hc_grid, int hc_block, const float* dy, const float* y,
   gorun_host::launch(hc_grid, hc_block, gorun_softmax_grad, dy, y, dx, n, c);
 }
 
+void hc_attention(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention, qkv, o, lse, n, t, h, dh, causal, scale);
+}
+
+void hc_attention_bf16(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16, qkv, o, lse, n, t, h, dh, causal, scale);
+}
+
+void hc_attention_bf16_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16_grad_q, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
+}
+
+void hc_attention_bf16_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_bf16_grad_kv, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
+}
+
+void hc_attention_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_grad_q, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
+}
+
+void hc_attention_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_attention_grad_kv, dout, qkv, o, lse, dqkv, n, t, h, dh, causal, scale);
+}
+
 void hc_nll_loss(int hc_grid, int hc_block, const float* logp, const int* target, float* loss, int n, int c, float scale, int accumulate, int has_ignore, int ignore_index) {
   gorun_host::launch_block(hc_grid, hc_block, gorun_nll_loss, logp, target, loss, n, c, scale, accumulate, has_ignore, ignore_index);
 }

@@ -207,6 +207,36 @@ func SoftmaxGrad(geom Geom, dy, y, dx []float32, n, c int) {
 	C.hc_softmax_grad(C.int(geom.Grid), C.int(geom.Block), fp(dy), fp(y), fp(dx), C.int(n), C.int(c))
 }
 
+// Attention launches gorun_attention on the CPU with the geometry geom.
+func Attention(geom Geom, qkv, o, lse []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention(C.int(geom.Grid), C.int(geom.Block), fp(qkv), fp(o), fp(lse), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
+// AttentionBf16 launches gorun_attention_bf16 on the CPU with the geometry geom.
+func AttentionBf16(geom Geom, qkv, o, lse []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_bf16(C.int(geom.Grid), C.int(geom.Block), fp(qkv), fp(o), fp(lse), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
+// AttentionBf16GradQ launches gorun_attention_bf16_grad_q on the CPU with the geometry geom.
+func AttentionBf16GradQ(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_bf16_grad_q(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
+// AttentionBf16GradKv launches gorun_attention_bf16_grad_kv on the CPU with the geometry geom.
+func AttentionBf16GradKv(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_bf16_grad_kv(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
+// AttentionGradQ launches gorun_attention_grad_q on the CPU with the geometry geom.
+func AttentionGradQ(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_grad_q(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
+// AttentionGradKv launches gorun_attention_grad_kv on the CPU with the geometry geom.
+func AttentionGradKv(geom Geom, dout, qkv, o, lse, dqkv []float32, n, t, h, dh, causal int, scale float32) {
+	C.hc_attention_grad_kv(C.int(geom.Grid), C.int(geom.Block), fp(dout), fp(qkv), fp(o), fp(lse), fp(dqkv), C.int(n), C.int(t), C.int(h), C.int(dh), C.int(causal), C.float(scale))
+}
+
 // NLLLoss launches gorun_nll_loss on the CPU with the geometry geom.
 func NLLLoss(geom Geom, logp []float32, target []int32, loss []float32, n, c int, scale float32, accumulate, hasIgnore, ignoreIndex int) {
 	C.hc_nll_loss(C.int(geom.Grid), C.int(geom.Block), fp(logp), ip(target), fp(loss), C.int(n), C.int(c), C.float(scale), C.int(accumulate), C.int(hasIgnore), C.int(ignoreIndex))
@@ -300,28 +330,33 @@ func Sum(geom Geom, x, out []float32, n, accumulate int) {
 // The op codes and modes of the kernels shared by several ops: kernels.h's
 // GORUN_* integer macros.
 const (
-	UnarySigmoid        = 0 // GORUN_UNARY_SIGMOID
-	UnaryTanh           = 1 // GORUN_UNARY_TANH
-	UnaryLeakyReLU      = 2 // GORUN_UNARY_LEAKY_RELU
-	UnaryScale          = 3 // GORUN_UNARY_SCALE
-	UnaryGELU           = 4 // GORUN_UNARY_GELU
-	UnaryGELUTanh       = 5 // GORUN_UNARY_GELU_TANH
-	UnarySilu           = 6 // GORUN_UNARY_SILU
-	BinaryAdd           = 0 // GORUN_BINARY_ADD
-	BinarySub           = 1 // GORUN_BINARY_SUB
-	BinaryMul           = 2 // GORUN_BINARY_MUL
-	BinarySigmoidGrad   = 3 // GORUN_BINARY_SIGMOID_GRAD
-	BinaryTanhGrad      = 4 // GORUN_BINARY_TANH_GRAD
-	BinaryLeakyReLUGrad = 5 // GORUN_BINARY_LEAKY_RELU_GRAD
-	BinaryGELUGrad      = 6 // GORUN_BINARY_GELU_GRAD
-	BinaryGELUTanhGrad  = 7 // GORUN_BINARY_GELU_TANH_GRAD
-	BinarySiluGrad      = 8 // GORUN_BINARY_SILU_GRAD
-	BNSums              = 0 // GORUN_BN_SUMS: gorun_bn_partial: Σa, Σa² (BatchNormStats)
-	BNGradSums          = 1 // GORUN_BN_GRAD_SUMS: gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
-	LNGammaSums         = 2 // GORUN_LN_GAMMA_SUMS: gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)
-	BNNorm              = 0 // GORUN_BN_NORM: gorun_bn_params: BatchNormNorm
-	BNEval              = 1 // GORUN_BN_EVAL: gorun_bn_params: BatchNormEval
-	BNGrad              = 2 // GORUN_BN_GRAD: gorun_bn_params: BatchNormGradInput
+	UnarySigmoid        = 0   // GORUN_UNARY_SIGMOID
+	UnaryTanh           = 1   // GORUN_UNARY_TANH
+	UnaryLeakyReLU      = 2   // GORUN_UNARY_LEAKY_RELU
+	UnaryScale          = 3   // GORUN_UNARY_SCALE
+	UnaryGELU           = 4   // GORUN_UNARY_GELU
+	UnaryGELUTanh       = 5   // GORUN_UNARY_GELU_TANH
+	UnaryRoundBf16      = 7   // GORUN_UNARY_ROUND_BF16
+	UnaryRoundFp16      = 8   // GORUN_UNARY_ROUND_FP16
+	UnarySilu           = 6   // GORUN_UNARY_SILU
+	BinaryAdd           = 0   // GORUN_BINARY_ADD
+	BinarySub           = 1   // GORUN_BINARY_SUB
+	BinaryMul           = 2   // GORUN_BINARY_MUL
+	BinarySigmoidGrad   = 3   // GORUN_BINARY_SIGMOID_GRAD
+	BinaryTanhGrad      = 4   // GORUN_BINARY_TANH_GRAD
+	BinaryLeakyReLUGrad = 5   // GORUN_BINARY_LEAKY_RELU_GRAD
+	BinaryGELUGrad      = 6   // GORUN_BINARY_GELU_GRAD
+	BinaryGELUTanhGrad  = 7   // GORUN_BINARY_GELU_TANH_GRAD
+	BinarySiluGrad      = 8   // GORUN_BINARY_SILU_GRAD
+	BNSums              = 0   // GORUN_BN_SUMS: gorun_bn_partial: Σa, Σa² (BatchNormStats)
+	BNGradSums          = 1   // GORUN_BN_GRAD_SUMS: gorun_bn_partial: Σa, Σa·(b-mean) (BatchNormGradStats)
+	LNGammaSums         = 2   // GORUN_LN_GAMMA_SUMS: gorun_bn_partial: Σa, Σa·x̂ (LayerNormGradGamma)
+	BNNorm              = 0   // GORUN_BN_NORM: gorun_bn_params: BatchNormNorm
+	BNEval              = 1   // GORUN_BN_EVAL: gorun_bn_params: BatchNormEval
+	BNGrad              = 2   // GORUN_BN_GRAD: gorun_bn_params: BatchNormGradInput
+	AttTile             = 16  // GORUN_ATT_TILE
+	AttThreads          = 128 // GORUN_ATT_THREADS
+	AttDmax             = 128 // GORUN_ATT_DMAX
 )
 
 // Codes maps the names of kernels.h's op-code and mode macros to their
@@ -333,6 +368,8 @@ var Codes = map[string]int{
 	"GORUN_UNARY_SCALE":            UnaryScale,
 	"GORUN_UNARY_GELU":             UnaryGELU,
 	"GORUN_UNARY_GELU_TANH":        UnaryGELUTanh,
+	"GORUN_UNARY_ROUND_BF16":       UnaryRoundBf16,
+	"GORUN_UNARY_ROUND_FP16":       UnaryRoundFp16,
 	"GORUN_UNARY_SILU":             UnarySilu,
 	"GORUN_BINARY_ADD":             BinaryAdd,
 	"GORUN_BINARY_SUB":             BinarySub,
@@ -349,4 +386,7 @@ var Codes = map[string]int{
 	"GORUN_BN_NORM":                BNNorm,
 	"GORUN_BN_EVAL":                BNEval,
 	"GORUN_BN_GRAD":                BNGrad,
+	"GORUN_ATT_TILE":               AttTile,
+	"GORUN_ATT_THREADS":            AttThreads,
+	"GORUN_ATT_DMAX":               AttDmax,
 }

@@ -48,6 +48,12 @@ void hc_log_softmax(int hc_grid, int hc_block, const float* x, float* y, int n, 
 void hc_softmax(int hc_grid, int hc_block, const float* x, float* y, int n, int c, int causal);
 void hc_log_softmax_grad(int hc_grid, int hc_block, const float* dy, const float* y, float* dx, int n, int c);
 void hc_softmax_grad(int hc_grid, int hc_block, const float* dy, const float* y, float* dx, int n, int c);
+void hc_attention(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_bf16(int hc_grid, int hc_block, const float* qkv, float* o, float* lse, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_bf16_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_bf16_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_grad_q(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
+void hc_attention_grad_kv(int hc_grid, int hc_block, const float* dout, const float* qkv, const float* o, const float* lse, float* dqkv, int n, int t, int h, int dh, int causal, float scale);
 void hc_nll_loss(int hc_grid, int hc_block, const float* logp, const int* target, float* loss, int n, int c, float scale, int accumulate, int has_ignore, int ignore_index);
 void hc_nll_loss_grad(int hc_grid, int hc_block, const float* dloss, const int* target, float* dx, int n, int c, float scale, int has_ignore, int ignore_index);
 void hc_cross_entropy(int hc_grid, int hc_block, const float* logits, const int* target, float* loss, float* probs, int n, int c, float smoothing, float scale, int accumulate, int has_ignore, int ignore_index);
