@@ -92,12 +92,12 @@ bench-mpi:
 .PHONY: test-cluster
 test-cluster:
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP test-cluster: not root (network namespaces, veth pairs and sshd need root; CI runs as root)"; exit 0; fi; \
-	missing=""; for p in ip tc nft unshare ssh ssh-keygen mpirun; do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	missing=""; for p in ip tc nft unshare ssh ssh-keygen mpirun flock; do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing sshd"; \
 	if [ -n "$$missing" ]; then echo "SKIP test-cluster: missing$$missing: apt-get install openssh-server openssh-client iproute2 nftables openmpi-bin libopenmpi-dev"; exit 0; fi; \
 	$(MPI_CHECK); \
-	set -x; $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
-	$(GO) test -count=1 -v -timeout 10m -run '^(TestCluster|TestElasticCluster)$$' ./cmd/gorun/ -cluster
+	set -x; flock /tmp/testhosts.lock $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
+	flock /tmp/testhosts.lock $(GO) test -count=1 -v -timeout 10m -run '^(TestCluster|TestElasticCluster)$$' ./cmd/gorun/ -cluster
 
 ## predict-check: as root, gorun plan --predict against gorun launch on the test hosts of test-cluster, their links shaped with tc's tbf (unshaped, 1gbit, 200mbit, 50mbit): the MNIST Net and the GPT on 2 and 3 hosts, each prediction from the links that gorun launch --probe-links measures and a sync.none run's step; prints the table of docs/scaling.md and fails for a step predicted more than 20% off; about 15 minutes (each model and host count alone: -predict-models, -predict-hosts). The hosts are shared: run it under flock /tmp/testhosts.lock where another test may use them.
 .PHONY: predict-check
