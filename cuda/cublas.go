@@ -18,6 +18,13 @@ typedef int (*gorun_cublasSgemmStridedBatched_t)(void *, int, int, int, int, int
 	const float *, int, long long, const float *, int, long long, const float *, float *, int,
 	long long, int);
 
+typedef int (*gorun_cublasSetMathMode_t)(void *, int);
+typedef int (*gorun_cublasGemmEx_t)(void *, int, int, int, int, int, const void *,
+	const void *, int, int, const void *, int, int, const void *, void *, int, int, int, int);
+typedef int (*gorun_cublasGemmStridedBatchedEx_t)(void *, int, int, int, int, int, const void *,
+	const void *, int, int, long long, const void *, int, int, long long, const void *, void *, int,
+	int, long long, int, int, int);
+
 static void *gorun_dlopen(const char *name, char **err) {
 	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
@@ -51,6 +58,22 @@ static int gorun_sgemm_batched(void *f, void *h, int ta, int tb, int m, int n, i
 	return ((gorun_cublasSgemmStridedBatched_t)f)(h, ta, tb, m, n, k, &alpha, (const float *)a,
 		lda, sa, (const float *)b, ldb, sb, &beta, (float *)c, ldc, sc, batch);
 }
+static int gorun_cublas_set_math_mode(void *f, void *h, int mode) { return ((gorun_cublasSetMathMode_t)f)(h, mode); }
+
+// A GEMM on float32 storage (CUDA_R_32F = 0) with a compute type, the
+// default algorithm (CUBLAS_GEMM_DEFAULT = -1).
+static int gorun_gemm_ex(void *f, void *h, int ta, int tb, int m, int n, int k, float alpha,
+	uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute) {
+	return ((gorun_cublasGemmEx_t)f)(h, ta, tb, m, n, k, &alpha, (const void *)a, 0, lda,
+		(const void *)b, 0, ldb, &beta, (void *)c, 0, ldc, compute, -1);
+}
+
+static int gorun_gemm_ex_batched(void *f, void *h, int ta, int tb, int m, int n, int k, float alpha,
+	uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb, float beta,
+	uintptr_t c, int ldc, long long sc, int batch, int compute) {
+	return ((gorun_cublasGemmStridedBatchedEx_t)f)(h, ta, tb, m, n, k, &alpha, (const void *)a, 0,
+		lda, sa, (const void *)b, 0, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, compute, -1);
+}
 */
 import "C"
 
@@ -60,6 +83,8 @@ import (
 	"unsafe"
 
 	"gorgonia.org/cu"
+
+	"gorun/ops"
 )
 
 // dlopen opens a shared library, returning nil and dlerror's text when it
@@ -88,6 +113,8 @@ type cublasLib struct {
 	path                                     string
 	create, destroy, setStream, setWorkspace unsafe.Pointer
 	sgemm, sgemmStridedBatched               unsafe.Pointer
+	// Optional: mixed precision's tensor-core GEMMs and [cuda] tf32.
+	gemmEx, gemmStridedBatchedEx, setMathMode unsafe.Pointer
 }
 
 var (
@@ -127,6 +154,9 @@ func loadCublas(override string) (*cublasLib, error) {
 		{"cublasSgemm_v2", &l.sgemm, false},
 		{"cublasSgemmStridedBatched", &l.sgemmStridedBatched, false},
 		{"cublasSetWorkspace_v2", &l.setWorkspace, true},
+		{"cublasGemmEx", &l.gemmEx, true},
+		{"cublasGemmStridedBatchedEx", &l.gemmStridedBatchedEx, true},
+		{"cublasSetMathMode", &l.setMathMode, true},
 	}
 	for _, s := range syms {
 		*s.dst = dlsym(h, s.name)
@@ -181,10 +211,20 @@ type blasHandle struct {
 // that cuBLAS never allocates while a stream is being captured.
 const cublasWorkspaceBytes = 32 << 20
 
+// cuBLAS math modes (cublasMath_t) and compute types
+// (cublasComputeType_t).
+const (
+	cublasDefaultMath        = 0
+	cublasTF32TensorOpMath   = 3
+	cublasCompute32FFast16F  = 74 // CUBLAS_COMPUTE_32F_FAST_16F
+	cublasCompute32FFast16BF = 75 // CUBLAS_COMPUTE_32F_FAST_16BF
+)
+
 // newBlasHandle creates a handle (in the calling thread's current
 // context) on stream s, with workspace ws (cublasWorkspaceBytes) when
-// cuBLAS can take one.
-func newBlasHandle(lib *cublasLib, s cu.Stream, ws cu.DevicePtr) (*blasHandle, error) {
+// cuBLAS can take one, and with TF32 tensor-core math for float32 GEMMs
+// when tf32 is set ([cuda] tf32: PyTorch's allow_tf32).
+func newBlasHandle(lib *cublasLib, s cu.Stream, ws cu.DevicePtr, tf32 bool) (*blasHandle, error) {
 	b := &blasHandle{lib: lib}
 	if err := cublasCheck("cublasCreate_v2", C.gorun_cublas_create(lib.create, &b.h)); err != nil {
 		return nil, fmt.Errorf("%w (cuBLAS from %s)", err, lib.path)
@@ -199,15 +239,60 @@ func newBlasHandle(lib *cublasLib, s cu.Stream, ws cu.DevicePtr) (*blasHandle, e
 			return nil, err
 		}
 	}
+	if tf32 {
+		if lib.setMathMode == nil {
+			b.close()
+			return nil, fmt.Errorf("cuda: [cuda] tf32 = true, but %s has no cublasSetMathMode (TF32 needs cuBLAS 11 or later)", lib.path)
+		}
+		if err := cublasCheck("cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH)", C.gorun_cublas_set_math_mode(lib.setMathMode, b.h, cublasTF32TensorOpMath)); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// computeType is the cuBLAS compute type of a GEMM on operands that hold
+// values of precision p (mixed precision's casts: float32 storage holding
+// bfloat16 or float16 numbers): CUBLAS_COMPUTE_32F_FAST_16BF or _16F,
+// which lets cuBLAS convert the inputs to that format (exactly: they hold
+// its numbers) and run tensor cores with float32 accumulation, as
+// torch.autocast's GEMMs on bfloat16 or float16 operands do. 0 for fp32:
+// cublasSgemm.
+func computeType(p ops.Precision) int {
+	switch p {
+	case ops.BF16:
+		return cublasCompute32FFast16BF
+	case ops.FP16:
+		return cublasCompute32FFast16F
+	}
+	return 0
 }
 
 // gemm runs g with the row-major operands a and b (device addresses) into
 // c: with g.SwapOperands the call's first operand is b.
-func (b *blasHandle) gemm(g gemmCall, alpha, beta float32, a, bm, c uintptr) error {
+//
+// With a compute type (computeType: a mixed-precision step's operands)
+// and cuBLAS's GemmEx entry points, the product runs through
+// cublasGemmEx or cublasGemmStridedBatchedEx with that compute type;
+// without them, through cublasSgemm, which computes the same numbers on
+// operands that hold low-precision values (exact products, float32
+// accumulation), only without tensor cores.
+func (b *blasHandle) gemm(g gemmCall, alpha, beta float32, a, bm, c uintptr, compute int) error {
 	x, y := a, bm
 	if g.SwapOperands {
 		x, y = bm, a
+	}
+	if compute != 0 && g.Batch <= 1 && b.lib.gemmEx != nil {
+		return cublasCheck("cublasGemmEx", C.gorun_gemm_ex(b.lib.gemmEx, b.h, C.int(cublasOp(g.TransA)), C.int(cublasOp(g.TransB)),
+			C.int(g.M), C.int(g.N), C.int(g.K), C.float(alpha), C.uintptr_t(x), C.int(g.LDA), C.uintptr_t(y), C.int(g.LDB),
+			C.float(beta), C.uintptr_t(c), C.int(g.LDC), C.int(compute)))
+	}
+	if compute != 0 && g.Batch > 1 && b.lib.gemmStridedBatchedEx != nil {
+		return cublasCheck("cublasGemmStridedBatchedEx", C.gorun_gemm_ex_batched(b.lib.gemmStridedBatchedEx, b.h,
+			C.int(cublasOp(g.TransA)), C.int(cublasOp(g.TransB)), C.int(g.M), C.int(g.N), C.int(g.K), C.float(alpha),
+			C.uintptr_t(x), C.int(g.LDA), C.longlong(g.StrideA), C.uintptr_t(y), C.int(g.LDB), C.longlong(g.StrideB),
+			C.float(beta), C.uintptr_t(c), C.int(g.LDC), C.longlong(g.StrideC), C.int(g.Batch), C.int(compute)))
 	}
 	if g.Batch <= 1 {
 		return cublasCheck("cublasSgemm_v2", C.gorun_sgemm(b.lib.sgemm, b.h, C.int(cublasOp(g.TransA)), C.int(cublasOp(g.TransB)),

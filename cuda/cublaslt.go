@@ -37,7 +37,6 @@ typedef int (*gorun_ltMatmul_t)(void *, void *, const void *, const void *, void
 	size_t, void *);
 
 enum {
-	GORUN_LT_COMPUTE_32F = 68,  // CUBLAS_COMPUTE_32F: no TF32, as cublasSgemm by default
 	GORUN_LT_R_32F = 0,         // CUDA_R_32F
 	GORUN_LT_DESC_TRANSA = 3,   // CUBLASLT_MATMUL_DESC_TRANSA (int32)
 	GORUN_LT_DESC_TRANSB = 4,   // CUBLASLT_MATMUL_DESC_TRANSB (int32)
@@ -54,12 +53,12 @@ static void gorun_lt_destroy(gorun_lt_fns *f, void *h) { ((gorun_ltDestroy_t)f->
 // asks the heuristic for one algorithm within ws bytes of workspace:
 // *found is 1 when it offered one. The objects are left for
 // gorun_lt_release whatever the outcome.
-static int gorun_lt_prepare(gorun_lt_fns *f, void *h, int ta, int tb, int epilogue,
+static int gorun_lt_prepare(gorun_lt_fns *f, void *h, int compute, int ta, int tb, int epilogue,
 	uint64_t ar, uint64_t ac, int64_t ald, uint64_t br, uint64_t bc, int64_t bld,
 	uint64_t cr, uint64_t cc, int64_t cld, uint64_t ws, uint32_t align,
 	void **desc, void **la, void **lb, void **lc, gorun_lt_algo *algo, int *found) {
 	*found = 0;
-	int s = ((gorun_ltDescCreate_t)f->descCreate)(desc, GORUN_LT_COMPUTE_32F, GORUN_LT_R_32F);
+	int s = ((gorun_ltDescCreate_t)f->descCreate)(desc, compute, GORUN_LT_R_32F);
 	if (s) return s;
 	int32_t opa = ta, opb = tb;
 	uint32_t ep = (uint32_t)epilogue;
@@ -225,7 +224,7 @@ func (l *ltHandle) prepare(c ltCall) (*ltPrepared, error) {
 	}
 	p := &ltPrepared{}
 	var found C.int
-	s := C.gorun_lt_prepare(&l.lib.fns, l.h, C.int(cublasOp(c.TransA)), C.int(cublasOp(c.TransB)), C.int(c.Epilogue),
+	s := C.gorun_lt_prepare(&l.lib.fns, l.h, C.int(c.Compute), C.int(cublasOp(c.TransA)), C.int(cublasOp(c.TransB)), C.int(c.Epilogue),
 		C.uint64_t(c.A.Rows), C.uint64_t(c.A.Cols), C.int64_t(c.A.LD), C.uint64_t(c.B.Rows), C.uint64_t(c.B.Cols), C.int64_t(c.B.LD),
 		C.uint64_t(c.C.Rows), C.uint64_t(c.C.Cols), C.int64_t(c.C.LD), C.uint64_t(cublasWorkspaceBytes), C.uint32_t(c.Align),
 		&p.desc, &p.la, &p.lb, &p.lc, &p.algo, &found)
@@ -291,7 +290,7 @@ func (d *Device) linearBias(n, i, o int, x, w, b, y uintptr) (ran bool) {
 	if d.lt == nil {
 		return false
 	}
-	c, ok := linearBiasCall(n, i, o, ltAlignment(x, w, b, y))
+	c, ok := linearBiasCall(n, i, o, ltAlignment(x, w, b, y), ltCompute(computeType(d.lowp), d.set.TF32))
 	return ok && d.lt.matmul(d.Name(), c, x, w, y, b, d.stream)
 }
 

@@ -178,7 +178,7 @@ func (d *Device) open() error {
 	if d.blasWork, err = cu.MemAlloc(cublasWorkspaceBytes); err != nil {
 		return fmt.Errorf("%s: cuMemAlloc (cuBLAS workspace): %w", d.Name(), err)
 	}
-	if d.blas, err = newBlasHandle(lib, d.stream, d.blasWork); err != nil {
+	if d.blas, err = newBlasHandle(lib, d.stream, d.blasWork, d.set.TF32); err != nil {
 		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
 	d.openLt()
@@ -273,6 +273,9 @@ type Device struct {
 	lt                        *ltHandle // cuBLASLt, nil without (op_linear.go's bias epilogue)
 	blasWork                  cu.DevicePtr
 	small                     cu.DevicePtr // a few scalars (Finite's sum, ReadStep's sum and loss)
+	// lowp is the running step's Attrs.Precision: its GEMMs' operands
+	// hold values of that format (cublas.go's computeType).
+	lowp ops.Precision
 	// part holds partN doubles: the split sums' partials (splitSum),
 	// sized at Load for the program's largest.
 	part  cu.DevicePtr

@@ -72,7 +72,7 @@ func (d *Device) gemm(g gemmCall, alpha, beta float32, a, b, c uintptr) error {
 		}
 		return nil
 	}
-	if err := d.blas.gemm(g, alpha, beta, a, b, c); err != nil {
+	if err := d.blas.gemm(g, alpha, beta, a, b, c, computeType(d.lowp)); err != nil {
 		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
 	return nil
@@ -108,6 +108,7 @@ func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
 func (d *Device) step(st *engine.Step, acc bool) error {
 	switch st.Kind {
 	case engine.KernelStep:
+		d.lowp = st.Attrs.Precision
 		if err := d.kernelStep(st, acc); err != nil {
 			return fmt.Errorf("step %d (%s %s): %w", st.ID, st.Op, st.Layer, err)
 		}

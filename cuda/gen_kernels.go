@@ -153,6 +153,8 @@ const (
 	unaryScale          = 3   // GORUN_UNARY_SCALE
 	unaryGELU           = 4   // GORUN_UNARY_GELU
 	unaryGELUTanh       = 5   // GORUN_UNARY_GELU_TANH
+	unaryRoundBf16      = 7   // GORUN_UNARY_ROUND_BF16
+	unaryRoundFp16      = 8   // GORUN_UNARY_ROUND_FP16
 	unarySilu           = 6   // GORUN_UNARY_SILU
 	binaryAdd           = 0   // GORUN_BINARY_ADD
 	binarySub           = 1   // GORUN_BINARY_SUB

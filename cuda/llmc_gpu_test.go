@@ -94,7 +94,7 @@ func TestLtLinearGPU(t *testing.T) {
 		rc := &once[0]
 		ltUS := perCallOn(t, lt, 20, execSteps(lt, rc, st))
 		plainUS := perCallOn(t, plain, 20, execSteps(plain, rc, st))
-		call, _ := linearBiasCall(c.n, c.i, c.o, ltAlignment(lt.ptr(x), lt.ptr(w), lt.ptr(bias), lt.ptr(y)))
+		call, _ := linearBiasCall(c.n, c.i, c.o, ltAlignment(lt.ptr(x), lt.ptr(w), lt.ptr(bias), lt.ptr(y)), ltCompute32F)
 		ran := lt.lt.calls[call] != nil && lt.lt.calls[call].ok
 		e := relErr(download(t, lt, y, c.n*c.o), download(t, plain, y, c.n*c.o))
 		ok := e <= 1e-5 && ran

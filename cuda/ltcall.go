@@ -41,11 +41,34 @@ type ltCall struct {
 	A, B, C        ltLayout
 	Epilogue       ltEpilogue
 	SwapOperands   bool
+	// Compute is the cublasComputeType_t (ltCompute).
+	Compute int
 	// Align is the bytes every operand's address is a multiple of (a
 	// power of two, at most 256: ltAlignment), which the heuristic is told
 	// (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), since by default it assumes
 	// 256 and gorun's buffers start on 64-byte boundaries (views anywhere).
 	Align int
+}
+
+// cuBLAS compute types the cuBLASLt path uses besides mixed precision's
+// (cublas.go's cublasCompute32FFast16F and cublasCompute32FFast16BF).
+const (
+	ltCompute32F         = 68 // CUBLAS_COMPUTE_32F: as cublasSgemm without TF32
+	ltCompute32FFastTF32 = 77 // CUBLAS_COMPUTE_32F_FAST_TF32: as cublasSgemm under [cuda] tf32
+)
+
+// ltCompute is the compute type of a cuBLASLt matmul on float32 operands:
+// a mixed-precision step's (lowp, computeType's, when not 0), else TF32's
+// when the [cuda] table's tf32 is set, else plain float32: what the cuBLAS
+// call it replaces computes with.
+func ltCompute(lowp int, tf32 bool) int {
+	switch {
+	case lowp != 0:
+		return lowp
+	case tf32:
+		return ltCompute32FFastTF32
+	}
+	return ltCompute32F
 }
 
 // ltMaxAlign is the alignment cuBLASLt assumes unless told less.
@@ -95,14 +118,15 @@ func ltCallFor(g gemmCall, e ltEpilogue) (c ltCall, ok bool) {
 // call (runLinear).
 func linearGemm(n, i, o int) gemmCall { return rowMajorGemm(false, true, n, o, i, i, i, o) }
 
-// linearBiasCall is ops.Linear with a bias as one cuBLASLt matmul, its
-// operands at addresses aligned to align bytes (ltAlignment): the
+// linearBiasCall is ops.Linear with a bias as one cuBLASLt matmul with
+// compute type compute (ltCompute), its operands at addresses aligned to
+// align bytes (ltAlignment): the
 // column-major product is yᵀ[o×n], so the bias (o elements) is added to
 // each of its rows: CUBLASLT_EPILOGUE_BIAS. ok is false for an empty
 // batch.
-func linearBiasCall(n, i, o, align int) (ltCall, bool) {
+func linearBiasCall(n, i, o, align, compute int) (ltCall, bool) {
 	c, ok := ltCallFor(linearGemm(n, i, o), ltEpilogueBias)
-	c.Align = align
+	c.Align, c.Compute = align, compute
 	return c, ok
 }
 

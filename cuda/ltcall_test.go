@@ -61,7 +61,7 @@ func TestLtLinearCall(t *testing.T) {
 	r := rand.New(rand.NewPCG(26, 1))
 	for _, sz := range [][3]int{{1, 1, 1}, {3, 5, 7}, {17, 4, 9}, {2, 33, 1}} {
 		n, in, o := sz[0], sz[1], sz[2]
-		c, ok := linearBiasCall(n, in, o, 64)
+		c, ok := linearBiasCall(n, in, o, 64, ltCompute32F)
 		if !ok || c.Epilogue != ltEpilogueBias || !c.SwapOperands || c.C.Rows != o || c.C.Cols != n || c.Align != 64 {
 			t.Fatalf("n=%d i=%d o=%d: %+v, %v", n, in, o, c, ok)
 		}
@@ -77,7 +77,7 @@ func TestLtLinearCall(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := linearBiasCall(0, 3, 4, 256); ok {
+	if _, ok := linearBiasCall(0, 3, 4, 256, ltCompute32F); ok {
 		t.Error("an empty batch goes to cuBLASLt")
 	}
 	if _, ok := ltCallFor(rowMajorGemmBatched(false, false, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4), ltEpilogueDefault); ok {
@@ -102,6 +102,15 @@ func TestLtAlignment(t *testing.T) {
 		if got := ltAlignment(c.ptrs...); got != c.want {
 			t.Errorf("ltAlignment(%#x) = %d, want %d", c.ptrs, got, c.want)
 		}
+	}
+}
+
+// TestLtCompute: the cuBLASLt matmul computes as the cuBLAS call it
+// replaces: a mixed-precision step's compute type, TF32 under [cuda] tf32,
+// else plain float32.
+func TestLtCompute(t *testing.T) {
+	if ltCompute(0, false) != 68 || ltCompute(0, true) != 77 || ltCompute(75, true) != 75 || ltCompute(74, false) != 74 {
+		t.Errorf("ltCompute: %d %d %d %d", ltCompute(0, false), ltCompute(0, true), ltCompute(75, true), ltCompute(74, false))
 	}
 }
 

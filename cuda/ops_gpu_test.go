@@ -695,7 +695,7 @@ func opCases() []opCase {
 			})
 		}
 	}
-	return cs
+	return append(cs, precisionCases()...)
 }
 
 // TestOpsAgainstCPU runs every op on the GPU and on the CPU backend, at

@@ -333,6 +333,7 @@ var pkgDirs = map[string]string{
 	"model":       "model",
 	"serve":       "model/serve",
 	"scriptcopy":  "script/scriptcopy",
+	"scaling":     "engine/scaling",
 }
 
 // decls is what one package declares: its top-level names, and the

@@ -52,6 +52,9 @@ type Cluster struct {
 	// Nodes lists the hosts of a multi-process run, for `gorun launch`
 	// (default none).
 	Nodes []Host
+	// Links are the [[link]] tables: the alpha–beta figures of each link
+	// class, for `gorun plan --predict` (default none; see Link).
+	Links []Link
 	// Network is the network that `gorun launch` has OpenMPI use between
 	// hosts, for its daemons and for the ranks' data: CIDR blocks
 	// ("10.77.0.0/24") or interface names ("eth1"), comma-separated

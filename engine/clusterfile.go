@@ -64,6 +64,11 @@ const MaxClusterFileBytes = 1 << 20
 //	host  = "127.0.0.1"    # required: a host name (RFC 1123) or IP address (CheckHost)
 //	slots = 1              # processes on that host, ≥ 1
 //
+//	[[link]]               # alpha–beta figures of a link class, for `gorun plan
+//	class = "host"         # --predict` (none by default): inproc | process | host
+//	bandwidth = "1Gbit/s"  # required: a rate with its unit (ParseBandwidth)
+//	latency = "50us"       # a Go duration, ≥ 0 (default 0)
+//
 // The backend names, the transports that come with a backend (nccl with
 // cuda) and the backends' tables are those of the Targets registered
 // (package engine/target): a backend this gorun lacks is known by the
@@ -288,6 +293,10 @@ func knownKeys() []string {
 	}
 	for _, k := range nodeKeys {
 		ks = append(ks, "node."+k)
+	}
+	ks = append(ks, "link")
+	for _, k := range linkKeys {
+		ks = append(ks, "link."+k)
 	}
 	for _, t := range target.All() {
 		ks = append(ks, t.Name)
@@ -649,6 +658,16 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 			refuse(lines.line("node"), "node", err.Error())
 		} else {
 			c.Nodes = hosts
+		}
+	}
+	if p, ok := top["link"]; ok {
+		if ls, le := parseLinks(md, p); le != nil {
+			fail(le.line(lines), le.key(), le.msg)
+			if le.entry == 0 {
+				refused["link"] = true
+			}
+		} else {
+			c.Links = ls
 		}
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"gorun/engine/spec"
 	"gorun/engine/target"
+	"gorun/ops"
 )
 
 // Describe writes the Plan as a reader checks it: the run's settings, the
@@ -52,6 +53,7 @@ func (p *Plan) Describe(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	p.describePrecision(ew)
 	if p.World > 1 {
 		ew.printf("\ngradient buckets (%s, %g MB):\n", p.Sync.Kind(), bucketMB(p))
 		at := map[string]int{}
@@ -74,7 +76,11 @@ func (p *Plan) Describe(w io.Writer) error {
 			p.Cluster.Backend, p.LocalBatch[prog.Rank], humanBytes(prog.MemoryBytes()),
 			humanBytes(prog.MemoryBytes()-int64(prog.WorkElems())*4), humanBytes(int64(prog.WorkElems())*4))
 		tw := tabwriter.NewWriter(ew, 2, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\tstream\n")
+		dtype := func(string) string { return "" }
+		if s.Precision != ops.FP32 {
+			dtype = func(d string) string { return "\t" + d } // mixed precision: a dtype column
+		}
+		fmt.Fprintf(tw, "  #\tphase\top\tinputs\toutputs\tlayer\tstream%s\n", dtype("dtype"))
 		var moved int64
 		for i, st := range prog.Steps {
 			switch st.Kind {
@@ -84,13 +90,13 @@ func (p *Plan) Describe(w io.Writer) error {
 				if st.Every > 0 {
 					extra = fmt.Sprintf(", every %d steps", st.Every)
 				}
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s\n", i+1, st.Phase, c, c.Buffer.Name,
-					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s [%d:%d]\t%s/step%s\t%s\t%s%s\n", i+1, st.Phase, c, c.Buffer.Name,
+					c.Offset, c.Offset+c.Elems, humanBytes(c.Bytes), extra, st.Layer, Stream(p, st), dtype("fp32"))
 				if st.Every == 0 {
 					moved += c.Bytes
 				}
 			default:
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, st.Phase, st.OpName(), shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s%s\n", i+1, st.Phase, st.OpName(), shapes(st.In), shapes(st.Out), layerAt(st), Stream(p, st), dtype(StepDtype(st)))
 			}
 		}
 		tw.Flush()

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"gorun/engine/spec"
+	"gorun/ops"
 )
 
 // PlanStep is one entry of a Plan's fingerprint: what must be the same on
@@ -184,7 +185,11 @@ const ResumeKeyFormat = "meaning-1"
 // fusions (GraphOptions: how a CPU plan groups conv1, its pooling and
 // ReLU), which change how the steps are grouped, not what the model
 // computes: a checkpoint resumes on another backend, and those written
-// before such a fusion existed still resume.
+// before such a fusion existed still resume. They are also those of the
+// float32 graph, without mixed precision's casts: parameters and
+// optimizer state are float32 in every precision (master weights), so a
+// bf16 or fp16 run's checkpoint resumes as fp32 and the other way round
+// (an fp16 run's loss scale is the checkpoint's metadata, not the key's).
 func (p *Plan) ResumeKey() []PlanStep {
 	out, _ := p.resumeKey(func(n *Node) (string, error) { return StepKey(n), nil }, nil, p.MaxBatch)
 	return out
@@ -195,7 +200,7 @@ func (p *Plan) ResumeKey() []PlanStep {
 // batch of batch samples a device.
 func (p *Plan) resumeKey(step func(n *Node) (string, error), nodes map[string]*Node, batch int) ([]PlanStep, error) {
 	q := p
-	if p.graphOpts.Supports != nil || batch != p.MaxBatch {
+	if p.graphOpts.Supports != nil || batch != p.MaxBatch || p.graphOpts.Precision != ops.FP32 {
 		g, err := BuildGraph(&p.Spec.Model, p.loss, batch, p.Sample, GraphOptions{NoFusion: p.graphOpts.NoFusion})
 		if err != nil {
 			if batch != p.MaxBatch {

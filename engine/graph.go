@@ -33,6 +33,14 @@ type Value struct {
 	// unknown.
 	ids     int
 	idsFrom string
+	// LowPrecision: under mixed precision (GraphOptions.Precision), the
+	// value holds numbers of the low format (bfloat16 or float16) in
+	// float32 storage: a cast's output, or what autocast's ops make of
+	// them (engine/precision.go).
+	LowPrecision bool
+	// castInPlace: the value is an output cast's (engine/precision.go),
+	// planned in its input's buffer, which the cast rounds in place.
+	castInPlace bool
 }
 
 // Elems is the number of elements at the maximum batch.
@@ -185,6 +193,13 @@ type GraphOptions struct {
 	// NoFusion builds the graph as the script wrote it, every op its own
 	// node: no fusion at all (cluster.fusion = false).
 	NoFusion bool
+	// Precision is the script's train(precision = ...): under ops.BF16
+	// and ops.FP16 the graph holds torch.autocast's casts as ops.Round
+	// nodes (engine/precision.go); ops.FP32 adds none.
+	Precision ops.Precision
+	// AutocastFP32 are the ops the target runs in float32 under mixed
+	// precision beyond their Def.Autocast (target.Target.AutocastFP32).
+	AutocastFP32 []ops.Op
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -227,12 +242,14 @@ func BuildGraph(model *spec.Model, loss Loss, batch int, sample []int, opts Grap
 	if err := b.loss(loss); err != nil {
 		return nil, err
 	}
+	b.autocast(opts.Precision, opts.AutocastFP32)
 	if !opts.NoFusion {
 		b.fuse()
 	}
 	if err := b.differentiate(); err != nil {
 		return nil, err
 	}
+	b.markLowGradients()
 	if !opts.NoFusion {
 		b.fuseBackward()
 	}
@@ -609,10 +626,13 @@ const matmulLayer = "nn.matmul"
 // for the unfused path (nn.multihead_attention(..., fused = False)), the
 // cluster turned fusion off (fusion = false), the backend lacks the op
 // (TargetFusions), the layer has attention dropout (which needs the T×T
-// weights) or its heads are wider than ops.AttentionMaxHeadDim.
+// weights) or its heads are wider than ops.AttentionMaxHeadDim, or the
+// plan is mixed precision (GraphOptions.Precision): torch.autocast casts
+// the scores and the weights to bfloat16 between the products, which the
+// primitives' casts do (engine/precision.go) and the fused kernels do not.
 func (b *builder) fusedAttention(l *spec.Layer, dh int) bool {
 	return !l.Unfused && l.P == 0 && dh <= ops.AttentionMaxHeadDim && !b.opts.NoFusion &&
-		b.opts.supports(ops.Attention, ops.AttentionGrad)
+		b.opts.supports(ops.Attention, ops.AttentionGrad) && b.opts.Precision == ops.FP32
 }
 
 // softmaxDim is the dimension a softmax layer normalises, in a rank-r

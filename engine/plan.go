@@ -335,7 +335,7 @@ func compileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	}
 	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, IgnoreIndex: s.IgnoreIndex}
 	t := c.Target()
-	p.graphOpts = GraphOptions{Supports: t.Supports, NoFusion: c.NoFusion}
+	p.graphOpts = GraphOptions{Supports: t.Supports, NoFusion: c.NoFusion, Precision: s.Precision, AutocastFP32: t.AutocastFP32}
 	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.Sample, p.graphOpts)
 	if err != nil {
 		return nil, err
@@ -684,14 +684,18 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		isStat[st.Value] = true
 	}
 
-	bufferOf := func(v *Value) *Buffer {
+	var bufferOf func(v *Value) *Buffer
+	bufferOf = func(v *Value) *Buffer {
 		if b, ok := prog.byValue[v]; ok {
 			return b
 		}
 		var b *Buffer
 		switch {
-		case v.Producer != nil && v == v.Producer.Out[0] && ops.Lookup(v.Producer.Op).Alias: // a view (flatten)
-			b = prog.view(v.Name, v, prog.byValue[v.Producer.In[0]], 0, v.Shape, v.Batched)
+		case v.Producer != nil && v == v.Producer.Out[0] && (ops.Lookup(v.Producer.Op).Alias || v.castInPlace):
+			// A view (flatten), or a cast that rounds its input where it
+			// lies (engine/precision.go); its input first: a cast is a value
+			// made after the graph's others.
+			b = prog.view(v.Name, v, bufferOf(v.Producer.In[0]), 0, v.Shape, v.Batched)
 		default:
 			if off, ok := arenaAt[v]; ok {
 				arena := prog.GradArena
@@ -771,6 +775,7 @@ func (p *Plan) compileProgram(r int) (*Program, error) {
 		prog.Steps = append(prog.Steps, p.allReduceAfter(prog, n, PhaseBackward)...)
 		prog.Steps = append(prog.Steps, p.Sync.AfterBackward(p, prog, i)...)
 	}
+	prog.Steps = append(prog.Steps, p.unscaleSteps(prog)...)
 	if err := p.Sync.Update(p, prog); err != nil {
 		return nil, err
 	}

@@ -188,7 +188,7 @@ func TestBackendTables(t *testing.T) {
 	if !reflect.DeepEqual(c.Settings, want) {
 		t.Errorf("settings %v, want %v", c.Settings, want)
 	}
-	if got, want := c.BackendSettings(), map[string]any{"eager": true, "cublas": "", "nccl": "/opt/nccl/libnccl.so.2", "cublaslt": true}; !reflect.DeepEqual(got, want) {
+	if got, want := c.BackendSettings(), map[string]any{"eager": true, "cublas": "", "nccl": "/opt/nccl/libnccl.so.2", "tf32": false, "cublaslt": true}; !reflect.DeepEqual(got, want) {
 		t.Errorf("cuda's settings %v, want %v", got, want)
 	}
 	if dc := DefaultCluster(); !reflect.DeepEqual(dc.BackendSettings(), map[string]any{"help": true}) {

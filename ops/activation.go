@@ -59,7 +59,7 @@ const (
 
 var activationOps = []*Def{
 	{
-		Op: ReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true,
+		Op: ReLU, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, ReuseInput: true, Autocast: AutocastExact,
 		Shape: sameShape, Grad: gradWithOut(ReLUGrad, 0),
 		Kernel32: relu[float32], Kernel64: relu[float64],
 	},
@@ -266,6 +266,10 @@ const (
 func gelu[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x := live(in[0])
 	y := out[0].Data[:len(x)]
+	if r := lowRounder[T](a); r != nil && a.Approximate {
+		geluTanhLowp(r, view[float32](y), view[float32](x))
+		return
+	}
 	if a.Approximate && is32[T]() {
 		vec.GELUTanh(view[float32](y), view[float32](x))
 		return
@@ -289,6 +293,10 @@ func geluGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy := live(in[0])
 	x := in[1].Data[:len(dy)]
 	dx := out[0].Data[:len(dy)]
+	if r := lowRounder[T](a); r != nil && a.Approximate {
+		geluTanhGradLowp(r, view[float32](dx), view[float32](dy), view[float32](x))
+		return
+	}
 	if a.Approximate && is32[T]() {
 		vec.GELUTanhGrad(view[float32](dx), view[float32](dy), view[float32](x))
 		return

@@ -54,7 +54,7 @@ const (
 
 var convOps = []*Def{
 	{
-		Op: Conv2D, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}}, Out: []Output{{Name: "y"}},
+		Op: Conv2D, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}}, Out: []Output{{Name: "y"}}, Autocast: AutocastLower,
 		Shape: inferConv2D,
 		Workspace: func(a *Attrs, in, out [][]int) int {
 			x, w, y := in[0], in[1], out[0]

@@ -38,6 +38,8 @@
 //	embedding.go   Embedding and its weight's gradient
 //	tensor.go      Flatten, Concat, Narrow, NarrowGrad, Permute, Positions
 //	optim.go       SGDStep, AdamStep, AdamWStep, ClipGradNorm, GradNormSq, ClipGradScale
+//	precision.go   Round (to bfloat16 or float16), Precision, Autocast: what
+//	               train(precision = ...) does with each op
 //
 // op.go holds what every op shares: Op, Def, the registry (Lookup, All),
 // Attrs and the kernels' types (Buf, Ctx, Kernel). shape.go runs shape and
@@ -70,6 +72,11 @@
 //     own (no Shape, no Grad).
 //   - StepName, for an op the engine fuses others into: how its steps
 //     print ("batch_norm_norm+add+relu").
+//   - Autocast, when mixed precision (train(precision = "bf16")) should
+//     not just follow the op's inputs: a matrix product takes
+//     low-precision operands (AutocastLower), a loss runs in float32
+//     (AutocastFP32), an op that only selects values needs no rounding
+//     (AutocastExact).
 //   - Kernel32 and Kernel64: the kernel, generic over Float, instantiated
 //     twice.
 //

@@ -431,7 +431,7 @@ func batchedOut(op Op, i int) bool {
 func accumulates(op Op) bool {
 	switch op {
 	case CrossEntropyFused, Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
-		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta:
+		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta, Round:
 		return true
 	}
 	return false

@@ -45,7 +45,7 @@ const (
 
 var linearOps = []*Def{
 	{
-		Op: Linear, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}}, Out: []Output{{Name: "y"}},
+		Op: Linear, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}}, Out: []Output{{Name: "y"}}, Autocast: AutocastLower,
 		Shape:    func(a *Attrs, in [][]int) ([][]int, error) { return inferLinear(in) },
 		Grad:     affineGrad(LinearGradInput, LinearGradWeight, LinearGradBias),
 		Kernel32: linear[float32], Kernel64: linear[float64],
@@ -63,7 +63,7 @@ var linearOps = []*Def{
 		Kernel32: linearGradBias[float32], Kernel64: linearGradBias[float64],
 	},
 	{
-		Op: BatchMatMul, In: []Input{{Name: "input"}, {Name: "input"}}, Out: []Output{{Name: "c"}},
+		Op: BatchMatMul, In: []Input{{Name: "input"}, {Name: "input"}}, Out: []Output{{Name: "c"}}, Autocast: AutocastLower,
 		Shape:    func(a *Attrs, in [][]int) ([][]int, error) { return inferBatchMatMul(a, in[0], in[1]) },
 		Grad:     batchMatMulGrad,
 		Kernel32: batchMatMul[float32], Kernel64: batchMatMul[float64],

@@ -55,7 +55,7 @@ const (
 
 var lossOps = []*Def{
 	{
-		Op: NLLLoss, In: []Input{{Name: "input"}, {Name: "target", Int: true}}, Out: []Output{{Name: "loss", Unbatched: true}},
+		Op: NLLLoss, In: []Input{{Name: "input"}, {Name: "target", Int: true}}, Out: []Output{{Name: "loss", Unbatched: true}}, Autocast: AutocastFP32,
 		Accumulates: true, Shape: classLossShape(NLLLoss),
 		Grad: func(b GradBuilder) []Value {
 			return []Value{b.Grad(NLLLossGrad, b.Attrs(), b.In(0), b.OutGrad(0), b.In(1)), nil}
@@ -67,7 +67,7 @@ var lossOps = []*Def{
 		Kernel32: nllLossGrad[float32], Kernel64: nllLossGrad[float64],
 	},
 	{
-		Op: CrossEntropy, In: []Input{{Name: "input"}, {Name: "target", Int: true}},
+		Op: CrossEntropy, In: []Input{{Name: "input"}, {Name: "target", Int: true}}, Autocast: AutocastFP32,
 		Out:         []Output{{Name: "loss", Unbatched: true}, {Name: "probs", NoGrad: true}},
 		Accumulates: true, Shape: classLossShape(CrossEntropy),
 		Workspace: crossEntropyWork,
@@ -81,7 +81,7 @@ var lossOps = []*Def{
 		Kernel32: crossEntropyGrad[float32], Kernel64: crossEntropyGrad[float64],
 	},
 	{
-		Op: MSELoss, In: []Input{{Name: "input"}, {Name: "target"}}, Out: []Output{{Name: "loss", Unbatched: true}},
+		Op: MSELoss, In: []Input{{Name: "input"}, {Name: "target"}}, Out: []Output{{Name: "loss", Unbatched: true}}, Autocast: AutocastFP32,
 		Accumulates: true,
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			p, t := in[0], in[1]

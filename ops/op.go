@@ -55,6 +55,10 @@ type Def struct {
 	// EvalOnly: the op stands in for another in evaluation
 	// (BatchNormEval for BatchNormNorm) and is never differentiated.
 	EvalOnly bool
+	// Autocast is what mixed precision (train(precision = "bf16")) does
+	// with the op: take low-precision operands (matrix products), run in
+	// float32 (losses), or follow its inputs (the default). See Autocast.
+	Autocast Autocast
 
 	// Shape is a forward op's shape rule: the output shapes for input
 	// shapes in (one per input, nil for an absent one), called by Infer
@@ -133,7 +137,8 @@ func (d *Def) mayOmit(i int) bool { return i >= 0 && i < len(d.In) && d.In[i].Op
 // filled once, when the package is initialised, and never changed.
 var registry = index(
 	activationOps, arithmeticOps, convOps, linearOps, poolOps, dropoutOps, softmaxOps, lossOps,
-	batchNormOps, layerNormOps, embeddingOps, tensorOps, optimizerOps, attentionOps, classifierOps,
+	batchNormOps, layerNormOps, embeddingOps, tensorOps, optimizerOps, attentionOps,
+	precisionOps, classifierOps,
 )
 
 // all is every defined op, sorted.
@@ -219,6 +224,8 @@ type Attrs struct {
 	// ReLU: BatchNormNorm and BatchNormEval end with ReLU's max(·, 0)
 	// (after the residual input, when there is one).
 	ReLU bool
+	// Precision: Round's format.
+	Precision Precision
 
 	// Optimizer hyper-parameters. Eps is also the batch-norm and
 	// layer-norm ops'.

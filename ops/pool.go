@@ -41,7 +41,7 @@ const (
 
 var poolOps = []*Def{
 	{
-		Op: MaxPool2D, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}, {Name: "index", Int: true}},
+		Op: MaxPool2D, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}, {Name: "index", Int: true}}, Autocast: AutocastExact,
 		Shape:    func(a *Attrs, in [][]int) ([][]int, error) { return inferMaxPool2D(a, in[0]) },
 		Grad:     gradWithOut(MaxPool2DGrad, 1),
 		Kernel32: maxPool2D[float32], Kernel64: maxPool2D[float64],

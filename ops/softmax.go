@@ -104,6 +104,10 @@ func lastDim[T Float](b *Buf[T]) (rows, k int) {
 func logSoftmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	x, y := in[0], out[0]
 	n, k := lastDim(x)
+	if r := lowRounder[T](a); r != nil {
+		logSoftmaxLowp(r, view[float32](x.Data[:n*k]), view[float32](y.Data[:n*k]), k)
+		return
+	}
 	for r := 0; r < n; r++ {
 		xr, yr := x.Data[r*k:][:k], y.Data[r*k:][:k]
 		m := rowMax(xr)
@@ -119,6 +123,10 @@ func logSoftmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func logSoftmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, y, dx := in[0], in[1], out[0]
 	n, k := lastDim(dy)
+	if r := lowRounder[T](a); r != nil {
+		logSoftmaxGradLowp(r, view[float32](dy.Data[:n*k]), view[float32](y.Data[:n*k]), view[float32](dx.Data[:n*k]), k)
+		return
+	}
 	for r := 0; r < n; r++ {
 		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
 		var s float64
@@ -174,6 +182,10 @@ func softmax[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 func softmaxGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	dy, y, dx := in[0], in[1], out[0]
 	n, k := lastDim(dy)
+	if r := lowRounder[T](a); r != nil {
+		softmaxGradLowp(r, view[float32](dy.Data[:n*k]), view[float32](y.Data[:n*k]), view[float32](dx.Data[:n*k]), k)
+		return
+	}
 	for r := 0; r < n; r++ {
 		gr, yr, dr := dy.Data[r*k:][:k], y.Data[r*k:][:k], dx.Data[r*k:][:k]
 		var s float64

@@ -50,7 +50,7 @@ const (
 
 var tensorOps = []*Def{
 	{
-		Op: Flatten, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, Alias: true,
+		Op: Flatten, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, Alias: true, Autocast: AutocastExact,
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			x := in[0]
 			if len(x) < 2 {
@@ -63,7 +63,7 @@ var tensorOps = []*Def{
 		Kernel32: flatten[float32], Kernel64: flatten[float64],
 	},
 	{
-		Op: Concat, In: []Input{{Name: "input"}, {Name: "other"}}, Out: []Output{{Name: "y"}},
+		Op: Concat, In: []Input{{Name: "input"}, {Name: "other"}}, Out: []Output{{Name: "y"}}, Autocast: AutocastExact,
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			x, y := in[0], in[1]
 			if len(x) < 2 || len(y) < 2 {
@@ -90,7 +90,7 @@ var tensorOps = []*Def{
 		Kernel32: concat[float32], Kernel64: concat[float64],
 	},
 	{
-		Op: Narrow, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}},
+		Op: Narrow, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, Autocast: AutocastExact,
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			x := in[0]
 			if len(x) < 2 {
@@ -119,7 +119,7 @@ var tensorOps = []*Def{
 		Kernel32: narrowGrad[float32], Kernel64: narrowGrad[float64],
 	},
 	{
-		Op: Permute, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}},
+		Op: Permute, In: []Input{{Name: "input"}}, Out: []Output{{Name: "y"}}, Autocast: AutocastExact,
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			x := in[0]
 			r := len(x)

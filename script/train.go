@@ -9,6 +9,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"gorun/engine/spec"
+	"gorun/ops"
 )
 
 // trainParams are train()'s parameters, each overridable with --set.
@@ -16,6 +17,7 @@ var trainParams = []string{
 	"model", "loss", "data", "eval", "partition", "sync", "optimizer",
 	"batch_size", "epochs", "seed", "max_steps", "shuffle", "accumulate", "uneven", "keep",
 	"on_nonfinite", "label_smoothing", "schedule", "clip_grad_norm", "ignore_index",
+	"precision",
 }
 
 // maxEpochs bounds train(epochs = ...): the runner keeps a few words per
@@ -67,13 +69,15 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		scheduleV        = starlark.Value(starlark.None)
 		clipNorm         number
 		ignoreV          = starlark.Value(starlark.None)
+		precision        = "fp32"
 	)
 	if err := starlark.UnpackArgs(b.Name(), nil, kw,
 		"model", &model, "loss", &lossV, "data", &dataV, "optimizer", &optV,
 		"eval?", &evalV, "partition?", &partition, "sync?", &syncV,
 		"batch_size?", &batch, "epochs?", &epochs, "seed?", &seed, "max_steps?", &maxSteps,
 		"shuffle?", &shuffle, "accumulate?", &accumulate, "uneven?", &uneven, "keep?", &keep,
-		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV, "clip_grad_norm?", &clipNorm, "ignore_index?", &ignoreV); err != nil {
+		"on_nonfinite?", &onNonFinite, "label_smoothing?", &labelSmoothing, "schedule?", &scheduleV, "clip_grad_norm?", &clipNorm, "ignore_index?", &ignoreV,
+		"precision?", &precision); err != nil {
 		return nil, err
 	}
 	loss, lc, err := lossOf(b, lossV)
@@ -92,6 +96,9 @@ func trainBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	s := &spec.Spec{
 		Loss: loss, BatchSize: batch, Epochs: epochs, Seed: seed, MaxSteps: maxSteps,
 		Shuffle: shuffle, Accumulate: accumulate, Uneven: uneven, Keep: keep, OnNonFinite: onNonFinite, LabelSmoothing: float64(labelSmoothing), ClipGradNorm: float64(clipNorm), Pos: position(thread),
+	}
+	if s.Precision, err = ops.ParsePrecision(precision); err != nil {
+		return nil, fmt.Errorf("%s: %v", b.Name(), err)
 	}
 	tr, err := traceOf(thread)
 	if err != nil {

@@ -61,6 +61,9 @@ var launchFlags = map[string]bool{"dry-run": true, "mpirun": true, "max-restarts
 // the run folder's newest checkpoint, while at least --min-processes
 // processes are left.
 func launchCmd(args []string, stdout, stderr io.Writer) error {
+	if wantsProbeLinks(args) { // cmd/gorun/probelinks.go
+		return probeLinksCmd(args, stdout, stderr)
+	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
 	dryRun := fs.Bool("dry-run", false, "launch: print the mpirun command and exit")

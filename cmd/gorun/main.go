@@ -26,6 +26,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"time"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -85,6 +86,10 @@ type flags struct {
 	// stderr is where abortScript writes (nil: Starlark code that cannot
 	// be stopped runs to its end).
 	stderr io.Writer
+	// predict and stepTime are gorun plan's --predict and --step-time
+	// (cmd/gorun/scaling.go).
+	predict  bool
+	stepTime time.Duration
 }
 
 const usage = `usage:
@@ -92,6 +97,8 @@ const usage = `usage:
   gorun plan [flags] SCRIPT.star         print the compiled Plan (--dot FILE: Graphviz too)
   gorun plot [-o DIR] RUN_DIR...         draw loss and accuracy curves of runs (PNG)
   gorun launch --cluster C.toml SCRIPT   start a multi-process run through mpirun
+  gorun launch --cluster C.toml --probe-links
+                                         measure the links between the hosts: [[link]] tables
   gorun sample RUN_DIR --prompt TEXT     continue a text with a trained sequence model
   gorun predict RUN_DIR FILE...          predict with a trained model (.npy, .safetensors arrays)
   gorun board [--addr HOST:PORT] RUN_DIR...
@@ -127,6 +134,8 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.verbose, "v", false, "print a line per step")
 	fs.StringVar(&f.dot, "dot", "", "plan: also write the Plan as Graphviz to this `file`")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the run in a non-empty --out folder")
+	fs.BoolVar(&f.predict, "predict", false, "plan: also predict the step time, samples/s and scaling efficiency on the cluster and on 2×, 4×, … its hosts (links: the cluster file's [[link]] tables)")
+	fs.DurationVar(&f.stepTime, "step-time", 0, "plan --predict: one device's measured step `time` at the plan's per-device batch (default: measured here, a few steps)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -230,6 +239,8 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 			return plotCmd(args[1:], stdout, stderr)
 		case "launch":
 			return launchCmd(args[1:], stdout, stderr)
+		case probeRankCmd: // started by gorun launch --probe-links
+			return probeLinksRank(args[1:], stdout, stderr)
 		case "sample":
 			return sampleCmd(args[1:], stdout, stderr)
 		case "predict":
@@ -286,7 +297,10 @@ func dispatch(args []string, stdout, stderr io.Writer) (err error) {
 				return err
 			}
 		}
-		return plan.Describe(stdout)
+		if err := plan.Describe(stdout); err != nil || !f.predict {
+			return err
+		}
+		return predictScaling(plan, &f, stdout)
 	}
 	out := f.out
 	if out == "" {
@@ -318,6 +332,10 @@ func checkFlags(cmd string, f *flags) error {
 		return &usageError{"--overwrite needs --out DIR (the run folder to replace)"}
 	case f.restart != "" && f.resume == "":
 		return &usageError{"--elastic-restart comes with --resume DIR (gorun launch --max-restarts sets both on the processes it restarts)"}
+	case (f.predict || f.given["step-time"]) && cmd != "plan":
+		return &usageError{fmt.Sprintf("--predict and --step-time predict a plan's scaling: use them with gorun plan, not %s", cmd)}
+	case f.given["step-time"] && (!f.predict || f.stepTime <= 0):
+		return &usageError{fmt.Sprintf("--step-time %v: want a positive duration, with --predict", f.stepTime)}
 	case f.dot != "" && cmd != "plan":
 		return &usageError{fmt.Sprintf("--dot writes the compiled Plan as Graphviz: use it with gorun plan, not %s", cmd)}
 	}

@@ -56,6 +56,9 @@
 #   {"check":"attention", ...}      a GPT (T 256) with the fused attention against the unfused
 #                                   plan (cluster.fusion=false): step losses ≤ 1e-4 apart, the
 #                                   second epoch's samples/s of each and their ratio
+#   {"check":"bf16_vs_torch_autocast"} precision = "bf16" (mnist_nodrop.star, 20 steps) against
+#                                   PyTorch's autocast(bfloat16) on the same GPU: at least as close
+#                                   as PyTorch's bf16 run is to its own fp32 run
 #   {"check":"fused_classifier"}    (cuda.test) the fused classifier against cross_entropy +
 #                                   cross_entropy_grad at vocab 50257 and 65: differences, µs of each
 #   {"check":"lt_linear_bias"}      (cuda.test) a linear layer's bias in a cuBLASLt epilogue against
@@ -713,6 +716,45 @@ def _():
     emit({"check": "resnet_fashion", "precision": "bf16", "devices": 1, "samples_per_s": sps, "seconds_to_092": to_target,
           "accuracy": accs, "wall_seconds": round(dt, 1),
           "ok": rc == 0 and final is not None and final >= CPU_RESNET_ACCURACY - 0.01, "tail": tail(log) if rc != 0 else []})
+
+
+# --- 8c. bf16 (train(precision = "bf16")) against PyTorch's CUDA autocast.
+# mnist_nodrop.star from the same weights (PyTorch's default init, written
+# by torch_bf16.py) on the same 20 batches, in fp32 and bf16: gorun's bf16
+# losses must be at least as close to PyTorch's autocast(bfloat16) run as
+# that run is to PyTorch's own fp32 run (the largest difference over the
+# steps). A cuda plan follows torch.autocast("cuda")'s lists (log_softmax
+# in float32: cudatarget's AutocastFP32). --------------------------------
+@check("bf16_vs_torch_autocast")
+def _():
+    init = os.path.join(work, "bf16_init.safetensors")
+    rc, dt, log = run("torch_bf16", [sys.executable, os.path.join(here, "torch_bf16.py"), "--mnist", mnist_dir,
+                                     "--init", init], 60, reserve=20)
+    ref = (json_lines(log) or [None])[-1]
+    if ref is None:
+        emit({"check": "bf16_vs_torch_autocast", "ok": False, "rc": rc, "tail": tail(log)})
+        return
+    losses = {}
+    for prec in ("fp32", "bf16"):
+        name = "mnist_nodrop_" + prec
+        rundir = os.path.join(work, name)
+        shutil.rmtree(rundir, ignore_errors=True)
+        rc, dt, log = run(name, [gorun, os.path.join(here, "mnist_nodrop.star"), "--cluster", cluster(False),
+                                 "--init", init, "--set", "precision=%s" % prec, "--set", "eval=None",
+                                 "--out", rundir], 45, reserve=10)
+        losses[prec] = [m["loss"] for m in metrics(rundir)[0]]
+        if rc != 0:
+            emit({"check": "bf16_run", "precision": prec, "rc": rc, "ok": False, "tail": tail(log)})
+
+    def maxdiff(a, b):
+        return max(abs(x - y) for x, y in zip(a, b)) if a and b and len(a) == len(b) else None
+
+    ours, theirs = maxdiff(losses["bf16"], ref.get("bf16")), maxdiff(ref.get("bf16"), ref.get("fp32"))
+    emit({"check": "bf16_vs_torch_autocast", "torch": ref.get("torch"),
+          "gorun_bf16_vs_torch_bf16": ours, "torch_bf16_vs_torch_fp32": theirs,
+          "gorun_fp32_vs_torch_fp32": maxdiff(losses["fp32"], ref.get("fp32")),
+          "gorun_bf16": losses["bf16"], "torch_bf16": ref.get("bf16"),
+          "ok": ours is not None and theirs is not None and ours <= theirs})
 
 
 # --- 9. resnet_fashion.star as the CPU's figure was made: two devices

@@ -19,6 +19,24 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 #define GORUN_INV_SQRT2 0.7071067811865476    // 1/sqrt(2)
 #define GORUN_INV_SQRT_2PI 0.3989422804014327 // 1/sqrt(2π)
 
+// gorun_round_to rounds v to the nearest number with frac fraction bits
+// whose exponent is at least minexp (below it, the subnormals' quantum
+// 2^(minexp-frac)), ties to even, and to ±Inf from inf_from on: bfloat16
+// (7, -126, (2-2⁻⁸)·2¹²⁷) and float16 (10, -14, 65520), as ops.RoundBF16
+// and ops.RoundFP16. In double, where a/q and the rounded product are
+// exact. NaN, ±Inf and ±0 stay.
+__device__ static float gorun_round_to(float v, int frac, int minexp, double inf_from) {
+  double a = fabs((double)v);
+  if (a != a || a == 0.0) return v;
+  if (a >= inf_from) return (float)copysign(HUGE_VAL, (double)v);
+  int e;
+  frexp(a, &e); // a in [2^(e-1), 2^e)
+  int qe = e - 1 - frac;
+  if (qe < minexp - frac) qe = minexp - frac;
+  double q = ldexp(1.0, qe);
+  return (float)copysign(rint(a / q) * q, (double)v);
+}
+
 // The op is the same for every thread: one loop per op keeps the loops
 // free of a per-element switch.
 GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha) {
@@ -46,6 +64,12 @@ GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha) {
       double f = v;
       return (float)(0.5 * f * (1 + tanh(GORUN_GELU_K * (f + GORUN_GELU_C * f * f * f))));
     });
+    break;
+  case GORUN_UNARY_ROUND_BF16:
+    GORUN_FOR(i, n) { y[i] = gorun_round_to(x[i], 7, -126, ldexp(511.0, 119)); }
+    break;
+  case GORUN_UNARY_ROUND_FP16:
+    GORUN_FOR(i, n) { y[i] = gorun_round_to(x[i], 10, -14, 65520.0); }
     break;
   case GORUN_UNARY_SILU:
     gorun_map1(x, y, n, [](float v) { return v / (1.0f + (float)exp(-(double)v)); });

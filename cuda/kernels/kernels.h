@@ -98,6 +98,10 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 //   GELU        x·Φ(x) = 0.5·x·(1+erf(x/√2)), in double (GELU)
 //   GELU_TANH   0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))), in double (GELU
 //               with Approximate)
+//   ROUND_BF16  x rounded to the nearest bfloat16, ties to even, ±Inf past
+//               the largest (Round with Precision BF16); NaN stays NaN
+//   ROUND_FP16  x rounded to the nearest float16, ties to even, with its
+//               subnormals, ±Inf from 65520 on (Round with Precision FP16)
 //   SILU        x/(1+e), e = exp(-x) in double rounded to float, the rest
 //               in float (SiLU)
 // ELEMENTWISE(n). In place ok.
@@ -107,6 +111,8 @@ GORUN_KERNEL gorun_relu_grad(const float* dy, const float* dy2, const float* y, 
 #define GORUN_UNARY_SCALE 3
 #define GORUN_UNARY_GELU 4
 #define GORUN_UNARY_GELU_TANH 5
+#define GORUN_UNARY_ROUND_BF16 7
+#define GORUN_UNARY_ROUND_FP16 8
 #define GORUN_UNARY_SILU 6
 GORUN_KERNEL gorun_unary(const float* x, float* y, int n, int op, float alpha);
 // Binary ops, out[i] = f(a[i], b[i]), f chosen by op (GORUN_BINARY_*):

@@ -17,6 +17,7 @@ import (
 	"gorun/comm"
 	"gorun/engine"
 	"gorun/engine/spec"
+	"gorun/ops"
 	"gorun/safetensors"
 )
 
@@ -284,6 +285,10 @@ func (rs *runState) saveCheckpoint(d *worker, pr *progress, g *gathered) error {
 		"plan_format":   engine.ResumeKeyFormat,
 		"epochs":        strconv.Itoa(p.Spec.Epochs),
 		"max_batch":     strconv.Itoa(p.MaxBatch),
+	}
+	if w := rs.workers[0]; w.amp.on {
+		// fp16: the dynamic loss scale goes on where it was.
+		meta["loss_scale"], meta["loss_scale_clean"] = fmtF(w.amp.scale), strconv.Itoa(w.amp.clean)
 	}
 	ts, err := rs.paramTensors()
 	if err != nil {
@@ -631,6 +636,15 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	if _, ok := m["skipped_steps"]; ok { // absent from checkpoints before it was kept
 		pr.Skipped = atoi("skipped_steps")
 	}
+	// fp16's loss scale, when the checkpoint has one (an fp16 run's); a
+	// run of another precision, or a checkpoint without it, starts afresh.
+	var amp lossScaler
+	if _, ok := m["loss_scale"]; ok && p.Spec.Precision == ops.FP16 {
+		amp = lossScaler{on: true, scale: parseF(m["loss_scale"]), clean: atoi("loss_scale_clean")}
+		if !(amp.scale > 0) || math.IsInf(amp.scale, 0) {
+			errs = append(errs, fmt.Errorf("loss_scale %q", m["loss_scale"]))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: bad metadata: %v", statePath(params), err)
 	}
@@ -640,6 +654,7 @@ func (rs *runState) loadCheckpoint(dir string) (*progress, error) {
 	}
 	for _, d := range rs.workers {
 		prog, r := d.prog, d.rank
+		d.amp = amp
 		if t, ok := sf.Get(fmt.Sprintf("rank%d/rng", r)); ok {
 			if err := d.dev.SetRNGState(t.Data); err != nil {
 				return nil, fmt.Errorf("%s: rank %d rng: %v", statePath(params), r, err)

@@ -31,6 +31,10 @@ type worker struct {
 	host comm.Communicator
 	rc   backend.RunCtx
 	step int // optimizer steps taken
+	// amp is fp16's dynamic loss scale (lossscale.go), set by the first
+	// optimizer step; ampUsed the scale of the last step.
+	amp     lossScaler
+	ampUsed float64
 	// shareState is set when rank 0's optimizer state is every rank's
 	// (the sync strategy's ShareState), so the initial broadcast sends it
 	// too.

@@ -68,6 +68,10 @@ type StepMetrics struct {
 	// on_nonfinite = "skip" skipped (this one too when its Loss is NaN).
 	// metrics.jsonl's epoch line has it; the step line's loss is null.
 	SkippedSteps int
+	// LossScale is the dynamic loss scale the step ran under
+	// (train(precision = "fp16"): GradScaler's scale); 0 for the other
+	// precisions, whose step lines leave it out.
+	LossScale float64
 }
 
 func appendFloat(b []byte, v float64) []byte {
@@ -97,6 +101,10 @@ func (m *metrics) step(s *StepMetrics) error {
 	b = appendFloat(b, s.DataWaitSeconds)
 	b = append(b, `,"time":`...)
 	b = appendFloat(b, s.Time)
+	if s.LossScale != 0 {
+		b = append(b, `,"loss_scale":`...)
+		b = appendFloat(b, s.LossScale)
+	}
 	b = append(b, "}\n"...)
 	m.buf = b
 	_, err := m.f.Write(b)

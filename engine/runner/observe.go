@@ -43,6 +43,9 @@ func (rs *runState) stepDone(d *worker, pr *progress, epoch int, loss float64, t
 	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.lr, Samples: total,
 		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
 		DataWaitSeconds: d.dataWait.Seconds(), Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
+	if d.amp.on {
+		sm.LossScale = d.ampUsed
+	}
 	if err := rs.metrics.step(&sm); err != nil {
 		return fmt.Errorf("writing %s: %w", MetricsFile, err)
 	}

@@ -709,7 +709,12 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 			denom += len(sc.Slice(d.rank, m))
 		}
 	}
-	scale := p.Sync.LossScale()
+	if d.amp.scale == 0 {
+		d.amp = newLossScaler(s.Precision)
+	}
+	// fp16: the loss, so every gradient, times the dynamic loss scale.
+	d.ampUsed = d.amp.scale
+	scale := p.Sync.LossScale() * d.amp.scale
 	positions := denom * p.Positions()
 	noTargets := false // every target of the step is the ignore_index
 	if ig, ok := ignore32(s.IgnoreIndex); ok && p.Classes > 0 {
@@ -778,7 +783,14 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		}
 	}
 	sum, stops, bads := d.sumOut3[0], d.sumOut3[1], d.sumOut3[2]
-	if bads > 0 {
+	if bads > 0 && d.amp.on {
+		// fp16: GradScaler skips the step and halves the scale.
+		pr.Skipped++
+		if d.rank == 0 {
+			fmt.Fprintf(rs.log, "epoch %d step %d: inf or NaN under loss scale %g; update skipped, loss scale now %g (fp16 loss scaling)\n",
+				epoch+1, d.step+1, d.amp.scale, d.amp.scale*lossScaleBackoff)
+		}
+	} else if bads > 0 {
 		if s.OnNonFinite != "skip" {
 			return rs.nonFinite(d, epoch, bad > 0, local, gradsOK)
 		}
@@ -788,9 +800,17 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 		if d.rank == 0 {
 			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", epoch+1, d.step+1)
 		}
-	} else if err := d.runUpdate(); err != nil {
-		return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+	} else {
+		if d.amp.on {
+			// The update phase unscales the gradients first
+			// (ops.GradUnscale reads the loss scale as 1/S).
+			d.rc.LossScale = 1 / d.amp.scale
+		}
+		if err := d.runUpdate(); err != nil {
+			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+		}
 	}
+	d.amp.update(bads > 0)
 	d.step++
 	pr.Step, pr.Micro = d.step, g1
 	d.interrupted = stops > 0

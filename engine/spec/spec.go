@@ -375,6 +375,12 @@ type Spec struct {
 	// "skip" (the update is skipped and training goes on, as AMP's scaler
 	// does).
 	OnNonFinite string
+	// Precision is train(precision = ...): ops.FP32 (the default),
+	// ops.BF16 (torch.autocast's mixed precision: matrix products and
+	// convolutions on bfloat16 operands with float32 accumulation, float32
+	// master weights and losses) or ops.FP16 (the same in float16, with
+	// GradScaler's dynamic loss scaling).
+	Precision ops.Precision
 
 	// Loads lists the files load() statements resolved to, in order.
 	Loads []string

@@ -63,6 +63,11 @@ type Target struct {
 	// registered by a build that lacks it ("build gorun with `make
 	// build-cuda` …").
 	Hint string
+	// AutocastFP32 are the ops that mixed precision runs in float32 on
+	// this backend beyond their own ops.Def.Autocast (PyTorch 1.13's CPU
+	// lists): torch.autocast's lists differ by device, and CUDA's keeps
+	// softmax, log-softmax and layer norm in float32.
+	AutocastFP32 []ops.Op
 }
 
 // Transport is a transport that comes with a backend.

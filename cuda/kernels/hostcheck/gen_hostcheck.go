@@ -346,6 +346,8 @@ const (
 	UnaryScale          = 3   // GORUN_UNARY_SCALE
 	UnaryGELU           = 4   // GORUN_UNARY_GELU
 	UnaryGELUTanh       = 5   // GORUN_UNARY_GELU_TANH
+	UnaryRoundBf16      = 7   // GORUN_UNARY_ROUND_BF16
+	UnaryRoundFp16      = 8   // GORUN_UNARY_ROUND_FP16
 	UnarySilu           = 6   // GORUN_UNARY_SILU
 	BinaryAdd           = 0   // GORUN_BINARY_ADD
 	BinarySub           = 1   // GORUN_BINARY_SUB
@@ -376,6 +378,8 @@ var Codes = map[string]int{
 	"GORUN_UNARY_SCALE":            UnaryScale,
 	"GORUN_UNARY_GELU":             UnaryGELU,
 	"GORUN_UNARY_GELU_TANH":        UnaryGELUTanh,
+	"GORUN_UNARY_ROUND_BF16":       UnaryRoundBf16,
+	"GORUN_UNARY_ROUND_FP16":       UnaryRoundFp16,
 	"GORUN_UNARY_SILU":             UnarySilu,
 	"GORUN_BINARY_ADD":             BinaryAdd,
 	"GORUN_BINARY_SUB":             BinarySub,

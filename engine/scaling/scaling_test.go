@@ -1,0 +1,282 @@
+package scaling
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"gorun/comm"
+	"gorun/engine"
+	_ "gorun/engine/backend/cpu"
+	"gorun/script"
+)
+
+type memFile string
+
+func (m memFile) ReadFile(path string) ([]byte, error) {
+	if path == "/t/train.star" {
+		return []byte(m), nil
+	}
+	return nil, os.ErrNotExist
+}
+
+// net is a small MNIST-shaped convolutional net with buckets of 0.1 MB,
+// so that its 0.1 MB of gradients make several buckets.
+const net = `
+train(
+    model = nn.sequential(
+        nn.conv2d(1, 10, kernel = 5, name = "conv1"), nn.maxpool2d(2), nn.relu(),
+        nn.conv2d(10, 20, kernel = 5, name = "conv2"), nn.maxpool2d(2), nn.relu(),
+        nn.flatten(),
+        nn.linear(320, 50, name = "fc1"), nn.relu(),
+        nn.linear(50, 10, name = "fc2"),
+        nn.log_softmax(),
+    ),
+    loss = "nll",
+    data = data.synthetic(size = 512, shape = (1, 28, 28), classes = 10),
+    sync = sync.allreduce(op = "mean", bucket_mb = 0.02, overlap = OVERLAP),
+    optimizer = optim.sgd(lr = 0.01, momentum = 0.5),
+    batch_size = 128,
+    epochs = 1,
+)
+`
+
+// plan compiles net for hosts hosts of one process each.
+func plan(t *testing.T, overlap bool, hosts int, links ...engine.Link) *engine.Plan {
+	t.Helper()
+	src := strings.Replace(net, "OVERLAP", map[bool]string{true: "True", false: "False"}[overlap], 1)
+	s, err := script.Load("/t/train.star", script.WithFileReader(memFile(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := engine.DefaultCluster()
+	c.Transport = "mpi"
+	for i := range hosts {
+		c.Nodes = append(c.Nodes, engine.Host{Host: "10.0.0." + string(rune('1'+i)), Slots: 1})
+	}
+	c.Links = links
+	p, err := engine.Compile(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var gbit = engine.Link{Class: engine.LinkHost, Bandwidth: 125e6, Latency: 50 * time.Microsecond}
+
+func near(a, b time.Duration) bool { return math.Abs(float64(a-b)) <= 2 }
+
+// TestCollectiveTime checks the alpha–beta formulas against figures
+// worked out by hand: 1 MB over 4 ranks, α 10 µs, β 1 GB/s.
+func TestCollectiveTime(t *testing.T) {
+	l := engine.Link{Bandwidth: 1e9, Latency: 10 * time.Microsecond}
+	const n = 1e6
+	us := time.Microsecond
+	for _, tc := range []struct {
+		kind engine.CollectiveKind
+		alg  comm.Algorithm
+		p    int
+		want time.Duration
+	}{
+		{engine.CollectiveAllReduce, comm.Ring, 4, 2 * 3 * (10*us + 250*us)},  // 1.56 ms
+		{engine.CollectiveAllReduce, comm.Tree, 4, 2 * 2 * (10*us + 1000*us)}, // 4.04 ms
+		{engine.CollectiveAllReduce, comm.Direct, 4, 3 * (10*us + 1000*us)},
+		{engine.CollectiveAllReduce, comm.Auto, 4, 2 * 3 * (10*us + 250*us)},  // Auto: 1 MB goes Ring
+		{engine.CollectiveAllReduce, comm.Tree, 5, 2 * 3 * (10*us + 1000*us)}, // ⌈log₂5⌉ = 3
+		{engine.CollectiveReduceScatter, comm.Ring, 4, 3 * (10*us + 250*us)},
+		{engine.CollectiveAllGather, comm.Ring, 4, 3 * (10*us + 250*us)},
+		{engine.CollectiveBroadcast, comm.Ring, 4, 3*10*us + 1000*us},
+		{engine.CollectiveBroadcast, comm.Tree, 4, 2 * (10*us + 1000*us)},
+		{engine.CollectiveReduce, comm.Ring, 4, 3*(10*us+250*us) + 10*us + 750*us},
+		{engine.CollectiveBroadcast, comm.Direct, 4, 10*us + 3000*us},
+		{engine.CollectiveAllReduce, comm.Ring, 1, 0},
+	} {
+		if got := CollectiveTime(tc.kind, tc.alg, tc.p, n, l); !near(got, tc.want) {
+			t.Errorf("%s %s over %d: %v, want %v", tc.kind, tc.alg, tc.p, got, tc.want)
+		}
+	}
+	// With by_size, each hop's messages take their own rate: a ring's
+	// blocks of 250 kB go at the 256KiB rate.
+	sized := l
+	sized.BySize = []engine.SizeRate{{Size: 256 << 10, Bandwidth: 2e9}, {Size: 1 << 20, Bandwidth: 1e9}}
+	if got, want := CollectiveTime(engine.CollectiveAllReduce, comm.Ring, 4, n, sized), 2*3*(10*us+125*us); !near(got, want) {
+		t.Errorf("ring with by_size: %v, want %v", got, want)
+	}
+	// Auto sends a small buffer Direct, as comm does.
+	if got, want := CollectiveTime(engine.CollectiveAllReduce, comm.Auto, 4, 64, l), 3*(10*us+64*time.Nanosecond); !near(got, want) {
+		t.Errorf("auto on 64 B: %v, want direct's %v", got, want)
+	}
+}
+
+// TestPredictWithoutOverlap: with the buckets after backward, the step is
+// the compute plus every collective, each a ring all-reduce across the
+// hosts; the compute's shares add up to the measured step.
+func TestPredictWithoutOverlap(t *testing.T) {
+	p := plan(t, false, 3, gbit)
+	const compute = 20 * time.Millisecond
+	pr, err := Predict(p, TopologyOf(&p.Cluster), compute, LinksOf(&p.Cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := pr.Forward + pr.Backward + pr.Update - compute; d < -3 || d > 3 {
+		t.Errorf("forward %v + backward %v + update %v ≠ %v", pr.Forward, pr.Backward, pr.Update, compute)
+	}
+	if pr.Forward <= 0 || pr.Backward <= pr.Forward/2 || pr.Update <= 0 {
+		t.Errorf("shares forward %v, backward %v, update %v: want backward near twice forward", pr.Forward, pr.Backward, pr.Update)
+	}
+	var buckets int
+	var want time.Duration
+	for _, c := range pr.Collectives {
+		if c.Stream != "compute" {
+			t.Errorf("%s on stream %s without overlap", c.Tag, c.Stream)
+		}
+		if strings.HasPrefix(c.Tag, "bucket ") {
+			buckets++
+			if len(c.Levels) != 1 || c.Levels[0].Class != engine.LinkHost || c.Levels[0].Ranks != 3 {
+				t.Errorf("%s: levels %+v, want one over the 3 hosts", c.Tag, c.Levels)
+			}
+			if w := CollectiveTime(engine.CollectiveAllReduce, comm.Ring, 3, float64(c.Bytes), gbit); c.Bytes > smallBytes && !near(c.Time, w) {
+				t.Errorf("%s (%d B): %v, want the ring's %v", c.Tag, c.Bytes, c.Time, w)
+			}
+		}
+		want += c.Time
+	}
+	if buckets < 3 {
+		t.Fatalf("%d buckets, want several (bucket_mb = 0.02)", buckets)
+	}
+	if !near(pr.Comm, want) || !near(pr.Step, compute+want) || !near(pr.Exposed, want) {
+		t.Errorf("step %v, comm %v, exposed %v; want %v + %v", pr.Step, pr.Comm, pr.Exposed, compute, want)
+	}
+	if e := compute.Seconds() / pr.Step.Seconds(); math.Abs(pr.Efficiency-e) > 1e-9 {
+		t.Errorf("efficiency %g, want %g", pr.Efficiency, e)
+	}
+	if want := float64(128) / pr.Step.Seconds(); math.Abs(pr.SamplesPerS-want) > 1e-6*want {
+		t.Errorf("samples/s %g, want %g", pr.SamplesPerS, want)
+	}
+}
+
+// TestPredictOverlap: with overlap the buckets start during backward, so
+// the step is shorter than without, but never shorter than the compute
+// or than the communication after the first bucket is ready.
+func TestPredictOverlap(t *testing.T) {
+	const compute = 20 * time.Millisecond
+	for _, bw := range []float64{125e6, 6.25e6} { // 1 Gbit/s: comm < backward; 50 Mbit/s: comm ≫ compute
+		l := gbit
+		l.Bandwidth = bw
+		seq, err := Predict(plan(t, false, 2, l), Topology{2, 1, 1}, compute, Links{engine.LinkHost: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := plan(t, true, 2, l)
+		ov, err := Predict(p, TopologyOf(&p.Cluster), compute, LinksOf(&p.Cluster))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hidden, buckets time.Duration
+		firstStart := time.Duration(math.MaxInt64)
+		for _, c := range ov.Collectives {
+			if strings.HasPrefix(c.Tag, "bucket ") {
+				if c.Stream != "comm" {
+					t.Errorf("%s on stream %s with overlap", c.Tag, c.Stream)
+				}
+				hidden += c.Hidden
+				buckets += c.Time
+				firstStart = min(firstStart, c.Start)
+			}
+		}
+		if hidden <= 0 || ov.Step >= seq.Step {
+			t.Errorf("β %g: overlap step %v (hidden %v), without %v: want shorter", bw, ov.Step, hidden, seq.Step)
+		}
+		if ov.Step < compute || ov.Step < firstStart+buckets {
+			t.Errorf("β %g: overlap step %v shorter than compute %v or first bucket's start %v + buckets %v", bw, ov.Step, compute, firstStart, buckets)
+		}
+		if firstStart < ov.Forward {
+			t.Errorf("β %g: a bucket starts at %v, before backward (forward ends at %v)", bw, firstStart, ov.Forward)
+		}
+	}
+}
+
+// TestScaleEfficiency: on more hosts the ring's time grows towards
+// 2·n/β and the efficiency falls, never rising; the global batch grows
+// with the devices.
+func TestScaleEfficiency(t *testing.T) {
+	p := plan(t, true, 2, gbit)
+	ps, err := Scale(p, TopologyOf(&p.Cluster), 20*time.Millisecond, LinksOf(&p.Cluster), []int{1, 2, 4, 32, 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pr := range ps {
+		if pr.GlobalBatch != 64*pr.Topology.World() {
+			t.Errorf("%d hosts: global batch %d, want 64 a device", pr.Topology.Hosts, pr.GlobalBatch)
+		}
+		if i > 0 && pr.Efficiency > ps[i-1].Efficiency {
+			t.Errorf("efficiency rises from %d hosts (%.3f) to %d (%.3f)", ps[i-1].Topology.Hosts, ps[i-1].Efficiency, pr.Topology.Hosts, pr.Efficiency)
+		}
+	}
+	if ps[0].Topology.Hosts != 2 || ps[4].Topology.Hosts != 512 {
+		t.Errorf("hosts %d … %d, want 2 … 512", ps[0].Topology.Hosts, ps[4].Topology.Hosts)
+	}
+}
+
+// TestMissingLink: a prediction that needs a link class the cluster file
+// lacks says which and how to give it.
+func TestMissingLink(t *testing.T) {
+	p := plan(t, true, 2)
+	_, err := Predict(p, TopologyOf(&p.Cluster), 20*time.Millisecond, LinksOf(&p.Cluster))
+	if err == nil || !strings.Contains(err.Error(), `no [[link]] table with class = "host"`) || !strings.Contains(err.Error(), "--probe-links") {
+		t.Errorf("got %v, want the missing host link named", err)
+	}
+	// One process of one device needs no link at all.
+	one := plan(t, true, 1)
+	one.Cluster.Nodes = nil
+	pr, err := Predict(one, Topology{1, 1, 1}, 20*time.Millisecond, nil)
+	if err != nil || pr.Step != 20*time.Millisecond || pr.Efficiency != 1 {
+		t.Errorf("one device: %+v, %v", pr, err)
+	}
+	if _, err := Predict(one, Topology{1, 1, 1}, 0, nil); err == nil {
+		t.Errorf("a step time of 0 was taken")
+	}
+}
+
+// TestPredictHier: two hosts of one process with two devices each: every
+// bucket crosses comm.Hier's levels, a tree in memory (reduce and
+// broadcast back) and the all-reduce across the hosts; a cluster file
+// without an inproc link says so.
+func TestPredictHier(t *testing.T) {
+	p := plan(t, true, 2, gbit)
+	p.Cluster.Devices = 2
+	s := *p.Spec
+	q, err := engine.CompileProcess(&s, p.Cluster, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := TopologyOf(&q.Cluster)
+	if topo != (Topology{Hosts: 2, ProcsPerHost: 1, Devices: 2}) || topo.World() != 4 {
+		t.Fatalf("topology %+v", topo)
+	}
+	if _, err := Predict(q, topo, 10*time.Millisecond, Links{engine.LinkHost: gbit}); err == nil || !strings.Contains(err.Error(), `class = "inproc", which the 2 devices of a process use`) {
+		t.Errorf("no inproc link: got %v", err)
+	}
+	in := engine.Link{Class: engine.LinkInProc, Bandwidth: 10e9, Latency: time.Microsecond}
+	pr, err := Predict(q, topo, 10*time.Millisecond, Links{engine.LinkHost: gbit, engine.LinkInProc: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pr.Collectives {
+		if !strings.HasPrefix(c.Tag, "bucket ") {
+			continue
+		}
+		if len(c.Levels) != 2 || c.Levels[0].Class != engine.LinkInProc || c.Levels[1].Class != engine.LinkHost || c.Levels[1].Ranks != 2 {
+			t.Fatalf("%s: levels %+v, want inproc then host over 2 processes", c.Tag, c.Levels)
+		}
+		n := float64(c.Bytes)
+		if want := 2 * CollectiveTime(engine.CollectiveBroadcast, comm.Tree, 2, n, in); !near(c.Levels[0].Time, want) {
+			t.Errorf("%s in memory: %v, want a tree there and back %v", c.Tag, c.Levels[0].Time, want)
+		}
+		if !near(c.Time, c.Levels[0].Time+c.Levels[1].Time) {
+			t.Errorf("%s: %v is not the sum of its levels", c.Tag, c.Time)
+		}
+	}
+}
