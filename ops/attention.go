@@ -93,7 +93,10 @@ var attentionOps = []*Def{
 		Kernel32: attention[float32], Kernel64: attention[float64],
 	},
 	{
-		Op: AttentionGrad, In: []Input{{Name: "do"}, {Name: "qkv"}, {Name: "o"}, {Name: "lse"}},
+		// AutocastLower: autocast rewrites forward ops only; for this
+		// gradient op it says that its Attrs.Precision is its products'
+		// operands' format, as `gorun plan` prints it (engine.StepDtype).
+		Op: AttentionGrad, In: []Input{{Name: "do"}, {Name: "qkv"}, {Name: "o"}, {Name: "lse"}}, Autocast: AutocastLower,
 		Out: []Output{{Name: "dqkv"}},
 		Workspace: func(a *Attrs, in, out [][]int) int {
 			t := in[1][1]
