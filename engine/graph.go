@@ -200,6 +200,10 @@ type GraphOptions struct {
 	// AutocastFP32 are the ops the target runs in float32 under mixed
 	// precision beyond their Def.Autocast (target.Target.AutocastFP32).
 	AutocastFP32 []ops.Op
+	// FusedBF16 are the fused ops the target runs with bfloat16
+	// operands (target.Target.FusedBF16): under ops.BF16 the compiler
+	// keeps them fused.
+	FusedBF16 []ops.Op
 }
 
 // BuildGraph infers every shape of the model for the given per-device
@@ -627,12 +631,25 @@ const matmulLayer = "nn.matmul"
 // cluster turned fusion off (fusion = false), the backend lacks the op
 // (TargetFusions), the layer has attention dropout (which needs the T×T
 // weights) or its heads are wider than ops.AttentionMaxHeadDim, or the
-// plan is mixed precision (GraphOptions.Precision): torch.autocast casts
-// the scores and the weights to bfloat16 between the products, which the
-// primitives' casts do (engine/precision.go) and the fused kernels do not.
+// plan is mixed precision (GraphOptions.Precision) and the target has no
+// fused kernels for it: PyTorch 1.13's CPU torch.autocast casts the
+// scores and the weights to bfloat16 between the products, which the
+// primitives' casts do (engine/precision.go). Under bf16 a target that
+// runs the fused attention with bfloat16 operands (GraphOptions.FusedBF16:
+// CUDA) keeps it fused, as PyTorch's scaled_dot_product_attention under
+// autocast on a GPU is; autocast then gives the node Precision bf16
+// (ops.AutocastLower) and ops/attention_bf16.go says what it computes.
 func (b *builder) fusedAttention(l *spec.Layer, dh int) bool {
-	return !l.Unfused && l.P == 0 && dh <= ops.AttentionMaxHeadDim && !b.opts.NoFusion &&
-		b.opts.supports(ops.Attention, ops.AttentionGrad) && b.opts.Precision == ops.FP32
+	if l.Unfused || l.P != 0 || dh > ops.AttentionMaxHeadDim || b.opts.NoFusion || !b.opts.supports(ops.Attention, ops.AttentionGrad) {
+		return false
+	}
+	switch b.opts.Precision {
+	case ops.FP32:
+		return true
+	case ops.BF16:
+		return slices.Contains(b.opts.FusedBF16, ops.Attention) && slices.Contains(b.opts.FusedBF16, ops.AttentionGrad)
+	}
+	return false
 }
 
 // softmaxDim is the dimension a softmax layer normalises, in a rank-r

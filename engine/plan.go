@@ -335,7 +335,7 @@ func compileProcess(s *spec.Spec, c Cluster, proc int) (*Plan, error) {
 	}
 	p.loss = Loss{Kind: s.Loss, LabelSmoothing: s.LabelSmoothing, Pos: s.Pos, Classes: info.Classes, Target: info.Target, Tokens: info.Tokens, IgnoreIndex: s.IgnoreIndex}
 	t := c.Target()
-	p.graphOpts = GraphOptions{Supports: t.Supports, NoFusion: c.NoFusion, Precision: s.Precision, AutocastFP32: t.AutocastFP32}
+	p.graphOpts = GraphOptions{Supports: t.Supports, NoFusion: c.NoFusion, Precision: s.Precision, AutocastFP32: t.AutocastFP32, FusedBF16: t.FusedBF16}
 	g, err := BuildGraph(&s.Model, p.loss, p.MaxBatch, info.Sample, p.graphOpts)
 	if err != nil {
 		return nil, err

@@ -174,8 +174,9 @@ func (b *builder) markLowGradients() {
 // StepDtype names what a kernel step of a mixed-precision plan computes
 // on, as `gorun plan` prints it: "fp32→bf16" for a cast (ops.Round),
 // "bf16" for a step whose float inputs all hold low-precision numbers (a
-// matrix product on bfloat16 operands accumulates in float32), "fp32"
-// otherwise and for the ops autocast runs in float32 (losses); "i32" for a step with integer inputs alone.
+// matrix product on bfloat16 operands accumulates in float32; a product
+// step with Attrs.Precision, as the CUDA plan's fused attention and its
+// gradient), "fp32" otherwise and for the ops autocast runs in float32 (losses); "i32" for a step with integer inputs alone.
 func StepDtype(st *Step) string {
 	if st.Kind != KernelStep {
 		return ""
@@ -183,8 +184,15 @@ func StepDtype(st *Step) string {
 	if st.Op == ops.Round {
 		return "fp32→" + st.Attrs.Precision.String()
 	}
-	if d := ops.Lookup(st.Op); d != nil && d.Autocast == ops.AutocastFP32 {
+	d := ops.Lookup(st.Op)
+	if d != nil && d.Autocast == ops.AutocastFP32 {
 		return "fp32" // a loss reads low-precision values as float32
+	}
+	if d != nil && d.Autocast == ops.AutocastLower && st.Attrs.Precision != ops.FP32 {
+		// A product on operands of its Precision, whatever float32
+		// statistics it reads beside them (the fused attention's
+		// gradient: lse).
+		return st.Attrs.Precision.String()
 	}
 	lowIn, floats := ops.FP32, 0
 	for _, b := range st.In {

@@ -38,15 +38,20 @@ const (
 	// v = qkv[:,:,2]), and lse[N,H,T]: each query row's logsumexp of its
 	// scaled, masked scores (what the backward recomputes the
 	// probabilities from). With Attrs.Causal, row i sees keys j ≤ i only.
-	// The scale is 1/√dh, PyTorch's. Attrs: Causal.
+	// The scale is 1/√dh, PyTorch's. With Attrs.Precision = BF16 the
+	// products take bfloat16 operands and accumulate in float32, p
+	// rounded to bfloat16 before p·v (ops/attention_bf16.go says exactly
+	// what is rounded where): PyTorch's scaled_dot_product_attention
+	// under autocast on a GPU. Attrs: Causal, Precision.
 	Attention Op = "attention"
 
 	// AttentionGrad: in do[N,T,H·dh], qkv, o, lse (from Attention); out
 	// dqkv[N,T,3,H,dh]: with P = exp(q·kᵀ/√dh − lse) recomputed tile by
 	// tile, D = rowsum(do∘o) and dS = P∘(do·vᵀ − D), dq = dS·k/√dh, dk =
 	// dSᵀ·q/√dh, dv = Pᵀ·do. (The CPU kernel sums D as Σ P∘(do·vᵀ), the
-	// same value, to round as the unfused ops do: attnBackward.) Attrs:
-	// Causal.
+	// same value, to round as the unfused ops do: attnBackward.) With
+	// Attrs.Precision = BF16, as ops/attention_bf16.go defines it. Attrs:
+	// Causal, Precision.
 	AttentionGrad Op = "attention_grad"
 
 	// AttentionHeads: in q, k, v [N,...,T,dh] (one shape, rank ≥ 3: each
@@ -74,7 +79,7 @@ const attnTile = 64
 
 var attentionOps = []*Def{
 	{
-		Op: Attention, In: []Input{{Name: "qkv"}},
+		Op: Attention, In: []Input{{Name: "qkv"}}, Autocast: AutocastLower,
 		Out:   []Output{{Name: "o"}, {Name: "lse", NoGrad: true}},
 		Shape: attentionShape,
 		Workspace: func(a *Attrs, in, out [][]int) int {
@@ -88,7 +93,10 @@ var attentionOps = []*Def{
 		Kernel32: attention[float32], Kernel64: attention[float64],
 	},
 	{
-		Op: AttentionGrad, In: []Input{{Name: "do"}, {Name: "qkv"}, {Name: "o"}, {Name: "lse"}},
+		// AutocastLower: autocast rewrites forward ops only; for this
+		// gradient op it says that its Attrs.Precision is its products'
+		// operands' format, as `gorun plan` prints it (engine.StepDtype).
+		Op: AttentionGrad, In: []Input{{Name: "do"}, {Name: "qkv"}, {Name: "o"}, {Name: "lse"}}, Autocast: AutocastLower,
 		Out: []Output{{Name: "dqkv"}},
 		Workspace: func(a *Attrs, in, out [][]int) int {
 			t := in[1][1]
@@ -300,6 +308,10 @@ func attnKeep(causal bool, i, kn int) int {
 // attention: in qkv[N,T,3,H,dh]; out o[N,T,H·dh], lse[N,H,T]: attnForward
 // for each sample and head.
 func attention[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	if a.Precision == BF16 && is32[T]() {
+		attentionBF16(any(c).(*Ctx[float32]), a, any(in).([]*Buf[float32]), any(out).([]*Buf[float32]))
+		return
+	}
 	qkv, o, lse := in[0], out[0], out[1]
 	b := attnBufs[T]{q: qkv.Data, k: qkv.Data, v: qkv.Data, o: o.Data, lse: lse.Data}
 	for i := range qkv.Shape[0] {
@@ -330,6 +342,10 @@ func attnForward[T Float](c *Ctx[T], g *attnGeom, b *attnBufs[T], causal bool) {
 // attentionGrad: in do, qkv, o, lse; out dqkv: attnBackward for each
 // sample and head.
 func attentionGrad[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	if a.Precision == BF16 && is32[T]() {
+		attentionGradBF16(any(c).(*Ctx[float32]), a, any(in).([]*Buf[float32]), any(out).([]*Buf[float32]))
+		return
+	}
 	do, qkv, lse, dqkv := in[0], in[1], in[3], out[0]
 	b := attnBufs[T]{q: qkv.Data, k: qkv.Data, v: qkv.Data, lse: lse.Data, do: do.Data, dq: dqkv.Data, dk: dqkv.Data, dv: dqkv.Data}
 	for i := range qkv.Shape[0] {

@@ -50,6 +50,9 @@ func Target() *target.Target {
 		Hint: "build gorun with `make build-cuda` (-tags cuda); it needs Debian's nvidia-cuda-dev to build, and the CUDA driver (libcuda.so.1) and an NVIDIA GPU to run",
 		// torch.autocast("cuda")'s float32 list, of the ops gorun has.
 		AutocastFP32: []ops.Op{ops.Softmax, ops.LogSoftmax, ops.LayerNorm},
+		// F.scaled_dot_product_attention under autocast: the bf16
+		// tensor-core attention kernels (ops/attention_bf16.go).
+		FusedBF16: []ops.Op{ops.Attention, ops.AttentionGrad},
 	}
 }
 

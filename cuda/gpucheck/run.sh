@@ -56,6 +56,12 @@
 #   {"check":"attention", ...}      a GPT (T 256) with the fused attention against the unfused
 #                                   plan (cluster.fusion=false): step losses ≤ 1e-4 apart, the
 #                                   second epoch's samples/s of each and their ratio
+#   {"check":"attention_bf16"}      the same GPT with precision = "bf16": `gorun plan` shows its
+#                                   8 fused attention steps in bf16; step losses against the bf16
+#                                   plan built from parts (fusion=false) and the fp32 fused run,
+#                                   ≤ 2e-2 apart; samples/s of each
+#   {"check":"attention_bf16_steps"} (cuda.test) the bf16 attention steps through the op table
+#                                   against the CPU's bf16 reference (≤ 2e-3) and the fp32 steps
 #   {"check":"bf16_vs_torch_autocast"} precision = "bf16" (mnist_nodrop.star, 20 steps) against
 #                                   PyTorch's autocast(bfloat16) on the same GPU: at least as close
 #                                   as PyTorch's bf16 run is to its own fp32 run
@@ -75,7 +81,7 @@ elif [ -n "${OUT:-}" ]; then out=$OUT/gpucheck
 else out=$here/out; fi
 mkdir -p "$out"
 exec python3 - "$here" "$out" "${2:-450}" <<'PY'
-import glob, json, os, shutil, subprocess, sys, tempfile, time, traceback
+import glob, json, os, re, shutil, subprocess, sys, tempfile, time, traceback
 
 here, out = sys.argv[1], sys.argv[2]
 work = tempfile.mkdtemp(prefix="gpucheck-")  # binaries, data, logs and run folders
@@ -505,6 +511,31 @@ def _():
           "first_losses": [fl[:3], ul[:3]],
           "ok": frc == 0 and urc == 0 and len(fl) == len(ul) and len(fl) >= 20 and err is not None and err <= 1e-4,
           "tail": (tail(flog) if frc != 0 else []) + (tail(ulog) if urc != 0 else [])})
+
+    # precision = "bf16": the cuda plan keeps the attention fused (the bf16
+    # tensor-core kernels, ops/attention_bf16.go), as `gorun plan` says;
+    # against the same script built from its parts under bf16
+    # (cluster.fusion=false) and against the fp32 fused run.
+    rc, dt, log = run("attention_bf16_plan", [gorun, "plan", "--cluster", cluster(False), "--set", "precision=bf16", script],
+                      20, reserve=120)
+    lines = [l for l in open(log, errors="replace") if re.search(r"\s(forward|backward)\s+attention(_grad)?\s", l)]
+    plan_ok = rc == 0 and len(lines) == 8 and all(l.rstrip().endswith("bf16") for l in lines)
+    for mode, sets in (("bf16", ["precision=bf16"]), ("bf16_unfused", ["precision=bf16", "cluster.fusion=false"])):
+        rc, dt, log, steps, _, _, epochs = gorun_run("attention_" + mode, script, cluster(False), sets, 45, reserve=110)
+        sps = epochs[1]["samples"] / epochs[1]["train_seconds"] if len(epochs) > 1 and epochs[1]["train_seconds"] else None
+        att[mode] = ([s["loss"] for s in steps], sps, rc, log)
+    (bl, bs, brc, blog), (bul, bus, burc, bulog) = att["bf16"], att["bf16_unfused"]
+    if "skipped" in (brc, burc):
+        emit({"check": "attention_bf16", "ok": None, "skipped": "too little of the budget left"})
+        return
+    e_unf, e_fp32 = rel_diff(bl, bul), rel_diff(bl, fl)
+    emit({"check": "attention_bf16", "plan_fused_bf16_steps": len(lines), "plan_ok": plan_ok,
+          "steps": min(len(bl), len(bul)), "max_rel_loss_diff_vs_bf16_unfused": e_unf, "max_rel_loss_diff_vs_fp32_fused": e_fp32,
+          "bf16_samples_per_s": bs, "bf16_unfused_samples_per_s": bus, "bf16_fused_over_unfused": ratio(bs, bus),
+          "bf16_over_fp32_fused": ratio(bs, fs), "first_losses": [bl[:3], bul[:3], fl[:3]],
+          "ok": plan_ok and brc == 0 and burc == 0 and len(bl) == len(bul) and len(bl) >= 20
+          and e_unf is not None and e_unf <= 2e-2 and e_fp32 is not None and e_fp32 <= 2e-2,
+          "tail": (tail(blog) if brc != 0 else []) + (tail(bulog) if burc != 0 else [])})
 
 
 # --- 6. GPT-2 small: gorun (fp32; bf16 when it takes it) and PyTorch. ------

@@ -68,6 +68,13 @@ type Target struct {
 	// lists): torch.autocast's lists differ by device, and CUDA's keeps
 	// softmax, log-softmax and layer norm in float32.
 	AutocastFP32 []ops.Op
+	// FusedBF16 are fused ops this backend runs with bfloat16 operands
+	// (their kernels for Attrs.Precision = BF16), so that a plan of
+	// precision "bf16" keeps them fused where PyTorch's GPU autocast
+	// does: CUDA's ops.Attention and ops.AttentionGrad (FlashAttention
+	// under autocast). Without them the compiler builds the op from its
+	// parts under mixed precision, with autocast's casts between them.
+	FusedBF16 []ops.Op
 }
 
 // Transport is a transport that comes with a backend.
