@@ -149,7 +149,7 @@ gpu-check:
 	echo "MNIST -> $$dst"
 	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py cuda/gpucheck/torch_bf16.py gpucheck/
 	cp scripts/examples/gpt_text.star scripts/examples/resnet_fashion.star cuda/gpucheck/gpt2_small.star \
-		cuda/gpucheck/gpt2_bench.py cuda/gpucheck/resnet_bench.py cuda/gpucheck/gpt_attention.star gpucheck/
+		cuda/gpucheck/gpt2_bench.py cuda/gpucheck/resnet_bench.py cuda/gpucheck/gpt_attention.star cuda/gpucheck/gpt_llmc.star gpucheck/
 	mkdir -p gpucheck/data
 	@for d in $(FASHION_DIR):fashion $(FORTUNES_DIR):fortunes; do src=$${d%:*}; dst=gpucheck/data/$${d#*:}; \
 		if [ -d "$$src" ]; then cp -a "$$src" "$$dst" && echo "$$src -> $$dst"; \

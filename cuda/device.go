@@ -181,6 +181,7 @@ func (d *Device) open() error {
 	if d.blas, err = newBlasHandle(lib, d.stream, d.blasWork, d.set.TF32); err != nil {
 		return fmt.Errorf("%s: %w", d.Name(), err)
 	}
+	d.openLt()
 	if d.small, err = cu.MemAlloc(256); err != nil {
 		return fmt.Errorf("%s: cuMemAlloc: %w", d.Name(), err)
 	}
@@ -269,6 +270,7 @@ type Device struct {
 	streamOK, commOK          bool
 	eventsOK                  bool
 	blas                      *blasHandle
+	lt                        *ltHandle // cuBLASLt, nil without (op_linear.go's bias epilogue)
 	blasWork                  cu.DevicePtr
 	small                     cu.DevicePtr // a few scalars (Finite's sum, ReadStep's sum and loss)
 	// lowp is the running step's Attrs.Precision: its GEMMs' operands
@@ -848,6 +850,10 @@ func (d *Device) Close() error {
 	for k, g := range d.graphs {
 		g.destroy()
 		delete(d.graphs, k)
+	}
+	if d.lt != nil {
+		d.lt.close()
+		d.lt = nil
 	}
 	if d.blas != nil {
 		d.blas.close()

@@ -36,7 +36,8 @@
 // op_elementwise.go (activations, arithmetic), op_pool.go, op_dropout.go,
 // op_softmax.go (softmax and losses), op_batchnorm.go, op_layernorm.go,
 // op_data.go (embedding and data movement), op_optim.go and
-// op_attention.go (the fused attention, ops.Attention). Whether the
+// op_attention.go (the fused attention, ops.Attention) and
+// op_classifier.go (the fused classifier, ops.CrossEntropyFused). Whether the
 // backend supports an op (Backend.Supports) is a lookup there; the ops it
 // declines, the CPU-only fusions, are listed with the reason
 // (Backend.Declines), and a test fails an op that has neither.
@@ -55,6 +56,10 @@
 // is opened (libcublas.so.13, .12, .11 or the cluster file's path; and
 // libnccl.so.2), so a gorun built against Debian's CUDA 11.8 runs on a
 // machine with CUDA 12 or 13. Only libcuda.so.1, the driver API, is linked.
+// cuBLASLt (libcublasLt.so beside cuBLAS; cublaslt.go, its arguments
+// built in ltcall.go) runs a linear layer's product and bias as one matmul
+// with the bias in its epilogue; without it, or with the [cuda] table's
+// cublaslt = false, SGEMM and gorun_bias_add do.
 //
 // Collectives: devices on distinct GPUs use NCCL (ncclCommInitAll, one
 // process, many GPUs) on a communication stream of each device, ordered

@@ -4,140 +4,144 @@ package cuda
 
 // The kernels, in kernels.h's order (the order of kernels.Names).
 const (
-	kReLU                kernelID = iota // gorun_relu
-	kReLUGrad                            // gorun_relu_grad
-	kUnary                               // gorun_unary
-	kBinary                              // gorun_binary
-	kCopy                                // gorun_copy
-	kFill                                // gorun_fill
-	kScale                               // gorun_scale
-	kAccumulate                          // gorun_accumulate
-	kAxpy                                // gorun_axpy
-	kDropout                             // gorun_dropout
-	kDropout2D                           // gorun_dropout2d
-	kDropoutGrad                         // gorun_dropout_grad
-	kDropout2DGrad                       // gorun_dropout2d_grad
-	kIm2col                              // gorun_im2col
-	kCol2im                              // gorun_col2im
-	kONLToNOL                            // gorun_onl_to_nol
-	kNOLToONL                            // gorun_nol_to_onl
-	kBiasAdd                             // gorun_bias_add
-	kBiasGrad                            // gorun_bias_grad
-	kBiasPartial                         // gorun_bias_partial
-	kBiasFinish                          // gorun_bias_finish
-	kBNPartial                           // gorun_bn_partial
-	kBNFinish                            // gorun_bn_finish
-	kBNParams                            // gorun_bn_params
-	kBNApply                             // gorun_bn_apply
-	kBNGradInput                         // gorun_bn_grad_input
-	kBNGradGamma                         // gorun_bn_grad_gamma
-	kBNRunning                           // gorun_bn_running
-	kLayerNorm                           // gorun_layer_norm
-	kLayerNormGradInput                  // gorun_layer_norm_grad_input
-	kMaxPool2D                           // gorun_maxpool2d
-	kMaxPool2DGrad                       // gorun_maxpool2d_grad
-	kAvgPool2D                           // gorun_avgpool2d
-	kAvgPool2DGrad                       // gorun_avgpool2d_grad
-	kGlobalAvgPool2D                     // gorun_global_avgpool2d
-	kGlobalAvgPool2DGrad                 // gorun_global_avgpool2d_grad
-	kLogSoftmax                          // gorun_log_softmax
-	kSoftmax                             // gorun_softmax
-	kLogSoftmaxGrad                      // gorun_log_softmax_grad
-	kSoftmaxGrad                         // gorun_softmax_grad
-	kAttention                           // gorun_attention
-	kAttentionBf16                       // gorun_attention_bf16
-	kAttentionBf16GradQ                  // gorun_attention_bf16_grad_q
-	kAttentionBf16GradKv                 // gorun_attention_bf16_grad_kv
-	kAttentionGradQ                      // gorun_attention_grad_q
-	kAttentionGradKv                     // gorun_attention_grad_kv
-	kNLLLoss                             // gorun_nll_loss
-	kNLLLossGrad                         // gorun_nll_loss_grad
-	kCrossEntropy                        // gorun_cross_entropy
-	kCrossEntropyGrad                    // gorun_cross_entropy_grad
-	kMSELoss                             // gorun_mse_loss
-	kMSELossGrad                         // gorun_mse_loss_grad
-	kSGDStep                             // gorun_sgd_step
-	kAdamStep                            // gorun_adam_step
-	kClipGradNorm                        // gorun_clip_grad_norm
-	kGatherRows                          // gorun_gather_rows
-	kGatherRowsInt                       // gorun_gather_rows_int
-	kCopySlice                           // gorun_copy_slice
-	kPermute                             // gorun_permute
-	kPositions                           // gorun_positions
-	kEmbedding                           // gorun_embedding
-	kEmbeddingGrad                       // gorun_embedding_grad
-	kCountCorrect                        // gorun_count_correct
-	kSum                                 // gorun_sum
+	kReLU                  kernelID = iota // gorun_relu
+	kReLUGrad                              // gorun_relu_grad
+	kUnary                                 // gorun_unary
+	kBinary                                // gorun_binary
+	kCopy                                  // gorun_copy
+	kFill                                  // gorun_fill
+	kScale                                 // gorun_scale
+	kAccumulate                            // gorun_accumulate
+	kAxpy                                  // gorun_axpy
+	kDropout                               // gorun_dropout
+	kDropout2D                             // gorun_dropout2d
+	kDropoutGrad                           // gorun_dropout_grad
+	kDropout2DGrad                         // gorun_dropout2d_grad
+	kIm2col                                // gorun_im2col
+	kCol2im                                // gorun_col2im
+	kONLToNOL                              // gorun_onl_to_nol
+	kNOLToONL                              // gorun_nol_to_onl
+	kBiasAdd                               // gorun_bias_add
+	kBiasGrad                              // gorun_bias_grad
+	kBiasPartial                           // gorun_bias_partial
+	kBiasFinish                            // gorun_bias_finish
+	kBNPartial                             // gorun_bn_partial
+	kBNFinish                              // gorun_bn_finish
+	kBNParams                              // gorun_bn_params
+	kBNApply                               // gorun_bn_apply
+	kBNGradInput                           // gorun_bn_grad_input
+	kBNGradGamma                           // gorun_bn_grad_gamma
+	kBNRunning                             // gorun_bn_running
+	kLayerNorm                             // gorun_layer_norm
+	kLayerNormGradInput                    // gorun_layer_norm_grad_input
+	kMaxPool2D                             // gorun_maxpool2d
+	kMaxPool2DGrad                         // gorun_maxpool2d_grad
+	kAvgPool2D                             // gorun_avgpool2d
+	kAvgPool2DGrad                         // gorun_avgpool2d_grad
+	kGlobalAvgPool2D                       // gorun_global_avgpool2d
+	kGlobalAvgPool2DGrad                   // gorun_global_avgpool2d_grad
+	kLogSoftmax                            // gorun_log_softmax
+	kSoftmax                               // gorun_softmax
+	kLogSoftmaxGrad                        // gorun_log_softmax_grad
+	kSoftmaxGrad                           // gorun_softmax_grad
+	kAttention                             // gorun_attention
+	kAttentionBf16                         // gorun_attention_bf16
+	kAttentionBf16GradQ                    // gorun_attention_bf16_grad_q
+	kAttentionBf16GradKv                   // gorun_attention_bf16_grad_kv
+	kAttentionGradQ                        // gorun_attention_grad_q
+	kAttentionGradKv                       // gorun_attention_grad_kv
+	kNLLLoss                               // gorun_nll_loss
+	kNLLLossGrad                           // gorun_nll_loss_grad
+	kCrossEntropy                          // gorun_cross_entropy
+	kCrossEntropyGrad                      // gorun_cross_entropy_grad
+	kMSELoss                               // gorun_mse_loss
+	kMSELossGrad                           // gorun_mse_loss_grad
+	kCrossEntropyFused                     // gorun_cross_entropy_fused
+	kCrossEntropyFusedLoss                 // gorun_cross_entropy_fused_loss
+	kSGDStep                               // gorun_sgd_step
+	kAdamStep                              // gorun_adam_step
+	kClipGradNorm                          // gorun_clip_grad_norm
+	kGatherRows                            // gorun_gather_rows
+	kGatherRowsInt                         // gorun_gather_rows_int
+	kCopySlice                             // gorun_copy_slice
+	kPermute                               // gorun_permute
+	kPositions                             // gorun_positions
+	kEmbedding                             // gorun_embedding
+	kEmbeddingGrad                         // gorun_embedding_grad
+	kCountCorrect                          // gorun_count_correct
+	kSum                                   // gorun_sum
 	numKernels
 )
 
 // kernelSigs holds each kernel's name and parameter types, as kernels.h
 // declares them.
 var kernelSigs = [numKernels]kernelSig{
-	kReLU:                {"gorun_relu", []argKind{argPtr, argPtr, argInt}},
-	kReLUGrad:            {"gorun_relu_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt}},
-	kUnary:               {"gorun_unary", []argKind{argPtr, argPtr, argInt, argInt, argFloat}},
-	kBinary:              {"gorun_binary", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
-	kCopy:                {"gorun_copy", []argKind{argPtr, argPtr, argInt}},
-	kFill:                {"gorun_fill", []argKind{argPtr, argInt, argFloat}},
-	kScale:               {"gorun_scale", []argKind{argPtr, argInt, argFloat}},
-	kAccumulate:          {"gorun_accumulate", []argKind{argPtr, argPtr, argInt}},
-	kAxpy:                {"gorun_axpy", []argKind{argPtr, argPtr, argInt, argFloat}},
-	kDropout:             {"gorun_dropout", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argU64, argU64}},
-	kDropout2D:           {"gorun_dropout2d", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argU64, argU64}},
-	kDropoutGrad:         {"gorun_dropout_grad", []argKind{argPtr, argPtr, argPtr, argInt}},
-	kDropout2DGrad:       {"gorun_dropout2d_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
-	kIm2col:              {"gorun_im2col", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kCol2im:              {"gorun_col2im", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kONLToNOL:            {"gorun_onl_to_nol", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
-	kNOLToONL:            {"gorun_nol_to_onl", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
-	kBiasAdd:             {"gorun_bias_add", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
-	kBiasGrad:            {"gorun_bias_grad", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt}},
-	kBiasPartial:         {"gorun_bias_partial", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt}},
-	kBiasFinish:          {"gorun_bias_finish", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
-	kBNPartial:           {"gorun_bn_partial", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kBNFinish:            {"gorun_bn_finish", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
-	kBNParams:            {"gorun_bn_params", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argFloat, argInt}},
-	kBNApply:             {"gorun_bn_apply", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt}},
-	kBNGradInput:         {"gorun_bn_grad_input", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt}},
-	kBNGradGamma:         {"gorun_bn_grad_gamma", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argInt}},
-	kBNRunning:           {"gorun_bn_running", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argFloat}},
-	kLayerNorm:           {"gorun_layer_norm", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
-	kLayerNormGradInput:  {"gorun_layer_norm_grad_input", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt}},
-	kMaxPool2D:           {"gorun_maxpool2d", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kMaxPool2DGrad:       {"gorun_maxpool2d_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kAvgPool2D:           {"gorun_avgpool2d", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kAvgPool2DGrad:       {"gorun_avgpool2d_grad", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kGlobalAvgPool2D:     {"gorun_global_avgpool2d", []argKind{argPtr, argPtr, argInt, argInt}},
-	kGlobalAvgPool2DGrad: {"gorun_global_avgpool2d_grad", []argKind{argPtr, argPtr, argInt, argInt}},
-	kLogSoftmax:          {"gorun_log_softmax", []argKind{argPtr, argPtr, argInt, argInt}},
-	kSoftmax:             {"gorun_softmax", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
-	kLogSoftmaxGrad:      {"gorun_log_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
-	kSoftmaxGrad:         {"gorun_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
-	kAttention:           {"gorun_attention", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
-	kAttentionBf16:       {"gorun_attention_bf16", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
-	kAttentionBf16GradQ:  {"gorun_attention_bf16_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
-	kAttentionBf16GradKv: {"gorun_attention_bf16_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
-	kAttentionGradQ:      {"gorun_attention_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
-	kAttentionGradKv:     {"gorun_attention_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
-	kNLLLoss:             {"gorun_nll_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt, argInt}},
-	kNLLLossGrad:         {"gorun_nll_loss_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt}},
-	kCrossEntropy:        {"gorun_cross_entropy", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt, argInt}},
-	kCrossEntropyGrad:    {"gorun_cross_entropy_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt}},
-	kMSELoss:             {"gorun_mse_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt}},
-	kMSELossGrad:         {"gorun_mse_loss_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
-	kSGDStep:             {"gorun_sgd_step", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argInt, argInt}},
-	kAdamStep:            {"gorun_adam_step", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argFloat, argInt, argInt}},
-	kClipGradNorm:        {"gorun_clip_grad_norm", []argKind{argPtr, argPtr, argInt, argInt, argFloat}},
-	kGatherRows:          {"gorun_gather_rows", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
-	kGatherRowsInt:       {"gorun_gather_rows_int", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
-	kCopySlice:           {"gorun_copy_slice", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kPermute:             {"gorun_permute", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
-	kPositions:           {"gorun_positions", []argKind{argPtr, argInt, argInt}},
-	kEmbedding:           {"gorun_embedding", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt}},
-	kEmbeddingGrad:       {"gorun_embedding_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt}},
-	kCountCorrect:        {"gorun_count_correct", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt}},
-	kSum:                 {"gorun_sum", []argKind{argPtr, argPtr, argInt, argInt}},
+	kReLU:                  {"gorun_relu", []argKind{argPtr, argPtr, argInt}},
+	kReLUGrad:              {"gorun_relu_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt}},
+	kUnary:                 {"gorun_unary", []argKind{argPtr, argPtr, argInt, argInt, argFloat}},
+	kBinary:                {"gorun_binary", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
+	kCopy:                  {"gorun_copy", []argKind{argPtr, argPtr, argInt}},
+	kFill:                  {"gorun_fill", []argKind{argPtr, argInt, argFloat}},
+	kScale:                 {"gorun_scale", []argKind{argPtr, argInt, argFloat}},
+	kAccumulate:            {"gorun_accumulate", []argKind{argPtr, argPtr, argInt}},
+	kAxpy:                  {"gorun_axpy", []argKind{argPtr, argPtr, argInt, argFloat}},
+	kDropout:               {"gorun_dropout", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argU64, argU64}},
+	kDropout2D:             {"gorun_dropout2d", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argU64, argU64}},
+	kDropoutGrad:           {"gorun_dropout_grad", []argKind{argPtr, argPtr, argPtr, argInt}},
+	kDropout2DGrad:         {"gorun_dropout2d_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
+	kIm2col:                {"gorun_im2col", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kCol2im:                {"gorun_col2im", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kONLToNOL:              {"gorun_onl_to_nol", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
+	kNOLToONL:              {"gorun_nol_to_onl", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
+	kBiasAdd:               {"gorun_bias_add", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
+	kBiasGrad:              {"gorun_bias_grad", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt}},
+	kBiasPartial:           {"gorun_bias_partial", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt}},
+	kBiasFinish:            {"gorun_bias_finish", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
+	kBNPartial:             {"gorun_bn_partial", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kBNFinish:              {"gorun_bn_finish", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
+	kBNParams:              {"gorun_bn_params", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argFloat, argInt}},
+	kBNApply:               {"gorun_bn_apply", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt}},
+	kBNGradInput:           {"gorun_bn_grad_input", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt}},
+	kBNGradGamma:           {"gorun_bn_grad_gamma", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argInt}},
+	kBNRunning:             {"gorun_bn_running", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argFloat}},
+	kLayerNorm:             {"gorun_layer_norm", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
+	kLayerNormGradInput:    {"gorun_layer_norm_grad_input", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt}},
+	kMaxPool2D:             {"gorun_maxpool2d", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kMaxPool2DGrad:         {"gorun_maxpool2d_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kAvgPool2D:             {"gorun_avgpool2d", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kAvgPool2DGrad:         {"gorun_avgpool2d_grad", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kGlobalAvgPool2D:       {"gorun_global_avgpool2d", []argKind{argPtr, argPtr, argInt, argInt}},
+	kGlobalAvgPool2DGrad:   {"gorun_global_avgpool2d_grad", []argKind{argPtr, argPtr, argInt, argInt}},
+	kLogSoftmax:            {"gorun_log_softmax", []argKind{argPtr, argPtr, argInt, argInt}},
+	kSoftmax:               {"gorun_softmax", []argKind{argPtr, argPtr, argInt, argInt, argInt}},
+	kLogSoftmaxGrad:        {"gorun_log_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
+	kSoftmaxGrad:           {"gorun_softmax_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
+	kAttention:             {"gorun_attention", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16:         {"gorun_attention_bf16", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16GradQ:    {"gorun_attention_bf16_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionBf16GradKv:   {"gorun_attention_bf16_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionGradQ:        {"gorun_attention_grad_q", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kAttentionGradKv:       {"gorun_attention_grad_kv", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argFloat}},
+	kNLLLoss:               {"gorun_nll_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt, argInt}},
+	kNLLLossGrad:           {"gorun_nll_loss_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt, argInt}},
+	kCrossEntropy:          {"gorun_cross_entropy", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt, argInt}},
+	kCrossEntropyGrad:      {"gorun_cross_entropy_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt}},
+	kMSELoss:               {"gorun_mse_loss", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argFloat, argInt}},
+	kMSELossGrad:           {"gorun_mse_loss_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
+	kCrossEntropyFused:     {"gorun_cross_entropy_fused", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt}},
+	kCrossEntropyFusedLoss: {"gorun_cross_entropy_fused_loss", []argKind{argPtr, argPtr, argInt, argFloat, argInt}},
+	kSGDStep:               {"gorun_sgd_step", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argInt, argInt}},
+	kAdamStep:              {"gorun_adam_step", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argFloat, argInt, argInt}},
+	kClipGradNorm:          {"gorun_clip_grad_norm", []argKind{argPtr, argPtr, argInt, argInt, argFloat}},
+	kGatherRows:            {"gorun_gather_rows", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
+	kGatherRowsInt:         {"gorun_gather_rows_int", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
+	kCopySlice:             {"gorun_copy_slice", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kPermute:               {"gorun_permute", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt, argInt}},
+	kPositions:             {"gorun_positions", []argKind{argPtr, argInt, argInt}},
+	kEmbedding:             {"gorun_embedding", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt}},
+	kEmbeddingGrad:         {"gorun_embedding_grad", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt, argInt, argInt}},
+	kCountCorrect:          {"gorun_count_correct", []argKind{argPtr, argPtr, argPtr, argInt, argInt, argInt}},
+	kSum:                   {"gorun_sum", []argKind{argPtr, argPtr, argInt, argInt}},
 }
 
 // The op codes and modes of the kernels shared by several ops: kernels.h's

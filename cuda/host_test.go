@@ -526,6 +526,9 @@ func TestPartialsNeeded(t *testing.T) {
 		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.LayerNormGradGamma, xBN, db)}}, 2 * 3},
 		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.LayerNormGradBeta, xBN, db)}}, 0},
 		{&engine.Program{Buffers: []*engine.Buffer{db}, Steps: []*engine.Step{{Kind: engine.KernelStep, Op: ops.ClipGradNorm, In: []*engine.Buffer{flat}}}}, 2 * maxSplit},
+		// The fused classifier: a loss term per row of the logits
+		// [4, 6, 3, 3] (72 rows of 3).
+		{&engine.Program{Buffers: []*engine.Buffer{xBN, db}, Steps: []*engine.Step{bn(ops.CrossEntropyFused, xBN, db)}}, 4 * 6 * 3},
 	} {
 		if got := partialsNeeded(c.prog); got != c.want {
 			t.Errorf("partialsNeeded(%d buffers, %d steps) = %d, want %d", len(c.prog.Buffers), len(c.prog.Steps)+len(c.prog.Eval), got, c.want)

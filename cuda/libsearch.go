@@ -8,8 +8,9 @@ import (
 // libraryNames are the sonames dlopen tries for each dynamically opened
 // library, newest first, after any path the cluster file names.
 var libraryNames = map[string][]string{
-	"cublas": {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"},
-	"nccl":   {"libnccl.so.2", "libnccl.so"},
+	"cublas":   {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"},
+	"cublasLt": {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so"},
+	"nccl":     {"libnccl.so.2", "libnccl.so"},
 }
 
 // librarySearch is the list of names or paths tried for library lib
@@ -78,6 +79,8 @@ func displayName(lib string) string {
 	switch lib {
 	case "cublas":
 		return "cuBLAS"
+	case "cublasLt":
+		return "cuBLASLt"
 	case "nccl":
 		return "NCCL"
 	}

@@ -19,11 +19,16 @@ var linearSteps = map[ops.Op]opStep{
 	ops.BatchMatMul:      runBatchMatMul,
 }
 
-// runLinear queues Linear: y = x·wᵀ (cuBLAS), then + b.
+// runLinear queues Linear: y = x·wᵀ + b as one cuBLASLt matmul with the
+// bias in its epilogue (cublaslt.go) where the device has cuBLASLt, else
+// y = x·wᵀ (cuBLAS), then + b.
 func runLinear(d *Device, st *engine.Step, acc bool) error {
 	x, w, b, y := st.In[0], st.In[1], optIn(st, 2), st.Out[0]
 	n, i, o := d.dim(x, 0), x.Max[1], w.Max[0]
 	if n == 0 {
+		return nil
+	}
+	if b != nil && i > 0 && d.linearBias(n, i, o, d.ptr(x), d.ptr(w), d.ptr(b), d.ptr(y)) {
 		return nil
 	}
 	if err := d.gemm(rowMajorGemm(false, true, n, o, i, i, i, o), 1, 0, d.ptr(x), d.ptr(w), d.ptr(y)); err != nil {

@@ -548,6 +548,13 @@ func opCases() []opCase {
 		add("cross_entropy_grad"+suffix, once, func(b *progBuilder) []*engine.Buffer {
 			return bwd(b, ops.CrossEntropyGrad, a, false, []*engine.Buffer{b.f("dloss", false, 1), b.f("probs", true, tb, 3, 10), b.i("target", 10, true, tb, 3)}, b.f("dx", true, tb, 3, 10))
 		})
+		for _, c := range []int{10, 1000} { // the fused classifier: rows shorter and longer than a block
+			add(fmt.Sprintf("cross_entropy_fused C %d%s", c, suffix), accumulate, func(b *progBuilder) []*engine.Buffer {
+				st := b.step(engine.PhaseForward, ops.CrossEntropyFused, a, true,
+					[]*engine.Buffer{b.f("logits", true, tb, 3, c), b.i("target", c, true, tb, 3), b.f("dloss", false, 1)}, b.f("loss", false, 1), b.f("dx", true, tb, 3, c))
+				return st.Out
+			})
+		}
 	}
 	add("concat", once, func(b *progBuilder) []*engine.Buffer {
 		return fwd(b, ops.Concat, ops.Attrs{}, []*engine.Buffer{b.f("a", true, tb, 3, 4), b.f("b", true, tb, 5, 4)}, b.f("c", true, tb, 8, 4))

@@ -50,8 +50,9 @@ func biasShape(dy []int) (n, c, plane int) {
 // live batch is never larger, and fewer elements never take more chunks),
 // the finiteness check over its largest float32 buffer, batch norm's
 // per-channel sums (two partials per chunk, bnPartials) and its
-// per-channel parameters (4·C floats, bnParamsDoubles), and layer norm's
-// gamma and beta gradients (sums over rows, per column). The device
+// per-channel parameters (4·C floats, bnParamsDoubles), layer norm's
+// gamma and beta gradients (sums over rows, per column), and the fused
+// classifier's loss term of each row of the logits. The device
 // allocates it at Load, since no memory may be allocated during a step or
 // a graph capture.
 func partialsNeeded(prog *engine.Program) int {
@@ -84,6 +85,8 @@ func partialsNeeded(prog *engine.Program) int {
 				need = max(need, bnPartials(d, rows))
 			case ops.LayerNormGradBeta:
 				need = max(need, splitPartials(d, rows))
+			case ops.CrossEntropyFused:
+				need = max(need, rows) // a loss term per row
 			}
 		}
 	}

@@ -20,11 +20,13 @@ func (s *Step) OpName() string {
 // supports them (GraphOptions.Supports): the convolution, max pooling
 // and ReLU fused into one Conv2DPool (fuseConvPool), and its gradient;
 // the fused attention (ops.Attention, builder.fusedAttention; and
-// ops.AttentionHeads, fuseAttention) and their gradients. Every other op
+// ops.AttentionHeads, fuseAttention) and their gradients; the fused
+// classifier (ops.CrossEntropyFused, fuseClassifier). Every other op
 // a Plan may hold, every backend must run; a backend may decline only
 // these (target.Target.Declines).
 func TargetFusions() []ops.Op {
-	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad}
+	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad,
+		ops.CrossEntropyFused}
 }
 
 // supports reports whether the Plan's backend runs every op of fused.
@@ -287,8 +289,54 @@ func (b *builder) fuseBackward() {
 		r.In = []*Value{a.In[0], r.In[1], a.In[1]}
 		dead[a], gone[s] = true, true
 	}
+	if b.opts.supports(ops.CrossEntropyFused) {
+		b.fuseClassifier(dead, gone)
+	}
 	g.Backward = slices.DeleteFunc(g.Backward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)
+}
+
+// fuseClassifier rewrites the loss (llm.c's fused classifier): a
+// CrossEntropy whose probabilities only its CrossEntropyGrad reads, and
+// whose gradient is the loss seed (the loss is the graph's, not scaled or
+// summed further), becomes one ops.CrossEntropyFused in the forward pass,
+// taking the seed as its dloss and writing the loss and dlogits; the
+// gradient node and the probabilities disappear. Label smoothing and
+// ignore_index are the fused op's too. The node keeps its place, layer and
+// attributes, so evaluation runs it as well (computing a dlogits nobody
+// reads, where the unfused plan writes probabilities nobody reads). Each
+// value is rounded as the separate ops round it, so the plan trains bit
+// for bit as the unfused one (TestClassifierFusedTrainsAsUnfused).
+func (b *builder) fuseClassifier(dead map[*Node]bool, gone map[*Value]bool) {
+	g := b.g
+	reads := map[*Value]int{g.Output: 1}
+	for _, n := range slices.Concat(g.Forward, g.Backward) {
+		for _, v := range n.In {
+			reads[v]++
+		}
+		if n.Eval != nil {
+			for _, v := range n.Eval.In {
+				reads[v]++
+			}
+		}
+	}
+	for _, r := range g.Backward {
+		if r.Op != ops.CrossEntropyGrad || dead[r] || len(r.In) != 3 || r.In[0] != g.LossSeed {
+			continue
+		}
+		probs := r.In[1]
+		f := probs.Producer
+		if f == nil || f.Op != ops.CrossEntropy || f.Eval != nil || f.TrainOnly || f.Out[0] != g.Loss ||
+			reads[probs] != 1 || f.In[1] != r.In[2] {
+			continue
+		}
+		dx := r.Out[0]
+		f.Op = ops.CrossEntropyFused
+		f.In = []*Value{f.In[0], f.In[1], g.LossSeed}
+		f.Out = []*Value{f.Out[0], dx}
+		dx.Producer = f
+		dead[r], gone[probs] = true, true
+	}
 }
 
 // drop removes the values in gone from g.Values and numbers the rest again.

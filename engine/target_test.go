@@ -12,14 +12,15 @@ import (
 )
 
 // The engine's tests cannot import the cpu backend (it imports engine):
-// they register a Target like its own — every op, the host's memory and
-// cores, the key help — as cmd/gorun's import of the backend does.
+// they register a Target like its own — every op but the CUDA fusion
+// cross_entropy_fused, the host's memory and cores, the key help — as cmd/gorun's import of the backend does.
 func init() { target.Register(cpuTarget()) }
 
 func cpuTarget() *target.Target {
 	return &target.Target{
 		Name:       "cpu",
-		Supports:   func(op ops.Op) bool { return op != ops.Invalid },
+		Supports:   func(op ops.Op) bool { return op != ops.Invalid && op != ops.CrossEntropyFused },
+		Declines:   map[ops.Op]string{ops.CrossEntropyFused: "a CUDA fusion"},
 		Keys:       []target.Key{target.Bool("help", true, "false: no helping")},
 		HostMemory: true,
 		HostCores:  true,
@@ -187,7 +188,7 @@ func TestBackendTables(t *testing.T) {
 	if !reflect.DeepEqual(c.Settings, want) {
 		t.Errorf("settings %v, want %v", c.Settings, want)
 	}
-	if got, want := c.BackendSettings(), map[string]any{"eager": true, "cublas": "", "nccl": "/opt/nccl/libnccl.so.2", "tf32": false}; !reflect.DeepEqual(got, want) {
+	if got, want := c.BackendSettings(), map[string]any{"eager": true, "cublas": "", "nccl": "/opt/nccl/libnccl.so.2", "tf32": false, "cublaslt": true}; !reflect.DeepEqual(got, want) {
 		t.Errorf("cuda's settings %v, want %v", got, want)
 	}
 	if dc := DefaultCluster(); !reflect.DeepEqual(dc.BackendSettings(), map[string]any{"help": true}) {

@@ -68,6 +68,10 @@ func checkAllocs[T Float](t *testing.T, k map[Op]Kernel[T], seen map[Op]bool) []
 	measure("adamw", AdamWStep, c, &Attrs{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}, []*Buf[T]{p, g, s1, s2}, nil)
 	measure("clip", ClipGradNorm, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g}, nil)
 	measure("norm_sq", GradNormSq, c, &Attrs{}, []*Buf[T]{g, buf(1)}, nil)
+	logits, tgt := &Buf[T]{Shape: []int{4, 5}, Data: make([]T, 20)}, &Buf[T]{Shape: []int{4}, Idx: []int32{0, 4, 2, -100}}
+	c.Work = make([]T, 8)
+	measure("cross_entropy_fused", CrossEntropyFused, c, &Attrs{LabelSmoothing: 0.1, HasIgnore: true, IgnoreIndex: -100},
+		[]*Buf[T]{logits, tgt, buf(1)}, []*Buf[T]{buf(1), &Buf[T]{Shape: []int{4, 5}, Data: make([]T, 20)}})
 	measure("clip_scale", ClipGradScale, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g, buf(3)}, nil)
 	measure("grad_unscale", GradUnscale, c, &Attrs{}, []*Buf[T]{g}, nil)
 	return bad

@@ -30,6 +30,8 @@
 //	dropout.go     Dropout, Dropout2D and their gradients
 //	softmax.go     Softmax, LogSoftmax and their gradients
 //	loss.go        NLLLoss, CrossEntropy, MSELoss and their gradients
+//	classifier.go  CrossEntropyFused: cross-entropy and its gradient in one
+//	               pass (a target fusion)
 //	batchnorm.go   batch normalisation's statistics, normalisation,
 //	               evaluation, running statistics and gradients
 //	layernorm.go   LayerNorm and its gradients

@@ -427,10 +427,10 @@ func batchedOut(op Op, i int) bool {
 }
 
 // accumulates reports whether backward op honours Attrs.Accumulate (a
-// parameter gradient).
+// parameter gradient, or CrossEntropyFused's loss).
 func accumulates(op Op) bool {
 	switch op {
-	case Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
+	case CrossEntropyFused, Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
 		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta, Round:
 		return true
 	}

@@ -266,6 +266,12 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k map[Op]Kernel[T], t
 		dx := zeroBuf[T](g.X.Shape)
 		call(k, c, CrossEntropyGrad, a, []*Buf[T]{dloss, probs, target}, []*Buf[T]{dx})
 		expectClose(t, "dx", dx, g.Dx, tol)
+		// The fused classifier (ops.CrossEntropyFused) against the same
+		// PyTorch loss and gradient.
+		floss, fdx := zeroBuf[T]([]int{1}), zeroBuf[T](g.X.Shape)
+		call(k, c, CrossEntropyFused, a, []*Buf[T]{x, target, dloss}, []*Buf[T]{floss, fdx})
+		expectClose(t, "cross_entropy_fused loss", floss, g.Loss, tol)
+		expectClose(t, "cross_entropy_fused dx", fdx, g.Dx, tol)
 	case "softmax":
 		a := &Attrs{Causal: g.Causal}
 		x, dy := fromGolden[T](g.X), fromGolden[T](g.Dy)

@@ -70,13 +70,7 @@ var lossOps = []*Def{
 		Op: CrossEntropy, In: []Input{{Name: "input"}, {Name: "target", Int: true}}, Autocast: AutocastFP32,
 		Out:         []Output{{Name: "loss", Unbatched: true}, {Name: "probs", NoGrad: true}},
 		Accumulates: true, Shape: classLossShape(CrossEntropy),
-		Workspace: func(a *Attrs, in, out [][]int) int { // two per row of the logits
-			x := in[0]
-			if len(x) == 0 || x[len(x)-1] == 0 {
-				return 0
-			}
-			return 2 * prod(x) / x[len(x)-1]
-		},
+		Workspace: crossEntropyWork,
 		Grad: func(b GradBuilder) []Value {
 			return []Value{b.Grad(CrossEntropyGrad, b.Attrs(), b.In(0), b.OutGrad(0), b.Out(1), b.In(1)), nil}
 		},
@@ -105,6 +99,16 @@ var lossOps = []*Def{
 		Op: MSELossGrad, In: []Input{{Name: "dloss"}, {Name: "pred"}, {Name: "target"}}, Out: []Output{{Name: "dpred"}},
 		Kernel32: mseLossGrad[float32], Kernel64: mseLossGrad[float64],
 	},
+}
+
+// crossEntropyWork is CrossEntropy's (and CrossEntropyFused's)
+// workspace: two elements per row of the logits.
+func crossEntropyWork(a *Attrs, in, out [][]int) int {
+	x := in[0]
+	if len(x) == 0 || x[len(x)-1] == 0 {
+		return 0
+	}
+	return 2 * prod(x) / x[len(x)-1]
 }
 
 // classLossShape is the shape rule of NLLLoss and CrossEntropy (op):

@@ -8,6 +8,7 @@
 //	cublas = ""      # path of libcublas.so to try first (default: .13, .12, .11)
 //	nccl   = ""      # path of libnccl.so.2 to try first
 //	tf32   = false   # true: float32 GEMMs on TF32 tensor cores (PyTorch's allow_tf32)
+//	cublaslt = true  # false: a linear layer's bias after SGEMM, not in a cuBLASLt epilogue
 //
 // the transport that comes with it (nccl), and how to build a gorun that
 // has it. Importing the package registers that description, without the
@@ -40,6 +41,7 @@ func Target() *target.Target {
 			target.Path("cublas", "/usr/lib/x86_64-linux-gnu/libcublas.so.12", "the path of libcublas.so to try first (default: libcublas.so.13, .12, .11 where the loader finds them)"),
 			target.Path("nccl", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "the path of libnccl.so.2 to try first (default: where the loader finds it)"),
 			target.Bool("tf32", false, "true: float32 matrix products and convolutions (their GEMMs) run on tensor cores in TF32, 10-bit mantissas with float32 accumulation (cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH), PyTorch's torch.backends.cuda.matmul.allow_tf32)"),
+			target.Bool("cublaslt", true, "false: a linear layer's bias is a kernel of its own after the cuBLAS SGEMM, instead of the epilogue of one cuBLASLt matmul (libcublasLt.so beside libcublas)"),
 		},
 		Transports: []target.Transport{{
 			Name: "nccl",
@@ -64,6 +66,9 @@ type Settings struct {
 	Cublas, NCCL string
 	// TF32 lets cuBLAS run float32 GEMMs on TF32 tensor cores.
 	TF32 bool
+	// NoCublasLt (cublaslt = false) runs linear layers through cuBLAS and
+	// the separate bias kernel, never cuBLASLt.
+	NoCublasLt bool
 }
 
 // Read reads the [cuda] table's keys from a device's settings (keys left
@@ -74,5 +79,8 @@ func Read(settings map[string]any) Settings {
 	s.Cublas, _ = settings["cublas"].(string)
 	s.NCCL, _ = settings["nccl"].(string)
 	s.TF32, _ = settings["tf32"].(bool)
+	if lt, ok := settings["cublaslt"].(bool); ok {
+		s.NoCublasLt = !lt
+	}
 	return s
 }

@@ -34,4 +34,7 @@ func TestRegisteredWithoutOps(t *testing.T) {
 	if got := Read(map[string]any{"eager": true, "cublas": "/a/libcublas.so.12", "nccl": "/b/libnccl.so.2"}); got != want {
 		t.Errorf("Read = %+v, want %+v", got, want)
 	}
+	if got := Read(map[string]any{"cublaslt": false}); got != (Settings{NoCublasLt: true}) {
+		t.Errorf("Read(cublaslt = false) = %+v", got)
+	}
 }

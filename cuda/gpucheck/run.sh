@@ -65,6 +65,13 @@
 #   {"check":"bf16_vs_torch_autocast"} precision = "bf16" (mnist_nodrop.star, 20 steps) against
 #                                   PyTorch's autocast(bfloat16) on the same GPU: at least as close
 #                                   as PyTorch's bf16 run is to its own fp32 run
+#   {"check":"fused_classifier"}    (cuda.test) the fused classifier against cross_entropy +
+#                                   cross_entropy_grad at vocab 50257 and 65: differences, µs of each
+#   {"check":"lt_linear_bias"}      (cuda.test) a linear layer's bias in a cuBLASLt epilogue against
+#                                   SGEMM + bias_add at GPT-2 small's shapes: difference, µs of each
+#   {"check":"llmc", ...}           gpt_llmc.star (vocab 50304) as compiled, with cluster.fusion=false
+#                                   (no fused classifier) and cuda.cublaslt=false: losses ≤ 1e-4
+#                                   apart, tokens/s of each and the ratios
 #   {"check":"summary", ...}        the ratios and whether every check passed
 # Exit status 0 when every check passed.
 set -u
@@ -571,6 +578,53 @@ def write_tokens(d, n, t, v):
         y += w[1:]
     write_npy(os.path.join(d, "tokens_x.npy"), n, t, x)
     write_npy(os.path.join(d, "tokens_y.npy"), n, t, y)
+
+
+# --- 6a. llm.c's tricks (issue 26): the fused classifier and the bias ----
+# epilogue. gpt_llmc.star (GPT-2's vocabulary, 4 blocks of 256, T 256,
+# batch 16, 30 steps of synthetic ids) as it compiles (cross_entropy_fused,
+# cuBLASLt bias epilogues), with cluster.fusion=false (cross_entropy and
+# cross_entropy_grad; the script's attention is unfused either way) and
+# with cuda.cublaslt=false (SGEMM and bias_add): step losses ≤ 1e-4 apart,
+# tokens/s of each (the steps after the fifth) and the ratios. cuda.test's
+# {"check":"fused_classifier"} and {"check":"lt_linear_bias"} lines (in
+# go_test above) time the kernels alone at GPT-2 small's shapes.
+@check("llmc")
+def _():
+    d = os.path.join(work, "llmc")
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(here, "gpt_llmc.star"), d)
+    batch, steps_n, t = 16, 30, 256
+    write_tokens(d, batch * (steps_n + 1), t, 50304)
+    res = {}
+    for mode, sets in (("fused", []), ("no_classifier_fusion", ["cluster.fusion=false"]), ("no_cublaslt", ["cuda.cublaslt=false"])):
+        rc, dt, log, steps, _, _, _ = gorun_run("llmc_" + mode, os.path.join(d, "gpt_llmc.star"), cluster(False), sets, 60, reserve=150)
+        tps = None
+        if len(steps) >= 10:
+            a, b = steps[5], steps[-1]
+            if b["time"] > a["time"]:
+                tps = (b["step"] - a["step"]) * batch * t / (b["time"] - a["time"])
+        res[mode] = ([s["loss"] for s in steps], tps, rc, log)
+    if any(r[2] == "skipped" for r in res.values()):
+        emit({"check": "llmc", "ok": None, "skipped": "too little of the budget left"})
+        return
+    fl, ftps, frc, flog = res["fused"]
+    out = {"check": "llmc", "steps": len(fl), "fused_tokens_per_s": ftps}
+    ok = frc == 0 and len(fl) >= 10
+    for mode in ("no_classifier_fusion", "no_cublaslt"):
+        l, tps, rc, log = res[mode]
+        err = rel_diff(fl, l)
+        out[mode + "_tokens_per_s"] = tps
+        out["fused_over_" + mode] = ratio(ftps, tps)
+        out[mode + "_max_rel_loss_diff"] = err
+        ok = ok and rc == 0 and len(l) == len(fl) and err is not None and err <= 1e-4
+        if rc != 0:
+            out[mode + "_tail"] = tail(log)
+    out["first_losses"] = [r[0][:3] for r in res.values()]
+    out["ok"] = ok
+    if frc != 0:
+        out["tail"] = tail(flog)
+    emit(out)
 
 
 @check("gpt2_small")

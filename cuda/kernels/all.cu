@@ -5,6 +5,7 @@
 #include "batchnorm.cu"
 #include "pool.cu"
 #include "softmax.cu"
+#include "classifier.cu"
 #include "attention.cu"
 #include "optim.cu"
 #include "data.cu"

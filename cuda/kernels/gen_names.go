@@ -57,6 +57,8 @@ var Names = []string{
 	"gorun_cross_entropy_grad",
 	"gorun_mse_loss",
 	"gorun_mse_loss_grad",
+	"gorun_cross_entropy_fused",
+	"gorun_cross_entropy_fused_loss",
 	"gorun_sgd_step",
 	"gorun_adam_step",
 	"gorun_clip_grad_norm",

@@ -33,6 +33,12 @@ struct dim3 {
   unsigned int x = 1, y = 1, z = 1;
 };
 
+// float4 is CUDA's 16-byte vector of four floats (common.cuh's 128-bit
+// loads); alignas makes the host build's accesses aligned the same way.
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+
 namespace gorun_host {
 
 inline thread_local dim3 tls_threadIdx, tls_blockIdx, tls_blockDim, tls_gridDim;

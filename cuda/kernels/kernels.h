@@ -463,6 +463,29 @@ GORUN_KERNEL gorun_mse_loss(const float* pred, const float* target, float* loss,
 GORUN_KERNEL gorun_mse_loss_grad(const float* dloss, const float* pred, const float* target,
                                  float* dx, int n, int d, float scale);
 
+// ---- the fused classifier (classifier.cu; ops.CrossEntropyFused) ----------
+
+// CrossEntropyFused's rows (llm.c's fused_classifier): one block per row i
+// of logits[N, C] (a grid-stride loop over rows, so any grid is correct;
+// block exactly 256): the row's maximum m (NaN when it holds one), Σ
+// exp(x-m) and, with ε != 0, Σ (x-m), each summed in double in a fixed
+// order (gorun_block_sum); rowloss[i] = the row's log-likelihood term as
+// gorun_cross_entropy adds it (0 at a skipped position, NaN for a target
+// outside [0, C)); then dx[i, j] = g·(p - (j == target[i] ? hit : off)),
+// p = (float)(exp(x-m)/Σ), g = scale·dloss[0], off, hit as
+// gorun_cross_entropy_grad (0 in skipped rows): the probabilities are
+// never stored. dx may be logits (each element is read before its own
+// thread overwrites it). rowloss holds N doubles (device scratch).
+// BLOCK_PER(N).
+GORUN_KERNEL gorun_cross_entropy_fused(const float* logits, const int* target,
+                                       const float* dloss, double* rowloss, float* dx, int n,
+                                       int c, float smoothing, float scale, int has_ignore,
+                                       int ignore_index);
+// CrossEntropyFused's loss: loss[0] = -scale·Σᵢ rowloss[i] (double, fixed
+// order, rounded once); with accumulate != 0, loss[0] += that. ONE_BLOCK.
+GORUN_KERNEL gorun_cross_entropy_fused_loss(const double* rowloss, float* loss, int n,
+                                            float scale, int accumulate);
+
 // ---- optimizers (in place; PyTorch's rules exactly as ops/optim.go) --------
 
 // SGDStep over n elements: d = grad + wd·param; buf = d on step 1 (step <=

@@ -11,16 +11,17 @@ GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, 
   bool decay = weight_decay != 0.0f;
   float mom = momentum, damp = (float)(1.0 - (double)dampening);
   bool first = step <= 1;
-  GORUN_FOR(i, n) {
-    float p = param[i], d = grad[i];
-    if (decay) d = fmaf(wd, p, d); // d_p.add(param, alpha=wd)
-    if (momentum != 0.0f) {
-      float b = first ? d : fmaf(damp, d, buf[i] * mom); // buf.mul_(momentum).add_(d_p, alpha=1-dampening)
-      buf[i] = b;
-      d = nesterov ? fmaf(mom, b, d) : b; // d_p.add(buf, alpha=momentum)
-    }
-    param[i] = fmaf(neg_lr, d, p); // param.add_(d_p, alpha=-lr)
-  }
+  bool has_mom = momentum != 0.0f;
+  // Four floats at a time where aligned (common.cuh); buf only with momentum.
+  gorun_update4(param, grad, has_mom ? buf : (float*)0, (float*)0, n,
+                [=](float& p, float d, float& b, float&) {
+                  if (decay) d = fmaf(wd, p, d); // d_p.add(param, alpha=wd)
+                  if (has_mom) {
+                    b = first ? d : fmaf(damp, d, b * mom); // buf.mul_(momentum).add_(d_p, alpha=1-dampening)
+                    d = nesterov ? fmaf(mom, b, d) : b;     // d_p.add(buf, alpha=momentum)
+                  }
+                  p = fmaf(neg_lr, d, p); // param.add_(d_p, alpha=-lr)
+                });
 }
 
 GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm) {
@@ -48,15 +49,13 @@ GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v
   float b2 = beta2, c2 = (float)(1.0 - (double)beta2);
   bool decay = weight_decay != 0.0f && !decoupled;
   float shrink = (float)(1.0 - (double)lr * (double)weight_decay);
-  GORUN_FOR(i, n) {
-    float p = param[i], g = grad[i];
+  // Four floats at a time where aligned (common.cuh).
+  gorun_update4(param, grad, m, v, n, [=](float& p, float g, float& mi, float& vi) {
     if (decay) g = fmaf(weight_decay, p, g); // grad.add(param, alpha=wd)
     if (decoupled) p *= shrink;              // AdamW: param.mul_(1 - lr * weight_decay)
-    float mi = fmaf(c1, g, m[i] * b1);     // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
-    float vi = fmaf(c2 * g, g, v[i] * b2); // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
-    m[i] = mi;
-    v[i] = vi;
+    mi = fmaf(c1, g, mi * b1);               // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
+    vi = fmaf(c2 * g, g, vi * b2);           // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
     float denom = sqrtf(vi) / bc2_sqrt + eps; // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
-    param[i] = p + neg_step * mi / denom;     // param.addcdiv_(exp_avg, denom, value=-step_size)
-  }
+    p = p + neg_step * mi / denom;            // param.addcdiv_(exp_avg, denom, value=-step_size)
+  });
 }

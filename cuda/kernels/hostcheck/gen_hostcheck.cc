@@ -217,6 +217,14 @@ void hc_mse_loss_grad(int hc_grid, int hc_block, const float* dloss, const float
   gorun_host::launch(hc_grid, hc_block, gorun_mse_loss_grad, dloss, pred, target, dx, n, d, scale);
 }
 
+void hc_cross_entropy_fused(int hc_grid, int hc_block, const float* logits, const int* target, const float* dloss, double* rowloss, float* dx, int n, int c, float smoothing, float scale, int has_ignore, int ignore_index) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_cross_entropy_fused, logits, target, dloss, rowloss, dx, n, c, smoothing, scale, has_ignore, ignore_index);
+}
+
+void hc_cross_entropy_fused_loss(int hc_grid, int hc_block, const double* rowloss, float* loss, int n, float scale, int accumulate) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_cross_entropy_fused_loss, rowloss, loss, n, scale, accumulate);
+}
+
 void hc_sgd_step(int hc_grid, int hc_block, float* param, const float* grad, float* buf, int n, float lr, float momentum, float dampening, float weight_decay, int nesterov, int step) {
   gorun_host::launch(hc_grid, hc_block, gorun_sgd_step, param, grad, buf, n, lr, momentum, dampening, weight_decay, nesterov, step);
 }

@@ -267,6 +267,16 @@ func MSELossGrad(geom Geom, dloss, pred, target, dx []float32, n, d int, scale f
 	C.hc_mse_loss_grad(C.int(geom.Grid), C.int(geom.Block), fp(dloss), fp(pred), fp(target), fp(dx), C.int(n), C.int(d), C.float(scale))
 }
 
+// CrossEntropyFused launches gorun_cross_entropy_fused on the CPU with the geometry geom.
+func CrossEntropyFused(geom Geom, logits []float32, target []int32, dloss []float32, rowloss []float64, dx []float32, n, c int, smoothing, scale float32, hasIgnore, ignoreIndex int) {
+	C.hc_cross_entropy_fused(C.int(geom.Grid), C.int(geom.Block), fp(logits), ip(target), fp(dloss), dp(rowloss), fp(dx), C.int(n), C.int(c), C.float(smoothing), C.float(scale), C.int(hasIgnore), C.int(ignoreIndex))
+}
+
+// CrossEntropyFusedLoss launches gorun_cross_entropy_fused_loss on the CPU with the geometry geom.
+func CrossEntropyFusedLoss(geom Geom, rowloss []float64, loss []float32, n int, scale float32, accumulate int) {
+	C.hc_cross_entropy_fused_loss(C.int(geom.Grid), C.int(geom.Block), dp(rowloss), fp(loss), C.int(n), C.float(scale), C.int(accumulate))
+}
+
 // SGDStep launches gorun_sgd_step on the CPU with the geometry geom.
 func SGDStep(geom Geom, param, grad, buf []float32, n int, lr, momentum, dampening, weightDecay float32, nesterov, step int) {
 	C.hc_sgd_step(C.int(geom.Grid), C.int(geom.Block), fp(param), fp(grad), fp(buf), C.int(n), C.float(lr), C.float(momentum), C.float(dampening), C.float(weightDecay), C.int(nesterov), C.int(step))

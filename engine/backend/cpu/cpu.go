@@ -39,16 +39,24 @@ func init() { backend.Register(Backend{}) }
 type Backend struct{}
 
 // Target describes the cpu backend: every op that has a CPU kernel in
-// package ops (all of them), devices in the host's memory, each computing
-// on one core, and the key help of its [cpu] table.
+// package ops (all of them) but the fusions it declines, devices in the
+// host's memory, each computing on one core, and the key help of its
+// [cpu] table.
 func (Backend) Target() *target.Target {
 	return &target.Target{
 		Name:       "cpu",
-		Supports:   func(op ops.Op) bool { return ops.Kernels32[op] != nil },
+		Supports:   func(op ops.Op) bool { return ops.Kernels32[op] != nil && declined[op] == "" },
+		Declines:   declined,
 		Keys:       []target.Key{target.Bool("help", true, "false: a device never runs a slower device's gradient kernels (helping)")},
 		HostMemory: true,
 		HostCores:  true,
 	}
+}
+
+// declined are the target fusions the CPU backend has a kernel for but
+// that the compiler should not make for it, each with the reason.
+var declined = map[ops.Op]string{
+	ops.CrossEntropyFused: "cross_entropy_fused (the fused classifier) is a CUDA fusion: it saves a GPU a pass over the probabilities; CPU plans keep cross_entropy and cross_entropy_grad (its CPU kernel serves checks)",
 }
 
 // Open returns a CPU device; the index only names it. Its settings are
