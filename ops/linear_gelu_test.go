@@ -1,0 +1,47 @@
+package ops
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestLinearGELUMatchesUnfused: LinearGELU's kernel writes exactly the
+// bits of Linear then GELU (tanh form, and the exact one its kernel also
+// serves), pre being Linear's output, with and without a bias, at GPT
+// MLP-like shapes and a ragged one, in float32 and float64.
+func TestLinearGELUMatchesUnfused(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { checkLinearGELU(t, Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkLinearGELU(t, Kernels64) })
+}
+
+func checkLinearGELU[T Float](t *testing.T, k map[Op]Kernel[T]) {
+	r := rand.New(rand.NewPCG(3, 4))
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	for _, tc := range []struct {
+		x []int
+		o int
+	}{
+		{[]int{4, 16, 32}, 128}, {[]int{7, 13}, 9}, {[]int{1, 5}, 3},
+	} {
+		for _, bias := range []bool{false, true} {
+			for _, approx := range []bool{true, false} {
+				x := normalBuf[T](r, tc.x)
+				w := normalBuf[T](r, []int{tc.o, tc.x[len(tc.x)-1]})
+				in := []*Buf[T]{x, w}
+				if bias {
+					in = append(in, normalBuf[T](r, []int{tc.o}))
+				}
+				ys := append(slices.Clone(tc.x[:len(tc.x)-1]), tc.o)
+				lin, want := zeroBuf[T](ys), zeroBuf[T](ys)
+				call(k, c, Linear, &Attrs{}, in, []*Buf[T]{lin})
+				call(k, c, GELU, &Attrs{Approximate: approx}, []*Buf[T]{lin}, []*Buf[T]{want})
+				y, pre := zeroBuf[T](ys), zeroBuf[T](ys)
+				call(k, c, LinearGELU, &Attrs{Approximate: approx}, in, []*Buf[T]{y, pre})
+				if !slices.Equal(pre.Data, lin.Data) || !slices.Equal(y.Data, want.Data) {
+					t.Errorf("%v→%d bias %v tanh %v: linear_gelu differs from linear then gelu", tc.x, tc.o, bias, approx)
+				}
+			}
+		}
+	}
+}
