@@ -27,7 +27,7 @@ const (
 var linearGELUOps = []*Def{
 	{
 		Op: LinearGELU, In: []Input{{Name: "input"}, {Name: "weight"}, {Name: "bias", Optional: true}},
-		Out:   []Output{{Name: "y"}, {Name: "pre", NoGrad: true}},
+		Out: []Output{{Name: "y"}, {Name: "pre", NoGrad: true}},
 		Shape: func(a *Attrs, in [][]int) ([][]int, error) {
 			y, err := inferLinear(in)
 			if err != nil {
