@@ -1,0 +1,98 @@
+package cuda
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"gorun/ops"
+)
+
+// TestLtLinearGELUCall: ops.LinearGELU as one cuBLASLt matmul — the
+// epilogue is cublasLt.h's (CUDA 11.8) GELU_AUX_BIAS = 164 with a bias
+// and GELU_AUX = 160 without, the layouts are the bias call's, and the
+// auxiliary matrix (the pre-activation) is laid out as D, leading
+// dimension o; the descriptor's extra attributes are the aux leading
+// dimension (attribute 12, int64), its data type (22, CUDA_R_32F) and,
+// with a bias, the bias's data type (26, CUDA_R_32F); the bias call sets
+// none. A reference column-major matmul of those layouts gives
+// ops.LinearGELU's pre, and tanh GELU of it its y. An output count not
+// a multiple of 8 (cuBLASLt's rule for the aux leading dimension) and an
+// empty batch stay with the unfused kernels.
+func TestLtLinearGELUCall(t *testing.T) {
+	if ltEpilogueGELUAuxBias != 164 || ltEpilogueGELUAux != 160 || ltDescAuxPointer != 11 || ltDescAuxLD != 12 ||
+		ltDescAuxDataType != 22 || ltDescBiasDataType != 26 || ltDescBiasPointer != 8 {
+		t.Fatal("cublasLt.h's values changed")
+	}
+	r := rand.New(rand.NewPCG(26, 2))
+	for _, sz := range [][3]int{{1, 1, 8}, {3, 5, 16}, {17, 4, 24}, {64, 32, 128}} {
+		for _, bias := range []bool{true, false} {
+			n, in, o := sz[0], sz[1], sz[2]
+			c, ok := linearGELUCall(n, in, o, bias, 64, ltCompute32F)
+			want := ltEpilogueGELUAux
+			attrs := []ltAttr{{12, int64(o), 8}, {22, 0, 4}}
+			if bias {
+				want = ltEpilogueGELUAuxBias
+				attrs = append(attrs, ltAttr{26, 0, 4})
+			}
+			if !ok || c.Epilogue != want || !c.SwapOperands || c.C.Rows != o || c.C.Cols != n || c.AuxLD != o || c.Align != 64 || c.Compute != ltCompute32F {
+				t.Fatalf("n=%d i=%d o=%d bias %v: %+v, %v", n, in, o, bias, c, ok)
+			}
+			if got := c.extraAttrs(); !slices.Equal(got, attrs) {
+				t.Errorf("n=%d i=%d o=%d bias %v: attributes %v, want %v", n, in, o, bias, got, attrs)
+			}
+			x, w, b := randFloats(r, n*in), randFloats(r, o*in), randFloats(r, o)
+			ref := c
+			ref.Epilogue = ltEpilogueDefault
+			if bias {
+				ref.Epilogue = ltEpilogueBias
+			}
+			pre := ltMatmulRef(t, ref, w, x, b) // aux: D's values before GELU, ld AuxLD = C.LD
+			in3 := []*ops.Buf[float32]{{Data: x, Shape: []int{n, in}}, {Data: w, Shape: []int{o, in}}}
+			if bias {
+				in3 = append(in3, &ops.Buf[float32]{Data: b, Shape: []int{o}})
+			}
+			wy, wpre := make([]float32, n*o), make([]float32, n*o)
+			ops.Kernels32[ops.LinearGELU](&ops.Ctx[float32]{LossScale: 1}, &ops.Attrs{Approximate: true}, in3,
+				[]*ops.Buf[float32]{{Data: wy, Shape: []int{n, o}}, {Data: wpre, Shape: []int{n, o}}})
+			y := make([]float32, n*o)
+			ops.Kernels32[ops.GELU](&ops.Ctx[float32]{LossScale: 1}, &ops.Attrs{Approximate: true},
+				[]*ops.Buf[float32]{{Data: pre, Shape: []int{n, o}}}, []*ops.Buf[float32]{{Data: y, Shape: []int{n, o}}})
+			for e := range wpre {
+				if d := pre[e] - wpre[e]; d > 1e-5 || d < -1e-5 {
+					t.Fatalf("n=%d i=%d o=%d: pre[%d] = %v, ops.LinearGELU %v", n, in, o, e, pre[e], wpre[e])
+				}
+				if d := y[e] - wy[e]; d > 1e-5 || d < -1e-5 {
+					t.Fatalf("n=%d i=%d o=%d: y[%d] = %v, ops.LinearGELU %v", n, in, o, e, y[e], wy[e])
+				}
+			}
+		}
+	}
+	if _, ok := linearGELUCall(4, 3, 12, true, 256, ltCompute32F); ok {
+		t.Error("an aux leading dimension of 12 (not a multiple of 8) goes to cuBLASLt")
+	}
+	if _, ok := linearGELUCall(0, 3, 16, true, 256, ltCompute32F); ok {
+		t.Error("an empty batch goes to cuBLASLt")
+	}
+	if c, _ := linearBiasCall(3, 4, 5, 256, ltCompute32F); c.extraAttrs() != nil || c.AuxLD != 0 {
+		t.Errorf("the bias call sets %v, aux ld %d", c.extraAttrs(), c.AuxLD)
+	}
+}
+
+// TestLtGELUNotes: a GELU call's fallback says that the GELU runs apart,
+// once, besides the bias call's note for the same reason.
+func TestLtGELUNotes(t *testing.T) {
+	var b bytes.Buffer
+	n := &ltNotes{w: &b}
+	g, _ := linearGELUCall(3, 4, 8, true, 256, ltCompute32F)
+	lb, _ := linearBiasCall(3, 4, 8, 256, ltCompute32F)
+	n.fallbackAs("cuda:0", "no algorithm", g.instead())
+	n.fallbackAs("cuda:0", "no algorithm", g.instead())
+	n.fallbackAs("cuda:0", "no algorithm", lb.instead())
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "a separate GELU kernel") || !strings.HasSuffix(lines[1], "a separate bias kernel") {
+		t.Errorf("notes:\n%s", b.String())
+	}
+}
