@@ -22,12 +22,14 @@ func (s *Step) OpName() string {
 // the fused attention (ops.Attention, builder.fusedAttention; and
 // ops.AttentionHeads, fuseAttention) and their gradients; the fused
 // classifier (ops.CrossEntropyFused, fuseClassifier); the linear layer
-// with its tanh GELU (ops.LinearGELU, fuseLinearGELU). Every other op
+// with its tanh GELU (ops.LinearGELU, fuseLinearGELU) and the next linear
+// layer's input gradient with the GELU's (ops.LinearGradInputGELU,
+// fuseLinearGELUGrad). Every other op
 // a Plan may hold, every backend must run; a backend may decline only
 // these (target.Target.Declines).
 func TargetFusions() []ops.Op {
 	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad,
-		ops.CrossEntropyFused, ops.LinearGELU}
+		ops.CrossEntropyFused, ops.LinearGELU, ops.LinearGradInputGELU}
 }
 
 // supports reports whether the Plan's backend runs every op of fused.
@@ -295,6 +297,9 @@ func (b *builder) fuseBackward() {
 	}
 	if b.opts.supports(ops.CrossEntropyFused) {
 		b.fuseClassifier(dead, gone)
+	}
+	if b.opts.supports(ops.LinearGradInputGELU) {
+		b.fuseLinearGELUGrad(uses, dead, gone)
 	}
 	g.Backward = slices.DeleteFunc(g.Backward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)

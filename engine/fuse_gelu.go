@@ -36,3 +36,35 @@ func (b *builder) fuseLinearGELU(uses map[*Value]int, dead map[*Node]bool) {
 		dead[r] = true
 	}
 }
+
+// fuseLinearGELUGrad rewrites the backward nodes, for a target that runs
+// ops.LinearGradInputGELU (cuBLASLt's CUBLASLT_EPILOGUE_DGELU): the
+// GELUGrad of a LinearGELU's pre-activation whose incoming gradient only
+// it reads and a LinearGradInput made (the next linear layer's input
+// gradient: a GPT MLP's c_proj) becomes one LinearGradInputGELU, dx =
+// GELU'(pre)·(dy·w), in the LinearGradInput's place; its output and the
+// GELUGrad disappear. Each value is rounded as the separate ops round it
+// (TestLinearGELUTrainsAsUnfused).
+func (b *builder) fuseLinearGELUGrad(uses map[*Value]int, dead map[*Node]bool, gone map[*Value]bool) {
+	g := b.g
+	for _, r := range g.Backward {
+		if r.Op != ops.GELUGrad || !r.Attrs.Approximate || dead[r] || len(r.In) != 2 {
+			continue
+		}
+		s, pre := r.In[0], r.In[1]
+		if f := pre.Producer; f == nil || f.Op != ops.LinearGELU || len(f.Out) != 2 || f.Out[1] != pre {
+			continue
+		}
+		a := s.Producer
+		if a == nil || a.Op != ops.LinearGradInput || dead[a] || uses[s] != 1 || s == g.LossSeed {
+			continue
+		}
+		dx := r.Out[0]
+		a.Op = ops.LinearGradInputGELU
+		a.Attrs.Approximate = true
+		a.In = []*Value{a.In[0], a.In[1], pre}
+		a.Out = []*Value{dx}
+		dx.Producer = a
+		dead[r], gone[s] = true, true
+	}
+}

@@ -22,6 +22,18 @@ const (
 	// the gradCase "linear_gelu", its PyTorch 1.13 check TestOpsGolden's
 	// "linear_gelu" cases.
 	LinearGELU Op = "linear_gelu"
+
+	// LinearGradInputGELU: in dy[N,...,O], w[O,I], pre[N,...,I] (a
+	// LinearGELU's pre-activation); out dx[N,...,I] = GELU'(pre)·(dy·w):
+	// the next linear layer's input gradient (a GPT MLP's c_proj) and the
+	// GELU's gradient in one op, for a target whose matrix product applies
+	// the GELU's derivative as it writes (cuBLASLt's
+	// CUBLASLT_EPILOGUE_DGELU). Attrs: Approximate. Each value is rounded
+	// as LinearGradInput then GELUGrad round it (the product, then the
+	// derivative in place), so a fused plan trains bit for bit as the
+	// unfused one on the CPU (TestLinearGradInputGELUMatchesUnfused); its
+	// parts' finite-difference and PyTorch checks are theirs.
+	LinearGradInputGELU Op = "linear_grad_input_gelu"
 )
 
 var linearGELUOps = []*Def{
@@ -38,6 +50,11 @@ var linearGELUOps = []*Def{
 		Grad:     linearGELUGrad,
 		StepName: func(*Attrs, func(int) bool) string { return "linear+gelu" },
 		Kernel32: linearGELU[float32], Kernel64: linearGELU[float64],
+	},
+	{
+		Op: LinearGradInputGELU, In: []Input{{Name: "dy"}, {Name: "w"}, {Name: "pre"}}, Out: []Output{{Name: "dx"}},
+		StepName: func(*Attrs, func(int) bool) string { return "linear_grad_input+gelu_grad" },
+		Kernel32: linearGradInputGELU[float32], Kernel64: linearGradInputGELU[float64],
 	},
 }
 
@@ -63,4 +80,13 @@ func linearGELU[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
 	la.Approximate = false
 	linear(c, &la, in, out[1:2])
 	gelu(c, &Attrs{Approximate: a.Approximate, Precision: a.Precision}, out[1:2], out[0:1])
+}
+
+// linearGradInputGELU: LinearGradInput's kernel into dx, then GELUGrad's
+// in place (dx as its dy, pre as its x).
+func linearGradInputGELU[T Float](c *Ctx[T], a *Attrs, in, out []*Buf[T]) {
+	la := *a
+	la.Approximate = false
+	linearGradInput(c, &la, in[:2], out)
+	geluGrad(c, &Attrs{Approximate: a.Approximate, Precision: a.Precision}, []*Buf[T]{out[0], in[2]}, out)
 }

@@ -45,3 +45,36 @@ func checkLinearGELU[T Float](t *testing.T, k map[Op]Kernel[T]) {
 		}
 	}
 }
+
+// TestLinearGradInputGELUMatchesUnfused: LinearGradInputGELU's kernel
+// writes exactly the bits of LinearGradInput then GELUGrad (tanh form and
+// exact), in float32 and float64, on GPT MLP-like shapes and ragged ones.
+func TestLinearGradInputGELUMatchesUnfused(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { checkLinearGradInputGELU(t, Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkLinearGradInputGELU(t, Kernels64) })
+}
+
+func checkLinearGradInputGELU[T Float](t *testing.T, k map[Op]Kernel[T]) {
+	r := rand.New(rand.NewPCG(5, 6))
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	for _, tc := range []struct {
+		rows []int
+		o, i int
+	}{
+		{[]int{4, 16}, 32, 128}, {[]int{7}, 9, 13}, {[]int{1}, 3, 5},
+	} {
+		for _, approx := range []bool{true, false} {
+			xs := append(slices.Clone(tc.rows), tc.i)
+			dy := normalBuf[T](r, append(slices.Clone(tc.rows), tc.o))
+			w, pre := normalBuf[T](r, []int{tc.o, tc.i}), normalBuf[T](r, xs)
+			g, want := zeroBuf[T](xs), zeroBuf[T](xs)
+			call(k, c, LinearGradInput, &Attrs{}, []*Buf[T]{dy, w}, []*Buf[T]{g})
+			call(k, c, GELUGrad, &Attrs{Approximate: approx}, []*Buf[T]{g, pre}, []*Buf[T]{want})
+			got := zeroBuf[T](xs)
+			call(k, c, LinearGradInputGELU, &Attrs{Approximate: approx}, []*Buf[T]{dy, w, pre}, []*Buf[T]{got})
+			if !slices.Equal(got.Data, want.Data) {
+				t.Errorf("%v·[%d %d] tanh %v: linear_grad_input_gelu differs from linear_grad_input then gelu_grad", tc.rows, tc.o, tc.i, approx)
+			}
+		}
+	}
+}

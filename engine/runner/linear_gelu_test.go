@@ -11,14 +11,14 @@ import (
 )
 
 // withLinearGELU registers, for the rest of the test, a cpu Target that
-// also runs ops.LinearGELU (the real one declines it: it is a CUDA
-// fusion, cuBLASLt's GELU epilogue), so that the compiler's fusion can
+// also runs ops.LinearGELU and ops.LinearGradInputGELU (the real one
+// declines them: they are CUDA fusions, cuBLASLt's GELU epilogues), so that the compiler's fusion can
 // be trained on the CPU kernels and compared with the unfused plan.
 func withLinearGELU(t *testing.T) {
 	t.Helper()
 	tg := cpu.Backend{}.Target()
 	own := tg.Supports
-	tg.Supports = func(op ops.Op) bool { return op == ops.LinearGELU || own(op) }
+	tg.Supports = func(op ops.Op) bool { return op == ops.LinearGELU || op == ops.LinearGradInputGELU || own(op) }
 	tg.Declines = nil
 	target.Register(tg)
 	t.Cleanup(func() { target.Register(cpu.Backend{}.Target()) })
@@ -26,8 +26,9 @@ func withLinearGELU(t *testing.T) {
 
 // TestLinearGELUTrainsAsUnfused: for a target that runs ops.LinearGELU,
 // each block's MLP (mlp.c_fc, then nn.gelu(approximate = "tanh"))
-// compiles into one linear+gelu step, its gradient a gelu_grad on the
-// kept pre-activation, and the GPT trains — two micro-batches a step,
+// compiles into one linear+gelu step, and the GELU's gradient joins
+// mlp.c_proj's input gradient (one linear_grad_input+gelu_grad step on
+// the kept pre-activation), and the GPT trains — two micro-batches a step,
 // evaluation on — bit for bit as the plan with cluster.fusion = false,
 // on one device and two (and two under sync.zero(stage = 3)). The real
 // cpu target declines it; an exact (erf) GELU is not fused.
@@ -48,15 +49,15 @@ func TestLinearGELUTrainsAsUnfused(t *testing.T) {
 		sets    []string
 	}{{1, nil}, {2, nil}, {2, []string{"sync=sync.zero(stage = 3)"}}} {
 		fused, plain, pf, pp := trainFusedAndPlain(t, src, run.sets, run.devices)
-		if n, g, gg := countOp(pf, ops.LinearGELU), countOp(pf, ops.GELU), countOp(pf, ops.GELUGrad); n != 2 || g != 0 || gg != 2 {
-			t.Errorf("fused plan: %d linear_gelu, %d gelu, %d gelu_grad steps; want 2, 0, 2", n, g, gg)
+		if n, g, gg, dg := countOp(pf, ops.LinearGELU), countOp(pf, ops.GELU), countOp(pf, ops.GELUGrad), countOp(pf, ops.LinearGradInputGELU); n != 2 || g != 0 || gg != 0 || dg != 2 {
+			t.Errorf("fused plan: %d linear_gelu, %d gelu, %d gelu_grad, %d linear_grad_input_gelu steps; want 2, 0, 0, 2", n, g, gg, dg)
 		}
 		for _, st := range pf.Devices[0].Steps {
 			if st.Kind == engine.KernelStep && st.Op == ops.LinearGELU && (st.Phase != engine.PhaseForward || st.OpName() != "linear+gelu" || !st.Attrs.Approximate) {
 				t.Errorf("fused step: phase %v, name %s, tanh %v", st.Phase, st.OpName(), st.Attrs.Approximate)
 			}
 		}
-		if countOp(pp, ops.LinearGELU) != 0 || countOp(pp, ops.GELU) != 2 {
+		if countOp(pp, ops.LinearGELU) != 0 || countOp(pp, ops.GELU) != 2 || countOp(pp, ops.LinearGradInputGELU) != 0 || countOp(pp, ops.GELUGrad) != 2 {
 			t.Errorf("cluster.fusion = false: want linear and gelu")
 		}
 		for i := range fused.Params {
