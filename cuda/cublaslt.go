@@ -327,6 +327,19 @@ func (d *Device) linearGELU(n, i, o int, x, w, b, y, pre uintptr) (ran bool) {
 	return ok && d.lt.matmul(d.Name(), c, x, w, y, b, pre, d.stream)
 }
 
+// linearGradInputGELU queues ops.LinearGradInputGELU (tanh form) as one
+// cuBLASLt matmul whose epilogue multiplies dy·w by GELU'(pre) into dx
+// (linearGradInputGELUCall); ran is false when the device has no
+// cuBLASLt, or it has no algorithm for the shape or refuses it (the
+// caller then runs the unfused kernels).
+func (d *Device) linearGradInputGELU(n, o, i int, dy, w, pre, dx uintptr) (ran bool) {
+	if d.lt == nil {
+		return false
+	}
+	c, ok := linearGradInputGELUCall(n, o, i, ltAlignment(dy, w, pre, dx), ltCompute(computeType(d.lowp), d.set.TF32))
+	return ok && d.lt.matmul(d.Name(), c, dy, w, dx, 0, pre, d.stream)
+}
+
 func (l *ltHandle) close() {
 	for _, p := range l.calls {
 		C.gorun_lt_release(&l.lib.fns, p.desc, p.la, p.lb, p.lc)

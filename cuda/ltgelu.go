@@ -11,13 +11,17 @@ package cuda
 // form is fused. As for the bias epilogue (ltcall.go) the arguments are
 // built here, in plain Go, and tested without a GPU (TestLtLinearGELUCall);
 // the device falls back to the unfused kernels, with a note, when
-// cuBLASLt is missing, offers no algorithm or refuses the call.
+// cuBLASLt is missing, offers no algorithm or refuses the call. The
+// backward pass's ops.LinearGradInputGELU (the next linear layer's input
+// gradient and the GELU's) is one matmul with CUBLASLT_EPILOGUE_DGELU,
+// which reads the kept pre-activation as its auxiliary matrix.
 
 // The GELU epilogues (cublasLt.h of CUDA 11.8: CUBLASLT_EPILOGUE_GELU = 32,
 // the _AUX bit 128, the _BIAS bit 4).
 const (
 	ltEpilogueGELUAux     ltEpilogue = 32 | 128     // CUBLASLT_EPILOGUE_GELU_AUX: D = GELU(A·B), aux = A·B
 	ltEpilogueGELUAuxBias ltEpilogue = 32 | 128 | 4 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS: D = GELU(A·B + bias), aux = A·B + bias
+	ltEpilogueDGELU       ltEpilogue = 64 | 128     // CUBLASLT_EPILOGUE_DGELU: D = GELU'(aux)·(A·B), aux read
 )
 
 // The cublasLtMatmulDescAttributes_t and cudaDataType values a GELU call
@@ -87,9 +91,27 @@ func linearGELUCall(n, i, o int, bias bool, align, compute int) (ltCall, bool) {
 	return c, true
 }
 
+// linearGradInputGELUCall is ops.LinearGradInputGELU (tanh form), dx[n×i]
+// = GELU'(pre)·(dy[n×o]·w[o×i]), as one cuBLASLt matmul: LinearGradInput's
+// product (column-major dxᵀ[i×n]) with CUBLASLT_EPILOGUE_DGELU reading
+// the pre-activation as its auxiliary matrix, laid out as D (leading
+// dimension i). ok is false for an empty batch and where i is not a
+// multiple of 8: the step then runs the unfused kernels.
+func linearGradInputGELUCall(n, o, i, align, compute int) (ltCall, bool) {
+	c, ok := ltCallFor(rowMajorGemm(false, false, n, i, o, o, i, i), ltEpilogueDGELU)
+	if !ok || i%ltAuxAlign != 0 {
+		return ltCall{}, false
+	}
+	c.Align, c.Compute, c.AuxLD = align, compute, i
+	return c, true
+}
+
 // instead says what a layer runs when cuBLASLt does not run c.
 func (c ltCall) instead() string {
-	if c.Epilogue.hasAux() {
+	switch {
+	case c.Epilogue == ltEpilogueDGELU:
+		return "the input gradients of linear layers after a GELU run cuBLAS SGEMM and a separate GELU gradient kernel"
+	case c.Epilogue.hasAux():
 		return "linear layers with a GELU run cuBLAS SGEMM, a separate bias kernel and a separate GELU kernel"
 	}
 	return "linear layers run cuBLAS SGEMM and a separate bias kernel"

@@ -79,3 +79,55 @@ func TestLinearGELUGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearGradInputGELUGPU: ops.LinearGradInputGELU (tanh form) through
+// cuBLASLt's DGELU epilogue and, on a device opened with cublaslt =
+// false, through SGEMM and gorun_binary's GELU gradient, at GPT-2 small's
+// c_proj input gradient (4·1024 rows, dy 768 wide, w 768×3072) and the GPT
+// example's (2048 rows, 128, 128×512), and an odd one the aux matrix
+// cannot take: dx within 1e-4 (relative), the time of each.
+func TestLinearGradInputGELUGPU(t *testing.T) {
+	needGPU(t)
+	for _, c := range []struct {
+		name    string
+		n, o, i int
+		lt      bool
+	}{
+		{"gpt2_small_c_proj", 4096, 768, 3072, true}, {"gpt_example_c_proj", 2048, 128, 512, true}, {"odd", 37, 13, 9, false},
+	} {
+		b := newProg()
+		dy, w, pre, dx := b.f("dy", true, c.n, c.o), b.f("w", false, c.o, c.i), b.f("pre", true, c.n, c.i), b.f("dx", true, c.n, c.i)
+		st := b.step(engine.PhaseBackward, ops.LinearGradInputGELU, ops.Attrs{Approximate: true}, false, []*engine.Buffer{dy, w, pre}, dx)
+		pr := loadPair(t, b, backend.Options{Settings: map[string]any{"eager": true}}, 12)
+		lt := pr.gpu.(*Device)
+		plainDev, err := Backend{}.Open(0, backend.Options{Settings: map[string]any{"eager": true, "cublaslt": false}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { plainDev.Close() })
+		plain := plainDev.(*Device)
+		if err := plain.Load(pr.prog); err != nil {
+			t.Fatal(err)
+		}
+		for _, buf := range []*engine.Buffer{dy, w, pre} {
+			if err := plain.UploadF32(buf, 0, download(t, lt, buf, buf.Elems())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if lt.lt == nil || plain.lt != nil {
+			t.Fatalf("%s: cuBLASLt on the default device %v, on the cublaslt = false one %v: want true, false", c.name, lt.lt != nil, plain.lt != nil)
+		}
+		rc := &once[0]
+		ltUS := perCallOn(t, lt, 20, execSteps(lt, rc, st))
+		plainUS := perCallOn(t, plain, 20, execSteps(plain, rc, st))
+		call, callOK := linearGradInputGELUCall(c.n, c.o, c.i, ltAlignment(lt.ptr(dy), lt.ptr(w), lt.ptr(pre), lt.ptr(dx)), ltCompute32F)
+		ran := callOK && lt.lt.calls[call] != nil && lt.lt.calls[call].ok
+		e := relErr(download(t, lt, dx, c.n*c.i), download(t, plain, dx, c.n*c.i))
+		ok := e <= 1e-4 && ran == c.lt
+		jsonLine(map[string]any{"check": "lt_linear_dgelu", "shape": c.name, "n": c.n, "out": c.o, "in": c.i, "lt_ran": ran,
+			"lt_us": ltUS, "unfused_us": plainUS, "lt_over_unfused": plainUS / ltUS, "rel_err": e, "ok": ok})
+		if !ok {
+			t.Errorf("%s: cuBLASLt ran %v (want %v); relative difference from the unfused kernels %g (want ≤ 1e-4)", c.name, ran, c.lt, e)
+		}
+	}
+}

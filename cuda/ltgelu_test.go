@@ -96,3 +96,51 @@ func TestLtGELUNotes(t *testing.T) {
 		t.Errorf("notes:\n%s", b.String())
 	}
 }
+
+// TestLtLinearGradInputGELUCall: ops.LinearGradInputGELU as one cuBLASLt
+// matmul — LinearGradInput's layouts with cublasLt.h's (CUDA 11.8)
+// CUBLASLT_EPILOGUE_DGELU = 192, the pre-activation as the auxiliary
+// matrix laid out as D (leading dimension i, float32; no bias, so no bias
+// data type). A reference column-major matmul of those layouts, then
+// GELUGrad of the product at pre, gives ops.LinearGradInputGELU's dx.
+// An i not a multiple of 8 and an empty batch stay with the unfused
+// kernels.
+func TestLtLinearGradInputGELUCall(t *testing.T) {
+	if ltEpilogueDGELU != 192 {
+		t.Fatal("cublasLt.h's value changed")
+	}
+	r := rand.New(rand.NewPCG(26, 3))
+	for _, sz := range [][3]int{{1, 1, 8}, {3, 5, 16}, {17, 4, 24}, {64, 32, 128}} {
+		n, o, i := sz[0], sz[1], sz[2]
+		c, ok := linearGradInputGELUCall(n, o, i, 64, ltCompute32F)
+		if !ok || c.Epilogue != ltEpilogueDGELU || !c.SwapOperands || c.C.Rows != i || c.C.Cols != n || c.AuxLD != i || c.Align != 64 {
+			t.Fatalf("n=%d o=%d i=%d: %+v, %v", n, o, i, c, ok)
+		}
+		if got, want := c.extraAttrs(), []ltAttr{{12, int64(i), 8}, {22, 0, 4}}; !slices.Equal(got, want) {
+			t.Errorf("n=%d o=%d i=%d: attributes %v, want %v", n, o, i, got, want)
+		}
+		dy, w, pre := randFloats(r, n*o), randFloats(r, o*i), randFloats(r, n*i)
+		ref := c
+		ref.Epilogue = ltEpilogueDefault
+		prod := ltMatmulRef(t, ref, w, dy, nil) // the call's A is the row-major B (w)
+		k := &ops.Ctx[float32]{LossScale: 1}
+		got := make([]float32, n*i)
+		ops.Kernels32[ops.GELUGrad](k, &ops.Attrs{Approximate: true},
+			[]*ops.Buf[float32]{{Data: prod, Shape: []int{n, i}}, {Data: pre, Shape: []int{n, i}}}, []*ops.Buf[float32]{{Data: got, Shape: []int{n, i}}})
+		want := make([]float32, n*i)
+		ops.Kernels32[ops.LinearGradInputGELU](k, &ops.Attrs{Approximate: true},
+			[]*ops.Buf[float32]{{Data: dy, Shape: []int{n, o}}, {Data: w, Shape: []int{o, i}}, {Data: pre, Shape: []int{n, i}}},
+			[]*ops.Buf[float32]{{Data: want, Shape: []int{n, i}}})
+		for e := range want {
+			if d := got[e] - want[e]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("n=%d o=%d i=%d: dx[%d] = %v, ops.LinearGradInputGELU %v", n, o, i, e, got[e], want[e])
+			}
+		}
+	}
+	if _, ok := linearGradInputGELUCall(4, 3, 12, 256, ltCompute32F); ok {
+		t.Error("an aux leading dimension of 12 (not a multiple of 8) goes to cuBLASLt")
+	}
+	if _, ok := linearGradInputGELUCall(0, 3, 16, 256, ltCompute32F); ok {
+		t.Error("an empty batch goes to cuBLASLt")
+	}
+}

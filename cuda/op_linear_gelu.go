@@ -3,7 +3,10 @@
 // The linear layer with its GELU (ops.LinearGELU, the compiler's fusion
 // of a GPT MLP's c_fc and its tanh GELU): one cuBLASLt matmul with the
 // GELU epilogue (ltgelu.go), else the linear layer's kernels into the
-// pre-activation and the GELU kernel from it.
+// pre-activation and the GELU kernel from it; and in the backward pass
+// the next layer's input gradient with the GELU's derivative
+// (ops.LinearGradInputGELU): one matmul with the DGELU epilogue, else the
+// GEMM and the GELU gradient kernel.
 
 package cuda
 
@@ -14,7 +17,8 @@ import (
 
 // linearGELUSteps are the fused linear+GELU's ops.
 var linearGELUSteps = map[ops.Op]opStep{
-	ops.LinearGELU: runLinearGELU,
+	ops.LinearGELU:          runLinearGELU,
+	ops.LinearGradInputGELU: runLinearGradInputGELU,
 }
 
 // runLinearGELU queues LinearGELU: y = GELU(x·wᵀ + b), pre = x·wᵀ + b as
@@ -46,4 +50,29 @@ func runLinearGELU(d *Device, st *engine.Step, acc bool) error {
 	}
 	m := d.live(pre)
 	return d.launch(kUnary, elementwise(m), d.bufArg(pre), d.bufArg(y), intArg(m), intArg(code), floatArg(0))
+}
+
+// runLinearGradInputGELU queues LinearGradInputGELU: dx = GELU'(pre)·(dy·w)
+// as one cuBLASLt matmul with CUBLASLT_EPILOGUE_DGELU where the device has
+// cuBLASLt and the GELU is the tanh form; else LinearGradInput's GEMM
+// into dx, then gorun_binary's GELU gradient in place, the kernels of the
+// unfused plan.
+func runLinearGradInputGELU(d *Device, st *engine.Step, acc bool) error {
+	dy, w, pre, dx := st.In[0], st.In[1], st.In[2], st.Out[0]
+	n, o, i := d.dim(dy, 0), w.Max[0], w.Max[1]
+	if n == 0 {
+		return nil
+	}
+	if st.Attrs.Approximate && o > 0 && d.linearGradInputGELU(n, o, i, d.ptr(dy), d.ptr(w), d.ptr(pre), d.ptr(dx)) {
+		return nil
+	}
+	if err := d.gemm(rowMajorGemm(false, false, n, i, o, o, i, i), 1, 0, d.ptr(dy), d.ptr(w), d.ptr(dx)); err != nil {
+		return err
+	}
+	code := binaryGELUGrad
+	if st.Attrs.Approximate {
+		code = binaryGELUTanhGrad
+	}
+	m := d.live(dx)
+	return d.launch(kBinary, elementwise(m), d.bufArg(dx), d.bufArg(pre), d.bufArg(dx), intArg(m), intArg(code), floatArg(0))
 }

@@ -72,6 +72,8 @@
 #   {"check":"lt_linear_gelu"}      (cuda.test) linear+gelu through cuBLASLt's GELU_AUX_BIAS epilogue
 #                                   against SGEMM + bias_add + GELU at GPT-2 small's c_fc: differences,
 #                                   µs of each
+#   {"check":"lt_linear_dgelu"}     (cuda.test) c_proj's input gradient with the GELU's through the DGELU
+#                                   epilogue against SGEMM + the GELU gradient kernel: difference, µs
 #   {"check":"llmc", ...}           gpt_llmc.star (vocab 50304) as compiled, with cluster.fusion=false
 #                                   (no fused classifier, no linear+gelu) and cuda.cublaslt=false:
 #                                   losses ≤ 1e-4 apart, tokens/s of each and the ratios; no GELU
