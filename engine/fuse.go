@@ -24,12 +24,13 @@ func (s *Step) OpName() string {
 // classifier (ops.CrossEntropyFused, fuseClassifier); the linear layer
 // with its tanh GELU (ops.LinearGELU, fuseLinearGELU) and the next linear
 // layer's input gradient with the GELU's (ops.LinearGradInputGELU,
-// fuseLinearGELUGrad). Every other op
+// fuseLinearGELUGrad); a linear layer's weight and bias gradients
+// (ops.LinearGradWeightBias, fuseLinearBiasGrad). Every other op
 // a Plan may hold, every backend must run; a backend may decline only
 // these (target.Target.Declines).
 func TargetFusions() []ops.Op {
 	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad,
-		ops.CrossEntropyFused, ops.LinearGELU, ops.LinearGradInputGELU}
+		ops.CrossEntropyFused, ops.LinearGELU, ops.LinearGradInputGELU, ops.LinearGradWeightBias}
 }
 
 // supports reports whether the Plan's backend runs every op of fused.
@@ -300,6 +301,9 @@ func (b *builder) fuseBackward() {
 	}
 	if b.opts.supports(ops.LinearGradInputGELU) {
 		b.fuseLinearGELUGrad(uses, dead, gone)
+	}
+	if b.opts.supports(ops.LinearGradWeightBias) {
+		b.fuseLinearBiasGrad(dead)
 	}
 	g.Backward = slices.DeleteFunc(g.Backward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)

@@ -68,3 +68,33 @@ func (b *builder) fuseLinearGELUGrad(uses map[*Value]int, dead map[*Node]bool, g
 		dead[r], gone[s] = true, true
 	}
 }
+
+// fuseLinearBiasGrad rewrites the backward nodes, for a target that runs
+// ops.LinearGradWeightBias (cuBLASLt's CUBLASLT_EPILOGUE_BGRADB): a
+// linear layer's LinearGradWeight and LinearGradBias of the same dy
+// become one LinearGradWeightBias in the weight gradient's place, writing
+// dw and db; the bias node disappears. Each value is rounded as the
+// separate ops round it (TestLinearGELUTrainsAsUnfused).
+func (b *builder) fuseLinearBiasGrad(dead map[*Node]bool) {
+	g := b.g
+	weight := map[*Value]*Node{} // dy → its LinearGradWeight
+	for _, n := range g.Backward {
+		if n.Op == ops.LinearGradWeight && !dead[n] && len(n.Out) == 1 {
+			weight[n.In[0]] = n
+		}
+	}
+	for _, r := range g.Backward {
+		if r.Op != ops.LinearGradBias || dead[r] || len(r.In) != 1 || len(r.Out) != 1 {
+			continue
+		}
+		w := weight[r.In[0]]
+		if w == nil || w.Layer != r.Layer || w.Op != ops.LinearGradWeight {
+			continue
+		}
+		db := r.Out[0]
+		w.Op = ops.LinearGradWeightBias
+		w.Out = []*Value{w.Out[0], db}
+		db.Producer = w
+		dead[r] = true
+	}
+}

@@ -451,7 +451,7 @@ func batchedOut(op Op, i int) bool {
 // parameter gradient, or CrossEntropyFused's loss).
 func accumulates(op Op) bool {
 	switch op {
-	case CrossEntropyFused, Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
+	case CrossEntropyFused, Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, LinearGradWeightBias, BatchNormGradGamma, BatchNormGradBeta,
 		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta, Round:
 		return true
 	}

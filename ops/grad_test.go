@@ -29,8 +29,10 @@ func TestGradCheckCoversOps(t *testing.T) {
 		// CrossEntropyFused (loss and dx, both outputs of one backward
 		// op) has its own: TestCrossEntropyFusedGradient.
 		// LinearGradInputGELU (LinearGradInput then GELUGrad, both checked
-		// here) has its own: TestLinearGradInputGELUMatchesUnfused.
-		if !d.Forward() && !d.InPlace && !bwd[op] && op != CrossEntropyFused && op != LinearGradInputGELU {
+		// here) and LinearGradWeightBias (LinearGradWeight then
+		// LinearGradBias) have their own: TestLinearGradInputGELUMatchesUnfused,
+		// TestLinearGradWeightBiasMatchesUnfused.
+		if !d.Forward() && !d.InPlace && !bwd[op] && op != CrossEntropyFused && op != LinearGradInputGELU && op != LinearGradWeightBias {
 			t.Errorf("backward op %v is not exercised by any gradient check", op)
 		}
 	}

@@ -78,3 +78,41 @@ func checkLinearGradInputGELU[T Float](t *testing.T, k map[Op]Kernel[T]) {
 		}
 	}
 }
+
+// TestLinearGradWeightBiasMatchesUnfused: LinearGradWeightBias's kernel
+// writes exactly the bits of LinearGradWeight then LinearGradBias,
+// overwriting and accumulating, in float32 and float64.
+func TestLinearGradWeightBiasMatchesUnfused(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { checkLinearGradWeightBias(t, Kernels32) })
+	t.Run("float64", func(t *testing.T) { checkLinearGradWeightBias(t, Kernels64) })
+}
+
+func checkLinearGradWeightBias[T Float](t *testing.T, k map[Op]Kernel[T]) {
+	r := rand.New(rand.NewPCG(7, 9))
+	c := &Ctx[T]{LossScale: 1, Step: 1}
+	for _, tc := range []struct {
+		rows []int
+		o, i int
+	}{
+		{[]int{4, 16}, 128, 32}, {[]int{7}, 19, 13}, {[]int{1}, 3, 5},
+	} {
+		for _, acc := range []bool{false, true} {
+			dy := normalBuf[T](r, append(slices.Clone(tc.rows), tc.o))
+			x := normalBuf[T](r, append(slices.Clone(tc.rows), tc.i))
+			dw0, db0 := normalBuf[T](r, []int{tc.o, tc.i}), normalBuf[T](r, []int{tc.o})
+			wdw, wdb := zeroBuf[T](dw0.Shape), zeroBuf[T](db0.Shape)
+			copy(wdw.Data, dw0.Data)
+			copy(wdb.Data, db0.Data)
+			a := &Attrs{Accumulate: acc}
+			call(k, c, LinearGradWeight, a, []*Buf[T]{dy, x}, []*Buf[T]{wdw})
+			call(k, c, LinearGradBias, a, []*Buf[T]{dy}, []*Buf[T]{wdb})
+			dw, db := zeroBuf[T](dw0.Shape), zeroBuf[T](db0.Shape)
+			copy(dw.Data, dw0.Data)
+			copy(db.Data, db0.Data)
+			call(k, c, LinearGradWeightBias, a, []*Buf[T]{dy, x}, []*Buf[T]{dw, db})
+			if !slices.Equal(dw.Data, wdw.Data) || !slices.Equal(db.Data, wdb.Data) {
+				t.Errorf("%v·[%d %d] accumulate %v: linear_grad_weight_bias differs from linear_grad_weight then linear_grad_bias", tc.rows, tc.o, tc.i, acc)
+			}
+		}
+	}
+}

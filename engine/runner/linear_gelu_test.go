@@ -11,14 +11,17 @@ import (
 )
 
 // withLinearGELU registers, for the rest of the test, a cpu Target that
-// also runs ops.LinearGELU and ops.LinearGradInputGELU (the real one
-// declines them: they are CUDA fusions, cuBLASLt's GELU epilogues), so that the compiler's fusion can
+// also runs ops.LinearGELU, ops.LinearGradInputGELU and
+// ops.LinearGradWeightBias (the real one declines them: they are CUDA
+// fusions, cuBLASLt's GELU and BGRADB epilogues), so that the compiler's fusion can
 // be trained on the CPU kernels and compared with the unfused plan.
 func withLinearGELU(t *testing.T) {
 	t.Helper()
 	tg := cpu.Backend{}.Target()
 	own := tg.Supports
-	tg.Supports = func(op ops.Op) bool { return op == ops.LinearGELU || op == ops.LinearGradInputGELU || own(op) }
+	tg.Supports = func(op ops.Op) bool {
+		return op == ops.LinearGELU || op == ops.LinearGradInputGELU || op == ops.LinearGradWeightBias || own(op)
+	}
 	tg.Declines = nil
 	target.Register(tg)
 	t.Cleanup(func() { target.Register(cpu.Backend{}.Target()) })
@@ -28,7 +31,9 @@ func withLinearGELU(t *testing.T) {
 // each block's MLP (mlp.c_fc, then nn.gelu(approximate = "tanh"))
 // compiles into one linear+gelu step, and the GELU's gradient joins
 // mlp.c_proj's input gradient (one linear_grad_input+gelu_grad step on
-// the kept pre-activation), and the GPT trains — two micro-batches a step,
+// the kept pre-activation), every linear layer with a bias has its
+// weight and bias gradients in one linear_grad_weight+linear_grad_bias
+// step, and the GPT trains — two micro-batches a step,
 // evaluation on — bit for bit as the plan with cluster.fusion = false,
 // on one device and two (and two under sync.zero(stage = 3)). The real
 // cpu target declines it; an exact (erf) GELU is not fused.
@@ -51,6 +56,12 @@ func TestLinearGELUTrainsAsUnfused(t *testing.T) {
 		fused, plain, pf, pp := trainFusedAndPlain(t, src, run.sets, run.devices)
 		if n, g, gg, dg := countOp(pf, ops.LinearGELU), countOp(pf, ops.GELU), countOp(pf, ops.GELUGrad), countOp(pf, ops.LinearGradInputGELU); n != 2 || g != 0 || gg != 0 || dg != 2 {
 			t.Errorf("fused plan: %d linear_gelu, %d gelu, %d gelu_grad, %d linear_grad_input_gelu steps; want 2, 0, 0, 2", n, g, gg, dg)
+		}
+		// Each block: mlp.c_fc and mlp.c_proj (attn's own products are the
+		// unfused attention's linear layers: in_proj and out_proj).
+		if wb, w, bb := countOp(pf, ops.LinearGradWeightBias), countOp(pf, ops.LinearGradWeight), countOp(pf, ops.LinearGradBias); wb == 0 || wb != countOp(pp, ops.LinearGradBias) || bb != 0 || w != countOp(pp, ops.LinearGradWeight)-wb {
+			t.Errorf("fused plan: %d linear_grad_weight_bias, %d linear_grad_weight, %d linear_grad_bias steps (unfused: %d weight, %d bias)", wb, w, bb,
+				countOp(pp, ops.LinearGradWeight), countOp(pp, ops.LinearGradBias))
 		}
 		for _, st := range pf.Devices[0].Steps {
 			if st.Kind == engine.KernelStep && st.Op == ops.LinearGELU && (st.Phase != engine.PhaseForward || st.OpName() != "linear+gelu" || !st.Attrs.Approximate) {
