@@ -340,6 +340,19 @@ func (d *Device) linearGradInputGELU(n, o, i int, dy, w, pre, dx uintptr) (ran b
 	return ok && d.lt.matmul(d.Name(), c, dy, w, dx, 0, pre, d.stream)
 }
 
+// linearGradWeightBias queues ops.LinearGradWeightBias, overwriting dw
+// and db, as one cuBLASLt matmul whose epilogue sums dy's rows into db
+// (linearGradWeightBiasCall); ran is false when the device has no
+// cuBLASLt, or it has no algorithm for the shape or refuses it (the
+// caller then runs the unfused kernels).
+func (d *Device) linearGradWeightBias(n, o, i int, dy, x, dw, db uintptr) (ran bool) {
+	if d.lt == nil {
+		return false
+	}
+	c, ok := linearGradWeightBiasCall(n, o, i, ltAlignment(dy, x, dw, db), ltCompute(computeType(d.lowp), d.set.TF32))
+	return ok && d.lt.matmul(d.Name(), c, dy, x, dw, db, 0, d.stream)
+}
+
 func (l *ltHandle) close() {
 	for _, p := range l.calls {
 		C.gorun_lt_release(&l.lib.fns, p.desc, p.la, p.lb, p.lc)

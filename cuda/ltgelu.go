@@ -14,7 +14,10 @@ package cuda
 // cuBLASLt is missing, offers no algorithm or refuses the call. The
 // backward pass's ops.LinearGradInputGELU (the next linear layer's input
 // gradient and the GELU's) is one matmul with CUBLASLT_EPILOGUE_DGELU,
-// which reads the kept pre-activation as its auxiliary matrix.
+// which reads the kept pre-activation as its auxiliary matrix; and a
+// linear layer's weight and bias gradients (ops.LinearGradWeightBias) one
+// matmul with CUBLASLT_EPILOGUE_BGRADB, the bias gradient summed as the
+// weight gradient's product reads dy.
 
 // The GELU epilogues (cublasLt.h of CUDA 11.8: CUBLASLT_EPILOGUE_GELU = 32,
 // the _AUX bit 128, the _BIAS bit 4).
@@ -22,6 +25,7 @@ const (
 	ltEpilogueGELUAux     ltEpilogue = 32 | 128     // CUBLASLT_EPILOGUE_GELU_AUX: D = GELU(A·B), aux = A·B
 	ltEpilogueGELUAuxBias ltEpilogue = 32 | 128 | 4 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS: D = GELU(A·B + bias), aux = A·B + bias
 	ltEpilogueDGELU       ltEpilogue = 64 | 128     // CUBLASLT_EPILOGUE_DGELU: D = GELU'(aux)·(A·B), aux read
+	ltEpilogueBGradB      ltEpilogue = 512          // CUBLASLT_EPILOGUE_BGRADB: bias = Σ over k of op(B), one per column of D
 )
 
 // The cublasLtMatmulDescAttributes_t and cudaDataType values a GELU call
@@ -106,9 +110,28 @@ func linearGradInputGELUCall(n, o, i, align, compute int) (ltCall, bool) {
 	return c, true
 }
 
+// linearGradWeightBiasCall is ops.LinearGradWeightBias, dw[o×i] =
+// dy[n×o]ᵀ·x[n×i] and db[o] = Σ dy's rows, as one cuBLASLt matmul:
+// LinearGradWeight's product, column-major dwᵀ[i×o] = xᵀ·dy, whose B
+// operand is dy (the operands swapped), so CUBLASLT_EPILOGUE_BGRADB sums
+// op(B) over k — dy over the rows — into db, one per column of D (the
+// output features), through the bias pointer. It overwrites both, so a
+// step that accumulates (a later micro-batch) runs the unfused kernels;
+// ok is false for an empty batch.
+func linearGradWeightBiasCall(n, o, i, align, compute int) (ltCall, bool) {
+	c, ok := ltCallFor(rowMajorGemm(true, false, o, i, n, o, i, i), ltEpilogueBGradB)
+	if !ok || !c.SwapOperands {
+		return ltCall{}, false
+	}
+	c.Align, c.Compute = align, compute
+	return c, true
+}
+
 // instead says what a layer runs when cuBLASLt does not run c.
 func (c ltCall) instead() string {
 	switch {
+	case c.Epilogue == ltEpilogueBGradB:
+		return "the bias gradients of linear layers run a separate reduction kernel"
 	case c.Epilogue == ltEpilogueDGELU:
 		return "the input gradients of linear layers after a GELU run cuBLAS SGEMM and a separate GELU gradient kernel"
 	case c.Epilogue.hasAux():

@@ -131,3 +131,62 @@ func TestLinearGradInputGELUGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearGradWeightBiasGPU: ops.LinearGradWeightBias through cuBLASLt's
+// BGRADB epilogue and, on a device opened with cublaslt = false, through
+// SGEMM and the split sum, at GPT-2 small's c_fc and c_proj (4·1024 rows;
+// dy 3072 wide with x 768, and dy 768 with x 3072) and an odd one: dw and
+// db within 1e-4 (relative), the time of each. A second call that
+// accumulates runs the unfused kernels on both devices (BGRADB
+// overwrites): dw and db then hold twice the gradient.
+func TestLinearGradWeightBiasGPU(t *testing.T) {
+	needGPU(t)
+	for _, c := range []struct {
+		name    string
+		n, o, i int
+	}{
+		{"gpt2_small_c_fc", 4096, 3072, 768}, {"gpt2_small_c_proj", 4096, 768, 3072}, {"odd", 37, 9, 13},
+	} {
+		b := newProg()
+		dy, x, dw, db := b.f("dy", true, c.n, c.o), b.f("x", true, c.n, c.i), b.f("dw", false, c.o, c.i), b.f("db", false, c.o)
+		st := b.step(engine.PhaseBackward, ops.LinearGradWeightBias, ops.Attrs{}, true, []*engine.Buffer{dy, x}, dw, db)
+		pr := loadPair(t, b, backend.Options{Settings: map[string]any{"eager": true}}, 13)
+		lt := pr.gpu.(*Device)
+		plainDev, err := Backend{}.Open(0, backend.Options{Settings: map[string]any{"eager": true, "cublaslt": false}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { plainDev.Close() })
+		plain := plainDev.(*Device)
+		if err := plain.Load(pr.prog); err != nil {
+			t.Fatal(err)
+		}
+		for _, buf := range []*engine.Buffer{dy, x} {
+			if err := plain.UploadF32(buf, 0, download(t, lt, buf, buf.Elems())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rc := &once[0]
+		ltUS := perCallOn(t, lt, 20, execSteps(lt, rc, st))
+		plainUS := perCallOn(t, plain, 20, execSteps(plain, rc, st))
+		call, callOK := linearGradWeightBiasCall(c.n, c.o, c.i, ltAlignment(lt.ptr(dy), lt.ptr(x), lt.ptr(dw), lt.ptr(db)), ltCompute32F)
+		ran := callOK && lt.lt != nil && lt.lt.calls[call] != nil && lt.lt.calls[call].ok
+		eW := relErr(download(t, lt, dw, c.o*c.i), download(t, plain, dw, c.o*c.i))
+		eB := relErr(download(t, lt, db, c.o), download(t, plain, db, c.o))
+		once1 := download(t, lt, db, c.o)
+		if err := execSteps(lt, &accumulate[0], st)(); err != nil {
+			t.Fatal(err)
+		}
+		twice := download(t, lt, db, c.o)
+		for j := range once1 {
+			once1[j] *= 2
+		}
+		eAcc := relErr(twice, once1)
+		ok := eW <= 1e-4 && eB <= 1e-4 && eAcc <= 1e-5 && ran
+		jsonLine(map[string]any{"check": "lt_linear_bgradb", "shape": c.name, "n": c.n, "out": c.o, "in": c.i, "lt_ran": ran,
+			"lt_us": ltUS, "unfused_us": plainUS, "lt_over_unfused": plainUS / ltUS, "rel_err_dw": eW, "rel_err_db": eB, "rel_err_accumulated_db": eAcc, "ok": ok})
+		if !ok {
+			t.Errorf("%s: cuBLASLt ran %v; relative difference from the unfused kernels: dw %g, db %g (want ≤ 1e-4); accumulated db %g from twice the first", c.name, ran, eW, eB, eAcc)
+		}
+	}
+}

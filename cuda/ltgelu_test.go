@@ -144,3 +144,55 @@ func TestLtLinearGradInputGELUCall(t *testing.T) {
 		t.Error("an empty batch goes to cuBLASLt")
 	}
 }
+
+// TestLtLinearGradWeightBiasCall: ops.LinearGradWeightBias as one
+// cuBLASLt matmul — LinearGradWeight's layouts with cublasLt.h's (CUDA
+// 11.8) CUBLASLT_EPILOGUE_BGRADB = 512, whose B operand (the sum's, over
+// k) is dy: a reference column-major matmul of those layouts gives
+// ops.LinearGradWeightBias's dw, and the sum of op(B) over k for each of
+// D's columns its db. No extra attributes; an empty batch stays with the
+// unfused kernels.
+func TestLtLinearGradWeightBiasCall(t *testing.T) {
+	if ltEpilogueBGradB != 512 {
+		t.Fatal("cublasLt.h's value changed")
+	}
+	r := rand.New(rand.NewPCG(26, 4))
+	for _, sz := range [][3]int{{1, 1, 1}, {3, 5, 7}, {17, 4, 9}, {64, 32, 128}} {
+		n, o, i := sz[0], sz[1], sz[2]
+		c, ok := linearGradWeightBiasCall(n, o, i, 64, ltCompute32F)
+		if !ok || c.Epilogue != ltEpilogueBGradB || !c.SwapOperands || c.C.Rows != i || c.C.Cols != o || c.k() != n || c.extraAttrs() != nil {
+			t.Fatalf("n=%d o=%d i=%d: %+v, %v", n, o, i, c, ok)
+		}
+		dy, x := randFloats(r, n*o), randFloats(r, n*i)
+		ref := c
+		ref.Epilogue = ltEpilogueDefault
+		dw := ltMatmulRef(t, ref, x, dy, nil) // the call's A is the row-major B (x), its B dy
+		db := make([]float32, c.C.Cols)
+		for j := range c.C.Cols {
+			for l := range c.k() {
+				if c.TransB {
+					db[j] += dy[j+l*c.B.LD]
+				} else {
+					db[j] += dy[l+j*c.B.LD]
+				}
+			}
+		}
+		wdw, wdb := make([]float32, o*i), make([]float32, o)
+		ops.Kernels32[ops.LinearGradWeightBias](&ops.Ctx[float32]{LossScale: 1}, &ops.Attrs{},
+			[]*ops.Buf[float32]{{Data: dy, Shape: []int{n, o}}, {Data: x, Shape: []int{n, i}}},
+			[]*ops.Buf[float32]{{Data: wdw, Shape: []int{o, i}}, {Data: wdb, Shape: []int{o}}})
+		for e := range wdw {
+			if d := dw[e] - wdw[e]; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("n=%d o=%d i=%d: dw[%d] = %v, ops.LinearGradWeightBias %v", n, o, i, e, dw[e], wdw[e])
+			}
+		}
+		for e := range wdb {
+			if d := db[e] - wdb[e]; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("n=%d o=%d i=%d: db[%d] = %v, ops.LinearGradWeightBias %v", n, o, i, e, db[e], wdb[e])
+			}
+		}
+	}
+	if _, ok := linearGradWeightBiasCall(0, 3, 16, 256, ltCompute32F); ok {
+		t.Error("an empty batch goes to cuBLASLt")
+	}
+}

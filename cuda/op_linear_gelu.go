@@ -6,7 +6,9 @@
 // pre-activation and the GELU kernel from it; and in the backward pass
 // the next layer's input gradient with the GELU's derivative
 // (ops.LinearGradInputGELU): one matmul with the DGELU epilogue, else the
-// GEMM and the GELU gradient kernel.
+// GEMM and the GELU gradient kernel; and a linear layer's weight and bias
+// gradients (ops.LinearGradWeightBias): one matmul with the BGRADB
+// epilogue, else the GEMM and the split sum.
 
 package cuda
 
@@ -17,8 +19,9 @@ import (
 
 // linearGELUSteps are the fused linear+GELU's ops.
 var linearGELUSteps = map[ops.Op]opStep{
-	ops.LinearGELU:          runLinearGELU,
-	ops.LinearGradInputGELU: runLinearGradInputGELU,
+	ops.LinearGELU:           runLinearGELU,
+	ops.LinearGradInputGELU:  runLinearGradInputGELU,
+	ops.LinearGradWeightBias: runLinearGradWeightBias,
 }
 
 // runLinearGELU queues LinearGELU: y = GELU(x·wᵀ + b), pre = x·wᵀ + b as
@@ -75,4 +78,25 @@ func runLinearGradInputGELU(d *Device, st *engine.Step, acc bool) error {
 	}
 	m := d.live(dx)
 	return d.launch(kBinary, elementwise(m), d.bufArg(dx), d.bufArg(pre), d.bufArg(dx), intArg(m), intArg(code), floatArg(0))
+}
+
+// runLinearGradWeightBias queues LinearGradWeightBias: dw = dyᵀ·x and db =
+// Σ dy as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BGRADB where the
+// device has cuBLASLt and the step overwrites (the first micro-batch);
+// else LinearGradWeight's GEMM and LinearGradBias's split sum, both added
+// to with acc.
+func runLinearGradWeightBias(d *Device, st *engine.Step, acc bool) error {
+	dy, x, dw, db := st.In[0], st.In[1], st.Out[0], st.Out[1]
+	n, o, i := d.dim(dy, 0), dy.Max[1], x.Max[1]
+	if !acc && n > 0 && d.linearGradWeightBias(n, o, i, d.ptr(dy), d.ptr(x), d.ptr(dw), d.ptr(db)) {
+		return nil
+	}
+	w := *st
+	w.Op, w.Out = ops.LinearGradWeight, st.Out[:1]
+	if err := runLinearGradWeight(d, &w, acc); err != nil {
+		return err
+	}
+	b := *st
+	b.Op, b.In, b.Out = ops.LinearGradBias, st.In[:1], st.Out[1:]
+	return runLinearGradBias(d, &b, acc)
 }

@@ -74,6 +74,8 @@
 #                                   µs of each
 #   {"check":"lt_linear_dgelu"}     (cuda.test) c_proj's input gradient with the GELU's through the DGELU
 #                                   epilogue against SGEMM + the GELU gradient kernel: difference, µs
+#   {"check":"lt_linear_bgradb"}    (cuda.test) a linear layer's weight and bias gradients through the
+#                                   BGRADB epilogue against SGEMM + the split sum: differences, µs
 #   {"check":"llmc", ...}           gpt_llmc.star (vocab 50304) as compiled, with cluster.fusion=false
 #                                   (no fused classifier, no linear+gelu) and cuda.cublaslt=false:
 #                                   losses ≤ 1e-4 apart, tokens/s of each and the ratios; no GELU
@@ -595,9 +597,11 @@ def write_tokens(d, n, t, v):
 # unfused either way) and with cuda.cublaslt=false (SGEMM, bias_add and
 # the GELU kernel): step losses ≤ 1e-4 apart, tokens/s of each (the steps
 # after the fifth) and the ratios; the compiled run must not say that its
-# GELU epilogue fell back (gelu_epilogue_fallback). cuda.test's
-# {"check":"fused_classifier"}, {"check":"lt_linear_bias"} and
-# {"check":"lt_linear_gelu"} lines (in go_test above) time the kernels
+# GELU epilogue fell back (gelu_epilogue_fallback); bgradb_fallback says
+# whether cuBLASLt took the weight gradients' BGRADB epilogue. cuda.test's
+# {"check":"fused_classifier"}, {"check":"lt_linear_bias"},
+# {"check":"lt_linear_gelu"}, {"check":"lt_linear_dgelu"} and
+# {"check":"lt_linear_bgradb"} lines (in go_test above) time the kernels
 # alone at GPT-2 small's shapes.
 @check("llmc")
 def _():
@@ -620,7 +624,9 @@ def _():
         return
     fl, ftps, frc, flog = res["fused"]
     gelu_note = [l.strip() for l in open(flog, errors="replace") if "a separate GELU" in l]
-    out = {"check": "llmc", "steps": len(fl), "fused_tokens_per_s": ftps, "gelu_epilogue_fallback": gelu_note[:1]}
+    bgrad_note = [l.strip() for l in open(flog, errors="replace") if "bias gradients of linear layers run" in l]
+    out = {"check": "llmc", "steps": len(fl), "fused_tokens_per_s": ftps, "gelu_epilogue_fallback": gelu_note[:1],
+           "bgradb_fallback": bgrad_note[:1]}
     ok = frc == 0 and len(fl) >= 10 and not gelu_note
     for mode in ("no_classifier_fusion", "no_cublaslt"):
         l, tps, rc, log = res[mode]
