@@ -42,6 +42,7 @@ enum {
 	GORUN_LT_DESC_TRANSB = 4,   // CUBLASLT_MATMUL_DESC_TRANSB (int32)
 	GORUN_LT_DESC_EPILOGUE = 7, // CUBLASLT_MATMUL_DESC_EPILOGUE (uint32)
 	GORUN_LT_DESC_BIAS = 8,     // CUBLASLT_MATMUL_DESC_BIAS_POINTER (void *)
+	GORUN_LT_DESC_AUX = 11,     // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER (void *)
 	GORUN_LT_PREF_WORKSPACE = 1, // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
 	GORUN_LT_PREF_ALIGN_A = 5    // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32); B, C, D follow
 };
@@ -56,6 +57,7 @@ static void gorun_lt_destroy(gorun_lt_fns *f, void *h) { ((gorun_ltDestroy_t)f->
 static int gorun_lt_prepare(gorun_lt_fns *f, void *h, int compute, int ta, int tb, int epilogue,
 	uint64_t ar, uint64_t ac, int64_t ald, uint64_t br, uint64_t bc, int64_t bld,
 	uint64_t cr, uint64_t cc, int64_t cld, uint64_t ws, uint32_t align,
+	const int32_t *extraAttr, const int64_t *extraVal, const int32_t *extraSize, int nextra,
 	void **desc, void **la, void **lb, void **lc, gorun_lt_algo *algo, int *found) {
 	*found = 0;
 	int s = ((gorun_ltDescCreate_t)f->descCreate)(desc, compute, GORUN_LT_R_32F);
@@ -66,6 +68,12 @@ static int gorun_lt_prepare(gorun_lt_fns *f, void *h, int compute, int ta, int t
 	if ((s = set(*desc, GORUN_LT_DESC_TRANSA, &opa, sizeof opa))) return s;
 	if ((s = set(*desc, GORUN_LT_DESC_TRANSB, &opb, sizeof opb))) return s;
 	if ((s = set(*desc, GORUN_LT_DESC_EPILOGUE, &ep, sizeof ep))) return s;
+	// The epilogue's own attributes (ltCall.extraAttrs): int32_t or int64_t.
+	for (int i = 0; i < nextra; i++) {
+		int32_t v32 = (int32_t)extraVal[i];
+		int64_t v64 = extraVal[i];
+		if ((s = set(*desc, extraAttr[i], extraSize[i] == 8 ? (const void *)&v64 : (const void *)&v32, (size_t)extraSize[i]))) return s;
+	}
 	gorun_ltLayoutCreate_t lay = (gorun_ltLayoutCreate_t)f->layoutCreate;
 	if ((s = lay(la, GORUN_LT_R_32F, ar, ac, ald))) return s;
 	if ((s = lay(lb, GORUN_LT_R_32F, br, bc, bld))) return s;
@@ -94,13 +102,18 @@ static void gorun_lt_release(gorun_lt_fns *f, void *desc, void *la, void *lb, vo
 }
 
 // gorun_lt_matmul queues D = C = α·op(A)·op(B) + β·C with the prepared
-// descriptor, its bias pointer set first (0: none).
+// descriptor, its bias and auxiliary-matrix pointers set first (0: none).
 static int gorun_lt_matmul(gorun_lt_fns *f, void *h, void *desc, void *la, void *lb, void *lc,
 	const gorun_lt_algo *algo, float alpha, uintptr_t a, uintptr_t b, float beta, uintptr_t c,
-	uintptr_t bias, uintptr_t ws, uint64_t wsBytes, void *stream) {
+	uintptr_t bias, uintptr_t aux, uintptr_t ws, uint64_t wsBytes, void *stream) {
 	if (bias) {
 		void *p = (void *)bias;
 		int s = ((gorun_ltSetAttr_t)f->descSet)(desc, GORUN_LT_DESC_BIAS, &p, sizeof p);
+		if (s) return s;
+	}
+	if (aux) {
+		void *p = (void *)aux;
+		int s = ((gorun_ltSetAttr_t)f->descSet)(desc, GORUN_LT_DESC_AUX, &p, sizeof p);
 		if (s) return s;
 	}
 	return ((gorun_ltMatmul_t)f->matmul)(h, desc, &alpha, (const void *)a, la, (const void *)b, lb,
@@ -224,9 +237,15 @@ func (l *ltHandle) prepare(c ltCall) (*ltPrepared, error) {
 	}
 	p := &ltPrepared{}
 	var found C.int
+	extra := c.extraAttrs()
+	ids, vals, sizes := make([]C.int32_t, len(extra)+1), make([]C.int64_t, len(extra)+1), make([]C.int32_t, len(extra)+1)
+	for i, a := range extra {
+		ids[i], vals[i], sizes[i] = C.int32_t(a.Attr), C.int64_t(a.Value), C.int32_t(a.Size)
+	}
 	s := C.gorun_lt_prepare(&l.lib.fns, l.h, C.int(c.Compute), C.int(cublasOp(c.TransA)), C.int(cublasOp(c.TransB)), C.int(c.Epilogue),
 		C.uint64_t(c.A.Rows), C.uint64_t(c.A.Cols), C.int64_t(c.A.LD), C.uint64_t(c.B.Rows), C.uint64_t(c.B.Cols), C.int64_t(c.B.LD),
 		C.uint64_t(c.C.Rows), C.uint64_t(c.C.Cols), C.int64_t(c.C.LD), C.uint64_t(cublasWorkspaceBytes), C.uint32_t(c.Align),
+		&ids[0], &vals[0], &sizes[0], C.int(len(extra)),
 		&p.desc, &p.la, &p.lb, &p.lc, &p.algo, &found)
 	if err := cublasCheck("cublasLt (preparing a matmul)", s); err != nil {
 		C.gorun_lt_release(&l.lib.fns, p.desc, p.la, p.lb, p.lc)
@@ -239,18 +258,19 @@ func (l *ltHandle) prepare(c ltCall) (*ltPrepared, error) {
 }
 
 // matmul queues c on stream s over the row-major operands a and b into
-// out, with bias for an epilogue that takes one. ran is false, with no
-// error, when cuBLASLt has no algorithm for c or refuses it (a status
-// other than success, with nothing launched): the caller runs cuBLAS, and
-// the device says why once. A refused call is not tried again.
-func (l *ltHandle) matmul(device string, c ltCall, a, b, out, bias uintptr, s cu.Stream) (ran bool) {
+// out, with bias for an epilogue that takes one (and aux, the auxiliary
+// matrix, for one that writes it). ran is false, with no error, when
+// cuBLASLt has no algorithm for c or refuses it (a status other than
+// success, with nothing launched): the caller runs cuBLAS, and the device
+// says why once. A refused call is not tried again.
+func (l *ltHandle) matmul(device string, c ltCall, a, b, out, bias, aux uintptr, s cu.Stream) (ran bool) {
 	p, err := l.prepare(c)
 	if err != nil {
-		l.notes.fallback(device, err.Error())
+		l.notes.fallbackAs(device, err.Error(), c.instead())
 		return false
 	}
 	if !p.ok {
-		l.notes.fallback(device, fmt.Sprintf("cuBLASLt offers no algorithm for the %d×%d product over %d (epilogue %d)", c.C.Rows, c.C.Cols, c.k(), c.Epilogue))
+		l.notes.fallbackAs(device, fmt.Sprintf("cuBLASLt offers no algorithm for the %d×%d product over %d (epilogue %d)", c.C.Rows, c.C.Cols, c.k(), c.Epilogue), c.instead())
 		return false
 	}
 	x, y := a, b
@@ -258,10 +278,10 @@ func (l *ltHandle) matmul(device string, c ltCall, a, b, out, bias uintptr, s cu
 		x, y = b, a
 	}
 	st := C.gorun_lt_matmul(&l.lib.fns, l.h, p.desc, p.la, p.lb, p.lc, &p.algo, 1, C.uintptr_t(x), C.uintptr_t(y), 0,
-		C.uintptr_t(out), C.uintptr_t(bias), C.uintptr_t(l.ws), C.uint64_t(cublasWorkspaceBytes), unsafe.Pointer(cStream(s)))
+		C.uintptr_t(out), C.uintptr_t(bias), C.uintptr_t(aux), C.uintptr_t(l.ws), C.uint64_t(cublasWorkspaceBytes), unsafe.Pointer(cStream(s)))
 	if err := cublasCheck("cublasLtMatmul", st); err != nil {
 		p.ok = false
-		l.notes.fallback(device, err.Error())
+		l.notes.fallbackAs(device, err.Error(), c.instead())
 		return false
 	}
 	return true
@@ -291,7 +311,46 @@ func (d *Device) linearBias(n, i, o int, x, w, b, y uintptr) (ran bool) {
 		return false
 	}
 	c, ok := linearBiasCall(n, i, o, ltAlignment(x, w, b, y), ltCompute(computeType(d.lowp), d.set.TF32))
-	return ok && d.lt.matmul(d.Name(), c, x, w, y, b, d.stream)
+	return ok && d.lt.matmul(d.Name(), c, x, w, y, b, 0, d.stream)
+}
+
+// linearGELU queues ops.LinearGELU (tanh form) as one cuBLASLt matmul
+// whose epilogue adds the bias (b may be 0: none), applies GELU into y
+// and stores the pre-activation into pre (linearGELUCall); ran is false
+// when the device has no cuBLASLt, or it has no algorithm for the shape
+// or refuses it (the caller then runs the unfused kernels).
+func (d *Device) linearGELU(n, i, o int, x, w, b, y, pre uintptr) (ran bool) {
+	if d.lt == nil {
+		return false
+	}
+	c, ok := linearGELUCall(n, i, o, b != 0, ltAlignment(x, w, b, y, pre), ltCompute(computeType(d.lowp), d.set.TF32))
+	return ok && d.lt.matmul(d.Name(), c, x, w, y, b, pre, d.stream)
+}
+
+// linearGradInputGELU queues ops.LinearGradInputGELU (tanh form) as one
+// cuBLASLt matmul whose epilogue multiplies dy·w by GELU'(pre) into dx
+// (linearGradInputGELUCall); ran is false when the device has no
+// cuBLASLt, or it has no algorithm for the shape or refuses it (the
+// caller then runs the unfused kernels).
+func (d *Device) linearGradInputGELU(n, o, i int, dy, w, pre, dx uintptr) (ran bool) {
+	if d.lt == nil {
+		return false
+	}
+	c, ok := linearGradInputGELUCall(n, o, i, ltAlignment(dy, w, pre, dx), ltCompute(computeType(d.lowp), d.set.TF32))
+	return ok && d.lt.matmul(d.Name(), c, dy, w, dx, 0, pre, d.stream)
+}
+
+// linearGradWeightBias queues ops.LinearGradWeightBias, overwriting dw
+// and db, as one cuBLASLt matmul whose epilogue sums dy's rows into db
+// (linearGradWeightBiasCall); ran is false when the device has no
+// cuBLASLt, or it has no algorithm for the shape or refuses it (the
+// caller then runs the unfused kernels).
+func (d *Device) linearGradWeightBias(n, o, i int, dy, x, dw, db uintptr) (ran bool) {
+	if d.lt == nil {
+		return false
+	}
+	c, ok := linearGradWeightBiasCall(n, o, i, ltAlignment(dy, x, dw, db), ltCompute(computeType(d.lowp), d.set.TF32))
+	return ok && d.lt.matmul(d.Name(), c, dy, x, dw, db, 0, d.stream)
 }
 
 func (l *ltHandle) close() {

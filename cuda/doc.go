@@ -37,7 +37,9 @@
 // op_softmax.go (softmax and losses), op_batchnorm.go, op_layernorm.go,
 // op_data.go (embedding and data movement), op_optim.go and
 // op_attention.go (the fused attention, ops.Attention) and
-// op_classifier.go (the fused classifier, ops.CrossEntropyFused). Whether the
+// op_classifier.go (the fused classifier, ops.CrossEntropyFused) and
+// op_linear_gelu.go (ops.LinearGELU through cuBLASLt's GELU epilogue,
+// ltgelu.go). Whether the
 // backend supports an op (Backend.Supports) is a lookup there; the ops it
 // declines, the CPU-only fusions, are listed with the reason
 // (Backend.Declines), and a test fails an op that has neither.

@@ -48,6 +48,10 @@ type ltCall struct {
 	// (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), since by default it assumes
 	// 256 and gorun's buffers start on 64-byte boundaries (views anywhere).
 	Align int
+	// AuxLD is the auxiliary matrix's leading dimension for an epilogue
+	// that has one (the GELU epilogues, ltgelu.go: the pre-activation, laid
+	// out as C), else 0.
+	AuxLD int
 }
 
 // cuBLAS compute types the cuBLASLt path uses besides mixed precision's
@@ -139,16 +143,24 @@ type ltNotes struct {
 	w    io.Writer
 }
 
-// fallback writes the note for why, the first time.
+// fallback writes the note for why, the first time, for a linear layer
+// with a bias.
 func (n *ltNotes) fallback(device, why string) {
+	n.fallbackAs(device, why, "linear layers run cuBLAS SGEMM and a separate bias kernel")
+}
+
+// fallbackAs writes the note for why, the first time, saying what runs
+// instead.
+func (n *ltNotes) fallbackAs(device, why, instead string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.seen[why] {
+	key := why + "\x00" + instead
+	if n.seen[key] {
 		return
 	}
 	if n.seen == nil {
 		n.seen = map[string]bool{}
 	}
-	n.seen[why] = true
-	fmt.Fprintf(n.w, "gorun: %s: %s; linear layers run cuBLAS SGEMM and a separate bias kernel\n", device, why)
+	n.seen[key] = true
+	fmt.Fprintf(n.w, "gorun: %s: %s; %s\n", device, why, instead)
 }

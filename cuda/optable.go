@@ -22,7 +22,8 @@ type opStep func(d *Device, st *engine.Step, acc bool) error
 // to the backend is one entry in its family's table and its function.
 // Which ops the backend supports is a lookup here (supportsOp).
 var opSteps = joinSteps(convSteps, linearSteps, elementwiseSteps, poolSteps, dropoutSteps,
-	softmaxSteps, batchNormSteps, layerNormSteps, dataSteps, optimSteps, attentionSteps, precisionSteps, classifierSteps)
+	softmaxSteps, batchNormSteps, layerNormSteps, dataSteps, optimSteps, attentionSteps, precisionSteps, classifierSteps,
+	linearGELUSteps)
 
 // declined lists the ops the CUDA backend has no kernel for, each with the
 // reason (the Target's Declines). They are the CPU-only fusions: the

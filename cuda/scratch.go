@@ -75,7 +75,7 @@ func partialsNeeded(prog *engine.Program) int {
 			}
 			n, c, plane := biasShape(x)
 			switch st.Op {
-			case ops.Conv2DGradBias, ops.LinearGradBias:
+			case ops.Conv2DGradBias, ops.LinearGradBias, ops.LinearGradWeightBias:
 				need = max(need, splitPartials(c, n*plane))
 			case ops.BatchNormStats, ops.BatchNormGradStats:
 				need = max(need, bnPartials(c, n*plane))

@@ -21,12 +21,16 @@ func (s *Step) OpName() string {
 // and ReLU fused into one Conv2DPool (fuseConvPool), and its gradient;
 // the fused attention (ops.Attention, builder.fusedAttention; and
 // ops.AttentionHeads, fuseAttention) and their gradients; the fused
-// classifier (ops.CrossEntropyFused, fuseClassifier). Every other op
+// classifier (ops.CrossEntropyFused, fuseClassifier); the linear layer
+// with its tanh GELU (ops.LinearGELU, fuseLinearGELU) and the next linear
+// layer's input gradient with the GELU's (ops.LinearGradInputGELU,
+// fuseLinearGELUGrad); a linear layer's weight and bias gradients
+// (ops.LinearGradWeightBias, fuseLinearBiasGrad). Every other op
 // a Plan may hold, every backend must run; a backend may decline only
 // these (target.Target.Declines).
 func TargetFusions() []ops.Op {
 	return []ops.Op{ops.Conv2DPool, ops.Conv2DPoolGrad, ops.Attention, ops.AttentionGrad, ops.AttentionHeads, ops.AttentionHeadsGrad,
-		ops.CrossEntropyFused}
+		ops.CrossEntropyFused, ops.LinearGELU, ops.LinearGradInputGELU, ops.LinearGradWeightBias}
 }
 
 // supports reports whether the Plan's backend runs every op of fused.
@@ -136,6 +140,9 @@ func (b *builder) fuse() {
 	}
 	if b.opts.supports(ops.AttentionHeads, ops.AttentionHeadsGrad) {
 		b.fuseAttention(uses, dead, gone)
+	}
+	if b.opts.supports(ops.LinearGELU) {
+		b.fuseLinearGELU(uses, dead)
 	}
 	g.Forward = slices.DeleteFunc(g.Forward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)
@@ -291,6 +298,12 @@ func (b *builder) fuseBackward() {
 	}
 	if b.opts.supports(ops.CrossEntropyFused) {
 		b.fuseClassifier(dead, gone)
+	}
+	if b.opts.supports(ops.LinearGradInputGELU) {
+		b.fuseLinearGELUGrad(uses, dead, gone)
+	}
+	if b.opts.supports(ops.LinearGradWeightBias) {
+		b.fuseLinearBiasGrad(dead)
 	}
 	g.Backward = slices.DeleteFunc(g.Backward, func(n *Node) bool { return dead[n] })
 	g.drop(gone)

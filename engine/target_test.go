@@ -13,14 +13,18 @@ import (
 
 // The engine's tests cannot import the cpu backend (it imports engine):
 // they register a Target like its own — every op but the CUDA fusion
-// cross_entropy_fused, the host's memory and cores, the key help — as cmd/gorun's import of the backend does.
+// cross_entropy_fused, linear_gelu, linear_grad_input_gelu and linear_grad_weight_bias, the host's memory and cores, the key help — as cmd/gorun's import of the backend does.
 func init() { target.Register(cpuTarget()) }
+
+// cudaFusions are the target fusions the real cpu backend declines.
+var cudaFusions = map[ops.Op]string{ops.CrossEntropyFused: "a CUDA fusion", ops.LinearGELU: "a CUDA fusion",
+	ops.LinearGradInputGELU: "a CUDA fusion", ops.LinearGradWeightBias: "a CUDA fusion"}
 
 func cpuTarget() *target.Target {
 	return &target.Target{
 		Name:       "cpu",
-		Supports:   func(op ops.Op) bool { return op != ops.Invalid && op != ops.CrossEntropyFused },
-		Declines:   map[ops.Op]string{ops.CrossEntropyFused: "a CUDA fusion"},
+		Supports:   func(op ops.Op) bool { return op != ops.Invalid && cudaFusions[op] == "" },
+		Declines:   cudaFusions,
 		Keys:       []target.Key{target.Bool("help", true, "false: no helping")},
 		HostMemory: true,
 		HostCores:  true,

@@ -72,6 +72,11 @@ func checkAllocs[T Float](t *testing.T, k map[Op]Kernel[T], seen map[Op]bool) []
 	c.Work = make([]T, 8)
 	measure("cross_entropy_fused", CrossEntropyFused, c, &Attrs{LabelSmoothing: 0.1, HasIgnore: true, IgnoreIndex: -100},
 		[]*Buf[T]{logits, tgt, buf(1)}, []*Buf[T]{buf(1), &Buf[T]{Shape: []int{4, 5}, Data: make([]T, 20)}})
+	dyl, wl, prel := &Buf[T]{Shape: []int{4, 3}, Data: make([]T, 12)}, &Buf[T]{Shape: []int{3, 5}, Data: make([]T, 15)}, &Buf[T]{Shape: []int{4, 5}, Data: make([]T, 20)}
+	measure("linear_grad_input_gelu", LinearGradInputGELU, c, &Attrs{Approximate: true}, []*Buf[T]{dyl, wl, prel}, []*Buf[T]{{Shape: []int{4, 5}, Data: make([]T, 20)}})
+	xl := &Buf[T]{Shape: []int{4, 2}, Data: make([]T, 8)}
+	measure("linear_grad_weight_bias", LinearGradWeightBias, c, &Attrs{Accumulate: true}, []*Buf[T]{dyl, xl},
+		[]*Buf[T]{{Shape: []int{3, 2}, Data: make([]T, 6)}, {Shape: []int{3}, Data: make([]T, 3)}})
 	measure("clip_scale", ClipGradScale, c, &Attrs{MaxNorm: 1}, []*Buf[T]{g, buf(3)}, nil)
 	measure("grad_unscale", GradUnscale, c, &Attrs{}, []*Buf[T]{g}, nil)
 	return bad

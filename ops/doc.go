@@ -32,6 +32,11 @@
 //	loss.go        NLLLoss, CrossEntropy, MSELoss and their gradients
 //	classifier.go  CrossEntropyFused: cross-entropy and its gradient in one
 //	               pass (a target fusion)
+//	linear_gelu.go LinearGELU: a linear layer and its tanh GELU in one op,
+//	               the pre-activation kept; LinearGradInputGELU, the next
+//	               layer's input gradient with the GELU's (target fusions)
+//	linear_bgrad.go LinearGradWeightBias: a linear layer's weight and bias
+//	               gradients in one op (a target fusion)
 //	batchnorm.go   batch normalisation's statistics, normalisation,
 //	               evaluation, running statistics and gradients
 //	layernorm.go   LayerNorm and its gradients

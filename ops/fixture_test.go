@@ -88,6 +88,8 @@ var gradCases = []gradCase{
 	{name: "linear/4d-nobias", op: Linear, in: [][]int{{2, 3, 2, 4}, {3, 4}}, capN: 3, bwd: linearBwd(false)},
 	// More than 8 outputs: LinearGradBias sums 8 columns at a time.
 	{name: "linear/3d-wide", op: Linear, in: [][]int{{2, 3, 4}, {19, 4}, {19}}, capN: 3, bwd: linearBwd(true)},
+	linearGELUCase("linear_gelu", [][]int{{3, 5}, {4, 5}, {4}}, 6),
+	linearGELUCase("linear_gelu/3d-nobias", [][]int{{2, 3, 4}, {6, 4}, nil}, 3),
 	{name: "relu", op: ReLU, in: [][]int{{3, 4, 2}}, capN: 4, awayFromZero: true,
 		bwd: []bwdStep{{op: ReLUGrad, args: []ref{dyOf(0), outOf(0)}, wrt: 0}}},
 	convPoolCase("conv2d+maxpool2d/relu-partial", Attrs{ReLU: true}, [][]int{{2, 1, 9, 8}, {3, 1, 3, 3}, {3}}, 3),
@@ -385,6 +387,25 @@ func linearBwd(bias bool) []bwdStep {
 	return s
 }
 
+// linearGELUCase is the gradCase of LinearGELU (tanh form): GELUGrad on
+// the pre-activation into an intermediate, then Linear's gradients of it,
+// as linearGELUGrad emits them.
+func linearGELUCase(name string, in [][]int, capN int) gradCase {
+	pre := []int{in[0][0], in[1][0]}
+	if len(in[0]) > 2 {
+		pre = append(clone(in[0][:len(in[0])-1]), in[1][0])
+	}
+	bwd := []bwdStep{
+		{op: GELUGrad, args: []ref{dyOf(0), outOf(1)}, tmp: pre, batched: true},
+		{op: LinearGradInput, args: []ref{tmpOf(0), inOf(1)}, wrt: 0},
+		{op: LinearGradWeight, args: []ref{tmpOf(0), inOf(0)}, wrt: 1},
+	}
+	if in[2] != nil {
+		bwd = append(bwd, bwdStep{op: LinearGradBias, args: []ref{tmpOf(0)}, wrt: 2})
+	}
+	return gradCase{name: name, op: LinearGELU, attrs: Attrs{Approximate: true}, in: in, capN: capN, bwd: bwd}
+}
+
 func isLoss(op Op) bool { return op == NLLLoss || op == CrossEntropy || op == MSELoss }
 
 // idxIn reports whether forward input i of op holds indices.
@@ -430,7 +451,7 @@ func batchedOut(op Op, i int) bool {
 // parameter gradient, or CrossEntropyFused's loss).
 func accumulates(op Op) bool {
 	switch op {
-	case CrossEntropyFused, Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, BatchNormGradGamma, BatchNormGradBeta,
+	case CrossEntropyFused, Conv2DGradWeight, Conv2DGradBias, Conv2DPoolGrad, LinearGradWeight, LinearGradBias, LinearGradWeightBias, BatchNormGradGamma, BatchNormGradBeta,
 		EmbeddingGradWeight, LayerNormGradGamma, LayerNormGradBeta, Round:
 		return true
 	}

@@ -15,7 +15,8 @@ import (
 // adaptive_avg_pool2d, sigmoid, tanh, leaky_relu, gelu, add, sub, mul,
 // scaling, mse_loss, cat, embedding, layer_norm, matmul (batched, with
 // transposes), permute, linear (over the last dimension of any rank),
-// narrow, position ids and silu on small random inputs;
+// narrow, position ids, silu and linear_gelu (F.gelu(F.linear(...),
+// approximate="tanh"): ops.LinearGELU) on small random inputs;
 // testdata/gen_ops_golden.py writes it.
 
 type goldenTensor struct {
@@ -42,6 +43,7 @@ type opsGoldenCase struct {
 	Other, Dother                   *goldenTensor
 	Gamma, Beta, Dgamma, Dbeta      *goldenTensor
 	Mean, Rstd                      *goldenTensor
+	Pre                             *goldenTensor
 	RunningMean                     *goldenTensor `json:"running_mean"`
 	RunningVar                      *goldenTensor `json:"running_var"`
 	RunningMeanOut                  *goldenTensor `json:"running_mean_out"`
@@ -168,6 +170,30 @@ func runOpsGolden[T Float](t *testing.T, g *opsGoldenCase, k map[Op]Kernel[T], t
 		if b != nil {
 			db := zeroBuf[T](g.B.Shape)
 			call(k, c, LinearGradBias, &Attrs{}, []*Buf[T]{dy}, []*Buf[T]{db})
+			expectClose(t, "db", db, g.Db, tol)
+		}
+	case "linear_gelu":
+		// LinearGELU forward, then the backward nodes its rule emits:
+		// GELUGrad on the pre-activation, then Linear's gradients.
+		x, w, b, dy := fromGolden[T](g.X), fromGolden[T](g.W), fromGolden[T](g.B), fromGolden[T](g.Dy)
+		y, pre, dpre := zeroBuf[T](g.Y.Shape), zeroBuf[T](g.Y.Shape), zeroBuf[T](g.Y.Shape)
+		dx, dw := zeroBuf[T](g.X.Shape), zeroBuf[T](g.W.Shape)
+		in := []*Buf[T]{x, w}
+		if b != nil {
+			in = append(in, b)
+		}
+		a := &Attrs{Approximate: g.Approximate}
+		call(k, c, LinearGELU, a, in, []*Buf[T]{y, pre})
+		expectClose(t, "y", y, g.Y, tol)
+		expectClose(t, "pre", pre, g.Pre, tol)
+		call(k, c, GELUGrad, a, []*Buf[T]{dy, pre}, []*Buf[T]{dpre})
+		call(k, c, LinearGradInput, &Attrs{}, []*Buf[T]{dpre, w}, []*Buf[T]{dx})
+		expectClose(t, "dx", dx, g.Dx, tol)
+		call(k, c, LinearGradWeight, &Attrs{}, []*Buf[T]{dpre, x}, []*Buf[T]{dw})
+		expectClose(t, "dw", dw, g.Dw, tol)
+		if b != nil {
+			db := zeroBuf[T](g.B.Shape)
+			call(k, c, LinearGradBias, &Attrs{}, []*Buf[T]{dpre}, []*Buf[T]{db})
 			expectClose(t, "db", db, g.Db, tol)
 		}
 	case "narrow":

@@ -138,7 +138,7 @@ func (d *Def) mayOmit(i int) bool { return i >= 0 && i < len(d.In) && d.In[i].Op
 var registry = index(
 	activationOps, arithmeticOps, convOps, linearOps, poolOps, dropoutOps, softmaxOps, lossOps,
 	batchNormOps, layerNormOps, embeddingOps, tensorOps, optimizerOps, attentionOps,
-	precisionOps, classifierOps,
+	precisionOps, classifierOps, linearGELUOps, linearBGradOps,
 )
 
 // all is every defined op, sorted.

@@ -69,9 +69,17 @@
 #                                   cross_entropy_grad at vocab 50257 and 65: differences, µs of each
 #   {"check":"lt_linear_bias"}      (cuda.test) a linear layer's bias in a cuBLASLt epilogue against
 #                                   SGEMM + bias_add at GPT-2 small's shapes: difference, µs of each
+#   {"check":"lt_linear_gelu"}      (cuda.test) linear+gelu through cuBLASLt's GELU_AUX_BIAS epilogue
+#                                   against SGEMM + bias_add + GELU at GPT-2 small's c_fc: differences,
+#                                   µs of each
+#   {"check":"lt_linear_dgelu"}     (cuda.test) c_proj's input gradient with the GELU's through the DGELU
+#                                   epilogue against SGEMM + the GELU gradient kernel: difference, µs
+#   {"check":"lt_linear_bgradb"}    (cuda.test) a linear layer's weight and bias gradients through the
+#                                   BGRADB epilogue against SGEMM + the split sum: differences, µs
 #   {"check":"llmc", ...}           gpt_llmc.star (vocab 50304) as compiled, with cluster.fusion=false
-#                                   (no fused classifier) and cuda.cublaslt=false: losses ≤ 1e-4
-#                                   apart, tokens/s of each and the ratios
+#                                   (no fused classifier, no linear+gelu) and cuda.cublaslt=false:
+#                                   losses ≤ 1e-4 apart, tokens/s of each and the ratios; no GELU
+#                                   epilogue fallback note in the compiled run
 #   {"check":"summary", ...}        the ratios and whether every check passed
 # Exit status 0 when every check passed.
 set -u
@@ -583,12 +591,18 @@ def write_tokens(d, n, t, v):
 # --- 6a. llm.c's tricks (issue 26): the fused classifier and the bias ----
 # epilogue. gpt_llmc.star (GPT-2's vocabulary, 4 blocks of 256, T 256,
 # batch 16, 30 steps of synthetic ids) as it compiles (cross_entropy_fused,
-# cuBLASLt bias epilogues), with cluster.fusion=false (cross_entropy and
-# cross_entropy_grad; the script's attention is unfused either way) and
-# with cuda.cublaslt=false (SGEMM and bias_add): step losses ≤ 1e-4 apart,
-# tokens/s of each (the steps after the fifth) and the ratios. cuda.test's
-# {"check":"fused_classifier"} and {"check":"lt_linear_bias"} lines (in
-# go_test above) time the kernels alone at GPT-2 small's shapes.
+# cuBLASLt bias epilogues, each MLP's c_fc and tanh GELU as one matmul
+# with the GELU_AUX_BIAS epilogue), with cluster.fusion=false (cross_entropy
+# and cross_entropy_grad, linear then gelu; the script's attention is
+# unfused either way) and with cuda.cublaslt=false (SGEMM, bias_add and
+# the GELU kernel): step losses ≤ 1e-4 apart, tokens/s of each (the steps
+# after the fifth) and the ratios; the compiled run must not say that its
+# GELU epilogue fell back (gelu_epilogue_fallback); bgradb_fallback says
+# whether cuBLASLt took the weight gradients' BGRADB epilogue. cuda.test's
+# {"check":"fused_classifier"}, {"check":"lt_linear_bias"},
+# {"check":"lt_linear_gelu"}, {"check":"lt_linear_dgelu"} and
+# {"check":"lt_linear_bgradb"} lines (in go_test above) time the kernels
+# alone at GPT-2 small's shapes.
 @check("llmc")
 def _():
     d = os.path.join(work, "llmc")
@@ -609,8 +623,11 @@ def _():
         emit({"check": "llmc", "ok": None, "skipped": "too little of the budget left"})
         return
     fl, ftps, frc, flog = res["fused"]
-    out = {"check": "llmc", "steps": len(fl), "fused_tokens_per_s": ftps}
-    ok = frc == 0 and len(fl) >= 10
+    gelu_note = [l.strip() for l in open(flog, errors="replace") if "a separate GELU" in l]
+    bgrad_note = [l.strip() for l in open(flog, errors="replace") if "bias gradients of linear layers run" in l]
+    out = {"check": "llmc", "steps": len(fl), "fused_tokens_per_s": ftps, "gelu_epilogue_fallback": gelu_note[:1],
+           "bgradb_fallback": bgrad_note[:1]}
+    ok = frc == 0 and len(fl) >= 10 and not gelu_note
     for mode in ("no_classifier_fusion", "no_cublaslt"):
         l, tps, rc, log = res[mode]
         err = rel_diff(fl, l)

@@ -407,6 +407,27 @@ conv_pool("conv2d_maxpool2d_relu_pad1", randn(3, 1, 9, 8), randn(4, 1, 3, 3), ra
 conv_pool("conv2d_maxpool2d_5x5_nobias", randn(2, 1, 11, 10), randn(3, 1, 5, 5), None, 0, False)
 unary("silu", "silu", F.silu)
 
+
+def linear_gelu(name, x_shape, out_features, bias=True):
+    """F.gelu(F.linear(x, w, b), approximate="tanh"): gorun's LinearGELU
+    (the pre-activation kept as pre)."""
+    x = randn(*x_shape).requires_grad_()
+    w = randn(out_features, x_shape[-1]).requires_grad_()
+    b = randn(out_features).requires_grad_() if bias else None
+    pre = F.linear(x, w, b)
+    y = F.gelu(pre, approximate="tanh")
+    dy = randn(*y.shape)
+    y.backward(dy)
+    c = dict(name=name, op="linear_gelu", approximate=True, x=t(x), w=t(w), pre=t(pre), y=t(y), dy=t(dy),
+             dx=t(x.grad), dw=t(w.grad))
+    if bias:
+        c.update(b=t(b), db=t(b.grad))
+    cases.append(c)
+
+
+linear_gelu("linear_gelu_2d", (5, 4), 6)
+linear_gelu("linear_gelu_3d_nobias", (2, 3, 4), 5, bias=False)
+
 text = json.dumps(dict(torch=torch.__version__, cases=cases), indent=1)
 # One number list per line: small, and diffs stay readable.
 print(re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text))

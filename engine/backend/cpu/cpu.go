@@ -56,7 +56,10 @@ func (Backend) Target() *target.Target {
 // declined are the target fusions the CPU backend has a kernel for but
 // that the compiler should not make for it, each with the reason.
 var declined = map[ops.Op]string{
-	ops.CrossEntropyFused: "cross_entropy_fused (the fused classifier) is a CUDA fusion: it saves a GPU a pass over the probabilities; CPU plans keep cross_entropy and cross_entropy_grad (its CPU kernel serves checks)",
+	ops.CrossEntropyFused:    "cross_entropy_fused (the fused classifier) is a CUDA fusion: it saves a GPU a pass over the probabilities; CPU plans keep cross_entropy and cross_entropy_grad (its CPU kernel serves checks)",
+	ops.LinearGELU:           "linear+gelu is a CUDA fusion: cuBLASLt applies the tanh GELU in its matmul's epilogue; CPU plans keep linear and gelu (its CPU kernel serves checks)",
+	ops.LinearGradInputGELU:  "linear_grad_input+gelu_grad is a CUDA fusion: cuBLASLt applies the GELU's derivative in its matmul's epilogue; CPU plans keep linear_grad_input and gelu_grad (its CPU kernel serves checks)",
+	ops.LinearGradWeightBias: "linear_grad_weight+linear_grad_bias is a CUDA fusion: cuBLASLt sums the bias gradient in the weight gradient's matmul; CPU plans keep linear_grad_weight and linear_grad_bias (its CPU kernel serves checks)",
 }
 
 // Open returns a CPU device; the index only names it. Its settings are
