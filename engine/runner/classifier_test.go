@@ -24,8 +24,9 @@ func withFusedClassifier(t *testing.T) {
 }
 
 // TestClassifierFusedTrainsAsUnfused: for a target that runs
-// ops.CrossEntropyFused, the GPT's loss (attention unfused, so that
-// cluster.fusion = false changes only the loss; cross-entropy with label
+// ops.CrossEntropyFused, the GPT's loss (attention unfused; the test
+// target also runs the linear+GELU fusions, which cluster.fusion = false
+// turns off too, and which give the unfused bits; cross-entropy with label
 // smoothing 0.1 and ignore_index = 3, a class the text holds, so some
 // positions are ignored) compiles into one cross_entropy_fused step in
 // the forward pass, with no cross_entropy_grad, and trains — two
