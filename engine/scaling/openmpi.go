@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"time"
 
+	"gorun/comm"
 	"gorun/engine"
 )
 
@@ -275,4 +276,59 @@ func TunedTime(kind engine.CollectiveKind, alg, p int, n float64, l engine.Link)
 		}
 	}
 	return time.Duration(s * 1e9)
+}
+
+// TunedForced is one collective whose algorithm a cluster file's
+// [comm] algorithm forces on Open MPI: the MCA parameter and its value.
+type TunedForced struct {
+	Kind  engine.CollectiveKind
+	Param string // coll_tuned_allreduce_algorithm, …
+	Alg   int
+}
+
+// ForcedTuned is what [comm] algorithm = "ring", "tree" or "direct"
+// forces on Open MPI's coll/tuned across processes (with
+// coll_tuned_use_dynamic_rules 1; `gorun launch` passes them to mpirun):
+//
+//	ring    all-reduce 4 ring, broadcast 3 pipeline, all-gather 4 ring
+//	tree    all-reduce 2 nonoverlapping (reduce, broadcast), broadcast
+//	        6 binomial, all-gather 2 Bruck, reduce-scatter 3 recursive
+//	        halving
+//	direct  all-reduce 1, broadcast 1, all-gather 1, reduce-scatter 1
+//	        (the linear ones)
+//
+// Open MPI 4.1 has no ring reduce-scatter: under "ring" it keeps its own
+// choice. "auto" forces nothing (nil): Open MPI decides, and the model
+// follows its decision tables (TunedAlgorithm).
+func ForcedTuned(alg comm.Algorithm) []TunedForced {
+	ar, bc, ag, rs := engine.CollectiveAllReduce, engine.CollectiveBroadcast, engine.CollectiveAllGather, engine.CollectiveReduceScatter
+	const (
+		par = "coll_tuned_allreduce_algorithm"
+		pbc = "coll_tuned_bcast_algorithm"
+		pag = "coll_tuned_allgather_algorithm"
+		prs = "coll_tuned_reduce_scatter_block_algorithm"
+	)
+	switch alg {
+	case comm.Ring:
+		return []TunedForced{{ar, par, 4}, {bc, pbc, 3}, {ag, pag, 4}}
+	case comm.Tree:
+		return []TunedForced{{ar, par, 2}, {bc, pbc, 6}, {ag, pag, 2}, {rs, prs, 3}}
+	case comm.Direct:
+		return []TunedForced{{ar, par, 1}, {bc, pbc, 1}, {ag, pag, 1}, {rs, prs, 1}}
+	}
+	return nil
+}
+
+// MPIAlgorithm is the Open MPI algorithm a collective of kind over p
+// processes on n bytes runs under the cluster's [comm] algorithm alg:
+// the forced one (ForcedTuned), else coll/tuned's own (TunedAlgorithm).
+// forced says which; alg 0 means none of those tables (a reduce).
+func MPIAlgorithm(alg comm.Algorithm, kind engine.CollectiveKind, p int, n int64) (num int, name string, forced bool) {
+	for _, f := range ForcedTuned(alg) {
+		if f.Kind == kind {
+			return f.Alg, tunedNames[kind][f.Alg], true
+		}
+	}
+	num, name = TunedAlgorithm(kind, p, n)
+	return num, name, false
 }

@@ -339,7 +339,13 @@ func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links)
 		if err != nil {
 			return out, err
 		}
-		name, tm := mpiTime(c.Kind, procs, n, l)
+		// [comm] algorithm is forced on MPI by gorun launch only with
+		// transport "mpi" (cmd/gorun's mpiForced).
+		forced := comm.Auto
+		if p.Cluster.Transport == "mpi" {
+			forced = alg
+		}
+		name, tm := mpiTime(forced, c.Kind, procs, n, l)
 		out.Levels = append(out.Levels, Level{class, procs, name, tm})
 	}
 	for _, lv := range out.Levels {
@@ -357,13 +363,18 @@ func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links)
 const smallBytes = comm.AutoTreeMaxBytes
 
 // mpiTime is the alpha–beta time of a collective that MPI runs across
-// procs processes: the algorithm Open MPI 4.1's coll/tuned picks for its
-// size and bytes (TunedAlgorithm), timed by TunedTime, for an all-reduce,
-// a broadcast, a reduce-scatter and an all-gather. A reduce: a binomial
-// tree for small buffers, a pipelined chain for large ones.
-func mpiTime(kind engine.CollectiveKind, procs int, n float64, l engine.Link) (string, time.Duration) {
-	if alg, name := TunedAlgorithm(kind, procs, int64(n)); alg != 0 {
-		return "mpi " + name, TunedTime(kind, alg, procs, n, l)
+// procs processes: the algorithm Open MPI 4.1's coll/tuned runs for its
+// size and bytes (TunedAlgorithm), or the one the cluster's [comm]
+// algorithm forces on it (ForcedTuned, marked "forced"), timed by
+// TunedTime, for an all-reduce, a broadcast, a reduce-scatter and an
+// all-gather. A reduce: a binomial tree for small buffers, a pipelined
+// chain for large ones.
+func mpiTime(alg comm.Algorithm, kind engine.CollectiveKind, procs int, n float64, l engine.Link) (string, time.Duration) {
+	if num, name, forced := MPIAlgorithm(alg, kind, procs, int64(n)); num != 0 {
+		if forced {
+			name += " (forced)"
+		}
+		return "mpi " + name, TunedTime(kind, num, procs, n, l)
 	}
 	if n <= smallBytes {
 		return "mpi binomial tree", CollectiveTime(kind, comm.Tree, procs, n, l)

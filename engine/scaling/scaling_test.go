@@ -370,3 +370,27 @@ func TestTunedTime(t *testing.T) {
 		}
 	}
 }
+
+// TestMPIAlgorithm: [comm] algorithm forces Open MPI's algorithm where
+// Open MPI has one of that kind, else its own choice stands.
+func TestMPIAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		alg    comm.Algorithm
+		kind   engine.CollectiveKind
+		num    int
+		name   string
+		forced bool
+	}{
+		{comm.Auto, engine.CollectiveAllReduce, 6, "rabenseifner", false},
+		{comm.Ring, engine.CollectiveAllReduce, 4, "ring", true},
+		{comm.Ring, engine.CollectiveReduceScatter, 1, "basic linear", false}, // no ring reduce-scatter in Open MPI 4.1
+		{comm.Tree, engine.CollectiveBroadcast, 6, "binomial", true},
+		{comm.Direct, engine.CollectiveAllGather, 1, "linear", true},
+		{comm.Ring, engine.CollectiveReduce, 0, "", false},
+	} {
+		num, name, forced := MPIAlgorithm(tc.alg, tc.kind, 3, 3<<20)
+		if num != tc.num || name != tc.name || forced != tc.forced {
+			t.Errorf("%v %s: %d %q forced %v, want %d %q %v", tc.alg, tc.kind, num, name, forced, tc.num, tc.name, tc.forced)
+		}
+	}
+}
