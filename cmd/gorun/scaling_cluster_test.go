@@ -142,6 +142,7 @@ func TestPredictScaling(t *testing.T) {
 		commMeasured        time.Duration
 	}
 	var rows []row
+	loadStart := loadAverage()
 	for _, n := range hostCounts {
 		// α (and the unshaped β) from the probe on the unshaped links.
 		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
@@ -214,6 +215,7 @@ func TestPredictScaling(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
+	fmt.Fprintf(&b, "%s; load average (1, 5, 15 min) %s at the start, %s at the end\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), loadStart, loadAverage())
 	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed (4 MiB) | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		e := (r.predicted.Seconds() - r.measured.Seconds()) / r.measured.Seconds()
@@ -320,4 +322,14 @@ func measuredStep(t *testing.T, path string) (step, comm time.Duration) {
 	slices.Sort(d)
 	slices.Sort(comms)
 	return time.Duration(d[len(d)/2] * 1e9), time.Duration(comms[len(comms)/2] * 1e9)
+}
+
+// loadAverage is the machine's load average (/proc/loadavg's first three
+// figures), for the table: the hosts share its cores with other work.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
