@@ -56,10 +56,10 @@ const predictTolerance = 0.20
 //
 //   - the latency α of the host links, from `gorun launch --probe-links`
 //     on the unshaped links (calibrated once; tbf adds no latency);
-//   - the bandwidth β: the tbf rate, or the probe's for the unshaped link;
-//   - the one-device step: measured by `gorun plan --predict` itself, in
-//     as many processes at once as the run has hosts — the hosts share
-//     this machine's cores, so a host's device computes at that share.
+//   - the bandwidth β: the probe's on the links as shaped (tbf's bucket
+//     and queue: testhosts.RateLimit), with its rate at each size;
+//   - the one-device step: a run of the same script with sync.none on
+//     the same hosts just before (the hosts share this machine's cores).
 //
 // It prints the table and fails for every row beyond predictTolerance.
 // As root: make predict-check (go test -run TestPredictScaling
