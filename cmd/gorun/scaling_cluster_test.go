@@ -142,7 +142,7 @@ func TestPredictScaling(t *testing.T) {
 		commMeasured        time.Duration
 	}
 	var rows []row
-	loadStart := loadAverage()
+	loadStart, started := loadAverage(), time.Now().UTC()
 	for _, n := range hostCounts {
 		// α (and the unshaped β) from the probe on the unshaped links.
 		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
@@ -215,7 +215,7 @@ func TestPredictScaling(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
-	fmt.Fprintf(&b, "%s; load average (1, 5, 15 min) %s at the start, %s at the end\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), loadStart, loadAverage())
+	fmt.Fprintf(&b, "%s to %s; load average (1, 5, 15 min) %s at the start, %s at the end\n\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 MST"), loadStart, loadAverage())
 	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed (4 MiB) | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		e := (r.predicted.Seconds() - r.measured.Seconds()) / r.measured.Seconds()
