@@ -407,6 +407,7 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 //	  --mca oob_tcp_keepalive_time 2H --mca oob_tcp_keepalive_intvl H
 //	  --mca oob_tcp_keepalive_probes 3
 //	  [--mca btl_tcp_if_include NET --mca oob_tcp_if_include NET]
+//	  [--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 …]
 //	  GORUN SCRIPT FLAGS
 //
 // Ranks fill each node's slots in the cluster file's order (--map-by
@@ -421,7 +422,9 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 // send TCP keepalives after 2H idle, every H, 3 probes: a cut link or a
 // host that is gone ends the job within 5H instead of TCP's default
 // (hours). H is heartbeat(comm.timeout). NET is cluster.network, for
-// OpenMPI's daemons and the ranks' TCP data alike.
+// OpenMPI's daemons and the ranks' TCP data alike. A [comm] algorithm
+// other than "auto" with transport "mpi" forces Open MPI's collectives
+// to match (mpiForced), so that `gorun plan --predict` knows which run.
 func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags []string, root bool) []string {
 	mapBy := "slot"
 	if t := c.Target(); c.BindPolicy() == "core" && t != nil && t.HostCores && c.Devices > 1 {
@@ -444,6 +447,12 @@ func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags [
 	if c.Network != "" {
 		mca("btl_tcp_if_include", c.Network)
 		mca("oob_tcp_if_include", c.Network)
+	}
+	for i, f := range mpiForced(c) {
+		if i == 0 {
+			mca("coll_tuned_use_dynamic_rules", "1")
+		}
+		mca(f.Param, strconv.Itoa(f.Alg))
 	}
 	argv = append(argv, self, script)
 	return append(argv, flags...)

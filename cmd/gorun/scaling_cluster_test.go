@@ -56,10 +56,10 @@ const predictTolerance = 0.20
 //
 //   - the latency α of the host links, from `gorun launch --probe-links`
 //     on the unshaped links (calibrated once; tbf adds no latency);
-//   - the bandwidth β: the tbf rate, or the probe's for the unshaped link;
-//   - the one-device step: measured by `gorun plan --predict` itself, in
-//     as many processes at once as the run has hosts — the hosts share
-//     this machine's cores, so a host's device computes at that share.
+//   - the bandwidth β: the probe's on the links as shaped (tbf's bucket
+//     and queue: testhosts.RateLimit), with its rate at each size;
+//   - the one-device step: a run of the same script with sync.none on
+//     the same hosts just before (the hosts share this machine's cores).
 //
 // It prints the table and fails for every row beyond predictTolerance.
 // As root: make predict-check (go test -run TestPredictScaling
@@ -142,6 +142,7 @@ func TestPredictScaling(t *testing.T) {
 		commMeasured        time.Duration
 	}
 	var rows []row
+	loadStart, started := loadAverage(), time.Now().UTC()
 	for _, n := range hostCounts {
 		// α (and the unshaped β) from the probe on the unshaped links.
 		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
@@ -214,6 +215,7 @@ func TestPredictScaling(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
+	fmt.Fprintf(&b, "%s to %s; load average (1, 5, 15 min) %s at the start, %s at the end\n\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 MST"), loadStart, loadAverage())
 	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed (4 MiB) | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		e := (r.predicted.Seconds() - r.measured.Seconds()) / r.measured.Seconds()
@@ -320,4 +322,14 @@ func measuredStep(t *testing.T, path string) (step, comm time.Duration) {
 	slices.Sort(d)
 	slices.Sort(comms)
 	return time.Duration(d[len(d)/2] * 1e9), time.Duration(comms[len(comms)/2] * 1e9)
+}
+
+// loadAverage is the machine's load average (/proc/loadavg's first three
+// figures), for the table: the hosts share its cores with other work.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }

@@ -48,13 +48,23 @@ func TestPlanPredict(t *testing.T) {
 	if len(rows) < 5 {
 		t.Fatalf("want a row per scale up to 512 devices, got %d in\n%s", len(rows), out)
 	}
-	last := 101.0
-	for _, r := range rows {
+	// Open MPI's choice of all-reduce changes with the world size (its
+	// decision tables: Rabenseifner's on 32 processes, recursive
+	// doubling on 64 for this bucket), so the efficiency need not fall
+	// at every step; it falls from the first scale to the last.
+	var first, last float64
+	for i, r := range rows {
 		e, _ := strconv.ParseFloat(r[4], 64)
-		if e > last || e <= 0 {
-			t.Errorf("efficiency %s%% on %s hosts after %.1f%%", r[4], r[1], last)
+		if e > 100 || e <= 0 {
+			t.Errorf("efficiency %s%% on %s hosts", r[4], r[1])
+		}
+		if i == 0 {
+			first = e
 		}
 		last = e
+	}
+	if last >= first {
+		t.Errorf("efficiency %.1f%% on 512 devices, %.1f%% on the first scale: want lower", last, first)
 	}
 	if rows[len(rows)-1][2] != "512" {
 		t.Errorf("the last scale has %s devices, want 512", rows[len(rows)-1][2])

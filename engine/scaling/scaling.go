@@ -339,7 +339,13 @@ func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links)
 		if err != nil {
 			return out, err
 		}
-		name, tm := mpiTime(c.Kind, procs, n, l)
+		// [comm] algorithm is forced on MPI by gorun launch only with
+		// transport "mpi" (cmd/gorun's mpiForced).
+		forced := comm.Auto
+		if p.Cluster.Transport == "mpi" {
+			forced = alg
+		}
+		name, tm := mpiTime(forced, c.Kind, procs, n, l)
 		out.Levels = append(out.Levels, Level{class, procs, name, tm})
 	}
 	for _, lv := range out.Levels {
@@ -351,43 +357,29 @@ func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links)
 	return out, nil
 }
 
-// smallBytes is where the MPI model switches from latency-bound
-// algorithms to bandwidth-bound ones (comm.AutoTreeMaxBytes, the same
-// switch gorun's own Auto makes; OpenMPI's tuned component switches
-// near there for the world sizes measured here).
+// smallBytes is where the MPI model of a reduce switches from a
+// binomial tree to a pipelined chain (comm.AutoTreeMaxBytes, the same
+// switch gorun's own Auto makes).
 const smallBytes = comm.AutoTreeMaxBytes
 
 // mpiTime is the alpha–beta time of a collective that MPI runs across
-// procs processes. All-reduce: the fastest of the ring
-// (2(p−1)·(α + n/(pβ))), recursive halving (Rabenseifner's reduce-scatter
-// then all-gather, 2⌈log₂p⌉·α + 2(p−1)/p·n/β) and recursive doubling
-// (⌈log₂p⌉·(α + n/β)), the three OpenMPI's tuned component chooses
-// among. Broadcast and reduce: a binomial tree for small buffers, a
-// pipelined chain for large ones. All-gather and reduce-scatter: the
-// ring.
-func mpiTime(kind engine.CollectiveKind, procs int, n float64, l engine.Link) (string, time.Duration) {
-	small := n <= smallBytes
-	switch kind {
-	case engine.CollectiveAllReduce:
-		// The fastest of the three all-reduces OpenMPI's tuned component
-		// chooses among by size and count.
-		a, pf := l.Latency.Seconds(), float64(procs)
-		logp := math.Ceil(math.Log2(pf))
-		name, best := "mpi ring", CollectiveTime(kind, comm.Ring, procs, n, l)
-		if t := time.Duration((2*logp*a + 2*(pf-1)/pf*n/l.BandwidthAt(n/2)) * 1e9); t < best {
-			name, best = "mpi recursive halving", t
+// procs processes: the algorithm Open MPI 4.1's coll/tuned runs for its
+// size and bytes (TunedAlgorithm), or the one the cluster's [comm]
+// algorithm forces on it (ForcedTuned, marked "forced"), timed by
+// TunedTime, for an all-reduce, a broadcast, a reduce-scatter and an
+// all-gather. A reduce: a binomial tree for small buffers, a pipelined
+// chain for large ones.
+func mpiTime(alg comm.Algorithm, kind engine.CollectiveKind, procs int, n float64, l engine.Link) (string, time.Duration) {
+	if num, name, forced := MPIAlgorithm(alg, kind, procs, int64(n)); num != 0 {
+		if forced {
+			name += " (forced)"
 		}
-		if t := time.Duration(logp * (a + n/l.BandwidthAt(n)) * 1e9); t < best {
-			name, best = "mpi recursive doubling", t
-		}
-		return name, best
-	case engine.CollectiveBroadcast, engine.CollectiveReduce:
-		if small {
-			return "mpi binomial tree", CollectiveTime(kind, comm.Tree, procs, n, l)
-		}
-		return "mpi pipelined chain", CollectiveTime(engine.CollectiveBroadcast, comm.Ring, procs, n, l)
+		return "mpi " + name, TunedTime(kind, num, procs, n, l)
 	}
-	return "mpi ring", CollectiveTime(kind, comm.Ring, procs, n, l)
+	if n <= smallBytes {
+		return "mpi binomial tree", CollectiveTime(kind, comm.Tree, procs, n, l)
+	}
+	return "mpi pipelined chain", CollectiveTime(engine.CollectiveBroadcast, comm.Ring, procs, n, l)
 }
 
 // CollectiveTime is the alpha–beta time of one collective of kind over p

@@ -137,8 +137,9 @@ func TestPredictWithoutOverlap(t *testing.T) {
 			if len(c.Levels) != 1 || c.Levels[0].Class != engine.LinkHost || c.Levels[0].Ranks != 3 {
 				t.Errorf("%s: levels %+v, want one over the 3 hosts", c.Tag, c.Levels)
 			}
-			if w := CollectiveTime(engine.CollectiveAllReduce, comm.Ring, 3, float64(c.Bytes), gbit); c.Bytes > smallBytes && !near(c.Time, w) {
-				t.Errorf("%s (%d B): %v, want the ring's %v", c.Tag, c.Bytes, c.Time, w)
+			alg, name := TunedAlgorithm(engine.CollectiveAllReduce, 3, c.Bytes)
+			if w := TunedTime(engine.CollectiveAllReduce, alg, 3, float64(c.Bytes), gbit); !near(c.Time, w) || c.Levels[0].Algorithm != "mpi "+name {
+				t.Errorf("%s (%d B): %v by %q, want Open MPI's %s's %v", c.Tag, c.Bytes, c.Time, c.Levels[0].Algorithm, name, w)
 			}
 		}
 		want += c.Time
@@ -277,6 +278,119 @@ func TestPredictHier(t *testing.T) {
 		}
 		if !near(c.Time, c.Levels[0].Time+c.Levels[1].Time) {
 			t.Errorf("%s: %v is not the sum of its levels", c.Tag, c.Time)
+		}
+	}
+}
+
+// TestTunedAlgorithm checks the transcribed decision tables of Open MPI
+// 4.1's coll/tuned at their edges (coll_tuned_decision_fixed.c: "<"
+// bounds, so a message of exactly a bound takes the next row).
+func TestTunedAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		kind engine.CollectiveKind
+		p    int
+		n    int64
+		alg  int
+		name string
+	}{
+		{engine.CollectiveAllReduce, 2, 4, 4, "ring"},
+		{engine.CollectiveAllReduce, 3, 4095, 3, "recursive doubling"},
+		{engine.CollectiveAllReduce, 3, 4096, 4, "ring"},
+		{engine.CollectiveAllReduce, 3, 87_320, 5, "segmented ring"}, // the MNIST Net's one bucket
+		{engine.CollectiveAllReduce, 2, 262_143, 5, "segmented ring"},
+		{engine.CollectiveAllReduce, 3, 262_144, 6, "rabenseifner"},
+		{engine.CollectiveAllReduce, 3, 3_334_144, 6, "rabenseifner"}, // the GPT's
+		{engine.CollectiveAllReduce, 4, 8191, 3, "recursive doubling"},
+		{engine.CollectiveAllReduce, 4, 8192, 6, "rabenseifner"},
+		{engine.CollectiveAllReduce, 200, 100_000, 2, "nonoverlapping"},
+		{engine.CollectiveAllReduce, 5000, 20_000, 3, "recursive doubling"},
+		{engine.CollectiveBroadcast, 3, 1 << 20, 5, "binary tree"},
+		{engine.CollectiveBroadcast, 3, 20_000, 1, "basic linear"},
+		{engine.CollectiveBroadcast, 16, 1<<20 - 1, 6, "binomial"},
+		{engine.CollectiveBroadcast, 16, 1 << 20, 8, "scatter allgather"},
+		{engine.CollectiveReduceScatter, 3, 3 * 131_071, 4, "butterfly"}, // by one rank's block
+		{engine.CollectiveReduceScatter, 3, 3 * 131_072, 1, "basic linear"},
+		{engine.CollectiveReduceScatter, 8, 8 * 1000, 3, "recursive halving"},
+		{engine.CollectiveAllGather, 2, 1 << 20, 6, "two proc"},
+		{engine.CollectiveAllGather, 3, 1 << 20, 3, "recursive doubling"},
+		{engine.CollectiveAllGather, 40, 40 * 70_000, 4, "ring"},
+		{engine.CollectiveReduce, 3, 1 << 20, 0, ""},
+	} {
+		alg, name := TunedAlgorithm(tc.kind, tc.p, tc.n)
+		if alg != tc.alg || name != tc.name {
+			t.Errorf("%s over %d, %d B: %d %q, want %d %q", tc.kind, tc.p, tc.n, alg, name, tc.alg, tc.name)
+		}
+	}
+}
+
+// TestTunedTime checks Open MPI's algorithms' times against figures
+// worked out by hand: 1 MB over 2, 3 and 4 processes, α 10 µs, β 1 GB/s
+// (1 µs a KB).
+func TestTunedTime(t *testing.T) {
+	l := engine.Link{Bandwidth: 1e9, Latency: 10 * time.Microsecond}
+	const n = 1e6
+	us := time.Microsecond
+	ar, bc, rs, ag := engine.CollectiveAllReduce, engine.CollectiveBroadcast, engine.CollectiveReduceScatter, engine.CollectiveAllGather
+	for _, tc := range []struct {
+		kind   engine.CollectiveKind
+		alg, p int
+		want   time.Duration
+	}{
+		// Rabenseifner on 3: rank 1 swaps halves with rank 0 (10+500),
+		// sends it its half back (10+500), the 2 left swap quarters and
+		// halves (2·(10+250)), rank 1 sends rank 0 the whole (10+1000).
+		{ar, 6, 3, 3050 * us},
+		{ar, 6, 2, 1020 * us}, // 2·(10 + 500)
+		{ar, 6, 4, 1540 * us}, // 2·((10+500) + (10+250))
+		{ar, 4, 3, 1373333},   // 4·(10 + 333.3)
+		{ar, 5, 3, 1373333},   // the ring's
+		{ar, 3, 3, 3030 * us}, // (1 + 2)·(10 + 1000)
+		{ar, 3, 4, 2020 * us}, // 2·(10 + 1000)
+		{ar, 1, 3, 4040 * us}, // 4·(10 + 1000)
+		{ar, 2, 3, 4040 * us}, // 2·2·(10 + 1000)
+		{bc, 1, 3, 2020 * us}, // 2·(10 + 1000)
+		{bc, 5, 3, 2020 * us}, // min(2, 2)·(10 + 1000)
+		{bc, 5, 8, 6060 * us}, // 6·(10 + 1000)
+		{bc, 6, 4, 2020 * us}, // 2·(10 + 1000)
+		{bc, 4, 4, 1530 * us}, // 3·(10 + 500)
+		{bc, 8, 4, 1540 * us}, // 4·10 + 2·3·250
+		{rs, 1, 4, 2800 * us}, // 2·(10+1000) + 3·(10+250)
+		{rs, 3, 4, 770 * us},  // 2·10 + 3/4·1000
+		{rs, 3, 3, 1863333},   // 10 + 500 + (10 + 1000) + (10 + 333.3)
+		{rs, 2, 4, 1270 * us}, // 2·10 + (2 − 3/4)·1000
+		{ag, 4, 4, 780 * us},  // 3·(10 + 250)
+		{ag, 3, 4, 770 * us},  // 2·10 + 3·250
+		{ag, 3, 3, 686667},    // Bruck: 2·10 + 2·333.3
+		{ag, 5, 3, 686667},    // odd: the ring's 2·(10 + 333.3)
+		{ag, 6, 2, 510 * us},  // 10 + 500
+	} {
+		got := TunedTime(tc.kind, tc.alg, tc.p, n, l)
+		if d := got - tc.want; d < -2 || d > 2 {
+			t.Errorf("%s algorithm %d over %d: %v, want %v", tc.kind, tc.alg, tc.p, got, tc.want)
+		}
+	}
+}
+
+// TestMPIAlgorithm: [comm] algorithm forces Open MPI's algorithm where
+// Open MPI has one of that kind, else its own choice stands.
+func TestMPIAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		alg    comm.Algorithm
+		kind   engine.CollectiveKind
+		num    int
+		name   string
+		forced bool
+	}{
+		{comm.Auto, engine.CollectiveAllReduce, 6, "rabenseifner", false},
+		{comm.Ring, engine.CollectiveAllReduce, 4, "ring", true},
+		{comm.Ring, engine.CollectiveReduceScatter, 1, "basic linear", false}, // no ring reduce-scatter in Open MPI 4.1
+		{comm.Tree, engine.CollectiveBroadcast, 6, "binomial", true},
+		{comm.Direct, engine.CollectiveAllGather, 1, "linear", true},
+		{comm.Ring, engine.CollectiveReduce, 0, "", false},
+	} {
+		num, name, forced := MPIAlgorithm(tc.alg, tc.kind, 3, 3<<20)
+		if num != tc.num || name != tc.name || forced != tc.forced {
+			t.Errorf("%v %s: %d %q forced %v, want %d %q %v", tc.alg, tc.kind, num, name, forced, tc.num, tc.name, tc.forced)
 		}
 	}
 }

@@ -416,9 +416,56 @@ func (h *Hosts) Drop(i int, drop bool) error {
 	return nil
 }
 
-// RateLimit limits host i's link to rate (tc's units: "1mbit") both
-// ways, with tc's token bucket filter; "" removes the limit.
+// RateLimit limits host i's link to rate (tc's units: "1mbit", "1gbit")
+// both ways, with tc's token bucket filter; "" removes the limit. The
+// bucket holds TBFBurst(rate) bytes and the queue TBFLatency of sending,
+// so that the link behaves as one of that rate: a bucket much smaller
+// than what the rate sends between two timer ticks (tc-tbf(8): burst ≥
+// rate/HZ), as a fixed 16 KB at 1 Gbit/s, holds TCP well below the rate.
 func (h *Hosts) RateLimit(i int, rate string) error {
+	if rate == "" {
+		return h.RateLimitTBF(i, "", "", "")
+	}
+	burst, err := TBFBurst(rate)
+	if err != nil {
+		return err
+	}
+	return h.RateLimitTBF(i, rate, burst, TBFLatency)
+}
+
+// TBFLatency is the longest a packet waits in RateLimit's queue.
+const TBFLatency = "50ms"
+
+// TBFBurst is RateLimit's bucket for rate (tc's units): 2 ms of sending
+// at the rate, at least 32 KiB, in bytes ("250000b" for "1gbit").
+func TBFBurst(rate string) (string, error) {
+	bps, err := ParseRate(rate)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%db", max(int64(bps/8*0.002), 32<<10)), nil
+}
+
+// ParseRate reads a rate in tc's units (bit, kbit, mbit, gbit, tbit and
+// bps, kbps, mbps, gbps, tbps for bytes; tc's k is 1000) as bits/s.
+func ParseRate(rate string) (float64, error) {
+	i := strings.IndexFunc(rate, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i <= 0 {
+		return 0, fmt.Errorf("testhosts: rate %q: want a number and a unit of tc's (1gbit, 200mbit)", rate)
+	}
+	v, err := strconv.ParseFloat(rate[:i], 64)
+	unit := strings.ToLower(rate[i:])
+	mult := map[string]float64{"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+		"bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}[unit]
+	if err != nil || mult == 0 || v <= 0 {
+		return 0, fmt.Errorf("testhosts: rate %q: want a number and a unit of tc's (1gbit, 200mbit)", rate)
+	}
+	return v * mult, nil
+}
+
+// RateLimitTBF limits host i's link both ways with tc's token bucket
+// filter of rate, burst and latency (tc's units); rate "" removes it.
+func (h *Hosts) RateLimitTBF(i int, rate, burst, latency string) error {
 	veth := fmt.Sprintf("%s-v%d", h.opts.Prefix, i+1)
 	if rate == "" {
 		run("tc", "-n", h.Names[i], "qdisc", "del", "dev", "eth0", "root")
@@ -426,8 +473,8 @@ func (h *Hosts) RateLimit(i int, rate string) error {
 		return nil
 	}
 	for _, s := range [][]string{
-		{"tc", "-n", h.Names[i], "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "16kb", "latency", "400ms"},
-		{"tc", "qdisc", "replace", "dev", veth, "root", "tbf", "rate", rate, "burst", "16kb", "latency", "400ms"},
+		{"tc", "-n", h.Names[i], "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst, "latency", latency},
+		{"tc", "qdisc", "replace", "dev", veth, "root", "tbf", "rate", rate, "burst", burst, "latency", latency},
 	} {
 		if _, err := run(s...); err != nil {
 			return err

@@ -80,3 +80,18 @@ func TestUpClose(t *testing.T) {
 	}
 	os.RemoveAll(h.Dir)
 }
+
+// TestTBFBurst: RateLimit's bucket is 2 ms of the rate, at least 32 KiB;
+// a rate without tc's unit is refused.
+func TestTBFBurst(t *testing.T) {
+	for rate, want := range map[string]string{"1gbit": "250000b", "200mbit": "50000b", "50mbit": "32768b", "4mbit": "32768b", "10gbit": "2500000b", "1.5gbps": "3000000b"} {
+		if got, err := TBFBurst(rate); err != nil || got != want {
+			t.Errorf("TBFBurst(%q) = %q, %v; want %q", rate, got, err, want)
+		}
+	}
+	for _, rate := range []string{"", "1g", "gbit", "-1mbit", "0mbit"} {
+		if _, err := TBFBurst(rate); err == nil || !strings.Contains(err.Error(), "tc's") {
+			t.Errorf("TBFBurst(%q): %v, want an error naming tc's units", rate, err)
+		}
+	}
+}
