@@ -6,7 +6,7 @@
 # for the comparisons), cuBLAS and NCCL somewhere (found in python3's
 # nvidia-* packages, else with find). No Go toolchain: `make gpu-check`
 # built everything next to this script (the binaries xz-compressed, the
-# data sets it needs in data/). Usage:
+# data sets it needs in gpucheck-data/ beside this folder). Usage:
 #
 #   gpucheck/run.sh [OUTDIR [BUDGET_SECONDS]]   (about 5-7 minutes)
 #
