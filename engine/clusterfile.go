@@ -766,24 +766,36 @@ func nodeKeyError(key string) *nodeError {
 	return &e
 }
 
+// tables reads the value of an array-of-tables key ([[node]], [[link]]):
+// TOML's [[key]] tables, or an inline array of tables such as
+// [example, ...]. It returns the tables, or why the value is not that
+// (one says what each table is, for the message).
+func tables(v any, key, example, one string) ([]map[string]any, string) {
+	switch arr := v.(type) {
+	case []map[string]any:
+		return arr, ""
+	case []any:
+		entries := make([]map[string]any, 0, len(arr))
+		for _, e := range arr {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, "want [[" + key + "]] tables (or an array of " + example + "), found an array holding " + target.Found(e)
+			}
+			entries = append(entries, m)
+		}
+		return entries, ""
+	default:
+		return nil, "want [[" + key + "]] tables, one " + one + ", found " + target.Found(v)
+	}
+}
+
 // nodes reads the value of the node key: an array of tables, each with a
 // host (a host name or IP address, see CheckHost) and, optionally, slots
 // (default 1).
 func nodes(v any) ([]Host, *nodeError) {
-	var entries []map[string]any
-	switch arr := v.(type) {
-	case []map[string]any:
-		entries = arr
-	case []any:
-		for _, e := range arr {
-			m, ok := e.(map[string]any)
-			if !ok {
-				return nil, &nodeError{msg: "want [[node]] tables (or an array of {host = ..., slots = ...}), found an array holding " + target.Found(e)}
-			}
-			entries = append(entries, m)
-		}
-	default:
-		return nil, &nodeError{msg: "want [[node]] tables, one a host, found " + target.Found(v)}
+	entries, bad := tables(v, "node", "{host = ..., slots = ...}", "a host")
+	if bad != "" {
+		return nil, &nodeError{msg: bad}
 	}
 	var hosts []Host
 	for i, e := range entries {

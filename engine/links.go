@@ -174,20 +174,9 @@ func (c *Cluster) Link(class LinkClass) (Link, bool) {
 // with its unit, ParseBandwidth) and optionally a latency (a Go
 // duration, default 0). Errors name the entry as "link[2].bandwidth".
 func links(v any) ([]Link, *linkError) {
-	var entries []map[string]any
-	switch arr := v.(type) {
-	case []map[string]any:
-		entries = arr
-	case []any:
-		for _, e := range arr {
-			m, ok := e.(map[string]any)
-			if !ok {
-				return nil, &linkError{msg: "want [[link]] tables (or an array of {class = ..., bandwidth = ...}), found an array holding " + target.Found(e)}
-			}
-			entries = append(entries, m)
-		}
-	default:
-		return nil, &linkError{msg: "want [[link]] tables, one a link class, found " + target.Found(v)}
+	entries, bad := tables(v, "link", "{class = ..., bandwidth = ...}", "a link class")
+	if bad != "" {
+		return nil, &linkError{msg: bad}
 	}
 	var out []Link
 	for i, e := range entries {
