@@ -13,3 +13,8 @@ func (c *MPIComm) PingPong(peer int, buf []byte, reps int, lead bool) (time.Dura
 func (c *MPIComm) Exchange(peer int, send, recv []byte, reps int) (time.Duration, error) {
 	return 0, errNoMPI
 }
+
+// OneWay returns the no-MPI error.
+func (c *MPIComm) OneWay(peer int, buf []byte, reps int, lead bool) (time.Duration, error) {
+	return 0, errNoMPI
+}

@@ -46,44 +46,87 @@ type Link struct {
 	// queue that also holds the other direction's data), BandwidthAt
 	// interpolates them; nil: Bandwidth for every size.
 	BySize []SizeRate
+	// OneWay, when > 0, is the rate of a message that crosses the link
+	// while nothing flows the other way (the [[link]] table's one_way):
+	// a tree's or a chain's hop, or a fold into a power of two, against
+	// Bandwidth's exchange (both ways at once, as a ring's step loads a
+	// link, where each direction's acknowledgements wait behind the other
+	// direction's data). 0: Bandwidth. By_size entries may give their
+	// own (SizeRate.OneWay).
+	OneWay float64
+	// Burst is how many bytes the link passes at once after it has been
+	// idle (the [[link]] table's burst: a token bucket's depth, as tc's
+	// tbf or a cloud's rate limit keeps), refilled at its one-way rate
+	// while idle; 0: none.
+	Burst int64
 }
 
 // SizeRate is a link's rate for messages of Size bytes.
 type SizeRate struct {
 	Size      int64
-	Bandwidth float64 // bytes per second
+	Bandwidth float64 // bytes per second, both ways at once
+	OneWay    float64 // bytes per second one way; 0: not given
 }
 
 // BandwidthAt is the link's rate for a message of n bytes: Bandwidth
 // without BySize; else BySize's rates, interpolated linearly in log(size)
 // between its sizes and held at its first and last outside them.
 func (l Link) BandwidthAt(n float64) float64 {
-	bs := l.BySize
+	return interpolate(l.BySize, n, l.Bandwidth, func(r SizeRate) float64 { return r.Bandwidth })
+}
+
+// OneWayAt is the link's rate for a message of n bytes that crosses it
+// while nothing flows back: by_size's one_way rates where its entries
+// give them (interpolated as BandwidthAt's), else OneWay, else
+// BandwidthAt(n).
+func (l Link) OneWayAt(n float64) float64 {
+	if len(l.BySize) > 0 && l.BySize[0].OneWay > 0 {
+		return interpolate(l.BySize, n, l.OneWay, func(r SizeRate) float64 { return r.OneWay })
+	}
+	if l.OneWay > 0 {
+		return l.OneWay
+	}
+	return l.BandwidthAt(n)
+}
+
+// interpolate reads rate of bs at n bytes: linear in log(size) between
+// their sizes, held at the first and last outside them; def without bs.
+func interpolate(bs []SizeRate, n, def float64, rate func(SizeRate) float64) float64 {
 	switch {
 	case len(bs) == 0:
-		return l.Bandwidth
+		return def
 	case n <= float64(bs[0].Size):
-		return bs[0].Bandwidth
+		return rate(bs[0])
 	case n >= float64(bs[len(bs)-1].Size):
-		return bs[len(bs)-1].Bandwidth
+		return rate(bs[len(bs)-1])
 	}
 	for i := 1; i < len(bs); i++ {
 		if n <= float64(bs[i].Size) {
 			a, b := math.Log(float64(bs[i-1].Size)), math.Log(float64(bs[i].Size))
 			f := (math.Log(n) - a) / (b - a)
-			return bs[i-1].Bandwidth + f*(bs[i].Bandwidth-bs[i-1].Bandwidth)
+			return rate(bs[i-1]) + f*(rate(bs[i])-rate(bs[i-1]))
 		}
 	}
-	return bs[len(bs)-1].Bandwidth
+	return rate(bs[len(bs)-1])
 }
 
 // String writes the link as a [[link]] table's one line:
 // `class = "host", bandwidth = "1Gbit/s", latency = "50µs"`.
 func (l Link) String() string {
 	s := fmt.Sprintf("class = %q, bandwidth = %q, latency = %q", l.Class, FormatBandwidth(l.Bandwidth), l.Latency.String())
+	if l.OneWay > 0 {
+		s += fmt.Sprintf(", one_way = %q", FormatBandwidth(l.OneWay))
+	}
+	if l.Burst > 0 {
+		s += fmt.Sprintf(", burst = %q", FormatSize(l.Burst))
+	}
 	if len(l.BySize) > 0 {
 		var parts []string
 		for _, r := range l.BySize {
+			if r.OneWay > 0 {
+				parts = append(parts, fmt.Sprintf("{ size = %q, bandwidth = %q, one_way = %q }", FormatSize(r.Size), FormatBandwidth(r.Bandwidth), FormatBandwidth(r.OneWay)))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("{ size = %q, bandwidth = %q }", FormatSize(r.Size), FormatBandwidth(r.Bandwidth)))
 		}
 		s += ", by_size = [" + strings.Join(parts, ", ") + "]"
@@ -107,16 +150,19 @@ func FormatSize(n int64) string {
 
 // linkKeys are the keys of a [[link]] table (by_size's entries' keys
 // under it).
-var linkKeys = []string{"class", "bandwidth", "latency", "by_size", "by_size.size", "by_size.bandwidth"}
+var linkKeys = []string{"class", "bandwidth", "latency", "one_way", "burst", "by_size", "by_size.size", "by_size.bandwidth", "by_size.one_way"}
 
 // linkTable decodes a [[link]] table, marking its known keys decoded.
 type linkTable struct {
 	Class     rawValue `toml:"class"`
 	Bandwidth rawValue `toml:"bandwidth"`
 	Latency   rawValue `toml:"latency"`
+	OneWay    rawValue `toml:"one_way"`
+	Burst     rawValue `toml:"burst"`
 	BySize    []struct {
 		Size      rawValue `toml:"size"`
 		Bandwidth rawValue `toml:"bandwidth"`
+		OneWay    rawValue `toml:"one_way"`
 	} `toml:"by_size"`
 }
 
@@ -227,6 +273,24 @@ func links(v any) ([]Link, *linkError) {
 				return fail("latency", "must be ≥ 0, got %v", d)
 			}
 			l.Latency = d
+		}
+		if ov, ok := e["one_way"]; ok {
+			os, ok := ov.(string)
+			if !ok {
+				return fail("one_way", "want a rate with its unit as a string, such as \"1Gbit/s\", found %s", target.Found(ov))
+			}
+			ow, err := ParseBandwidth(os)
+			if err != nil {
+				return fail("one_way", "%v", err)
+			}
+			l.OneWay = ow
+		}
+		if bv, ok := e["burst"]; ok {
+			n, msg := byteSize(bv)
+			if msg != "" {
+				return fail("burst", "%s", msg)
+			}
+			l.Burst = n
 		}
 		if bv, ok := e["by_size"]; ok {
 			rates, sub, msg := bySize(bv)
@@ -356,15 +420,28 @@ func bySize(v any) ([]SizeRate, string, string) {
 		if err != nil {
 			return nil, at + ".bandwidth", err.Error()
 		}
+		var ow float64
+		if ov, ok := e["one_way"]; ok {
+			os, ok := ov.(string)
+			if !ok {
+				return nil, at + ".one_way", "want a rate with its unit as a string, such as \"1Gbit/s\", found " + target.Found(ov)
+			}
+			if ow, err = ParseBandwidth(os); err != nil {
+				return nil, at + ".one_way", err.Error()
+			}
+		}
 		for k := range e {
-			if k != "size" && k != "bandwidth" {
-				return nil, at + "." + k, "unknown key: a by_size entry holds size and bandwidth"
+			if k != "size" && k != "bandwidth" && k != "one_way" {
+				return nil, at + "." + k, "unknown key: a by_size entry holds size, bandwidth and one_way"
 			}
 		}
 		if len(out) > 0 && n <= out[len(out)-1].Size {
 			return nil, at + ".size", fmt.Sprintf("sizes must increase: %s after %s", FormatSize(n), FormatSize(out[len(out)-1].Size))
 		}
-		out = append(out, SizeRate{n, bw})
+		if len(out) > 0 && (ow > 0) != (out[0].OneWay > 0) {
+			return nil, at + ".one_way", "give one_way in every by_size entry or in none"
+		}
+		out = append(out, SizeRate{n, bw, ow})
 	}
 	return out, "", ""
 }

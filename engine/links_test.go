@@ -129,3 +129,58 @@ by_size = [{ size = "64KiB", bandwidth = "200Mbit/s" }, { size = "4MiB", bandwid
 		}
 	}
 }
+
+// TestClusterLinkOneWayBurst: one_way (the link's and by_size's) and
+// burst read, write back and are checked.
+func TestClusterLinkOneWayBurst(t *testing.T) {
+	src := `[[link]]
+class = "host"
+bandwidth = "100Mbit/s"
+one_way = "190Mbit/s"
+burst = "48KiB"
+by_size = [{ size = "64KiB", bandwidth = "200Mbit/s", one_way = "400Mbit/s" }, { size = "4MiB", bandwidth = "100Mbit/s", one_way = "200Mbit/s" }]
+`
+	c, err := ParseCluster("c.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := c.Link(LinkHost)
+	if l.Burst != 48<<10 || l.OneWay != 190e6/8 {
+		t.Errorf("burst %d, one_way %g; want 49152, 23.75e6", l.Burst, l.OneWay)
+	}
+	for _, tc := range []struct{ n, ex, ow float64 }{
+		{1000, 25e6, 50e6}, {512 << 10, 18.75e6, 37.5e6}, {1 << 30, 12.5e6, 25e6},
+	} {
+		if got := l.BandwidthAt(tc.n); math.Abs(got-tc.ex) > 1 {
+			t.Errorf("BandwidthAt(%g) = %g, want %g", tc.n, got, tc.ex)
+		}
+		if got := l.OneWayAt(tc.n); math.Abs(got-tc.ow) > 1 {
+			t.Errorf("OneWayAt(%g) = %g, want %g", tc.n, got, tc.ow)
+		}
+	}
+	// Without by_size's one_way: the link's; without that, both ways'.
+	if got := (Link{Bandwidth: 7, OneWay: 9}).OneWayAt(1e9); got != 9 {
+		t.Errorf("one_way without by_size: %g, want 9", got)
+	}
+	if got := (Link{Bandwidth: 7, BySize: []SizeRate{{Size: 10, Bandwidth: 5}}}).OneWayAt(1e9); got != 5 {
+		t.Errorf("no one_way: %g, want the both-ways rate 5", got)
+	}
+	back, err := ParseCluster("b.toml", []byte("link = [{"+l.String()+"}]\n"))
+	if err != nil || len(back.Links) != 1 || back.Links[0].Burst != l.Burst || back.Links[0].OneWay != l.OneWay || back.Links[0].BySize[1] != l.BySize[1] {
+		t.Errorf("%s read back as %+v, %v", l, back.Links, err)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{`one_way = "fast"`, `link[1].one_way: "fast" is not a rate`},
+		{`one_way = 5`, `link[1].one_way: want a rate with its unit as a string`},
+		{`burst = "lots"`, `link[1].burst: "lots" is not a size`},
+		{`burst = -3`, `link[1].burst: must be a positive number of bytes`},
+		{`by_size = [{ size = "1MiB", bandwidth = "1Gbit/s", one_way = "2Gbit/s" }, { size = "4MiB", bandwidth = "1Gbit/s" }]`, `link[1].by_size[2].one_way: give one_way in every by_size entry or in none`},
+		{`by_size = [{ size = "1MiB", bandwidth = "1Gbit/s", one_way = "2Gbit" }]`, `link[1].by_size[1].one_way: "2Gbit": unknown unit`},
+		{`by_size = [{ size = "1MiB", bandwidth = "1Gbit/s", oneway = "2Gbit/s" }]`, `link[1].by_size[1].oneway: unknown key: a by_size entry holds size, bandwidth and one_way`},
+	} {
+		_, err := ParseCluster("c.toml", []byte("[[link]]\nclass = \"host\"\nbandwidth = \"1Gbit/s\"\n"+tc.src+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n got %v\nwant %s", tc.src, err, tc.want)
+		}
+	}
+}

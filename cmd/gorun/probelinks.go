@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +30,31 @@ var probeSizes = []int{8, 1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20}
 // probeReps is how many round trips the probe times at size n: enough
 // for about 32 MiB each way, from 3 to 200.
 func probeReps(n int) int { return min(200, max(3, (32<<20)/n)) }
+
+// probeBurstSizes are the messages the probe sends once more after the
+// link idled for probeIdle, to measure its burst: what a token bucket
+// (tc's tbf, a cloud's rate limit) lets through at once before holding
+// the rest to its rate. A small bucket shows in the smaller message, a
+// large one in the larger; the larger estimate counts.
+var probeBurstSizes = []int{256 << 10, 1 << 20}
+
+const probeIdle = 50 * time.Millisecond
+
+// burstBytes is the burst that a message of n bytes shows when it takes
+// idle seconds after the link idled and busy seconds back to back (each
+// with its acknowledgement): the bytes that did not wait for the rate,
+// n·(1 − idle/busy). Under a twentieth of the message (noise on a link
+// without a bucket), none.
+func burstBytes(n int, busy, idle float64) float64 {
+	if busy <= 0 || idle <= 0 {
+		return 0
+	}
+	b := float64(n) * (1 - idle/busy)
+	if b < float64(n)/20 {
+		return 0
+	}
+	return math.Round(b)
+}
 
 // probeBatches is how many batches of round trips (sizes to 16 KiB) and
 // single exchanges (from 16 KiB) the probe times at each size: the
@@ -213,7 +240,7 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 	send, recv := make([]byte, big), make([]byte, big)
 	step := 0
 	for pi, p := range pairs {
-		res := make([]float32, 2*len(probeSizes))
+		res := make([]float32, 2*len(probeSizes)+1)
 		for si, n := range probeSizes {
 			step++
 			if err := m.Barrier(comm.Tag{Name: "probe-links", Step: step}); err != nil {
@@ -254,13 +281,69 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 						return err
 					}
 				}
+				// One way, above 16 KiB: one message at a time, from
+				// the lead, with nothing going back but its
+				// acknowledgements (a tree's or a chain's hop), less
+				// the 8-byte answer's way back.
+				if n > 16<<10 {
+					if _, err := m.PingPong(peer, send[:8], 1, lead); err != nil {
+						return err
+					}
+					ow, err := m.OneWay(peer, send[:n], 1, lead)
+					if err != nil {
+						return err
+					}
+					pp[b] = ow
+				}
 			}
-			// One way: the fastest batch (a link's latency is what the
-			// message takes when nothing else on the machine delays it);
-			// both ways: the median.
+			if slices.Contains(probeBurstSizes, n) {
+				// The burst: the same message after the link idled
+				// (probeIdle), against the median above.
+				idle := make([]time.Duration, 3)
+				for b := range idle {
+					if lead {
+						time.Sleep(probeIdle)
+					}
+					var err error
+					if idle[b], err = m.OneWay(peer, send[:n], 1, lead); err != nil {
+						return err
+					}
+				}
+				slices.Sort(idle)
+				busy := slices.Clone(pp)
+				slices.Sort(busy)
+				b := burstBytes(n, busy[probeBatches/2].Seconds(), idle[1].Seconds())
+				res[2*len(probeSizes)] = max(res[2*len(probeSizes)], float32(b))
+			}
+			if n >= 16<<10 {
+				// Both ways: an exchange is over when both ranks hold
+				// what the other sent (a collective's next step, and
+				// the step after it, wait for the later one; the two
+				// directions of a shaped or busy link finish apart by
+				// up to a third). Swap the times and keep each
+				// exchange's later one.
+				mine, theirs := make([]byte, 8*probeBatches), make([]byte, 8*probeBatches)
+				for b, d := range ex {
+					binary.LittleEndian.PutUint64(mine[8*b:], uint64(d))
+				}
+				if _, err := m.Exchange(peer, mine, theirs, 1); err != nil {
+					return err
+				}
+				for b := range ex {
+					ex[b] = max(ex[b], time.Duration(binary.LittleEndian.Uint64(theirs[8*b:])))
+				}
+			}
+			// One way: up to 16 KiB the fastest batch (a link's
+			// latency is what the message takes when nothing else on
+			// the machine delays it), above it the median message, less
+			// the acknowledgement's way back (measured at 8 B); both
+			// ways: the median of the later ranks' times.
 			slices.Sort(pp)
 			slices.Sort(ex)
 			res[si], res[len(probeSizes)+si] = float32(pp[0].Seconds()), float32(ex[probeBatches/2].Seconds())
+			if n > 16<<10 {
+				res[si] = float32(pp[probeBatches/2].Seconds() - float64(res[0]))
+			}
 		}
 		if err := m.Broadcast(res, p.a, comm.Tag{Name: "probe-links results", Step: pi}); err != nil {
 			return err
@@ -277,7 +360,14 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pairs = append(pairs, probePair{class: engine.LinkInProc, name: "two devices of rank 0's process"})
-	times = append(times, append(inproc, inproc...))
+	// In memory a message costs the same one way or both: no one_way.
+	oneWay := slices.Clone(inproc)
+	for i, n := range probeSizes {
+		if n > 16<<10 {
+			oneWay[i] = 0
+		}
+	}
+	times = append(times, append(append(oneWay, inproc...), 0))
 	return writeProbe(stdout, &c, f.cluster, pairs, times)
 }
 
@@ -332,17 +422,33 @@ func probeInProc() ([]float64, error) {
 func fitLink(class engine.LinkClass, t []float64) engine.Link {
 	a := min(t[0], t[1])
 	l := engine.Link{Class: class, Latency: time.Duration(a * 1e9).Round(100 * time.Nanosecond)}
+	rate := func(n int, t float64) float64 {
+		rest := t - a
+		if rest <= 0 {
+			rest = t
+		}
+		return roundRate(float64(n) / rest)
+	}
+	oneWay := true // every size from 16 KiB has its one-way time
+	for i, n := range probeSizes {
+		if n >= 16<<10 && t[i] <= 0 {
+			oneWay = false
+		}
+	}
 	for i, n := range probeSizes {
 		if n < 16<<10 {
 			continue
 		}
-		rest := t[len(probeSizes)+i] - a
-		if rest <= 0 {
-			rest = t[len(probeSizes)+i]
+		r := engine.SizeRate{Size: int64(n), Bandwidth: rate(n, t[len(probeSizes)+i])}
+		if oneWay {
+			r.OneWay = rate(n, t[i])
+			l.OneWay = r.OneWay
 		}
-		bw := float64(n) / rest
-		l.BySize = append(l.BySize, engine.SizeRate{Size: int64(n), Bandwidth: roundRate(bw)})
-		l.Bandwidth = roundRate(bw)
+		l.BySize = append(l.BySize, r)
+		l.Bandwidth = r.Bandwidth
+	}
+	if len(t) > 2*len(probeSizes) {
+		l.Burst = int64(t[2*len(probeSizes)])
 	}
 	return l
 }
@@ -358,11 +464,13 @@ func roundRate(bw float64) float64 {
 // slowest combines two pairs' links of one class: the larger latency and
 // at each size the lower rate (a ring runs at its slowest link's pace).
 func slowest(a, b engine.Link) engine.Link {
-	out := engine.Link{Class: a.Class, Bandwidth: min(a.Bandwidth, b.Bandwidth), Latency: max(a.Latency, b.Latency)}
+	out := engine.Link{Class: a.Class, Bandwidth: min(a.Bandwidth, b.Bandwidth), Latency: max(a.Latency, b.Latency),
+		OneWay: min(a.OneWay, b.OneWay), Burst: min(a.Burst, b.Burst)}
 	for i := range a.BySize {
 		r := a.BySize[i]
 		if i < len(b.BySize) {
 			r.Bandwidth = min(r.Bandwidth, b.BySize[i].Bandwidth)
+			r.OneWay = min(r.OneWay, b.BySize[i].OneWay)
 		}
 		out.BySize = append(out.BySize, r)
 	}
@@ -378,7 +486,7 @@ func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, 
 	for _, n := range probeSizes {
 		fmt.Fprintf(tw, "%s\t", bytesName(n))
 	}
-	fmt.Fprintf(tw, "α\tβ\t\n")
+	fmt.Fprintf(tw, "α\tβ\tburst\t\n")
 	best := map[engine.LinkClass]engine.Link{}
 	for i, p := range pairs {
 		l := fitLink(p.class, times[i])
@@ -395,10 +503,14 @@ func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, 
 				}
 				fmt.Fprintf(tw, "%v\t", time.Duration(x*1e9).Round(100*time.Nanosecond))
 			}
+			burst := "-"
+			if l.Burst > 0 {
+				burst = engine.FormatSize(l.Burst)
+			}
 			if half == 0 {
-				fmt.Fprintf(tw, "%v\t%s\t\n", l.Latency, engine.FormatBandwidth(l.Bandwidth))
+				fmt.Fprintf(tw, "%v\t%s\t%s\t\n", l.Latency, engine.FormatBandwidth(l.OneWayAt(math.Inf(1))), burst)
 			} else {
-				fmt.Fprintf(tw, "\t\t\n")
+				fmt.Fprintf(tw, "\t%s\t\t\n", engine.FormatBandwidth(l.Bandwidth))
 			}
 		}
 		// The slowest pair of a class sets its pace.
@@ -412,8 +524,19 @@ func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, 
 	fmt.Fprintf(&b, "\n# [[link]] tables for %s (gorun plan --predict); measured by gorun launch --probe-links\n", file)
 	for _, class := range slices.Backward(engine.LinkClasses) {
 		if l, ok := best[class]; ok {
-			fmt.Fprintf(&b, "[[link]]\nclass = %q\nbandwidth = %q\nlatency = %q\nby_size = [\n", l.Class, engine.FormatBandwidth(l.Bandwidth), l.Latency.String())
+			fmt.Fprintf(&b, "[[link]]\nclass = %q\nbandwidth = %q\nlatency = %q\n", l.Class, engine.FormatBandwidth(l.Bandwidth), l.Latency.String())
+			if l.OneWay > 0 {
+				fmt.Fprintf(&b, "one_way = %q\n", engine.FormatBandwidth(l.OneWay))
+			}
+			if l.Burst > 0 {
+				fmt.Fprintf(&b, "burst = %q\n", engine.FormatSize(l.Burst))
+			}
+			b.WriteString("by_size = [\n")
 			for _, r := range l.BySize {
+				if r.OneWay > 0 {
+					fmt.Fprintf(&b, "  { size = %q, bandwidth = %q, one_way = %q },\n", engine.FormatSize(r.Size), engine.FormatBandwidth(r.Bandwidth), engine.FormatBandwidth(r.OneWay))
+					continue
+				}
 				fmt.Fprintf(&b, "  { size = %q, bandwidth = %q },\n", engine.FormatSize(r.Size), engine.FormatBandwidth(r.Bandwidth))
 			}
 			b.WriteString("]\n\n")

@@ -158,13 +158,17 @@ var tunedNames = map[engine.CollectiveKind]map[int]string{
 // on n bytes, every message crossing link l (α its latency, β its rate
 // for the message's size, engine.Link.BandwidthAt). With p' the largest
 // power of two ≤ p, r = p − p', L = log₂p', ⌈lg⌉ = ⌈log₂p⌉, h(m) one
-// message of m bytes, α + m/β(m), and m = n/p a block:
+// message of m bytes, α + m/β(m) — both ways at once (β) in the
+// exchanges of rings, recursive halving and doubling, Bruck and the
+// neighbour exchange, one way (β₁, the link's one_way) in linear, tree
+// and chain hops, broadcasts and the folds of the r extra ranks — and
+// m = n/p a block:
 //
 //	all-reduce  basic linear         2(p−1)·h(n)        (reduce to rank 0, broadcast back, both linear)
 //	            nonoverlapping       2⌈lg⌉·h(n)         (a binomial reduce, then a broadcast)
 //	            recursive doubling   L·h(n) + [r>0] 2·h(n)          (the extra ranks folded in and sent the result)
 //	            ring, segmented ring 2(p−1)·h(m)
-//	            rabenseifner         2·Σ_{k=1..L} h(n/2^k) + [r>0] (2·h(n/2) + h(n))
+//	            rabenseifner         2·Σ_{k=1..L} h(n/2^k) + [r>0] (h(n/2) + h₁(n/2) + h₁(n))
 //	broadcast   basic linear, chain,
 //	            pipeline             (p−1)·h(n)         (segsize 0: not pipelined)
 //	            split binary tree    ⌈lg⌉·h(n/2) + h(n/2)
@@ -184,98 +188,155 @@ var tunedNames = map[engine.CollectiveKind]map[int]string{
 //	            neighbor exchange    (p/2)·α + (p−1)·m/β; the ring's for odd p
 //	            two proc             h(m)
 //
-// Messages of one step go one after the other through a rank's link
-// (an exchange both ways at once counts as one message: the probe's β
-// is measured that way).
+// Messages of one step go one after the other through a rank's link.
+// An exchange both ways at once counts as one message at the link's
+// exchange rate (engine.Link.BandwidthAt: the probe's β is measured
+// that way, up to the later of the two ranks); a message that crosses
+// while nothing flows back — a linear or tree hop, a broadcast, the fold
+// of the extra ranks into a power of two and their result sent back —
+// at its one-way rate (engine.Link.OneWayAt).
 func TunedTime(kind engine.CollectiveKind, alg, p int, n float64, l engine.Link) time.Duration {
-	if p <= 1 {
-		return 0
+	return TunedTimeBurst(kind, alg, p, n, l, 0)
+}
+
+// TunedTimeBurst is TunedTime on a link that holds tokens bytes of burst
+// (engine.Link.Burst, refilled while the link was idle): the first
+// tokens bytes each rank sends cross at once, the rest at the link's
+// rates.
+func TunedTimeBurst(kind engine.CollectiveKind, alg, p int, n float64, l engine.Link, tokens float64) time.Duration {
+	var s float64
+	for _, h := range tunedHops(kind, alg, p, n) {
+		rate := l.BandwidthAt(h.size)
+		if h.oneWay {
+			rate = l.OneWayAt(h.size)
+		}
+		b := h.bytes
+		if tokens > 0 {
+			used := math.Min(tokens, b)
+			b -= used
+			tokens -= used
+		}
+		s += h.alphas*l.Latency.Seconds() + b/rate
 	}
-	a := l.Latency.Seconds()
-	h := func(m float64) float64 { return a + m/l.BandwidthAt(m) }
+	return time.Duration(s * 1e9)
+}
+
+// hop is a run of messages of one step after another through a rank's
+// link: alphas latencies, bytes in all, in messages of size bytes, one
+// way or both ways at once. A collective is its hops in order.
+type hop struct {
+	alphas, bytes, size float64
+	oneWay              bool
+}
+
+// hops of k messages of m bytes each.
+func msgs(k, m float64, oneWay bool) hop { return hop{k, k * m, m, oneWay} }
+
+// tunedHops are the hops of Open MPI's algorithm alg (TunedTime's table).
+func tunedHops(kind engine.CollectiveKind, alg, p int, n float64) []hop {
+	if p <= 1 {
+		return nil
+	}
+	const ow, ex = true, false
 	pf := float64(p)
 	m := n / pf
 	clg := math.Ceil(math.Log2(pf))
 	L := bits.Len(uint(p)) - 1
 	pp := 1 << L
 	r := p - pp
-	var s float64
+	var hs []hop
 	switch kind {
 	case engine.CollectiveAllReduce:
 		switch alg {
 		case 1:
-			s = 2 * (pf - 1) * h(n)
+			hs = append(hs, msgs(2*(pf-1), n, ow))
 		case 2:
-			s = 2 * clg * h(n)
+			hs = append(hs, msgs(2*clg, n, ow))
 		case 3:
-			s = float64(L) * h(n)
 			if r > 0 {
-				s += 2 * h(n)
+				hs = append(hs, msgs(1, n, ow))
+			}
+			hs = append(hs, msgs(float64(L), n, ex))
+			if r > 0 {
+				hs = append(hs, msgs(1, n, ow))
 			}
 		case 6:
+			// The first 2r ranks swap halves, the odd ones send their
+			// half's sum to the even ones, which join the power of two;
+			// at the end the even ones send the odd ones the result.
+			if r > 0 {
+				hs = append(hs, msgs(1, n/2, ex), msgs(1, n/2, ow))
+			}
 			for k := 1; k <= L; k++ {
-				s += 2 * h(n/float64(int(1)<<k))
+				hs = append(hs, msgs(1, n/float64(int(1)<<k), ex))
+			}
+			for k := L; k >= 1; k-- {
+				hs = append(hs, msgs(1, n/float64(int(1)<<k), ex))
 			}
 			if r > 0 {
-				s += 2*h(n/2) + h(n)
+				hs = append(hs, msgs(1, n, ow))
 			}
 		default: // 4, 5
-			s = 2 * (pf - 1) * h(m)
+			hs = append(hs, msgs(2*(pf-1), m, ex))
 		}
 	case engine.CollectiveBroadcast:
 		switch alg {
 		case 4:
-			s = clg*h(n/2) + h(n/2)
+			hs = append(hs, msgs(clg+1, n/2, ow))
 		case 5:
-			s = math.Min(pf-1, 2*math.Floor(math.Log2(pf))) * h(n)
+			hs = append(hs, msgs(math.Min(pf-1, 2*math.Floor(math.Log2(pf))), n, ow))
 		case 6:
-			s = clg * h(n)
+			hs = append(hs, msgs(clg, n, ow))
 		case 7:
-			s = math.Min(pf-1, 3*math.Ceil(math.Log2(pf)/2)) * h(n)
+			hs = append(hs, msgs(math.Min(pf-1, 3*math.Ceil(math.Log2(pf)/2)), n, ow))
 		case 8:
-			s = 2*clg*a + 2*(pf-1)*m/l.BandwidthAt(m)
+			hs = append(hs, hop{2 * clg, 2 * (pf - 1) * m, m, ow})
 		case 9:
-			s = clg*a + (pf-1)*m/l.BandwidthAt(m) + (pf-1)*h(m)
+			hs = append(hs, hop{clg + pf - 1, 2 * (pf - 1) * m, m, ow})
 		default: // 1, 2, 3
-			s = (pf - 1) * h(n)
+			hs = append(hs, msgs(pf-1, n, ow))
 		}
 	case engine.CollectiveReduceScatter:
 		switch alg {
 		case 1:
-			s = clg*h(n) + (pf-1)*h(m)
+			hs = append(hs, msgs(clg, n, ow), msgs(pf-1, m, ow))
 		case 2:
-			s = clg*a + (clg-(pf-1)/pf)*n/l.BandwidthAt(n/2)
+			hs = append(hs, hop{clg, (clg - (pf-1)/pf) * n, n / 2, ex})
 		default: // 3, 4
-			ppf := float64(pp)
-			s = float64(L)*a + (ppf-1)/ppf*n/l.BandwidthAt(n/2)
 			if r > 0 {
-				s += h(n) + h(m)
+				hs = append(hs, msgs(1, n, ow))
+			}
+			ppf := float64(pp)
+			hs = append(hs, hop{float64(L), (ppf - 1) / ppf * n, n / 2, ex})
+			if r > 0 {
+				hs = append(hs, msgs(1, m, ow))
 			}
 		}
 	case engine.CollectiveAllGather:
-		bruck := clg*a + (pf-1)*m/l.BandwidthAt(m)
+		bruck := hop{clg, (pf - 1) * m, m, ex}
 		switch alg {
 		case 1:
-			s = (pf-1)*h(m) + clg*h(n)
+			hs = append(hs, msgs(pf-1, m, ow), msgs(clg, n, ow))
 		case 2:
-			s = bruck
+			hs = append(hs, bruck)
 		case 3:
-			s = bruck
 			if r == 0 {
-				s = float64(L)*a + (pf-1)*m/l.BandwidthAt(m)
+				bruck.alphas = float64(L)
 			}
+			hs = append(hs, bruck)
 		case 5:
-			s = (pf - 1) * h(m)
 			if p%2 == 0 {
-				s = pf/2*a + (pf-1)*m/l.BandwidthAt(m)
+				hs = append(hs, hop{pf / 2, (pf - 1) * m, m, ex})
+			} else {
+				hs = append(hs, msgs(pf-1, m, ex))
 			}
 		case 6:
-			s = h(m)
+			hs = append(hs, msgs(1, m, ex))
 		default: // 4
-			s = (pf - 1) * h(m)
+			hs = append(hs, msgs(pf-1, m, ex))
 		}
 	}
-	return time.Duration(s * 1e9)
+	return hs
 }
 
 // TunedForced is one collective whose algorithm a cluster file's

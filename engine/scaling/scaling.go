@@ -106,6 +106,11 @@ func LinksOf(c *engine.Cluster) Links {
 	return l
 }
 
+// bursty reports whether a link between processes has a burst.
+func (l Links) bursty() bool {
+	return l[engine.LinkProcess].Burst > 0 || l[engine.LinkHost].Burst > 0
+}
+
 // need returns the link of class, or an error saying how to give one.
 func (l Links) need(class engine.LinkClass, why string) (engine.Link, error) {
 	if x, ok := l[class]; ok {
@@ -191,46 +196,20 @@ func Predict(p *engine.Plan, topo Topology, compute time.Duration, links Links) 
 	pr.GlobalBatch = p.Spec.BatchSize * topo.World() / max(1, p.World)
 
 	// The earlier micro-batches run before the last one's steps, which
-	// the timeline below walks.
-	t := float64(acc-1) * (fwd + bwd) / float64(acc) * scale
-	commFree := 0.0
-	phase := engine.Phase(255)
-	var busy [][2]float64 // when the compute stream runs kernels
-	for i, st := range prog.Steps {
-		if st.Kind != engine.CollectiveStep {
-			if st.Phase != phase && phase != 255 {
-				t = math.Max(t, commFree) // a new phase waits for the collectives
-			}
-			phase = st.Phase
-			x := costs[i] * scale
-			if n := len(busy); n > 0 && busy[n-1][1] == t {
-				busy[n-1][1] = t + x
-			} else {
-				busy = append(busy, [2]float64{t, t + x})
-			}
-			t += x
-			continue
-		}
-		c, err := timeCollective(p, st, topo, links)
+	// the timeline walks. A link with a burst holds what it refilled
+	// since its last collective, the previous step's last one: a first
+	// walk finds when that one ends, before the step's end.
+	t0 := float64(acc-1) * (fwd + bwd) / float64(acc) * scale
+	end, lastUse, busy, err := pr.timeline(p, topo, links, costs, scale, t0, math.Inf(-1))
+	if err != nil {
+		return nil, err
+	}
+	if links.bursty() {
+		end, _, busy, err = pr.timeline(p, topo, links, costs, scale, t0, lastUse-end)
 		if err != nil {
 			return nil, err
 		}
-		c.Step = i + 1
-		d := c.Time.Seconds()
-		start := math.Max(t, commFree)
-		if c.Stream == "comm" {
-			commFree = start + d
-		} else {
-			t = start + d
-			commFree = t
-		}
-		c.Start, c.End = time.Duration(start*1e9), time.Duration((start+d)*1e9)
-		pr.Comm += c.Time
-		pr.Collectives = append(pr.Collectives, c)
 	}
-	// Hidden is the part of a collective on the communication stream
-	// that ran while the compute stream ran kernels.
-	end := math.Max(t, commFree)
 	pr.Step = time.Duration(end * 1e9)
 	pr.Exposed = pr.Step - compute
 	if pr.Exposed < 0 {
@@ -250,6 +229,55 @@ func Predict(p *engine.Plan, topo Topology, compute time.Duration, links Links) 
 	pr.SamplesPerS = float64(pr.GlobalBatch) / pr.Step.Seconds()
 	pr.Efficiency = compute.Seconds() / pr.Step.Seconds()
 	return pr, nil
+}
+
+// timeline walks the steps of p's first device from t (seconds from the
+// step's start), each kernel step costs[i]·scale, each collective timed
+// over links; the links between processes were last used at lastUse
+// (−∞: long ago, a burst full). It sets pr's Collectives and Comm and
+// returns when the step ends, when its last collective between
+// processes ends, and when the compute stream ran kernels.
+func (pr *Prediction) timeline(p *engine.Plan, topo Topology, links Links, costs []float64, scale, t, lastUse float64) (end, used float64, busy [][2]float64, err error) {
+	prog := p.Devices[0]
+	pr.Collectives, pr.Comm = nil, 0
+	commFree := 0.0
+	phase := engine.Phase(255)
+	for i, st := range prog.Steps {
+		if st.Kind != engine.CollectiveStep {
+			if st.Phase != phase && phase != 255 {
+				t = math.Max(t, commFree) // a new phase waits for the collectives
+			}
+			phase = st.Phase
+			x := costs[i] * scale
+			if n := len(busy); n > 0 && busy[n-1][1] == t {
+				busy[n-1][1] = t + x
+			} else {
+				busy = append(busy, [2]float64{t, t + x})
+			}
+			t += x
+			continue
+		}
+		start := math.Max(t, commFree)
+		c, err := timeCollective(p, st, topo, links, start-lastUse)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		c.Step = i + 1
+		d := c.Time.Seconds()
+		if topo.Procs() > 1 {
+			lastUse = start + d
+		}
+		if c.Stream == "comm" {
+			commFree = start + d
+		} else {
+			t = start + d
+			commFree = t
+		}
+		c.Start, c.End = time.Duration(start*1e9), time.Duration((start+d)*1e9)
+		pr.Comm += c.Time
+		pr.Collectives = append(pr.Collectives, c)
+	}
+	return math.Max(t, commFree), lastUse, busy, nil
 }
 
 // Scale predicts p's script on factor× topo's hosts, for each factor:
@@ -301,7 +329,10 @@ func ScaledCluster(c *engine.Cluster, topo Topology) engine.Cluster {
 
 // timeCollective times the collective step st on topo: in the devices of
 // a process, then across processes.
-func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links) (Collective, error) {
+//
+// idle is how long the link between processes has been idle (seconds,
+// +Inf: long enough to fill its burst).
+func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links, idle float64) (Collective, error) {
 	c := st.Collective
 	out := Collective{Kind: c.Kind, Tag: c.Tag, Bytes: c.Bytes, Every: st.Every, Stream: engine.Stream(p, st)}
 	alg, err := comm.ParseAlgorithm(p.Cluster.Algorithm)
@@ -345,7 +376,11 @@ func timeCollective(p *engine.Plan, st *engine.Step, topo Topology, links Links)
 		if p.Cluster.Transport == "mpi" {
 			forced = alg
 		}
-		name, tm := mpiTime(forced, c.Kind, procs, n, l)
+		tokens := 0.0
+		if l.Burst > 0 && idle > 0 {
+			tokens = math.Min(float64(l.Burst), idle*l.OneWayAt(float64(l.Burst)))
+		}
+		name, tm := mpiTime(forced, c.Kind, procs, n, l, tokens)
 		out.Levels = append(out.Levels, Level{class, procs, name, tm})
 	}
 	for _, lv := range out.Levels {
@@ -369,12 +404,12 @@ const smallBytes = comm.AutoTreeMaxBytes
 // TunedTime, for an all-reduce, a broadcast, a reduce-scatter and an
 // all-gather. A reduce: a binomial tree for small buffers, a pipelined
 // chain for large ones.
-func mpiTime(alg comm.Algorithm, kind engine.CollectiveKind, procs int, n float64, l engine.Link) (string, time.Duration) {
+func mpiTime(alg comm.Algorithm, kind engine.CollectiveKind, procs int, n float64, l engine.Link, tokens float64) (string, time.Duration) {
 	if num, name, forced := MPIAlgorithm(alg, kind, procs, int64(n)); num != 0 {
 		if forced {
 			name += " (forced)"
 		}
-		return "mpi " + name, TunedTime(kind, num, procs, n, l)
+		return "mpi " + name, TunedTimeBurst(kind, num, procs, n, l, tokens)
 	}
 	if n <= smallBytes {
 		return "mpi binomial tree", CollectiveTime(kind, comm.Tree, procs, n, l)

@@ -394,3 +394,86 @@ func TestMPIAlgorithm(t *testing.T) {
 		}
 	}
 }
+
+// TestTunedTimeOneWayBurst: hops that go one way take the link's one-way
+// rate, exchanges its both-ways rate; a burst lets the first bytes each
+// rank sends through at once. 1 MB, α 10 µs, 1 GB/s both ways, 2 GB/s
+// one way.
+func TestTunedTimeOneWayBurst(t *testing.T) {
+	l := engine.Link{Bandwidth: 1e9, OneWay: 2e9, Latency: 10 * time.Microsecond}
+	const n = 1e6
+	us := time.Microsecond
+	ar, bc := engine.CollectiveAllReduce, engine.CollectiveBroadcast
+	for _, tc := range []struct {
+		kind   engine.CollectiveKind
+		alg, p int
+		tokens float64
+		want   time.Duration
+	}{
+		// Rabenseifner on 3: halves swapped (10+500), one half's sum
+		// sent one way (10+250), halves swapped twice by the 2 left
+		// (2·(10+500)), the whole result sent one way (10+500).
+		{ar, 6, 3, 0, 2300 * us},
+		{ar, 6, 2, 0, 1020 * us},   // exchanges only: 2·(10 + 500)
+		{ar, 4, 3, 0, 1373333},     // the ring: exchanges only
+		{bc, 6, 4, 0, 1020 * us},   // binomial: 2·(10 + 500), one way
+		{ar, 6, 2, 3e5, 720 * us},  // the first 300 kB at once: 2·10 + 200 + 500
+		{ar, 6, 2, 2e6, 20 * us},   // all of it
+		{ar, 6, 3, 6e5, 1750 * us}, // the first hop's 500 kB and 100 kB of the one-way half at once: 2300 − 500 − 50
+	} {
+		got := TunedTimeBurst(tc.kind, tc.alg, tc.p, n, l, tc.tokens)
+		if d := got - tc.want; d < -2 || d > 2 {
+			t.Errorf("%s algorithm %d over %d, %g bytes of burst: %v, want %v", tc.kind, tc.alg, tc.p, tc.tokens, got, tc.want)
+		}
+	}
+}
+
+// TestPredictBurst: on a link with a burst, each collective between hosts
+// starts with what the link refilled (at its one-way rate) since its last
+// collective, the previous step's last one for the first: the buckets of
+// a step without overlap run back to back, so only the first gets any.
+func TestPredictBurst(t *testing.T) {
+	l := gbit
+	l.Burst = 20 << 10
+	p := plan(t, false, 3, l)
+	const compute = 20 * time.Millisecond
+	links := LinksOf(&p.Cluster)
+	pr, err := Predict(p, TopologyOf(&p.Cluster), compute, links)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Predict(p, TopologyOf(&p.Cluster), compute, Links{engine.LinkHost: gbit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pr.Collectives) < 2 {
+		t.Fatalf("%d collectives, want the buckets", len(pr.Collectives))
+	}
+	for i, c := range pr.Collectives {
+		want := plain.Collectives[i].Time
+		if i == 0 {
+			// Idle since the previous step's last bucket: its update
+			// and this step's forward and backward, ample to refill
+			// 20 KiB at 1 Gbit/s (164 µs).
+			num, _, _ := MPIAlgorithm(comm.Auto, c.Kind, 3, c.Bytes)
+			want = TunedTimeBurst(c.Kind, num, 3, float64(c.Bytes), l, float64(l.Burst))
+		}
+		if !near(c.Time, want) {
+			t.Errorf("bucket %d: %v, want %v", i, c.Time, want)
+		}
+	}
+	if pr.Step >= plain.Step {
+		t.Errorf("step %v with the burst, %v without: want it shorter", pr.Step, plain.Step)
+	}
+	// A link idle for less than it takes to refill its burst holds what
+	// it refilled: with a 1 µs step nothing idles long.
+	short, err := Predict(p, TopologyOf(&p.Cluster), time.Microsecond, links)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := short.Collectives[0]
+	num, _, _ := MPIAlgorithm(comm.Auto, c.Kind, 3, c.Bytes)
+	if full := TunedTimeBurst(c.Kind, num, 3, float64(c.Bytes), l, float64(l.Burst)); c.Time <= full {
+		t.Errorf("after a 1µs step: %v, want more than with a full burst (%v)", c.Time, full)
+	}
+}
