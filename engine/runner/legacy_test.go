@@ -22,7 +22,7 @@ import (
 // them; within legacyTolerance elsewhere (the fixtures' arithmetic is that
 // machine's: on an AMD EPYC the cnn fixture's whole run made from scratch
 // differs from its reference by up to 2.4e-7, while resuming there is bit
-// for bit — TestResume* check that on every machine).
+// for bit — TestResumeIsBitIdentical checks that on every machine).
 func TestLegacyCheckpointsResume(t *testing.T) {
 	for _, c := range []struct {
 		name    string
