@@ -423,3 +423,41 @@ func TestRerunStepRepeatsIt(t *testing.T) {
 		}
 	})
 }
+
+// TestDeferredInterruptAndResumeAlike: an interrupt asked for at step 13
+// (from OnStep, which the deferred path calls a step late) stops both
+// paths after the same step with the same checkpoint, and resuming each
+// run folder on its own path ends alike; fp16 (which keeps the
+// synchronous path) with overflows too.
+func TestDeferredInterruptAndResumeAlike(t *testing.T) {
+	for _, devices := range []int{1, 2} {
+		p := compile(t, loadSpec(t, dropoutScript, "epochs=2"), devices)
+		fresh := func(dir string) RunOptions {
+			var stop atomic.Bool
+			return RunOptions{Out: dir, Interrupt: &stop, OnStep: func(m StepMetrics) {
+				if m.Step == 13 {
+					stop.Store(true)
+				}
+			}}
+		}
+		a, b := runVerdicts(t, p, fresh)
+		if a.err != nil || b.err != nil || !a.res.Interrupted || a.res.Steps != 14 {
+			t.Fatalf("%d devices: %v; %v; %+v", devices, a.err, b.err, a.res)
+		}
+		sameRuns(t, "interrupt", a, b)
+		resume := func(v verdictRun, sync bool) verdictRun {
+			var log bytes.Buffer
+			res, err := Run(p, RunOptions{Resume: v.dir, Log: &log, Verbose: true, SyncVerdicts: sync})
+			return verdictRun{dir: v.dir, res: res, err: err, log: log.String(), metrics: readMetrics(t, filepath.Join(v.dir, MetricsFile))}
+		}
+		sameRuns(t, "resume", resume(a, false), resume(b, true))
+	}
+	g := readLossScaleGolden(t)
+	steps := len(g.Scales)
+	p, init := fp16Plan(t, g.Overflow, steps, "max_steps=40")
+	a, b := runVerdicts(t, p, func(dir string) RunOptions { return RunOptions{Out: dir, Init: init} })
+	if a.err != nil || b.err != nil {
+		t.Fatalf("fp16: %v; %v", a.err, b.err)
+	}
+	sameRuns(t, "fp16", a, b)
+}
