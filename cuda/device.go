@@ -272,7 +272,13 @@ type Device struct {
 	blas                      *blasHandle
 	lt                        *ltHandle // cuBLASLt, nil without (op_linear.go's bias epilogue)
 	blasWork                  cu.DevicePtr
-	small                     cu.DevicePtr // a few scalars (Finite's sum, ReadStep's sum and loss)
+	small                     cu.DevicePtr // a few scalars (Finite's sum, ReadStep's sum and loss, the step's verdict: verdict.go)
+	// marked is page-locked host memory the step's verdict is copied to
+	// (MarkStep), evMark the event of its arrival (Marked).
+	marked      unsafe.Pointer
+	evMark      cu.Event
+	markOK      bool
+	markPending bool
 	// lowp is the running step's Attrs.Precision: its GEMMs' operands
 	// hold values of that format (cublas.go's computeType).
 	lowp ops.Precision
@@ -327,6 +333,7 @@ var (
 	_ backend.Replayer      = (*Device)(nil)
 	_ backend.FiniteChecker = (*Device)(nil)
 	_ backend.StepReader    = (*Device)(nil)
+	_ backend.Deferrer      = (*Device)(nil)
 )
 
 // Name is "cuda:INDEX (GPU NAME)", with the GPU's ordinal when it differs
@@ -859,6 +866,7 @@ func (d *Device) Close() error {
 		d.blas.close()
 		d.blas = nil
 	}
+	keep(d.freeMarked())
 	if d.small != 0 {
 		keep(cu.MemFree(d.small))
 		d.small = 0

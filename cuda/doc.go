@@ -26,8 +26,17 @@
 // int32 token windows with their next-token targets, float32 samples with
 // float32 targets), and Gather sends only a batch's sample indices and
 // gathers its rows there. The runner reads back one thing a step: the
-// loss and whether the gradients are finite, in one transfer (ReadStep,
-// backend.StepReader).
+// loss and whether the gradients are finite. On the deferred path
+// (backend.Deferrer, verdict.go; one device of one process, fp32 or bf16,
+// an update phase without collectives) nothing waits for the GPU inside a
+// step: MarkStep queues the verdict on the GPU (the split sum of the
+// gradients and the loss set a halt flag in device memory, which the
+// optimizer and clipping kernels read through their last argument and
+// obey by doing nothing), an asynchronous copy of it to page-locked host
+// memory and an event, and the runner launches the update right behind
+// it and reads the copy (Marked) during the next step. Otherwise
+// (fp16's loss scaling, several devices or processes) it reads them in one
+// transfer and one wait before the update (ReadStep, backend.StepReader).
 //
 // Kernel steps run by table: opSteps maps each op the device runs to a
 // small function (runConv2D, runReLU, …) that queues its kernels and

@@ -42,6 +42,9 @@ static CUresult gorun_memset32(CUdeviceptr dst, unsigned int v, size_t n, CUstre
 }
 
 static CUresult gorun_record(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+static CUresult gorun_event_sync(CUevent e) { return cuEventSynchronize(e); }
+static CUresult gorun_host_alloc(void **p, size_t n) { return cuMemHostAlloc(p, n, 0); }
+static CUresult gorun_host_free(void *p) { return cuMemFreeHost(p); }
 static CUresult gorun_wait(CUstream s, CUevent e) { return cuStreamWaitEvent(s, e, 0); }
 static CUresult gorun_sync(CUstream s) { return cuStreamSynchronize(s); }
 static CUresult gorun_set_ctx(CUcontext c) { return cuCtxSetCurrent(c); }
@@ -265,6 +268,22 @@ func waitEvent(s cu.Stream, e cu.Event) error {
 	return check("cuStreamWaitEvent", C.gorun_wait(cStream(s), cEvent(e)))
 }
 func syncStream(s cu.Stream) error { return check("cuStreamSynchronize", C.gorun_sync(cStream(s))) }
+
+// syncEvent waits until the work recorded before e is done.
+func syncEvent(e cu.Event) error { return check("cuEventSynchronize", C.gorun_event_sync(cEvent(e))) }
+
+// pinnedAlloc allocates n bytes of page-locked host memory (cuMemHostAlloc):
+// a device-to-host copy into it is asynchronous.
+func pinnedAlloc(n int) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	if err := check("cuMemHostAlloc", C.gorun_host_alloc(&p, C.size_t(n))); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// pinnedFree frees what pinnedAlloc allocated.
+func pinnedFree(p unsafe.Pointer) error { return check("cuMemFreeHost", C.gorun_host_free(p)) }
 
 // graphExec is an instantiated CUDA graph and the graph it came from,
 // kept while the instance lives: its nodes name the kernels whose

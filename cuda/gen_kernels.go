@@ -58,6 +58,7 @@ const (
 	kMSELossGrad                           // gorun_mse_loss_grad
 	kCrossEntropyFused                     // gorun_cross_entropy_fused
 	kCrossEntropyFusedLoss                 // gorun_cross_entropy_fused_loss
+	kStepVerdict                           // gorun_step_verdict
 	kSGDStep                               // gorun_sgd_step
 	kAdamStep                              // gorun_adam_step
 	kClipGradNorm                          // gorun_clip_grad_norm
@@ -130,9 +131,10 @@ var kernelSigs = [numKernels]kernelSig{
 	kMSELossGrad:           {"gorun_mse_loss_grad", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat}},
 	kCrossEntropyFused:     {"gorun_cross_entropy_fused", []argKind{argPtr, argPtr, argPtr, argPtr, argPtr, argInt, argInt, argFloat, argFloat, argInt, argInt}},
 	kCrossEntropyFusedLoss: {"gorun_cross_entropy_fused_loss", []argKind{argPtr, argPtr, argInt, argFloat, argInt}},
-	kSGDStep:               {"gorun_sgd_step", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argInt, argInt}},
-	kAdamStep:              {"gorun_adam_step", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argFloat, argInt, argInt}},
-	kClipGradNorm:          {"gorun_clip_grad_norm", []argKind{argPtr, argPtr, argInt, argInt, argFloat}},
+	kStepVerdict:           {"gorun_step_verdict", []argKind{argPtr, argInt}},
+	kSGDStep:               {"gorun_sgd_step", []argKind{argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argInt, argInt, argPtr}},
+	kAdamStep:              {"gorun_adam_step", []argKind{argPtr, argPtr, argPtr, argPtr, argInt, argFloat, argFloat, argFloat, argFloat, argFloat, argInt, argInt, argPtr}},
+	kClipGradNorm:          {"gorun_clip_grad_norm", []argKind{argPtr, argPtr, argInt, argInt, argFloat, argPtr}},
 	kGatherRows:            {"gorun_gather_rows", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
 	kGatherRowsInt:         {"gorun_gather_rows_int", []argKind{argPtr, argPtr, argPtr, argInt, argInt}},
 	kCopySlice:             {"gorun_copy_slice", []argKind{argPtr, argPtr, argInt, argInt, argInt, argInt, argInt, argInt}},

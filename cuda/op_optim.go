@@ -2,6 +2,8 @@
 
 // Optimizers, in place: SGD, Adam and AdamW with the learning rate under the
 // schedule (a per-step argument), and gradient clipping by the global norm.
+// Their kernels read the device's halt flag (haltArg, MarkStep): set, they
+// do nothing.
 
 package cuda
 
@@ -31,7 +33,7 @@ func runSGDStep(d *Device, st *engine.Step, acc bool) error {
 		return fmt.Errorf("SGD with momentum %g has no momentum buffer", a.Momentum)
 	}
 	return d.launch(kSGDStep, elementwise(n), d.bufArg(param), d.bufArg(grad), d.bufArg(buf), intArg(n), lrArg(a.LR), floatArg(a.Momentum),
-		floatArg(a.Dampening), floatArg(a.WeightDecay), boolArg(a.Nesterov), firstStepArg())
+		floatArg(a.Dampening), floatArg(a.WeightDecay), boolArg(a.Nesterov), firstStepArg(), d.haltArg())
 }
 
 // runClipGradNorm queues ClipGradNorm: the gradients, in place: Σx² in
@@ -51,7 +53,7 @@ func runClipGradNorm(d *Device, st *engine.Step, acc bool) error {
 	}
 	g := elementwise(n)
 	g.Grid = min(g.Grid, clipGrid)
-	return d.launch(kClipGradNorm, g, d.bufArg(x), ptrArg(uintptr(d.part)+8*uintptr(s)), intArg(n), intArg(s), floatArg(a.MaxNorm))
+	return d.launch(kClipGradNorm, g, d.bufArg(x), ptrArg(uintptr(d.part)+8*uintptr(s)), intArg(n), intArg(s), floatArg(a.MaxNorm), d.haltArg())
 }
 
 // runAdam returns the step of AdamStep (decoupled false) or AdamWStep
@@ -62,7 +64,7 @@ func runAdam(decoupled bool) opStep {
 		param := st.In[0]
 		n := d.live(param)
 		return d.launch(kAdamStep, elementwise(n), d.bufArg(param), d.bufArg(st.In[1]), d.bufArg(st.In[2]), d.bufArg(st.In[3]), intArg(n), lrArg(a.LR),
-			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg(), boolArg(decoupled))
+			floatArg(a.Beta1), floatArg(a.Beta2), floatArg(a.Eps), floatArg(a.WeightDecay), stepArg(), boolArg(decoupled), d.haltArg())
 	}
 }
 
@@ -101,5 +103,5 @@ func runClipGradScale(d *Device, st *engine.Step, acc bool) error {
 	}
 	g := elementwise(n)
 	g.Grid = min(g.Grid, clipGrid)
-	return d.launch(kClipGradNorm, g, d.bufArg(x), ptrArg(uintptr(d.part)), intArg(n), intArg(s), floatArg(a.MaxNorm))
+	return d.launch(kClipGradNorm, g, d.bufArg(x), ptrArg(uintptr(d.part)), intArg(n), intArg(s), floatArg(a.MaxNorm), d.haltArg())
 }

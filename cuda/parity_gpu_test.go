@@ -13,6 +13,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -242,6 +243,64 @@ func TestTrainingParity(t *testing.T) {
 				"params_rel_err": params, "test_accuracy_cpu": rc.TestAccuracy, "test_accuracy_cuda": rg.TestAccuracy, "ok": ok})
 			if !ok {
 				t.Errorf("%s: cuda's losses differ from cpu's by %g (relative; %d and %d steps), final parameters by %g", c.name, worst, len(lg), len(lc), params)
+			}
+		})
+	}
+}
+
+// TestDeferredVerdictsMatchSync trains on the cuda backend with each
+// step's verdict kept on the GPU (backend.Deferrer: MarkStep's halt flag,
+// the update launched without a wait, the loss read a step later) and
+// with the synchronous read (RunOptions.SyncVerdicts): every step's loss
+// and the final parameters must be the same bits; a diverging run (a
+// learning rate of 1e30) must stop with the same error on both.
+func TestDeferredVerdictsMatchSync(t *testing.T) {
+	needGPU(t)
+	tokens, _ := parityData(t, t.TempDir())
+	gpt := strings.ReplaceAll(parityGPT, "TOKENS", tokens)
+	for _, c := range []struct{ name, src string }{
+		{"gpt", gpt},
+		{"resnet", parityResNet},
+		{"gpt_diverging", strings.Replace(gpt, "lr = 3e-3", "lr = 1e30", 1)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(sync bool) ([]float64, *runner.Result, error) {
+				s, err := script.Load("/p/train.star", script.WithFileReader(parityFile(c.src)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				cl := engine.DefaultCluster()
+				if err := cl.Set("cluster.backend", "cuda"); err != nil {
+					t.Fatal(err)
+				}
+				p, err := engine.Compile(s, cl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var losses []float64
+				res, err := runner.Run(p, runner.RunOptions{SyncVerdicts: sync, OnStep: func(m runner.StepMetrics) { losses = append(losses, m.Loss) }})
+				return losses, res, err
+			}
+			ld, rd, ed := run(false)
+			ls, rsy, es := run(true)
+			same := len(ld) == len(ls) && (ed == nil) == (es == nil)
+			for i := range min(len(ld), len(ls)) {
+				same = same && math.Float64bits(ld[i]) == math.Float64bits(ls[i])
+			}
+			if ed != nil && es != nil {
+				same = same && ed.Error() == es.Error()
+			}
+			if rd != nil && rsy != nil {
+				for r := range rsy.Params {
+					for i := range rsy.Params[r] {
+						same = same && math.Float32bits(rd.Params[r][i]) == math.Float32bits(rsy.Params[r][i])
+					}
+				}
+			}
+			jsonLine(map[string]any{"check": "deferred_verdicts", "model": c.name, "steps": len(ld), "sync_steps": len(ls),
+				"error": fmt.Sprint(ed), "ok": same})
+			if !same {
+				t.Errorf("%s: deferred %d steps (error %v), synchronous %d (error %v): losses, parameters or errors differ", c.name, len(ld), ed, len(ls), es)
 			}
 		})
 	}

@@ -23,6 +23,10 @@
 #   {"check":"graph_replay", ...}   a captured graph equals eager launches
 #   {"check":"gather", ...}         every data kind gathered on the GPU = the CPU's batches
 #   {"check":"parity", ...}         cuda.test's GPT and ResNet: cuda's losses = cpu's
+#   {"check":"deferred_verdicts"}   (cuda.test) the step's verdict kept on the GPU (backend.Deferrer:
+#                                   no wait inside a step) against the synchronous read: the GPT's
+#                                   and ResNet's step losses and parameters bit for bit, and a
+#                                   diverging GPT's error the same
 #   {"check":"go_test", ...}        the whole cuda.test run passed (but the NCCL world's tests)
 #   {"check":"nccl_world", ...}     transport "nccl": a world of one rank through ncclGetUniqueId and
 #                                   ncclCommInitRank and every collective on it; two ranks on one GPU

@@ -59,6 +59,7 @@ var Names = []string{
 	"gorun_mse_loss_grad",
 	"gorun_cross_entropy_fused",
 	"gorun_cross_entropy_fused_loss",
+	"gorun_step_verdict",
 	"gorun_sgd_step",
 	"gorun_adam_step",
 	"gorun_clip_grad_norm",

@@ -488,29 +488,42 @@ GORUN_KERNEL gorun_cross_entropy_fused_loss(const double* rowloss, float* loss, 
 
 // ---- optimizers (in place; PyTorch's rules exactly as ops/optim.go) --------
 
+// The update phase's kernels take halt, the device's halt flag
+// (backend.Deferrer: the step's verdict kept on the device): when halt is
+// not null and *halt != 0 they return without touching memory. halt null:
+// they always run.
+
+// The step's verdict: v[0] is the split sum of the synced gradients, v[1]
+// the step's loss; v[2] (the halt flag) = 1 when either is not finite or
+// (sticky != 0) when v[2] was not 0 already, else 0. One thread of
+// ONE_BLOCK writes it.
+GORUN_KERNEL gorun_step_verdict(float* v, int sticky);
+
 // SGDStep over n elements: d = grad + wd·param; buf = d on step 1 (step <=
 // 1), else momentum·buf + (1-dampening)·d; d = nesterov ? d + momentum·buf
 // : buf; param -= lr·d. With momentum == 0 buf is not touched (may be 0).
-// ELEMENTWISE(n).
+// Nothing while *halt != 0. ELEMENTWISE(n).
 GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, float lr,
                             float momentum, float dampening, float weight_decay,
-                            int nesterov, int step);
+                            int nesterov, int step, const float* halt);
 // AdamStep over n elements (t = step, 1-based; bias corrections computed in
 // double from t): g = grad + wd·param; m = β1·m + (1-β1)·g;
 // v = β2·v + (1-β2)·g²; param -= (lr/(1-β1ᵗ))·m / (sqrt(v)/sqrt(1-β2ᵗ) + eps).
 // With decoupled != 0, AdamWStep: g = grad, and param is first multiplied
-// by (float)(1 - lr·wd) (in double). ELEMENTWISE(n).
+// by (float)(1 - lr·wd) (in double). Nothing while *halt != 0.
+// ELEMENTWISE(n).
 GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
                              float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int step, int decoupled);
+                             float weight_decay, int step, int decoupled, const float* halt);
 // ClipGradNorm over x[n], in place, after gorun_bn_partial in mode
 // GORUN_BN_SUMS over x as [1, 1, n] in S chunks: sq = that partials' second
 // half (S partial sums of squares). Every block adds the S partials in the
 // same fixed order (double), t, and scales its elements by
 // coef = (float)min(max_norm/(sqrt(t) + 1e-6), 1) (NaN stays NaN).
-// ELEMENTWISE(n) with any grid (fewer blocks redo the S-term sum less
-// often); block at most 256 threads.
-GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm);
+// Nothing while *halt != 0. ELEMENTWISE(n) with any grid (fewer blocks
+// redo the S-term sum less often); block at most 256 threads.
+GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm,
+                                  const float* halt);
 
 // ---- data and evaluation ---------------------------------------------------
 

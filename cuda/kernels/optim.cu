@@ -4,9 +4,21 @@
 // calls fuse.
 #include "common.cuh"
 
+// gorun_halted reports the halt flag of the update phase's kernels
+// (kernels.h): set, they do nothing.
+__device__ __forceinline__ bool gorun_halted(const float* halt) { return halt && *halt != 0.0f; }
+
+GORUN_KERNEL gorun_step_verdict(float* v, int sticky) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  float s = v[0], l = v[1];
+  bool bad = !(s - s == 0.0f) || !(l - l == 0.0f); // NaN or ±Inf
+  v[2] = (bad || (sticky && v[2] != 0.0f)) ? 1.0f : 0.0f;
+}
+
 GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, float lr,
                             float momentum, float dampening, float weight_decay,
-                            int nesterov, int step) {
+                            int nesterov, int step, const float* halt) {
+  if (gorun_halted(halt)) return;
   float neg_lr = -lr, wd = weight_decay;
   bool decay = weight_decay != 0.0f;
   float mom = momentum, damp = (float)(1.0 - (double)dampening);
@@ -24,7 +36,9 @@ GORUN_KERNEL gorun_sgd_step(float* param, const float* grad, float* buf, int n, 
                 });
 }
 
-GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm) {
+GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, float max_norm,
+                                  const float* halt) {
+  if (gorun_halted(halt)) return; // every thread of every block alike
   __shared__ double red[GORUN_RED];
   __shared__ double total;
   double v = 0;
@@ -39,7 +53,8 @@ GORUN_KERNEL gorun_clip_grad_norm(float* x, const double* sq, int n, int s, floa
 
 GORUN_KERNEL gorun_adam_step(float* param, const float* grad, float* m, float* v, int n,
                              float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int step, int decoupled) {
+                             float weight_decay, int step, int decoupled, const float* halt) {
+  if (gorun_halted(halt)) return;
   double t = (double)step;
   double bc1 = 1.0 - pow((double)beta1, t);
   double bc2 = 1.0 - pow((double)beta2, t);

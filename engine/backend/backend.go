@@ -168,6 +168,43 @@ type StepReader interface {
 	ReadStep(loss, grads *engine.Buffer) (float32, bool, error)
 }
 
+// Deferrer is a Device that keeps an optimizer step's verdict — may its
+// update run? — on the device, so the runner launches the update without
+// waiting for the device and reads the step's loss later (llm.c's and
+// PyTorch's capturable optimizers keep it there too). The device holds a
+// halt flag: MarkStep sets it when the step's loss or synced gradients are
+// not finite, and while it is set every update-phase step of the Program
+// (the optimizer, gradient clipping) does nothing, reading the flag where
+// it runs (device memory on a GPU). The runner uses a Deferrer only for
+// Programs whose update phase holds no collective (which the flag could
+// not hold back) and, in a group, only where Defers says the device can
+// agree the flag over the group's collectives; otherwise it reads the
+// verdict first (StepReader) and decides on the host.
+type Deferrer interface {
+	// Defers reports whether MarkStep can guard prog's update phase —
+	// every kernel step of it honours the halt flag — and, with coll (a
+	// group's collectives; nil for a lone device), agree the flag over
+	// the group.
+	Defers(prog *engine.Program, coll Collectives) bool
+	// MarkStep queues, without waiting for the device: the halt flag set
+	// when loss's first element or a live element of float buffer grads
+	// is not finite, or (sticky) when it was set already, else cleared;
+	// with coll, the flag is then the largest over the group (every
+	// device of the group calls MarkStep, in one order with its other
+	// collectives), so every device holds the group's verdict; and a copy
+	// of the loss, whether the device's own grads are finite and the flag
+	// to host memory, which Marked reads. step names the collective.
+	MarkStep(loss, grads *engine.Buffer, sticky bool, coll Collectives, step int) error
+	// Marked waits for the copy the last MarkStep queued and returns the
+	// loss, whether this device's grads were finite and the flag.
+	Marked() (loss float32, gradsFinite, halted bool, err error)
+	// AppendRNGState appends the dropout RNG's state (RNGState's bytes)
+	// to b, without allocating when b has room: the runner keeps it from
+	// before each deferred step, to run that step's micro-batches again
+	// when its verdict stops the run and the next step has run since.
+	AppendRNGState(b []byte) ([]byte, error)
+}
+
 // Helper is a Device that can run a kernel step of another device of the
 // same backend and process on the calling goroutine: CPU devices, whose
 // arenas share one address space. The runner uses it to let a rank that

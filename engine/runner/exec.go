@@ -47,6 +47,15 @@ type worker struct {
 	sumOut3            [3]float64
 	loss               [1]float32 // the loss read back once per optimizer step
 
+	// deferred is set when the device keeps each step's verdict
+	// (deferred.go); unread is then the step whose loss and verdict are
+	// still to be read. recs hold the records of the step under way and
+	// of the one before (recNext: the next one's).
+	deferred bool
+	unread   *stepRecord
+	recs     [2]stepRecord
+	recNext  int
+
 	// With overlap, gradient collectives go to a goroutine of their own
 	// (async) so backward goes on while they run; pending counts those not
 	// yet waited for, and the optimizer waits for them all.

@@ -13,8 +13,7 @@ import (
 // parameters keep their last finite values and the last checkpoint stays
 // the last good one. The rank that saw the non-finite value names the op
 // that produced it first; its search runs only now, on the failing step.
-func (rs *runState) nonFinite(d *worker, epoch int, here bool, loss float64, gradsOK bool) error {
-	step := d.step + 1
+func (rs *runState) nonFinite(d *worker, epoch, step int, here bool, loss float64, gradsOK bool) error {
 	where := fmt.Sprintf("epoch %d step %d", epoch+1, step)
 	// Every rank agreed to stop here: let them all finish the collective
 	// that told them before any returns (and aborts the group).

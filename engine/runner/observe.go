@@ -32,25 +32,26 @@ func (rs *runState) epochBegins(d *worker, sc *engine.Schedule, pr *progress, ep
 // stepDone records an optimizer step (on the process's first device): the
 // Result so far and, on rank 0, its step line, the verbose log line and
 // OnStep.
-func (rs *runState) stepDone(d *worker, pr *progress, epoch int, loss float64, total int, dt time.Duration) error {
-	rs.res.Steps = d.step
+func (rs *runState) stepDone(d *worker, pr *progress, rec *stepRecord, loss float64) error {
+	total, dt := rec.total, rec.dt
+	rs.res.Steps = rec.step
 	rs.res.Samples += int64(total) // this process's, for its speed
 	rs.res.FinalLoss = loss
 	rs.res.TrainSeconds += dt.Seconds()
 	if d.rank != 0 {
 		return nil
 	}
-	sm := StepMetrics{Step: d.step, Epoch: epoch + 1, Loss: loss, LR: d.lr, Samples: total,
-		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: d.commTime.Seconds(),
-		DataWaitSeconds: d.dataWait.Seconds(), Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
-	if d.amp.on {
-		sm.LossScale = d.ampUsed
+	sm := StepMetrics{Step: rec.step, Epoch: rec.epoch + 1, Loss: loss, LR: rec.lr, Samples: total,
+		SamplesPerS: float64(total) / dt.Seconds(), CommSeconds: rec.commTime.Seconds(),
+		DataWaitSeconds: rec.dataWait.Seconds(), Time: time.Since(rs.start).Seconds(), SkippedSteps: pr.Skipped}
+	if rec.amp {
+		sm.LossScale = rec.ampUsed
 	}
 	if err := rs.metrics.step(&sm); err != nil {
 		return fmt.Errorf("writing %s: %w", MetricsFile, err)
 	}
 	if rs.opts.Verbose {
-		fmt.Fprintf(rs.log, "epoch %d step %d loss %.4f\n", epoch+1, d.step, loss)
+		fmt.Fprintf(rs.log, "epoch %d step %d loss %.4f\n", rec.epoch+1, rec.step, loss)
 	}
 	if rs.opts.OnStep != nil {
 		rs.opts.OnStep(sm)

@@ -7,7 +7,10 @@
 //     walks a Program's steps on its backend Device, with gradient
 //     collectives overlapping backward;
 //   - the epoch loop (run.go) decides each optimizer step's micro-batches,
-//     loss scale and stop requests;
+//     loss scale and stop requests; on a device that keeps each step's
+//     verdict itself (backend.Deferrer: deferred.go) it launches the
+//     update without waiting for the device and reads the step's loss and
+//     verdict during the next step, else it reads them before the update;
 //   - the observer (observe.go) turns rank 0's steps and epochs into
 //     metrics.jsonl lines, log lines and callbacks (restart.go: the line
 //     of a run that gorun launch restarted after a lost host);
@@ -44,6 +47,7 @@ import (
 	"gorun/engine"
 	"gorun/engine/backend"
 	"gorun/engine/spec"
+	"gorun/ops"
 )
 
 // RunOptions are the run's settings that are not in the script.
@@ -99,6 +103,11 @@ type RunOptions struct {
 	// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK): process k of a host opens
 	// that host's devices k·D … k·D+D-1.
 	HostRank int
+	// SyncVerdicts keeps the synchronous path even on a device that can
+	// keep each step's verdict itself (backend.Deferrer, deferred.go):
+	// every step's loss and verdict are read before its update. The two
+	// paths give the same bits; tests and the GPU check compare them.
+	SyncVerdicts bool
 	// Flags are the run-shaping command-line flags of this process, one
 	// entry each (Label the flag, "--init"; Text its value as given, ""
 	// when absent). The processes of a multi-process run compare them
@@ -415,9 +424,20 @@ func (rs *runState) initParams() error {
 	return nil
 }
 
-// connect joins the devices into a group for collectives, and starts the
-// collective goroutines that overlap backward.
+// connect joins the devices into a group for collectives, starts the
+// collective goroutines that overlap backward, and chooses how each step's
+// verdict is read (chooseVerdicts).
 func (rs *runState) connect() error {
+	if err := rs.join(); err != nil {
+		return err
+	}
+	rs.chooseVerdicts()
+	return nil
+}
+
+// join joins the devices into a group and starts the collective
+// goroutines.
+func (rs *runState) join() error {
 	p := rs.plan
 	n := len(rs.workers)
 	wc := rs.worldConnector()
@@ -669,6 +689,10 @@ func (rs *runState) runEpoch(d *worker, pr *progress, epoch int) (bool, error) {
 			return false, err
 		}
 	}
+	// The last step's loss and verdict, when the device kept them.
+	if err := rs.settleStep(d, pr); err != nil {
+		return false, err
+	}
 	rs.stopPrefetch(d, true)
 	if !rs.stopped(d) {
 		rs.prefetchNext(d, epoch+1)
@@ -694,10 +718,15 @@ func (rs *runState) runEpoch(d *worker, pr *progress, epoch int) (bool, error) {
 // optimizerStep runs micro-steps [g0, g1) of the epoch's schedule as one
 // optimizer step: the micro-batches' forward and backward passes, the
 // collectives and the update; then the ranks agree on the step's loss and
-// on whether to stop.
+// on whether to stop. On a device that keeps the step's verdict itself
+// (deferred.go), the update is launched without waiting for the device,
+// and the step's loss is read and recorded during the next step (or when
+// the epoch's steps end).
 func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, epoch, g0, g1 int) error {
 	p, s := rs.plan, rs.plan.Spec
 	t0 := time.Now()
+	rec := &d.recs[d.recNext]
+	d.recNext ^= 1
 	total := 0
 	for m := g0; m < g1; m++ {
 		total += sc.Count(m)
@@ -738,24 +767,38 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	d.lr = p.LearningRate(d.rc.Step, d.totalSteps, d.perEpoch)
 	d.rc.LRScale = d.lr / s.Optimizer.LR
 	d.commTime = 0
+	*rec = stepRecord{epoch: epoch, step: d.step + 1, g0: g0, g1: g1, sc: sc, total: total, denom: denom, scale: scale,
+		noTargets: noTargets, lr: d.lr, amp: d.amp.on, ampUsed: d.ampUsed, rc: d.rc, rng: rec.rng}
+	if d.deferred && rs.stopOnNonFinite() {
+		// What the step's micro-batches draw from, should they have to
+		// run again (rerunStep).
+		var err error
+		if rec.rng, err = d.dev.(backend.Deferrer).AppendRNGState(rec.rng[:0]); err != nil {
+			return err
+		}
+	}
 	waited := d.dataWaited()
 	mine := 0 // samples this rank fed
 	for m := g0; m < g1; m++ {
 		idx := sc.Slice(d.rank, m)
 		d.dev.SetBatch(len(idx))
 		if err := d.dev.Gather(d.train, idx, d.prog.Input, d.prog.Target); err != nil {
-			return err
+			return rs.stepFailed(d, pr, err)
 		}
 		if err := dataErr(d.trainPF, "training data"); err != nil {
-			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+			return rs.stepFailed(d, pr, fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err))
 		}
 		if err := d.runStep(m == g0, m == g1-1); err != nil {
-			return fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err)
+			return rs.stepFailed(d, pr, fmt.Errorf("epoch %d step %d: %w", epoch+1, d.step+1, err))
 		}
 		mine += len(idx)
 	}
 	d.dataWait = d.dataWaited() - waited
 	d.epochWait += d.dataWait
+	rec.mine, rec.dataWait = mine, d.dataWait
+	if d.deferred {
+		return rs.deferredStep(d, pr, rec, t0)
+	}
 	// The loss sums the micro-batches on the device: read once a step,
 	// with whether the gradients are finite (one wait for the device).
 	// A non-finite loss or gradient must not reach the parameters.
@@ -772,35 +815,17 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	localSum := local * float64(max(denom, 1)) / scale
 	// The loss sum, any stop request and any non-finite value, agreed by
 	// every rank in one collective.
-	stop := 0.0
-	if rs.opts.Interrupt != nil && rs.opts.Interrupt.Load() {
-		stop = 1
-	}
-	d.sumOut3 = [3]float64{localSum, stop, bad}
+	d.sumOut3 = [3]float64{localSum, rs.interruptAsked(), bad}
 	if d.host != nil {
 		if err := d.sums(d.sumOut3[:], "loss", d.step+1); err != nil {
 			return err
 		}
 	}
 	sum, stops, bads := d.sumOut3[0], d.sumOut3[1], d.sumOut3[2]
-	if bads > 0 && d.amp.on {
-		// fp16: GradScaler skips the step and halves the scale.
-		pr.Skipped++
-		if d.rank == 0 {
-			fmt.Fprintf(rs.log, "epoch %d step %d: inf or NaN under loss scale %g; update skipped, loss scale now %g (fp16 loss scaling)\n",
-				epoch+1, d.step+1, d.amp.scale, d.amp.scale*lossScaleBackoff)
-		}
-	} else if bads > 0 {
-		if s.OnNonFinite != "skip" {
-			return rs.nonFinite(d, epoch, bad > 0, local, gradsOK)
-		}
-		// Skip the update, as AMP's scaler does; the step still counts,
-		// and the epoch's line says how many were skipped.
-		pr.Skipped++
-		if d.rank == 0 {
-			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", epoch+1, d.step+1)
-		}
-	} else {
+	if bads > 0 && !d.amp.on && !rs.skipNonFinite() {
+		return rs.nonFinite(d, epoch, rec.step, bad > 0, local, gradsOK)
+	}
+	if bads == 0 {
 		if d.amp.on {
 			// The update phase unscales the gradients first
 			// (ops.GradUnscale reads the loss scale as 1/S).
@@ -814,27 +839,65 @@ func (rs *runState) optimizerStep(d *worker, pr *progress, sc *engine.Schedule, 
 	d.step++
 	pr.Step, pr.Micro = d.step, g1
 	d.interrupted = stops > 0
+	rec.dt, rec.commTime = time.Since(t0), d.commTime
+	return rs.finishStep(d, pr, rec, localSum, sum, bads > 0)
+}
+
+// finishStep records optimizer step rec once its verdict (skipped) and
+// its loss (localSum this rank's, sum every rank's) are known: the
+// skipped count and its log line, the epoch's loss sums, and rank 0's
+// step line (stepDone).
+func (rs *runState) finishStep(d *worker, pr *progress, rec *stepRecord, localSum, sum float64, skipped bool) error {
+	s := rs.plan.Spec
+	if skipped {
+		// Skip the update, as AMP's scaler does; the step still counts,
+		// and the epoch's line says how many were skipped.
+		pr.Skipped++
+		if d.rank == 0 && rec.amp {
+			// fp16: GradScaler skips the step and halves the scale.
+			fmt.Fprintf(rs.log, "epoch %d step %d: inf or NaN under loss scale %g; update skipped, loss scale now %g (fp16 loss scaling)\n",
+				rec.epoch+1, rec.step, rec.ampUsed, rec.ampUsed*lossScaleBackoff)
+		} else if d.rank == 0 {
+			fmt.Fprintf(rs.log, "epoch %d step %d: non-finite loss or gradient; update skipped (on_nonfinite = \"skip\")\n", rec.epoch+1, rec.step)
+		}
+	}
 	loss := math.NaN() // a skipped step's loss is recorded as null
-	if noTargets && d.rank == 0 {
+	if rec.noTargets && d.rank == 0 {
 		// PyTorch's mean over no targets is NaN, with zero gradients: the
 		// update ran on those, and the loss is recorded as null.
 		fmt.Fprintf(rs.log, "epoch %d step %d: every target of the step is the ignore_index (%d): no loss (recorded as null); the update ran with zero gradients, as PyTorch's\n",
-			epoch+1, d.step, *s.IgnoreIndex)
+			rec.epoch+1, rec.step, *s.IgnoreIndex)
 	}
-	if bads == 0 && !noTargets {
+	if !skipped && !rec.noTargets {
 		pr.RankLoss[d.rank] += localSum
-		pr.RankCount[d.rank] += float64(mine)
+		pr.RankCount[d.rank] += float64(rec.mine)
 		pr.GlobalLoss += sum
-		pr.GlobalCount += float64(total)
-		loss = sum / float64(total)
+		pr.GlobalCount += float64(rec.total)
+		loss = sum / float64(rec.total)
 	}
-	dt := time.Since(t0)
-	pr.TrainSeconds += dt.Seconds()
-	pr.Samples += int64(total)
+	pr.TrainSeconds += rec.dt.Seconds()
+	pr.Samples += int64(rec.total)
 	if d == rs.workers[0] {
-		return rs.stepDone(d, pr, epoch, loss, total, dt)
+		return rs.stepDone(d, pr, rec, loss)
 	}
 	return nil
+}
+
+// interruptAsked is 1 when RunOptions.Interrupt asks the run to stop,
+// else 0: a value the ranks sum.
+func (rs *runState) interruptAsked() float64 {
+	if rs.opts.Interrupt != nil && rs.opts.Interrupt.Load() {
+		return 1
+	}
+	return 0
+}
+
+// skipNonFinite reports train(on_nonfinite = "skip"); stopOnNonFinite
+// the default, "stop" (fp16's loss scaling skips such steps either way).
+func (rs *runState) skipNonFinite() bool { return rs.plan.Spec.OnNonFinite == "skip" }
+
+func (rs *runState) stopOnNonFinite() bool {
+	return !rs.skipNonFinite() && rs.plan.Spec.Precision != ops.FP16
 }
 
 // checkTargets refuses class targets below 0 that are not the run's

@@ -225,16 +225,20 @@ void hc_cross_entropy_fused_loss(int hc_grid, int hc_block, const double* rowlos
   gorun_host::launch_block(hc_grid, hc_block, gorun_cross_entropy_fused_loss, rowloss, loss, n, scale, accumulate);
 }
 
-void hc_sgd_step(int hc_grid, int hc_block, float* param, const float* grad, float* buf, int n, float lr, float momentum, float dampening, float weight_decay, int nesterov, int step) {
-  gorun_host::launch(hc_grid, hc_block, gorun_sgd_step, param, grad, buf, n, lr, momentum, dampening, weight_decay, nesterov, step);
+void hc_step_verdict(int hc_grid, int hc_block, float* v, int sticky) {
+  gorun_host::launch(hc_grid, hc_block, gorun_step_verdict, v, sticky);
 }
 
-void hc_adam_step(int hc_grid, int hc_block, float* param, const float* grad, float* m, float* v, int n, float lr, float beta1, float beta2, float eps, float weight_decay, int step, int decoupled) {
-  gorun_host::launch(hc_grid, hc_block, gorun_adam_step, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, decoupled);
+void hc_sgd_step(int hc_grid, int hc_block, float* param, const float* grad, float* buf, int n, float lr, float momentum, float dampening, float weight_decay, int nesterov, int step, const float* halt) {
+  gorun_host::launch(hc_grid, hc_block, gorun_sgd_step, param, grad, buf, n, lr, momentum, dampening, weight_decay, nesterov, step, halt);
 }
 
-void hc_clip_grad_norm(int hc_grid, int hc_block, float* x, const double* sq, int n, int s, float max_norm) {
-  gorun_host::launch_block(hc_grid, hc_block, gorun_clip_grad_norm, x, sq, n, s, max_norm);
+void hc_adam_step(int hc_grid, int hc_block, float* param, const float* grad, float* m, float* v, int n, float lr, float beta1, float beta2, float eps, float weight_decay, int step, int decoupled, const float* halt) {
+  gorun_host::launch(hc_grid, hc_block, gorun_adam_step, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, decoupled, halt);
+}
+
+void hc_clip_grad_norm(int hc_grid, int hc_block, float* x, const double* sq, int n, int s, float max_norm, const float* halt) {
+  gorun_host::launch_block(hc_grid, hc_block, gorun_clip_grad_norm, x, sq, n, s, max_norm, halt);
 }
 
 void hc_gather_rows(int hc_grid, int hc_block, const float* src, const int* idx, float* dst, int rows, int cols) {

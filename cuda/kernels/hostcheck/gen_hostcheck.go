@@ -277,19 +277,24 @@ func CrossEntropyFusedLoss(geom Geom, rowloss []float64, loss []float32, n int, 
 	C.hc_cross_entropy_fused_loss(C.int(geom.Grid), C.int(geom.Block), dp(rowloss), fp(loss), C.int(n), C.float(scale), C.int(accumulate))
 }
 
+// StepVerdict launches gorun_step_verdict on the CPU with the geometry geom.
+func StepVerdict(geom Geom, v []float32, sticky int) {
+	C.hc_step_verdict(C.int(geom.Grid), C.int(geom.Block), fp(v), C.int(sticky))
+}
+
 // SGDStep launches gorun_sgd_step on the CPU with the geometry geom.
-func SGDStep(geom Geom, param, grad, buf []float32, n int, lr, momentum, dampening, weightDecay float32, nesterov, step int) {
-	C.hc_sgd_step(C.int(geom.Grid), C.int(geom.Block), fp(param), fp(grad), fp(buf), C.int(n), C.float(lr), C.float(momentum), C.float(dampening), C.float(weightDecay), C.int(nesterov), C.int(step))
+func SGDStep(geom Geom, param, grad, buf []float32, n int, lr, momentum, dampening, weightDecay float32, nesterov, step int, halt []float32) {
+	C.hc_sgd_step(C.int(geom.Grid), C.int(geom.Block), fp(param), fp(grad), fp(buf), C.int(n), C.float(lr), C.float(momentum), C.float(dampening), C.float(weightDecay), C.int(nesterov), C.int(step), fp(halt))
 }
 
 // AdamStep launches gorun_adam_step on the CPU with the geometry geom.
-func AdamStep(geom Geom, param, grad, m, v []float32, n int, lr, beta1, beta2, eps, weightDecay float32, step, decoupled int) {
-	C.hc_adam_step(C.int(geom.Grid), C.int(geom.Block), fp(param), fp(grad), fp(m), fp(v), C.int(n), C.float(lr), C.float(beta1), C.float(beta2), C.float(eps), C.float(weightDecay), C.int(step), C.int(decoupled))
+func AdamStep(geom Geom, param, grad, m, v []float32, n int, lr, beta1, beta2, eps, weightDecay float32, step, decoupled int, halt []float32) {
+	C.hc_adam_step(C.int(geom.Grid), C.int(geom.Block), fp(param), fp(grad), fp(m), fp(v), C.int(n), C.float(lr), C.float(beta1), C.float(beta2), C.float(eps), C.float(weightDecay), C.int(step), C.int(decoupled), fp(halt))
 }
 
 // ClipGradNorm launches gorun_clip_grad_norm on the CPU with the geometry geom.
-func ClipGradNorm(geom Geom, x []float32, sq []float64, n, s int, maxNorm float32) {
-	C.hc_clip_grad_norm(C.int(geom.Grid), C.int(geom.Block), fp(x), dp(sq), C.int(n), C.int(s), C.float(maxNorm))
+func ClipGradNorm(geom Geom, x []float32, sq []float64, n, s int, maxNorm float32, halt []float32) {
+	C.hc_clip_grad_norm(C.int(geom.Grid), C.int(geom.Block), fp(x), dp(sq), C.int(n), C.int(s), C.float(maxNorm), fp(halt))
 }
 
 // GatherRows launches gorun_gather_rows on the CPU with the geometry geom.

@@ -62,9 +62,10 @@ void hc_mse_loss(int hc_grid, int hc_block, const float* pred, const float* targ
 void hc_mse_loss_grad(int hc_grid, int hc_block, const float* dloss, const float* pred, const float* target, float* dx, int n, int d, float scale);
 void hc_cross_entropy_fused(int hc_grid, int hc_block, const float* logits, const int* target, const float* dloss, double* rowloss, float* dx, int n, int c, float smoothing, float scale, int has_ignore, int ignore_index);
 void hc_cross_entropy_fused_loss(int hc_grid, int hc_block, const double* rowloss, float* loss, int n, float scale, int accumulate);
-void hc_sgd_step(int hc_grid, int hc_block, float* param, const float* grad, float* buf, int n, float lr, float momentum, float dampening, float weight_decay, int nesterov, int step);
-void hc_adam_step(int hc_grid, int hc_block, float* param, const float* grad, float* m, float* v, int n, float lr, float beta1, float beta2, float eps, float weight_decay, int step, int decoupled);
-void hc_clip_grad_norm(int hc_grid, int hc_block, float* x, const double* sq, int n, int s, float max_norm);
+void hc_step_verdict(int hc_grid, int hc_block, float* v, int sticky);
+void hc_sgd_step(int hc_grid, int hc_block, float* param, const float* grad, float* buf, int n, float lr, float momentum, float dampening, float weight_decay, int nesterov, int step, const float* halt);
+void hc_adam_step(int hc_grid, int hc_block, float* param, const float* grad, float* m, float* v, int n, float lr, float beta1, float beta2, float eps, float weight_decay, int step, int decoupled, const float* halt);
+void hc_clip_grad_norm(int hc_grid, int hc_block, float* x, const double* sq, int n, int s, float max_norm, const float* halt);
 void hc_gather_rows(int hc_grid, int hc_block, const float* src, const int* idx, float* dst, int rows, int cols);
 void hc_gather_rows_int(int hc_grid, int hc_block, const int* src, const int* idx, int* dst, int rows, int cols);
 void hc_copy_slice(int hc_grid, int hc_block, const float* src, float* dst, int n, int len, int src_dim, int src_off, int dst_dim, int dst_off);

@@ -1517,10 +1517,92 @@ func TestSGDStep(t *testing.T) {
 			g := randf(r, n, n)
 			ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
 			run(ops.SGDStep, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantB, n)})
-			SGDStep(Elementwise(n), gotP, g, buf, n, float32(a.LR), float32(a.Momentum), float32(a.Dampening), float32(a.WeightDecay), b2i(a.Nesterov), step)
+			SGDStep(Elementwise(n), gotP, g, buf, n, float32(a.LR), float32(a.Momentum), float32(a.Dampening), float32(a.WeightDecay), b2i(a.Nesterov), step, []float32{0})
 			checkClose(t, fmt.Sprintf("sgd param step %d %s", step, name), gotP, wantP, n)
 			if a.Momentum != 0 {
 				checkClose(t, fmt.Sprintf("sgd momentum buffer step %d %s", step, name), gotB, wantB, n)
+			}
+		}
+	}
+}
+
+// TestUpdateHalted: with the halt flag set (backend.Deferrer's verdict on
+// the device: any value but 0) the update phase's kernels leave every byte
+// as it was; with it clear they write (TestSGDStep, TestAdamStep and
+// TestClipGradNorm check their values with a clear flag, the vector tests
+// with a null one).
+func TestUpdateHalted(t *testing.T) {
+	r := newRand(21)
+	const n = 1001
+	for _, k := range []struct {
+		name string
+		run  func(a [][]float32, halt []float32)
+	}{
+		{"sgd", func(a [][]float32, h []float32) {
+			SGDStep(Elementwise(n), a[0], a[1], a[2], n, 0.1, 0.9, 0.1, 0.01, 1, 2, h)
+		}},
+		{"adam", func(a [][]float32, h []float32) {
+			AdamStep(Elementwise(n), a[0], a[1], a[2], a[3], n, 0.1, 0.9, 0.999, 1e-8, 0.01, 3, 0, h)
+		}},
+		{"adamw", func(a [][]float32, h []float32) {
+			AdamStep(Geom{3, 64}, a[0], a[1], a[2], a[3], n, 0.1, 0.9, 0.999, 1e-8, 0.01, 3, 1, h)
+		}},
+		{"clip", func(a [][]float32, h []float32) {
+			ClipGradNorm(Geom{4, 256}, a[0], []float64{1e6, 2e6, 3e6}, n, 3, 0.5, h)
+		}},
+	} {
+		for _, halt := range []float32{1, float32(math.NaN()), -2, 0} {
+			a := make([][]float32, 4)
+			for i := range a {
+				a[i] = randf(r, n, n)
+			}
+			for j := range a[3] { // v must not be negative
+				a[3][j] *= a[3][j]
+			}
+			was := make([][]float32, len(a))
+			for i := range a {
+				was[i] = slices.Clone(a[i])
+			}
+			k.run(a, []float32{halt})
+			changed := false
+			for i := range a {
+				for j := range a[i] {
+					changed = changed || math.Float32bits(a[i][j]) != math.Float32bits(was[i][j])
+				}
+			}
+			if changed != (halt == 0) {
+				t.Errorf("%s, halt flag %v: memory changed %v", k.name, halt, changed)
+			}
+		}
+	}
+}
+
+// TestStepVerdict: gorun_step_verdict sets the halt flag when the
+// gradients' sum or the loss is NaN or ±Inf, or (sticky) when it was set;
+// else it clears it.
+func TestStepVerdict(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, c := range []struct {
+		sum, loss, was float32
+		sticky         int
+		want           float32
+	}{
+		{1, 2, 0, 0, 0},
+		{1, 2, 1, 0, 0},
+		{1, 2, 1, 1, 1},
+		{1, 2, 0, 1, 0},
+		{nan, 2, 0, 0, 1},
+		{1, -inf, 0, 0, 1},
+		{inf, 2, 0, 1, 1},
+		{1, nan, 1, 0, 1},
+		{-3e38, 0, 0, 0, 0},
+	} {
+		for _, g := range []Geom{OneBlock, {1, 1}, {2, 32}} {
+			v := []float32{c.sum, c.loss, c.was, 42}
+			StepVerdict(g, v, c.sticky)
+			if math.Float32bits(v[2]) != math.Float32bits(c.want) || v[3] != 42 ||
+				math.Float32bits(v[0]) != math.Float32bits(c.sum) || math.Float32bits(v[1]) != math.Float32bits(c.loss) {
+				t.Errorf("verdict %+v geom %v: %v, want flag %v and the rest unchanged", c, g, v, c.want)
 			}
 		}
 	}
@@ -1549,7 +1631,7 @@ func TestAdamStep(t *testing.T) {
 				g := randf(r, n, n)
 				ctx := &ops.Ctx[float32]{LossScale: 1, Step: step}
 				run(op, &a, ctx, []*ops.Buf[float32]{fbuf(wantP, n), fbuf(g, n), fbuf(wantM, n), fbuf(wantV, n)})
-				AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step, b2i(w))
+				AdamStep(Geom{3, 64}, gotP, g, gotM, gotV, n, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps), float32(a.WeightDecay), step, b2i(w), []float32{0})
 				checkClose(t, fmt.Sprintf("param step %d %s", step, name), gotP, wantP, n)
 				checkClose(t, fmt.Sprintf("m step %d %s", step, name), gotM, wantM, n)
 				checkClose(t, fmt.Sprintf("v step %d %s", step, name), gotV, wantV, n)
@@ -1660,7 +1742,7 @@ func TestClipGradNorm(t *testing.T) {
 						if !math.IsNaN(part[2*s]) {
 							t.Errorf("clip_grad_norm %s: a partial past the end written", name)
 						}
-						ClipGradNorm(geo, got, part[s:], n, s, float32(maxNorm))
+						ClipGradNorm(geo, got, part[s:], n, s, float32(maxNorm), []float32{0})
 						checkClose(t, fmt.Sprintf("clip_grad_norm %s geom=%v", name, geo), got, want, n)
 						checkTail(t, "clip_grad_norm "+name, got, n)
 					}

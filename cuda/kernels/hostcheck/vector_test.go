@@ -48,18 +48,18 @@ func TestVectorLoads(t *testing.T) {
 		{"axpy", func(g Geom, a [][]float32, n int) [][]float32 { Axpy(g, a[0], a[1], n, -0.7); return a[:1] }, 2},
 		{"dropout_grad", func(g Geom, a [][]float32, n int) [][]float32 { DropoutGrad(g, a[0], a[1], a[2], n); return a[2:3] }, 3},
 		{"sgd", func(g Geom, a [][]float32, n int) [][]float32 {
-			SGDStep(g, a[0], a[1], a[2], n, 0.1, 0.9, 0.1, 0.01, 1, 2)
+			SGDStep(g, a[0], a[1], a[2], n, 0.1, 0.9, 0.1, 0.01, 1, 2, nil)
 			return a[0:3:3]
 		}, 3},
 		{"sgd no momentum", func(g Geom, a [][]float32, n int) [][]float32 {
-			SGDStep(g, a[0], a[1], nil, n, 0.1, 0, 0, 0.01, 0, 2)
+			SGDStep(g, a[0], a[1], nil, n, 0.1, 0, 0, 0.01, 0, 2, nil)
 			return a[:1]
 		}, 2},
 		{"adamw", func(g Geom, a [][]float32, n int) [][]float32 {
 			for i := range n { // v must not be negative
 				a[3][i] *= a[3][i]
 			}
-			AdamStep(g, a[0], a[1], a[2], a[3], n, 1e-3, 0.9, 0.999, 1e-8, 0.1, 3, 1)
+			AdamStep(g, a[0], a[1], a[2], a[3], n, 1e-3, 0.9, 0.999, 1e-8, 0.1, 3, 1, nil)
 			return [][]float32{a[0], a[2], a[3]}
 		}, 4},
 	}

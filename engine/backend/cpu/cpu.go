@@ -116,6 +116,12 @@ type Device struct {
 	// noHelp: the [cpu] table's help = false; the device runs no other
 	// device's steps (CanHelp).
 	noHelp bool
+	// halt is the halt flag of backend.Deferrer (1: update-phase steps do
+	// nothing), marked the step's loss and whether its gradients were
+	// finite: the "device memory" a deferred step's verdict lives in.
+	halt       [1]float32
+	markedLoss float32
+	markedOK   bool
 }
 
 type bound struct {
@@ -140,8 +146,9 @@ func (bd *bound) attrsFor(st *engine.Step, rc *backend.RunCtx) *ops.Attrs {
 }
 
 var (
-	_ backend.Device = (*Device)(nil)
-	_ backend.Helper = (*Device)(nil)
+	_ backend.Device   = (*Device)(nil)
+	_ backend.Helper   = (*Device)(nil)
+	_ backend.Deferrer = (*Device)(nil)
 )
 
 // Name is "cpu:INDEX".
@@ -223,6 +230,9 @@ func (d *Device) SetBatch(n int) {
 
 // Exec runs a kernel or copy step.
 func (d *Device) Exec(st *engine.Step, rc *backend.RunCtx) error {
+	if st.Phase == engine.PhaseUpdate && d.halt[0] != 0 {
+		return nil // the step's verdict holds the update back (MarkStep)
+	}
 	switch st.Kind {
 	case engine.KernelStep:
 		bd := &d.bound[st.ID]
@@ -386,6 +396,56 @@ func (d *Device) Finite(b *engine.Buffer) (bool, error) {
 	}
 	return true, nil
 }
+
+// Defers reports whether MarkStep can guard prog's update phase (Exec
+// skips every update-phase step while the flag is set) and agree the flag
+// over coll: nil, or the collectives Connect made for CPU devices.
+func (d *Device) Defers(prog *engine.Program, coll backend.Collectives) bool {
+	if coll == nil {
+		return true
+	}
+	_, ok := coll.(*collectives)
+	return ok
+}
+
+// MarkStep sets the halt flag when loss or grads hold a non-finite value
+// (or, sticky, when it is set), agrees it over coll (the largest, through
+// the host communicator) and keeps the values Marked returns: a CPU
+// device's work is done when its calls return, so nothing is queued.
+func (d *Device) MarkStep(loss, grads *engine.Buffer, sticky bool, coll backend.Collectives, step int) error {
+	l := d.bufs[loss.ID].Data[0]
+	ok, err := d.Finite(grads)
+	if err != nil {
+		return err
+	}
+	bad := l-l != 0 || !ok
+	if !(sticky && d.halt[0] != 0) {
+		d.halt[0] = 0
+	}
+	if bad {
+		d.halt[0] = 1
+	}
+	if coll != nil {
+		c, isCPU := coll.(*collectives)
+		if !isCPU {
+			return fmt.Errorf("%s: the step's verdict cannot be agreed over another backend's collectives", d.Name())
+		}
+		if err := c.c.AllReduce(d.halt[:], comm.Max, comm.Tag{Name: "step verdict", Step: step}); err != nil {
+			return err
+		}
+	}
+	d.markedLoss, d.markedOK = l, ok
+	return nil
+}
+
+// Marked returns what the last MarkStep saw: the loss, whether this
+// device's gradients were finite, and the (agreed) halt flag.
+func (d *Device) Marked() (float32, bool, bool, error) {
+	return d.markedLoss, d.markedOK, d.halt[0] != 0, nil
+}
+
+// AppendRNGState appends the dropout RNG's state to b.
+func (d *Device) AppendRNGState(b []byte) ([]byte, error) { return d.pcg.AppendBinary(b) }
 
 // ArenaBytes is the memory the device's arena tensor holds (0 before Load
 // and after Close): what the device allocated for its Program, which
