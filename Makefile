@@ -18,7 +18,7 @@ test: vet kernels-check test-mpi cuda-check test-cluster
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags purego ./ops/...
 	$(GO) test -count=1 -race -tags purego -run 'TestHelping|TestLendPlan|TestZeroReusedMemory' ./engine/runner/
-	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=30s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 30s (make fuzz: FUZZTIME each)"; fi
+	@if [ -n "$$CI" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=20s; else echo "SKIP fuzz: set CI=1 to run each fuzz target for 20s (make fuzz: FUZZTIME each)"; fi
 
 vet:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

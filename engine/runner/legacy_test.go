@@ -20,9 +20,11 @@ import (
 // rendering — and the run ends with the parameters and running statistics
 // of that gorun's uninterrupted run: bit for bit on the machine that wrote
 // them; within legacyTolerance elsewhere (the fixtures' arithmetic is that
-// machine's: on an AMD EPYC the cnn fixture's whole run made from scratch
-// differs from its reference by up to 2.4e-7, while resuming there is bit
-// for bit — TestResumeIsBitIdentical checks that on every machine).
+// machine's: the C kernels pick AVX-512, AVX2 or plain C by the CPU, and
+// the product kernels' sums follow the vector width; on an AMD EPYC with
+// AVX2 only, the cnn fixture's whole run made from scratch differs from
+// its reference by up to 2.4e-7, while resuming there is bit for bit —
+// TestResumeIsBitIdentical checks that on every machine).
 func TestLegacyCheckpointsResume(t *testing.T) {
 	for _, c := range []struct {
 		name    string
