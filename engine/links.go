@@ -251,13 +251,9 @@ func links(v any) ([]Link, *linkError) {
 		if !ok {
 			return fail("", "bandwidth is missing: want a rate with its unit, such as \"1Gbit/s\" or \"12.5GB/s\"")
 		}
-		bs, ok := bv.(string)
-		if !ok {
-			return fail("bandwidth", "want a rate with its unit as a string, such as \"1Gbit/s\", found %s", target.Found(bv))
-		}
-		bw, err := ParseBandwidth(bs)
-		if err != nil {
-			return fail("bandwidth", "%v", err)
+		bw, msg := rateValue(bv)
+		if msg != "" {
+			return fail("bandwidth", "%s", msg)
 		}
 		l.Bandwidth = bw
 		if lv, ok := e["latency"]; ok {
@@ -275,13 +271,9 @@ func links(v any) ([]Link, *linkError) {
 			l.Latency = d
 		}
 		if ov, ok := e["one_way"]; ok {
-			os, ok := ov.(string)
-			if !ok {
-				return fail("one_way", "want a rate with its unit as a string, such as \"1Gbit/s\", found %s", target.Found(ov))
-			}
-			ow, err := ParseBandwidth(os)
-			if err != nil {
-				return fail("one_way", "%v", err)
+			ow, msg := rateValue(ov)
+			if msg != "" {
+				return fail("one_way", "%s", msg)
 			}
 			l.OneWay = ow
 		}
@@ -378,6 +370,20 @@ func FormatBandwidth(bw float64) string {
 	return strconv.FormatFloat(bits, 'g', 4, 64) + "bit/s"
 }
 
+// rateValue reads a rate key's value: a string with its unit
+// (ParseBandwidth). It returns the rate, or what is wrong with it.
+func rateValue(v any) (float64, string) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, "want a rate with its unit as a string, such as \"1Gbit/s\", found " + target.Found(v)
+	}
+	bw, err := ParseBandwidth(s)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return bw, ""
+}
+
 // bySize reads a [[link]] table's by_size: an array of { size = "1MiB",
 // bandwidth = "300Mbit/s" } in increasing size. It returns what is wrong
 // and where ("[2].size"), or the rates.
@@ -412,22 +418,14 @@ func bySize(v any) ([]SizeRate, string, string) {
 		if !ok {
 			return nil, at, "bandwidth is missing"
 		}
-		bs, ok := bv.(string)
-		if !ok {
-			return nil, at + ".bandwidth", "want a rate with its unit as a string, such as \"1Gbit/s\", found " + target.Found(bv)
-		}
-		bw, err := ParseBandwidth(bs)
-		if err != nil {
-			return nil, at + ".bandwidth", err.Error()
+		bw, msg := rateValue(bv)
+		if msg != "" {
+			return nil, at + ".bandwidth", msg
 		}
 		var ow float64
 		if ov, ok := e["one_way"]; ok {
-			os, ok := ov.(string)
-			if !ok {
-				return nil, at + ".one_way", "want a rate with its unit as a string, such as \"1Gbit/s\", found " + target.Found(ov)
-			}
-			if ow, err = ParseBandwidth(os); err != nil {
-				return nil, at + ".one_way", err.Error()
+			if ow, msg = rateValue(ov); msg != "" {
+				return nil, at + ".one_way", msg
 			}
 		}
 		for k := range e {

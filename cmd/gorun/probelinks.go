@@ -296,25 +296,6 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 					pp[b] = ow
 				}
 			}
-			if slices.Contains(probeBurstSizes, n) {
-				// The burst: the same message after the link idled
-				// (probeIdle), against the median above.
-				idle := make([]time.Duration, 3)
-				for b := range idle {
-					if lead {
-						time.Sleep(probeIdle)
-					}
-					var err error
-					if idle[b], err = m.OneWay(peer, send[:n], 1, lead); err != nil {
-						return err
-					}
-				}
-				slices.Sort(idle)
-				busy := slices.Clone(pp)
-				slices.Sort(busy)
-				b := burstBytes(n, busy[probeBatches/2].Seconds(), idle[1].Seconds())
-				res[2*len(probeSizes)] = max(res[2*len(probeSizes)], float32(b))
-			}
 			if n >= 16<<10 {
 				// Both ways: an exchange is over when both ranks hold
 				// what the other sent (a collective's next step, and
@@ -343,6 +324,23 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 			res[si], res[len(probeSizes)+si] = float32(pp[0].Seconds()), float32(ex[probeBatches/2].Seconds())
 			if n > 16<<10 {
 				res[si] = float32(pp[probeBatches/2].Seconds() - float64(res[0]))
+			}
+			if slices.Contains(probeBurstSizes, n) {
+				// The burst: the same message after the link idled
+				// (probeIdle), against the median above.
+				idle := make([]time.Duration, 3)
+				for b := range idle {
+					if lead {
+						time.Sleep(probeIdle)
+					}
+					var err error
+					if idle[b], err = m.OneWay(peer, send[:n], 1, lead); err != nil {
+						return err
+					}
+				}
+				slices.Sort(idle)
+				b := burstBytes(n, pp[probeBatches/2].Seconds(), idle[1].Seconds())
+				res[2*len(probeSizes)] = max(res[2*len(probeSizes)], float32(b))
 			}
 		}
 		if err := m.Broadcast(res, p.a, comm.Tag{Name: "probe-links results", Step: pi}); err != nil {
