@@ -57,10 +57,41 @@ func burstBytes(n int, busy, idle float64) float64 {
 }
 
 // probeBatches is how many batches of round trips (sizes to 16 KiB) and
-// single exchanges (from 16 KiB) the probe times at each size: the
-// fastest batch of round trips gives the one-way time, the median
-// exchange the time both ways.
+// chains of exchanges (from 16 KiB) the probe times at each size: the
+// fastest batch of round trips gives the one-way time, the trimmed mean
+// of the chains the time both ways.
 const probeBatches = 7
+
+// probeChain is how many exchanges the probe sends back to back in one
+// batch. A collective's exchanges follow one another (a reduce-scatter's
+// steps, then an all-gather's), the ranks starting each as soon as they
+// hold the last one's data, and on a loaded link the second of a chain
+// often takes twice the first: over Open MPI's TCP transport the two
+// directions of an exchange then run one after the other, not at once
+// (on the namespace hosts at 50 Mbit/s, 1.59 MiB each way: one exchange
+// after a pause 280–290 ms, two back to back 640–1,100 ms, as the GPT's
+// all-reduce of 3.18 MiB in two steps). A lone exchange shows the link;
+// a chain shows what a collective gets from it.
+const probeChain = 2
+
+// trimmedMean is the mean of the sorted times ts without their fastest
+// and slowest (a link whose exchanges take one of two times, as chains
+// on a loaded link do, is what a collective gets on average; one time
+// the machine's other work delayed is not).
+func trimmedMean(ts []time.Duration) time.Duration {
+	if len(ts) <= 2 {
+		var sum time.Duration
+		for _, t := range ts {
+			sum += t
+		}
+		return sum / time.Duration(max(1, len(ts)))
+	}
+	var sum time.Duration
+	for _, t := range ts[1 : len(ts)-1] {
+		sum += t
+	}
+	return sum / time.Duration(len(ts)-2)
+}
 
 // wantsProbeLinks reports whether launch's arguments ask for
 // --probe-links (before a "--").
@@ -267,17 +298,17 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 					}
 					pp[b] = rtt / 2
 				}
-				// Both ways, from 16 KiB: one exchange at a time, the two
-				// ranks first meeting in an 8-byte round trip, as a
-				// collective's step comes after compute, its queues empty
-				// (back to back, TCP's window and the ACKs queued behind
-				// the other direction's data would slow it).
+				// Both ways, from 16 KiB: a chain of probeChain
+				// exchanges, back to back as a collective's steps, the
+				// two ranks first meeting in an 8-byte round trip, as a
+				// collective comes after compute, its queues empty; the
+				// time of one is the chain's over its length.
 				if n >= 16<<10 {
 					if _, err := m.PingPong(peer, send[:8], 1, lead); err != nil {
 						return err
 					}
 					var err error
-					if ex[b], err = m.Exchange(peer, send[:n], recv[:n], 1); err != nil {
+					if ex[b], err = m.Exchange(peer, send[:n], recv[:n], probeChain); err != nil {
 						return err
 					}
 				}
@@ -297,12 +328,12 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 			if n >= 16<<10 {
-				// Both ways: an exchange is over when both ranks hold
-				// what the other sent (a collective's next step, and
+				// Both ways: a chain is over when both ranks hold what
+				// the other sent last (a collective's next step, and
 				// the step after it, wait for the later one; the two
 				// directions of a shaped or busy link finish apart by
-				// up to a third). Swap the times and keep each
-				// exchange's later one.
+				// up to a third). Swap the times and keep each chain's
+				// later one.
 				mine, theirs := make([]byte, 8*probeBatches), make([]byte, 8*probeBatches)
 				for b, d := range ex {
 					binary.LittleEndian.PutUint64(mine[8*b:], uint64(d))
@@ -318,10 +349,10 @@ func probeLinksRank(args []string, stdout, stderr io.Writer) error {
 			// latency is what the message takes when nothing else on
 			// the machine delays it), above it the median message, less
 			// the acknowledgement's way back (measured at 8 B); both
-			// ways: the median of the later ranks' times.
+			// ways: the trimmed mean of the later ranks' times.
 			slices.Sort(pp)
 			slices.Sort(ex)
-			res[si], res[len(probeSizes)+si] = float32(pp[0].Seconds()), float32(ex[probeBatches/2].Seconds())
+			res[si], res[len(probeSizes)+si] = float32(pp[0].Seconds()), float32(trimmedMean(ex).Seconds())
 			if n > 16<<10 {
 				res[si] = float32(pp[probeBatches/2].Seconds() - float64(res[0]))
 			}
@@ -478,7 +509,7 @@ func slowest(a, b engine.Link) engine.Link {
 // writeProbe prints the times and the [[link]] tables.
 func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, times [][]float64) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "probe-links: %s, %d hosts; a message's time one way (half the fastest batch's round trip) and both ways at once (the median of single exchanges):\n", file, len(c.Nodes))
+	fmt.Fprintf(&b, "probe-links: %s, %d hosts; a message's time one way (half the fastest batch's round trip) and both ways at once (an exchange of a chain of %d back to back, the trimmed mean of %d chains):\n", file, len(c.Nodes), probeChain, probeBatches)
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  class\tpair\t\t")
 	for _, n := range probeSizes {

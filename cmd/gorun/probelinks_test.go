@@ -106,3 +106,33 @@ func TestProbeLinksLocal(t *testing.T) {
 	}
 	t.Logf("\n%s", s)
 }
+
+// TestTrimmedMean: the probe's statistic for chains of exchanges drops
+// the fastest and the slowest of the sorted times and averages the rest,
+// so that a link whose chains take one of two times (the GPT's at 50
+// Mbit/s: 640 or 840 ms) counts both, and one delayed by the machine
+// does not.
+func TestTrimmedMean(t *testing.T) {
+	ms := func(xs ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range xs {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	for _, c := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{ms(636, 641, 660, 835, 842, 900, 3000), 775600 * time.Microsecond}, // (641+660+835+842+900)/5
+		{ms(280, 282, 283, 284, 548, 552, 553), 389800 * time.Microsecond},
+		{ms(10, 10, 10), 10 * time.Millisecond},
+		{ms(10, 30), 20 * time.Millisecond},
+		{ms(7), 7 * time.Millisecond},
+		{nil, 0},
+	} {
+		if got := trimmedMean(c.in); got != c.want {
+			t.Errorf("trimmedMean(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
