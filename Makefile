@@ -88,7 +88,7 @@ bench-mpi:
 	@$(MPI_CHECK); \
 	set -x; $(GO) test -tags mpi -count=1 -run '^$$' -bench 'MPIAllReduce' ./comm/
 
-## test-cluster: as root, three hosts on this machine (network namespaces on a private bridge, 10.77.0.0/24, an sshd each) and gorun launch across them over TCP: an in-process run's parameters bit for bit, launch's host checks, the hosts' copies of the data, a slow link, binding, and four faults timed (a cut link, dropped packets, a killed rank, a stopped host); sync.zero(stage = 2) against 3 in-process devices; elastic restarts (gorun launch --max-restarts) after a lost host, against a planned stop and --resume; about 3 minutes. Everything it makes is removed, also when it fails. Otherwise a SKIP line naming what is missing.
+## test-cluster: as root, three hosts on this machine (network namespaces on a private bridge, 10.77.0.0/24, an sshd each) and gorun launch across them over TCP: an in-process run's parameters bit for bit, launch's host checks, the hosts' copies of the data, a slow link, binding, and four faults timed (a cut link, dropped packets, a killed rank, a stopped host); sync.zero(stage = 2) against 3 in-process devices; elastic restarts (gorun launch --max-restarts) after each of those faults, against a planned stop and --resume; about 4 minutes. Everything it makes is removed, also when it fails. Otherwise a SKIP line naming what is missing.
 .PHONY: test-cluster
 test-cluster:
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP test-cluster: not root (network namespaces, veth pairs and sshd need root; CI runs as root)"; exit 0; fi; \

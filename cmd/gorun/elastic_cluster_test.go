@@ -59,7 +59,7 @@ func TestElasticCluster(t *testing.T) {
 	})
 	ct := &clusterTest{t: t, h: h, bin: bin, local: local}
 	t.Run("ZeroStage2", ct.zeroStage2)
-	for _, c := range []struct{ fault, sync string }{{"link cut", ""}, {"rank killed", ""}, {"rank killed", "sync.zero(stage = 2)"}} {
+	for _, c := range []struct{ fault, sync string }{{"link cut", ""}, {"packets dropped", ""}, {"rank killed", ""}, {"host stopped", ""}, {"rank killed", "sync.zero(stage = 2)"}} {
 		name := "Elastic_" + strings.ReplaceAll(c.fault, " ", "_")
 		if c.sync != "" {
 			name += "_zero2"
@@ -142,8 +142,8 @@ train(
 `
 
 // elastic: a run that loses host 3 after its first checkpoint (fault:
-// "link cut", "rank killed") restarts on hosts 1 and 2 and ends where a
-// planned stop and --resume do.
+// "link cut", "packets dropped", "rank killed", "host stopped") restarts
+// on hosts 1 and 2 and ends where a planned stop and --resume do.
 func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 	src := elasticScript
 	if sync != "" { // its optimizer state re-sharded for 2 processes
@@ -166,12 +166,22 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 	ct.waitCheckpoint(t, l, own)
 	time.Sleep(200 * time.Millisecond) // inside the next epoch
 	began := time.Now()
+	restore := func() {} // host 3 back as it was, for the planned run
+	defer func() { restore() }()
 	switch fault {
 	case "link cut":
 		if err := ct.h.CutLink(2, true); err != nil {
 			t.Fatal(err)
 		}
-		defer ct.h.CutLink(2, false)
+		restore = func() { ct.h.CutLink(2, false) }
+	case "packets dropped":
+		if err := ct.h.Drop(2, true); err != nil {
+			t.Fatal(err)
+		}
+		restore = func() { ct.h.Drop(2, false) }
+	case "host stopped": // every process of host 3, its sshd too
+		ct.h.Signal(2, syscall.SIGSTOP)
+		restore = func() { ct.h.Signal(2, syscall.SIGCONT) }
 	case "rank killed":
 		killed := false
 		for _, p := range ct.h.Procs(2) {
@@ -248,7 +258,15 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 	name = "planned-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""]
 	planned := filepath.Join(ct.local, name)
 	ownPlanned := filepath.Join(ct.h.PrivateDir(0), name)
-	ct.h.CutLink(2, false)
+	restore()
+	restore = func() {}
+	// The lost run's processes on host 3 (a stopped host's go on once
+	// it runs again) end before the planned run starts there.
+	for wait := time.Now(); len(ours(ct.h.Procs(2))) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Since(wait) > 30*time.Second {
+			t.Fatalf("host 3, back after the %s: the lost run's processes still run 30 s later: %v", fault, ours(ct.h.Procs(2)))
+		}
+	}
 	if p := ct.launch(t, "--cluster", cluster, script, "--out", planned, "-q", "--set", fmt.Sprintf("max_steps=%d", step)); p.code != 0 {
 		t.Fatalf("the planned run's first part: exit %d\n%s", p.code, tail(p.out.String(), 30))
 	}
