@@ -64,8 +64,9 @@ func TestElasticCluster(t *testing.T) {
 		if c.sync != "" {
 			name += "_zero2"
 		}
-		t.Run(name, func(t *testing.T) { ct.elastic(t, c.fault, c.sync) })
+		t.Run(name, func(t *testing.T) { ct.elastic(t, c.fault, c.sync, 1) })
 	}
+	t.Run("Elastic_rank_killed_2_slots", func(t *testing.T) { ct.elastic(t, "rank killed", "", 2) })
 	t.Run("LeadLost", ct.leadLost)
 	t.Run("LeadLostShared", ct.leadLostShared)
 }
@@ -143,15 +144,20 @@ train(
 
 // elastic: a run that loses host 3 after its first checkpoint (fault:
 // "link cut", "packets dropped", "rank killed", "host stopped") restarts
-// on hosts 1 and 2 and ends where a planned stop and --resume do.
-func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
+// on hosts 1 and 2 and ends where a planned stop and --resume do. With
+// 2 slots a host, 6 processes lose 2 and go on with 4 (the global batch
+// 60, whole on 6 and on 4).
+func (ct *clusterTest) elastic(t *testing.T, fault, sync string, slots int) {
 	src := elasticScript
 	if sync != "" { // its optimizer state re-sharded for 2 processes
 		src = strings.Replace(src, "    seed = 1,", "    seed = 1,\n    sync = "+sync+",", 1)
 	}
+	if slots > 1 {
+		src = strings.Replace(src, "batch_size = 30", "batch_size = 60", 1)
+	}
 	script := writeScript(t, src)
-	cluster := ct.cluster(t, "")
-	name := "elastic-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""]
+	cluster := writeCluster(t, "[cluster]\ntransport = \"mpi\"\n"+ct.h.ClusterTables(slots)+fmt.Sprintf("\n[comm]\ntimeout = %q\n", clusterTimeout.String()))
+	name := "elastic-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""] + map[bool]string{true: "-slots"}[slots > 1]
 	out := filepath.Join(ct.local, name) // host 1's own: no shared folder
 	own := filepath.Join(ct.h.PrivateDir(0), name)
 	l := ct.start(t, 4*time.Minute, "--cluster", cluster, "--max-restarts", "1", script, "--out", out, "-q")
@@ -216,10 +222,14 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 	if l.code != 0 {
 		t.Fatalf("the elastic run: exit %d\n%s", l.code, tail(log, 40))
 	}
-	m := regexp.MustCompile(`gorun: launch: restart 1 of 1: lost node\[3\] ` + regexp.QuoteMeta(ct.h.Addrs[2]) + ` \(rank 2\); resuming from step (\d+) \((.*)\) on 2 processes: ` +
+	lostRanks := "rank 2"
+	if slots == 2 { // both killed; mpirun may tell of the first it saw end
+		lostRanks = "(?:rank 4|rank 5|ranks 4 and 5)"
+	}
+	m := regexp.MustCompile(`gorun: launch: restart 1 of 1: lost node\[3\] ` + regexp.QuoteMeta(ct.h.Addrs[2]) + ` \(` + lostRanks + `\); resuming from step (\d+) \((.*)\) on ` + fmt.Sprint(2*slots) + ` processes: ` +
 		regexp.QuoteMeta(ct.h.Addrs[0]+", "+ct.h.Addrs[1])).FindStringSubmatch(log)
 	if m == nil {
-		t.Fatalf("no restart line naming host 3 and 2 processes:\n%s", tail(log, 40))
+		t.Fatalf("no restart line naming host 3 and %d processes:\n%s", 2*slots, tail(log, 40))
 	}
 	step, _ := strconv.Atoi(m[1])
 	ckptName := filepath.Base(m[2]) // step-00000100
@@ -245,7 +255,7 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 			summary = rec
 		}
 	}
-	if restart == nil || restart["step"] != float64(step) || restart["processes"] != 2.0 || restart["from_processes"] != 3.0 ||
+	if restart == nil || restart["step"] != float64(step) || restart["processes"] != float64(2*slots) || restart["from_processes"] != float64(3*slots) ||
 		fmt.Sprint(restart["lost_hosts"]) != "["+ct.h.Addrs[2]+"]" {
 		t.Errorf("restart line %v", restart)
 	}
@@ -255,7 +265,7 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 
 	// The planned run: the same steps on 3 hosts, a stop, --resume on 2
 	// (host 2 given host 1's checkpoint by hand).
-	name = "planned-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""]
+	name = "planned-" + strings.ReplaceAll(fault, " ", "-") + map[bool]string{true: "-zero2"}[sync != ""] + map[bool]string{true: "-slots"}[slots > 1]
 	planned := filepath.Join(ct.local, name)
 	ownPlanned := filepath.Join(ct.h.PrivateDir(0), name)
 	restore()
@@ -274,7 +284,7 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string) {
 	if err := os.CopyFS(filepath.Join(ct.h.PrivateDir(1), ckpt), os.DirFS(filepath.Join(ct.h.PrivateDir(0), ckpt))); err != nil {
 		t.Fatal(err)
 	}
-	if p := ct.launch(t, "--cluster", cluster, script, "--resume", planned, "-q", "--set", "cluster.processes=2"); p.code != 0 {
+	if p := ct.launch(t, "--cluster", cluster, script, "--resume", planned, "-q", "--set", fmt.Sprintf("cluster.processes=%d", 2*slots)); p.code != 0 {
 		t.Fatalf("the planned run's --resume on 2 hosts: exit %d\n%s", p.code, tail(p.out.String(), 30))
 	}
 	want, got := finalParams(t, ownPlanned), finalParams(t, own)
