@@ -2,9 +2,11 @@
 
 // Direct convolution (see conv.go): the forward pass, the weight gradient
 // and the input gradient without im2col's copies and a matrix multiply.
-// The plain bodies take every geometry; the AVX-512 bodies take what
-// conv.go's ConvFast says. Both use fused multiply-adds in the same order
-// (fmaf in plain C), so the levels agree bit for bit. Strides above 1 run
+// The plain bodies take every geometry; the AVX-512 bodies (level 2) and
+// the AVX2 bodies (level 1: eight lanes, sixteen registers, maskload and
+// maskstore for AVX-512's mask registers) take what conv.go's ConvFast
+// says. All use fused multiply-adds in the same order (fmaf in plain C),
+// so the levels agree bit for bit. Strides above 1 run
 // the stride-1 bodies' register tiles over copies of the input whose
 // columns are split by phase (column j at j mod s), so that every tap of a
 // vector of output columns reads consecutive floats.
@@ -86,8 +88,11 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 #define MAXKW 16
 
 // Vector operations by width: Z sixteen lanes (zmm), Y eight (ymm, with
-// AVX-512VL's masks). Zen 4 runs a zmm operation as two halves, so a
-// plane eight columns wide wastes half of every zmm but none of a ymm.
+// AVX-512VL's masks), A eight with AVX2 alone (level 1: the masks are bit
+// sets as Y's, turned into the vectors of maskload and maskstore). Zen 4
+// runs a zmm operation as two halves, so a plane eight columns wide wastes
+// half of every zmm but none of a ymm.
+#define Z_TARGET "avx512f,avx512vl,fma"
 #define Z_VT __m512
 #define Z_MT __mmask16
 #define Z_LANES 16
@@ -99,6 +104,7 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 #define Z_STORE _mm512_store_ps
 #define Z_STOREM _mm512_mask_storeu_ps
 #define Z_FMA _mm512_fmadd_ps
+#define Y_TARGET "avx512f,avx512vl,fma"
 #define Y_VT __m256
 #define Y_MT __mmask8
 #define Y_LANES 8
@@ -110,6 +116,34 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 #define Y_STORE _mm256_store_ps
 #define Y_STOREM _mm256_mask_storeu_ps
 #define Y_FMA _mm256_fmadd_ps
+#define A_TARGET "avx2,fma"
+#define A_VT __m256
+#define A_MT unsigned char
+#define A_LANES 8
+#define A_SET1 _mm256_set1_ps
+#define A_ZERO _mm256_setzero_ps
+#define A_LOADZ(m, p) _mm256_maskload_ps((p), amask(m))
+#define A_LOAD _mm256_load_ps
+#define A_LOADU _mm256_loadu_ps
+#define A_STORE _mm256_store_ps
+#define A_STOREM astorem
+#define A_FMA _mm256_fmadd_ps
+
+// amask returns bit set m's eight lanes (bit i, lane i) as the vector mask
+// of _mm256_maskload_ps and _mm256_maskstore_ps.
+__attribute__((target("avx2,fma"))) static inline __m256i amask(unsigned m) {
+	const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+	return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), bit), bit);
+}
+
+// astorem stores v's lanes of bit set m at p (a plain store when all eight
+// are set: Zen 3's masked stores are slow).
+__attribute__((target("avx2,fma"))) static inline void astorem(float *p, unsigned m, __m256 v) {
+	if ((m & 0xffu) == 0xffu)
+		_mm256_storeu_ps(p, v);
+	else
+		_mm256_maskstore_ps(p, amask(m), v);
+}
 
 // FWD_ACC runs STMT for every (r, q) of a forward register tile.
 #define FWD_ACC(OGC, RB, STMT)                                                                                      \
@@ -135,7 +169,7 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 // the FMA latency). Rows of the block past the plane, or reading padding,
 // load zeros.
 #define DEF_FWD(NAME, V, OGC, RB)                                                                                   \
-	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *x,               \
+	__attribute__((target(V##_TARGET))) static void NAME(gorun_cgeom g, const float *x,               \
 	                                                                 const float *wp, const float *bp, float *y,  \
 	                                                                 int slack) {                                 \
 		long plane = g.oh * g.ow, hw = g.h * g.w, taps = g.c * g.kh * g.kw, groups = (g.o + OGC - 1) / OGC;       \
@@ -193,6 +227,8 @@ DEF_FWD(fwd_z5, Z, 5, 1)
 DEF_FWD(fwd_y4, Y, 4, 2)
 DEF_FWD(fwd_y5, Y, 5, 2)
 DEF_FWD(fwd_y8, Y, 8, 2)
+DEF_FWD(fwd_a4, A, 4, 2)
+DEF_FWD(fwd_a5, A, 5, 2)
 
 // DEF_FWDS is DEF_FWD for any stride over one sample's phase-split copy
 // (phase_split): channel c's row r at x + c·cs + r·rl, kernel column kj's
@@ -201,7 +237,7 @@ DEF_FWD(fwd_y8, Y, 8, 2)
 // slack that every load is plain: rows of a register tile past the plane
 // read zeros and are not stored.
 #define DEF_FWDS(NAME, V, OGC, RB)                                                                                  \
-	__attribute__((target("avx512f,avx512vl,fma"))) static void NAME(gorun_cgeom g, const float *x, long rl,       \
+	__attribute__((target(V##_TARGET))) static void NAME(gorun_cgeom g, const float *x, long rl,       \
 	                                                                 long cs, const long *ko, const float *wp,     \
 	                                                                 const float *bp, float *y) {                  \
 		long plane = g.oh * g.ow, taps = g.c * g.kh * g.kw, groups = (g.o + OGC - 1) / OGC, sr = g.s * rl;        \
@@ -228,11 +264,13 @@ DEF_FWDS(fwds_z5, Z, 5, 1)
 DEF_FWDS(fwds_y4, Y, 4, 2)
 DEF_FWDS(fwds_y5, Y, 5, 2)
 DEF_FWDS(fwds_y8, Y, 8, 2)
+DEF_FWDS(fwds_a4, A, 4, 2)
+DEF_FWDS(fwds_a5, A, 5, 2)
 
 typedef void (*fwd_body)(gorun_cgeom, const float *, const float *, const float *, float *, int);
 typedef void (*fwds_body)(gorun_cgeom, const float *, long, long, const long *, const float *, const float *, float *);
-static const fwd_body fwd_bodies[] = {fwd_z8, fwd_z5, fwd_y4, fwd_y5, fwd_y8};
-static const fwds_body fwds_bodies[] = {fwds_z8, fwds_z5, fwds_y4, fwds_y5, fwds_y8};
+static const fwd_body fwd_bodies[] = {fwd_z8, fwd_z5, fwd_y4, fwd_y5, fwd_y8, fwd_a4, fwd_a5};
+static const fwds_body fwds_bodies[] = {fwds_z8, fwds_z5, fwds_y4, fwds_y5, fwds_y8, fwds_a4, fwds_a5};
 
 // fwd_pick returns the forward body for g (an index into fwd_bodies and
 // fwds_bodies) and its channels a group: groups of 5 when that pads none
@@ -246,6 +284,17 @@ __attribute__((target("avx512f"))) static int fwd_pick(const gorun_cgeom *g, lon
 	}
 	*og = g->o % 5 == 0 && g->o % 8 != 0 ? 5 : 8;
 	return *og == 5 ? 1 : 0;
+}
+
+// fwd_pick_avx2 is fwd_pick for the AVX2 bodies (level 1): eight lanes and
+// sixteen registers, so tiles of two rows × 5 output channels where o is
+// by 5s (the MNIST Net's 10 and 20: conv2's forward 92 GFLOP/s against 89
+// by 4s, this machine's best of three), else two rows × 4 (10 and 8
+// accumulators; 3 rows × 4 measured slower on conv2's 8-row planes, whose
+// last tile of three would take the masked loads).
+static int fwd_pick_avx2(const gorun_cgeom *g, long *og) {
+	*og = g->o % 5 == 0 ? 5 : 4;
+	return *og == 5 ? 6 : 5;
 }
 
 // zalloc64 returns n zeroed floats aligned to 64 bytes (n a multiple of
@@ -1114,6 +1163,9 @@ done:
 	return r;
 }
 
+static int fwd_direct(gorun_cgeom g, const float *x, const float *w, const float *b, float *y, fwd_body body,
+                      long og);
+
 // conv_fwd_avx512 runs fwdo where fwd_by_o says, else the body fwd_pick
 // chooses.
 __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, const float *x, const float *w,
@@ -1128,6 +1180,14 @@ __attribute__((target("avx512f"))) static int conv_fwd_avx512(gorun_cgeom g, con
 		return conv_fwd_strided_avx512(g, x, w, b, y);
 	long og;
 	fwd_body body = fwd_bodies[fwd_pick(&g, &og)];
+	return fwd_direct(g, x, w, b, y, body, og);
+}
+
+// fwd_direct runs a stride-1 DEF_FWD body of og channels a group over x
+// itself, or with padding over each sample copied into a zero-bordered
+// plane.
+static int fwd_direct(gorun_cgeom g, const float *x, const float *w, const float *b, float *y, fwd_body body,
+                      long og) {
 	long taps = g.c * g.kh * g.kw, groups = (g.o + og - 1) / og;
 	float *wp = pack_weights(g.o, taps, og, w, b), *bp = wp + groups * taps * og;
 	if (!wp)
@@ -1201,12 +1261,22 @@ static void phase_split(const gorun_cgeom *g, const float *x, float *xs, long nr
 		}
 }
 
+static int fwd_strided(gorun_cgeom g, const float *x, const float *w, const float *b, float *y, fwds_body body,
+                       long og);
+
 // conv_fwd_strided_avx512 copies each sample phase-split and runs the
 // strided form of the body fwd_pick chooses.
 __attribute__((target("avx512f"))) static int conv_fwd_strided_avx512(gorun_cgeom g, const float *x, const float *w,
                                                                        const float *b, float *y) {
 	long og;
 	fwds_body body = fwds_bodies[fwd_pick(&g, &og)];
+	return fwd_strided(g, x, w, b, y, body, og);
+}
+
+// fwd_strided runs a DEF_FWDS body of og channels a group over each
+// sample's phase-split copy.
+static int fwd_strided(gorun_cgeom g, const float *x, const float *w, const float *b, float *y, fwds_body body,
+                       long og) {
 	long taps = g.c * g.kh * g.kw, groups = (g.o + og - 1) / og;
 	long rl = g.w + 2 * g.p, nr = strided_rows(&g), ps[MAXKW], ko[MAXKW];
 	phases(rl, g.s, g.kw, ps, ko);
@@ -1480,6 +1550,124 @@ DEF_WGRAD(wgrad_z5, Z, 5, 4)
 DEF_WGRAD(wgrad_y3, Y, 3, 8)
 DEF_WGRAD(wgrad_y5, Y, 5, 4)
 
+// DEF_WGRADA is DEF_WGRAD with AVX2's eight lanes (level 1), over planes
+// without padding (the callers copy padded ones into zero-bordered planes
+// first): a register tile of WG output channels × KWC kernel columns, each
+// block of eight columns loading WG rows of dy and KWC windows of x once.
+// With sixteen partials a tap (wgrad_lanes), partials 0–7 and 8–15 are two
+// passes, over the blocks of columns 16k … 16k+7 and 16k+8 … 16k+15 of
+// every row, so that partial l still adds the columns ox ≡ l (mod 16) in
+// order. In a row's last, partial block the lanes past the plane load
+// zeros from dy and from x both (whatever lies there, a NaN even, adds
+// nothing); output channels past o load zeros from dy. HOLDX keeps the KWC
+// windows of x in registers and loads each row of dy once for its KWC
+// products (KWC + 1 registers besides the tile), else the WG rows of dy
+// are kept and each window loaded once for its WG products (WG + 1).
+#define WGRADA_BLOCK(KWC, WG, HOLDX, DLOAD, XLOAD)                                                                  \
+	if (HOLDX) {                                                                                                  \
+		__m256 v[KWC];                                                                                            \
+		_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) v[kj] = XLOAD;                                   \
+		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++) {                                                    \
+			__m256 d = DLOAD;                                                                                     \
+			__asm__("" : "+x"(d)); /* one load for KWC products, not one folded into each */                      \
+			_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) acc[q][kj] =                                 \
+			    _mm256_fmadd_ps(d, v[kj], acc[q][kj]);                                                            \
+		}                                                                                                         \
+	} else {                                                                                                      \
+		__m256 d[WG];                                                                                             \
+		_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++) {                                                    \
+			d[q] = DLOAD;                                                                                         \
+			__asm__("" : "+x"(d[q]));                                                                             \
+		}                                                                                                         \
+		_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) {                                                \
+			__m256 v = XLOAD;                                                                                     \
+			__asm__("" : "+x"(v)); /* one load for WG products */                                                 \
+			_Pragma("GCC unroll 8") for (int q = 0; q < WG; q++) acc[q][kj] = _mm256_fmadd_ps(d[q], v, acc[q][kj]); \
+		}                                                                                                         \
+	}
+
+#define DEF_WGRADA(NAME, KWC, WG, HOLDX)                                                                            \
+	__attribute__((target("avx2,fma"))) static void NAME(gorun_cgeom g, const float *dy, const float *x,           \
+	                                                     float *part) {                                            \
+		long plane = g.oh * g.ow, hw = g.h * g.w, nbk = (g.ow + 7) / 8, hs = wgrad_lanes(&g) / 8;                 \
+		long full = g.ow / 8; /* blocks before full are whole */                                                  \
+		__m256i tm = amask(outmask(g.ow, full * 8, 8));                                                           \
+		for (long c = 0; c < g.c; c++)                                                                            \
+			for (long ki = 0; ki < g.kh; ki++)                                                                    \
+				for (long o0 = 0; o0 < g.o; o0 += WG) {                                                           \
+					long og = g.o - o0 < WG ? g.o - o0 : WG;                                                      \
+					for (long h = 0; h < hs; h++) {                                                               \
+						__m256 acc[WG][KWC];                                                                      \
+						WGRAD_ACC(A, KWC, WG, acc[q][kj] = q < og ? _mm256_loadu_ps(WGRAD_PART(KWC, q, kj) + 8 * h) \
+						                                          : _mm256_setzero_ps())                          \
+						for (long n = 0; n < g.n; n++) {                                                          \
+							const float *row = x + (n * g.c + c) * hw + ki * g.w;                                 \
+							const float *dyb = dy + (n * g.o + o0) * plane;                                       \
+							for (long oy = 0; oy < g.oh; oy++, row += g.w, dyb += g.ow)                           \
+								for (long bi = h; bi < nbk; bi += hs) {                                           \
+									long c0 = 8 * bi;                                                             \
+									if (bi < full && og == WG)                                                    \
+										WGRADA_BLOCK(KWC, WG, HOLDX, _mm256_loadu_ps(dyb + q * plane + c0),      \
+										             _mm256_loadu_ps(row + c0 + kj))                              \
+									else if (bi < full)                                                           \
+										WGRADA_BLOCK(KWC, WG, HOLDX,                                              \
+										             q < og ? _mm256_loadu_ps(dyb + q * plane + c0) : _mm256_setzero_ps(), \
+										             _mm256_loadu_ps(row + c0 + kj))                              \
+									else                                                                          \
+										WGRADA_BLOCK(KWC, WG, HOLDX,                                              \
+										             q < og ? _mm256_maskload_ps(dyb + q * plane + c0, tm)        \
+										                    : _mm256_setzero_ps(),                                \
+										             _mm256_maskload_ps(row + c0 + kj, tm))                       \
+								}                                                                                 \
+						}                                                                                         \
+						WGRAD_ACC(A, KWC, WG, if (q < og) _mm256_storeu_ps(WGRAD_PART(KWC, q, kj) + 8 * h, acc[q][kj])) \
+					}                                                                                             \
+				}                                                                                                 \
+	}
+
+// Kernels 5 wide: 2 output channels × 5 columns (13 registers); 3 wide: 3
+// × 3 (4 × 3 with x's windows kept measured 5.4 against 7.9 µs a sample on
+// a 20×20 plane of 3 input and 10 output channels, padding 1).
+DEF_WGRADA(wgrad_a3, 3, 3, 0)
+DEF_WGRADA(wgrad_a5, 5, 2, 0)
+
+// wgrad_part_a adds g's samples (at most NB: they stay in L2 across the
+// kernel rows and channel groups) into part with the DEF_WGRADA body, over
+// x itself or, with padding, over the samples copied into the zero-bordered
+// planes xp (NB of them).
+static void wgrad_part_a(gorun_cgeom g, const float *dy, const float *x, float *part, float *xp) {
+	void (*body)(gorun_cgeom, const float *, const float *, float *) = g.kw == 3 ? wgrad_a3 : wgrad_a5;
+	if (g.p == 0) {
+		body(g, dy, x, part);
+		return;
+	}
+	long ph = g.h + 2 * g.p, pw = g.w + 2 * g.p;
+	for (long s = 0; s < g.n; s++)
+		border_copy(&g, x + s * g.c * g.h * g.w, xp + s * g.c * ph * pw, ph, pw);
+	g.h = ph, g.w = pw, g.p = 0;
+	body(g, dy, xp, part);
+}
+
+// conv_wgrad_a is the stride-1 weight gradient of kernels 3 or 5 wide at
+// level 1: NB samples at a time through wgrad_part_a.
+static int conv_wgrad_a(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
+	long taps = g.o * g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
+	float *part = zalloc64(taps * 16), *xp = NULL;
+	if (!part || g.p > 0 && !(xp = calloc(NB * g.c * (g.h + 2 * g.p) * (g.w + 2 * g.p) + 16, sizeof(float)))) {
+		free(part);
+		return -1;
+	}
+	for (long n0 = 0; n0 < g.n; n0 += NB) {
+		gorun_cgeom gc = g;
+		gc.n = g.n - n0 < NB ? g.n - n0 : NB;
+		wgrad_part_a(gc, dy + n0 * g.o * plane, x + n0 * g.c * hw, part, xp);
+	}
+	free(xp);
+	finish(part, taps, dw, accumulate);
+	free(part);
+	return 0;
+}
+
 // DEF_WGRADS is DEF_WGRAD for any stride over NB samples' phase-split
 // copies (phase_split): sample n's channel c at x + (n·C + c)·cs, row r at
 // r·rl, kernel column kj's window at ko[kj]; output row oy reads row
@@ -1550,6 +1738,41 @@ DEF_WGRADS(wgrads_y5, Y, 5, 4)
 
 DEF_WGRADF(wgradf_k3, 3, 8)
 
+// DEF_WGRADFA is DEF_WGRADF with AVX2's eight lanes (level 1) and
+// DEF_WGRADA's register tile: partials 0–7 and 8–15 of each tap are two
+// passes, over the vectors of pixels 16k … 16k+7 and 16k+8 … 16k+15. The
+// plane's last vector, when partial, loads the lanes of x past the plane as
+// zeros (dy's padding is zeros), so that nothing there adds to a partial.
+#define DEF_WGRADFA(NAME, KWC, WG, HOLDX)                                                                           \
+	__attribute__((target("avx2,fma"))) static void NAME(gorun_cgeom g, const float *dy, long ps, const float *xs, \
+	                                                     long cs, float *part) {                                  \
+		long plane = g.oh * g.ow, full = plane / 8 * 8;                                                           \
+		__m256i tm = amask(outmask(plane, full, 8));                                                              \
+		for (long c = 0; c < g.c; c++)                                                                            \
+			for (long ki = 0; ki < g.kh; ki++)                                                                    \
+				for (long o0 = 0; o0 < g.o; o0 += WG)                                                             \
+					for (long h = 0; h < 2; h++) {                                                                \
+						__m256 acc[WG][KWC];                                                                      \
+						WGRAD_ACC(A, KWC, WG, acc[q][kj] = _mm256_loadu_ps(WGRAD_PART(KWC, q, kj) + 8 * h))       \
+						for (long n = 0; n < g.n; n++) {                                                          \
+							const float *dyb = dy + (n * g.o + o0) * ps;                                          \
+							const float *xr = xs + (n * g.c + c) * KWC * cs + ki * g.ow;                          \
+							long p = 8 * h;                                                                       \
+							for (; p < full; p += 16)                                                             \
+								WGRADA_BLOCK(KWC, WG, HOLDX, _mm256_loadu_ps(dyb + q * ps + p),                   \
+								             _mm256_loadu_ps(xr + kj * cs + p))                                   \
+							if (p < plane)                                                                        \
+								WGRADA_BLOCK(KWC, WG, HOLDX, _mm256_loadu_ps(dyb + q * ps + p),                   \
+								             _mm256_maskload_ps(xr + kj * cs + p, tm))                            \
+						}                                                                                         \
+						WGRAD_ACC(A, KWC, WG, _mm256_storeu_ps(WGRAD_PART(KWC, q, kj) + 8 * h, acc[q][kj]))       \
+					}                                                                                             \
+	}
+
+// 4 output channels × 3 columns with x's windows kept (16 registers): the
+// ResNet's stem 7.7 µs a sample against 9.8 with 2 × 3 and dy kept.
+DEF_WGRADFA(wgradf_a3, 3, 4, 1)
+
 // flat_rows is how many rows of ow floats a flat copy of g's channel holds
 // (every row an output row's taps read), and flat_stride its floats with
 // sixteen of slack (the last vector's lanes past the plane read it).
@@ -1588,8 +1811,8 @@ static void flat_copy(const gorun_cgeom *g, const float *x, float *xs) {
 // plane padded with zeros to one, so that every load of dy is one aligned
 // vector (a 14×14 plane's vectors would straddle cache lines: 3 % faster)
 // and the lanes past the plane add dy·x = 0.
-__attribute__((target("avx512f"))) static int conv_wgrad_flat(gorun_cgeom g, const float *dy, const float *x,
-                                                              float *part) {
+static int conv_wgrad_flat(gorun_cgeom g, const float *dy, const float *x, float *part,
+                           void (*body)(gorun_cgeom, const float *, long, const float *, long, float *)) {
 	long plane = g.oh * g.ow, ps = (plane + 15) & ~15L, hw = g.h * g.w, cs = flat_stride(&g), per = g.c * g.kw * cs;
 	long nb = (1024 << 10) / ((per + g.o * ps) * (long)sizeof(float));
 	nb = nb < 1 ? 1 : nb > NB ? NB : nb;
@@ -1607,7 +1830,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_flat(gorun_cgeom g, con
 			if (dp) // the padding stays zero from zalloc64
 				pad_planes(dp + i * g.o * ps, ps, dy + (n0 + i) * g.o * plane, plane, g.o);
 		}
-		wgradf_k3(gc, dp ? dp : dy + n0 * g.o * plane, ps, xs, cs, part);
+		body(gc, dp ? dp : dy + n0 * g.o * plane, ps, xs, cs, part);
 	}
 	free(dp);
 	free(xs);
@@ -1804,7 +2027,7 @@ __attribute__((target("avx512f"))) static int conv_wgrad_avx512(gorun_cgeom g, c
 	if (!part)
 		return -1;
 	if (wgrad_flat(&g) || wgrad_pw(&g)) {
-		int err = wgrad_pw(&g) ? pw_wgrad(g, dy, x, part) : conv_wgrad_flat(g, dy, x, part);
+		int err = wgrad_pw(&g) ? pw_wgrad(g, dy, x, part) : conv_wgrad_flat(g, dy, x, part, wgradf_k3);
 		if (!err)
 			finish(part, taps, dw, accumulate);
 		free(part);
@@ -1995,6 +2218,85 @@ static inline __attribute__((always_inline)) void conv_dgrad_c(gorun_cgeom g, co
 DEF_DGRAD(dgrad_k3, 3, 8)
 DEF_DGRAD(dgrad_k5, 5, 4)
 DEF_DGRAD(dgrad_k5c5, 5, 5)
+
+// DEF_DGRADA is DEF_DGRAD with AVX2's eight lanes (level 1): sixteen
+// registers hold the CG × KWC sums of fewer channels than AVX-512's 32, and
+// kernel column kj's sums are placed on a row of dx (up to sixteen columns)
+// by two permutes, one for each half, whose lanes without a sum are cleared
+// (+0, as the AVX-512 body's masked permutes give).
+#define DEF_DGRADA(NAME, KWC, CG)                                                                                   \
+	__attribute__((target("avx2,fma"))) static int NAME(gorun_cgeom g, const float *dy, const float *w, float *dx) { \
+		long plane = g.oh * g.ow, hw = g.h * g.w, groups = (g.c + CG - 1) / CG;                                   \
+		/* w regrouped: (o, ki, group) then channel q and column kj, zero past C. */                              \
+		float *wp = calloc(g.o * g.kh * groups * CG * KWC, sizeof(float));                                        \
+		if (!wp)                                                                                                  \
+			return -1;                                                                                            \
+		for (long o = 0; o < g.o; o++)                                                                            \
+			for (long c = 0; c < g.c; c++)                                                                        \
+				for (long ki = 0; ki < g.kh; ki++)                                                                \
+					for (long kj = 0; kj < KWC; kj++)                                                             \
+						wp[(((o * g.kh + ki) * groups + c / CG) * CG + c % CG) * KWC + kj] =                      \
+						    w[((o * g.c + c) * g.kh + ki) * KWC + kj];                                            \
+		/* dx columns l and 8 + l take dy columns l + p - kj and 8 + l + p - kj of kernel column kj */             \
+		__m256i outm = amask(outmask(g.ow, 0, 8)), ilo[KWC], ihi[KWC];                                            \
+		__m256 mlo[KWC], mhi[KWC];                                                                                \
+		for (long kj = 0; kj < KWC; kj++) {                                                                       \
+			int il[8], ih[8], ml[8], mh[8];                                                                       \
+			for (long l = 0; l < 8; l++) {                                                                        \
+				long ol = l + g.p - kj, oh = ol + 8;                                                              \
+				il[l] = (int)(ol & 7), ml[l] = ol >= 0 && ol < g.ow && l < g.w ? -1 : 0;                          \
+				ih[l] = (int)(oh & 7), mh[l] = oh >= 0 && oh < g.ow && l + 8 < g.w ? -1 : 0;                      \
+			}                                                                                                     \
+			ilo[kj] = _mm256_loadu_si256((const __m256i *)il), ihi[kj] = _mm256_loadu_si256((const __m256i *)ih); \
+			mlo[kj] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)ml));                               \
+			mhi[kj] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)mh));                               \
+		}                                                                                                         \
+		unsigned slo = outmask(g.w, 0, 8), shi = g.w > 8 ? outmask(g.w, 8, 8) : 0;                                \
+		for (long n = 0; n < g.n; n++)                                                                            \
+			for (long gi = 0; gi < groups; gi++) {                                                                \
+				long c0 = gi * CG, cg = g.c - c0 < CG ? g.c - c0 : CG;                                            \
+				for (long iy = 0; iy < g.h; iy++) {                                                               \
+					__m256 acc[CG][KWC];                                                                          \
+					_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                          \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
+							acc[q][kj] = _mm256_setzero_ps();                                                     \
+					for (long o = 0; o < g.o; o++)                                                                \
+						for (long ki = 0; ki < g.kh; ki++) {                                                      \
+							long oy = iy + g.p - ki;                                                              \
+							if (oy < 0 || oy >= g.oh)                                                             \
+								continue;                                                                         \
+							const float *dr = dy + (n * g.o + o) * plane + oy * g.ow;                             \
+							__m256 d = g.ow == 8 ? _mm256_loadu_ps(dr) : _mm256_maskload_ps(dr, outm);             \
+							const float *wk = wp + ((o * g.kh + ki) * groups + gi) * CG * KWC;                    \
+							_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                  \
+								_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                          \
+									acc[q][kj] = _mm256_fmadd_ps(_mm256_set1_ps(wk[q * KWC + kj]), d, acc[q][kj]); \
+						}                                                                                         \
+					_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++) {                                        \
+						if (q >= cg)                                                                              \
+							break;                                                                                \
+						__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();                                \
+						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) {                                \
+							lo = _mm256_add_ps(lo, _mm256_and_ps(_mm256_permutevar8x32_ps(acc[q][kj], ilo[kj]), mlo[kj])); \
+							hi = _mm256_add_ps(hi, _mm256_and_ps(_mm256_permutevar8x32_ps(acc[q][kj], ihi[kj]), mhi[kj])); \
+						}                                                                                         \
+						float *dr = dx + (n * g.c + c0 + q) * hw + iy * g.w;                                      \
+						astorem(dr, slo, lo);                                                                     \
+						if (shi)                                                                                  \
+							astorem(dr + 8, shi, hi);                                                             \
+					}                                                                                             \
+				}                                                                                                 \
+			}                                                                                                     \
+		free(wp);                                                                                                 \
+		return 0;                                                                                                 \
+	}
+
+// 4 channels × 3 columns, 2 × 5 (two rows of dx a tile, each broadcast
+// feeding both, measured 4.8 and 14.7 µs a sample against 4.9 and 11.7 with
+// one row: 10 output channels over 10 input on 8×8 planes, 3 wide; the
+// MNIST Net's conv2, 5 wide).
+DEF_DGRADA(dgrad_a3, 3, 4)
+DEF_DGRADA(dgrad_a5, 5, 2)
 
 // ---- input gradient with stride s > 1: dx[n,c,iy,ix] = Σ_o Σ_{ki,kj}
 // w[o,c,ki,kj]·dy[n,o,(iy+p-ki)/s,(ix+p-kj)/s] over the taps whose
@@ -2226,12 +2528,36 @@ done:
 	return r;
 }
 
-// The plain bodies, compiled for AVX2 with FMA (fmaf becomes one
-// instruction) and for any x86-64 (fmaf from libm, exact but slow).
+static inline int strided_ok(const gorun_cgeom *g);
+
+// wgrad_a reports whether conv_wgrad_a takes g's weight gradient at level 1:
+// stride 1, kernels 3 or 5 wide, sums by column (not over flattened planes,
+// not by output channel, not by Winograd).
+static inline int wgrad_a(const gorun_cgeom *g) {
+	return g->s == 1 && (g->kw == 3 || g->kw == 5) && !winow_ok(g) && !wgrad_by_o(g) && !wgrad_flat(g) &&
+	       !wgrad_pw(g);
+}
+
+// wgrad_flat_a reports whether conv_wgrad_avx2 runs g's weight gradient over
+// flattened planes (DEF_WGRADFA).
+static inline int wgrad_flat_a(const gorun_cgeom *g) { return wgrad_flat(g) && !winow_ok(g) && !wgrad_by_o(g); }
+
+// Level 1 (AVX2 with FMA) runs the AVX2 bodies where they take g: the
+// forward of every geometry strided_ok takes but Winograd's, the stride-1
+// weight gradient of kernels 3 or 5 wide (by columns, wgrad_a, or over
+// flattened planes, wgrad_flat_a), the input gradient of dgrad_scatter's
+// geometries and, through the forward, of same convolutions; elsewhere the
+// plain loops compiled for AVX2 (fmaf becomes one instruction). Level 0
+// runs the plain loops for any x86-64 (fmaf from libm, exact but slow).
 __attribute__((target("avx2,fma"))) static int conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
                                                              const float *b, float *y) {
 	if (wino_ok(&g))
 		return wino_c(g, x, w, b, y);
+	if (strided_ok(&g)) {
+		long og;
+		int i = fwd_pick_avx2(&g, &og);
+		return g.s == 1 ? fwd_direct(g, x, w, b, y, fwd_bodies[i], og) : fwd_strided(g, x, w, b, y, fwds_bodies[i], og);
+	}
 	conv_fwd_c(g, x, w, b, y);
 	return 0;
 }
@@ -2243,6 +2569,19 @@ static int conv_fwd_plain(gorun_cgeom g, const float *x, const float *w, const f
 }
 __attribute__((target("avx2,fma"))) static int conv_wgrad_avx2(gorun_cgeom g, const float *dy, const float *x,
                                                                float *dw, int accumulate) {
+	if (wgrad_a(&g))
+		return conv_wgrad_a(g, dy, x, dw, accumulate);
+	if (wgrad_flat_a(&g)) {
+		long taps = g.o * g.c * g.kh * g.kw;
+		float *part = zalloc64(taps * 16);
+		if (!part)
+			return -1;
+		int err = conv_wgrad_flat(g, dy, x, part, wgradf_a3);
+		if (!err)
+			finish(part, taps, dw, accumulate);
+		free(part);
+		return err;
+	}
 	return conv_wgrad_c(g, dy, x, dw, accumulate);
 }
 static int conv_wgrad_plain(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate) {
@@ -2266,6 +2605,44 @@ static void conv_dgrad_plain(gorun_cgeom g, const float *dy, const float *w, flo
 // on planes up to 4096 columns (phase_split's column map).
 static inline int strided_ok(const gorun_cgeom *g) { return g->s == 1 || g->s <= MAXKW && g->w <= 4096; }
 
+// AVX2_DEPTH bounds the depth (the terms of each output's sum: C·KH·KW for
+// the forward pass and the weight gradient, O·KH·KW for the input
+// gradient) of the convolutions whose passes level 1 runs with its AVX2
+// bodies rather than lowering: deeper, the matrix multiply of lowering
+// catches up. BenchmarkConv's medians over 60 alternating calls here (AMD
+// EPYC Zen 3, AVX2 without AVX-512): the MNIST Net's conv2 (depth 250 and
+// 500) forward 0.42–0.49× lowering's time, weight gradient 0.78–0.83×,
+// input gradient 0.92–0.95× (best calls 0.70×); the ResNet's 7-column
+// layer (576) forward 1.11–1.13×, input gradient 1.15–1.27×.
+#define AVX2_DEPTH 512
+
+// fwd_fast_avx2 reports whether conv_fwd_avx2 runs g's forward pass with
+// the AVX2 bodies and faster than lowering: stride 1, not Winograd's
+// geometries (wino_c runs those), kernels wider than one column (1×1
+// kernels lower to a matrix product anyway), depth up to AVX2_DEPTH.
+static int fwd_fast_avx2(const gorun_cgeom *g) {
+	return g->s == 1 && !wino_ok(g) && g->kw > 1 && g->c * g->kh * g->kw <= AVX2_DEPTH;
+}
+
+// conv_fast_avx2 is gorun_vec_conv_fast at level 1: the forward where
+// fwd_fast_avx2 says; the weight gradient of stride 1 and kernels 3 or 5
+// wide by columns (wgrad_a) or over flattened planes (wgrad_flat_a), depth
+// up to AVX2_DEPTH; the input gradient of the geometries dgrad_scatter
+// takes, and of same convolutions whose transposed forward fwd_fast_avx2
+// takes.
+static int conv_fast_avx2(const gorun_cgeom *g) {
+	int r = 0;
+	if (fwd_fast_avx2(g))
+		r |= 1;
+	if ((wgrad_a(g) || wgrad_flat_a(g)) && g->c * g->kh * g->kw <= AVX2_DEPTH)
+		r |= 2;
+	gorun_cgeom gt = *g;
+	gt.c = g->o, gt.o = g->c, gt.h = g->oh, gt.w = g->ow, gt.oh = g->h, gt.ow = g->w;
+	if ((dgrad_scatter(g) || dgrad_same(g) && fwd_fast_avx2(&gt)) && g->o * g->kh * g->kw <= AVX2_DEPTH)
+		r |= 4;
+	return r;
+}
+
 // gorun_vec_conv_fast reports which passes the AVX-512 bodies take at
 // level: bit 0 the forward, bit 1 the weight gradient, bit 2 the input
 // gradient.
@@ -2279,6 +2656,8 @@ static inline int strided_ok(const gorun_cgeom *g) { return g->s == 1 || g->s <=
 // clear there, except for 1×1 kernels without padding (the ResNet's
 // downsamples), which pw_dgrad runs (0.7× lowering).
 int gorun_vec_conv_fast(int level, gorun_cgeom g) {
+	if (level == 1)
+		return conv_fast_avx2(&g);
 	if (level < 2 || !strided_ok(&g))
 		return 0;
 	int vl = __builtin_cpu_supports("avx512vl"), k35 = g.kw == 3 || g.kw == 5, r = 1;
@@ -2327,7 +2706,11 @@ int gorun_vec_conv_dgrad(int level, gorun_cgeom g, const float *dy, const float 
 		if (g.kw == 3)
 			return dgrad_k3(g, dy, w, dx);
 		return g.c % 5 == 0 && g.c % 4 != 0 ? dgrad_k5c5(g, dy, w, dx) : dgrad_k5(g, dy, w, dx);
-	case 1: conv_dgrad_avx2(g, dy, w, dx); break;
+	case 1:
+		if (dgrad_scatter(&g))
+			return g.kw == 3 ? dgrad_a3(g, dy, w, dx) : dgrad_a5(g, dy, w, dx);
+		conv_dgrad_avx2(g, dy, w, dx);
+		break;
 	default: conv_dgrad_plain(g, dy, w, dx);
 	}
 	return 0;
@@ -2398,12 +2781,14 @@ int gorun_vec_conv_pool_grad(int level, gorun_cgeom g, const float *dy, const in
 	int wl = level; // the weight gradient's level, as gorun_vec_conv_wgrad picks it
 	if (wl == 2 && !((g.kw == 3 || g.kw == 5) && g.ow <= 128 && (wgrad_lanes(&g) == 16 || __builtin_cpu_supports("avx512vl"))))
 		wl = 1;
+	if (wl == 1 && !wgrad_a(&g))
+		wl = -1; // the loops compiled for AVX2
 	float *part = zalloc64(taps * 16);
 	double *bsum = calloc(g.o + 1, sizeof(double));
 	float *xp = NULL;
-	if (wl == 2 && g.p > 0)
+	if (wl >= 1 && g.p > 0)
 		xp = calloc(CP_NB * g.c * (g.h + 2 * g.p) * (g.w + 2 * g.p) + 16, sizeof(float));
-	if (!part || !bsum || (wl == 2 && g.p > 0 && !xp)) {
+	if (!part || !bsum || (wl >= 1 && g.p > 0 && !xp)) {
 		free(part), free(bsum), free(xp);
 		return -1;
 	}
@@ -2425,7 +2810,8 @@ int gorun_vec_conv_pool_grad(int level, gorun_cgeom g, const float *dy, const in
 		const float *xc = x + n0 * g.c * hw;
 		switch (wl) {
 		case 2: wgrad_part_avx512(gc, dc, xc, part, xp); break;
-		case 1: wgrad_part_avx2(gc, dc, xc, part); break;
+		case 1: wgrad_part_a(gc, dc, xc, part, xp); break;
+		case -1: wgrad_part_avx2(gc, dc, xc, part); break;
 		default: wgrad_part_plain(gc, dc, xc, part);
 		}
 		if (db)
