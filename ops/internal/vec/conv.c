@@ -895,6 +895,152 @@ done:
 	return r;
 }
 
+// wino_gemm_a is wino_gemm with AVX2 (level 1): 4 output channels × 24
+// tiles (then 8) in registers.
+__attribute__((target("avx2,fma"))) static void wino_gemm_a(long o, long c, long tp, long nt, const float *u,
+                                                            const float *v, float *m) {
+	for (long o0 = 0; o0 < o; o0 += 4) {
+		const float *uo = u + o0 / 8 * 8 * c + o0 % 8;
+		long t = 0;
+		for (; t + 24 <= nt; t += 24) {
+			__m256 acc[4][3];
+			_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = _mm256_setzero_ps();
+			for (long cc = 0; cc < c; cc++) {
+				const float *vc = v + cc * tp + t;
+				__m256 v0 = _mm256_loadu_ps(vc), v1 = _mm256_loadu_ps(vc + 8), v2 = _mm256_loadu_ps(vc + 16);
+				_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+					__m256 ub = _mm256_set1_ps(uo[cc * 8 + i]);
+					acc[i][0] = _mm256_fmadd_ps(ub, v0, acc[i][0]);
+					acc[i][1] = _mm256_fmadd_ps(ub, v1, acc[i][1]);
+					acc[i][2] = _mm256_fmadd_ps(ub, v2, acc[i][2]);
+				}
+			}
+			_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) for (int k = 0; k < 3; k++)
+				_mm256_storeu_ps(m + (o0 + i) * tp + t + 8 * k, acc[i][k]);
+		}
+		for (; t < nt; t += 8) {
+			__m256 acc[4];
+			_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
+			for (long cc = 0; cc < c; cc++) {
+				__m256 v0 = _mm256_loadu_ps(v + cc * tp + t);
+				_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+					acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(uo[cc * 8 + i]), v0, acc[i]);
+			}
+			_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_ps(m + (o0 + i) * tp + t, acc[i]);
+		}
+	}
+}
+
+// a_evens and a_odds return the even and the odd elements of the sixteen
+// floats lo, hi in order.
+__attribute__((target("avx2,fma"))) static inline __m256 a_evens(__m256 lo, __m256 hi) {
+	return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xd8));
+}
+__attribute__((target("avx2,fma"))) static inline __m256 a_odds(__m256 lo, __m256 hi) {
+	return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd)), 0xd8));
+}
+
+// conv_wino_a is wino_c with AVX2 (level 1): the transforms over blocks of
+// eight tiles of a tile row (lanes tw, columns split by parity with
+// shuffles), the products by wino_gemm_a. Each sample goes by groups of
+// tile rows whose transformed inputs and products (16·(C+O) floats a tile)
+// stay within about 128 KB (Zen 3's L2 is 512 KB a core; whole samples, as
+// conv_wino_avx512 plans them, measured 70 µs a sample on the ResNet's
+// 28-column layer against 58 by groups). Zen 3's masked stores are slow,
+// so every block stores all eight lanes: those past a tile row land on the
+// next row's tiles (written after them) or on sixteen tiles of slack
+// after the group's, and in y on the next output row's first eight columns
+// (written after them: a tile row's blocks go from the last), but for a
+// plane's last row (the next plane's first was written by an earlier
+// group).
+__attribute__((target("avx2,fma"))) static int conv_wino_a(gorun_cgeom g, const float *x, const float *w,
+                                                           const float *b, float *y) {
+	wino_dims d = wino_plan(&g);
+	long plane = g.oh * g.ow, ob = g.o / 8, want = 2048 / (g.c + g.o) > 24 ? 2048 / (g.c + g.o) : 24;
+	long tr = want / d.tw > 1 ? want / d.tw : 1; // tile rows a group
+	d.nb = 1, d.tp = (tr * d.tw + 7) / 8 * 8 + 16;
+	wino_bufs bf;
+	float *u, *xp, *v, *m;
+	int r = -1;
+	if (wino_alloc(&g, &d, w, &bf))
+		goto done;
+	u = bf.u, xp = bf.xp, v = bf.v, m = bf.m;
+	for (long n = 0; n < g.n; n++) {
+		wino_border(&g, &d, x, n, 1, xp);
+		float *yn = y + n * g.o * plane;
+		for (long th0 = 0; th0 < d.th; th0 += tr) {
+			long nr = d.th - th0 < tr ? d.th - th0 : tr, nt = nr * d.tw;
+			for (long c = 0; c < g.c; c++)
+				for (long th = th0; th < th0 + nr; th++)
+					for (long tw0 = 0; tw0 < d.tw; tw0 += 8) {
+						/* patch rows of the tiles tw0 … tw0+7; past the plane's tiles, the
+						   next row's (the copy has slack after its last plane) */
+						const float *p = xp + (c * d.ph + 2 * th) * d.pw + 2 * tw0;
+						__m256 dv[4][4]; // dv[i][j]: patch row i, column j, lane tw
+						for (int i = 0; i < 4; i++) {
+							const float *row = p + i * d.pw;
+							__m256 a0 = _mm256_loadu_ps(row), a1 = _mm256_loadu_ps(row + 8);
+							__m256 b0 = _mm256_loadu_ps(row + 2), b1 = _mm256_loadu_ps(row + 10);
+							dv[i][0] = a_evens(a0, a1), dv[i][1] = a_odds(a0, a1);
+							dv[i][2] = a_evens(b0, b1), dv[i][3] = a_odds(b0, b1);
+						}
+						__m256 t[4][4];
+						for (int j = 0; j < 4; j++) {
+							t[0][j] = _mm256_sub_ps(dv[0][j], dv[2][j]), t[1][j] = _mm256_add_ps(dv[1][j], dv[2][j]);
+							t[2][j] = _mm256_sub_ps(dv[2][j], dv[1][j]), t[3][j] = _mm256_sub_ps(dv[1][j], dv[3][j]);
+						}
+						long at = (th - th0) * d.tw + tw0;
+						for (int a = 0; a < 4; a++) {
+							__m256 e[4] = {_mm256_sub_ps(t[a][0], t[a][2]), _mm256_add_ps(t[a][1], t[a][2]),
+							               _mm256_sub_ps(t[a][2], t[a][1]), _mm256_sub_ps(t[a][1], t[a][3])};
+							for (int q = 0; q < 4; q++)
+								_mm256_storeu_ps(v + ((a * 4 + q) * g.c + c) * d.tp + at, e[q]);
+						}
+					}
+			for (long xi = 0; xi < 16; xi++)
+				wino_gemm_a(g.o, g.c, d.tp, nt, u + xi * ob * g.c * 8, v + xi * g.c * d.tp, m + xi * g.o * d.tp);
+			for (long o = 0; o < g.o; o++) {
+				float *yo = yn + o * plane;
+				__m256 bias = b ? _mm256_set1_ps(b[o]) : _mm256_setzero_ps();
+				for (long th = th0; th < th0 + nr; th++)
+					for (long tw0 = (d.tw - 1) / 8 * 8; tw0 >= 0; tw0 -= 8) { // the last first: see above
+						long at = (th - th0) * d.tw + tw0, st = 4 * g.o * d.tp; // from ξ to ξ + 4
+						__m256 sm[2][4];
+						for (int j = 0; j < 4; j++) {
+							const float *mj = m + (j * g.o + o) * d.tp + at;
+							__m256 m0 = _mm256_loadu_ps(mj), m1 = _mm256_loadu_ps(mj + st), m2 = _mm256_loadu_ps(mj + 2 * st),
+							       m3 = _mm256_loadu_ps(mj + 3 * st);
+							sm[0][j] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+							sm[1][j] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+						}
+						long c0 = 2 * tw0; // the block's first output column
+						for (int a = 0; a < 2; a++) {
+							long oy = 2 * th + a;
+							if (oy >= g.oh)
+								break;
+							int last = oy == g.oh - 1;
+							unsigned k0 = last ? outmask(g.ow, c0, 8) : 0xffu;
+							unsigned k1 = g.ow <= c0 + 8 ? 0 : last ? outmask(g.ow, c0 + 8, 8) : 0xffu;
+							__m256 q0 = _mm256_add_ps(_mm256_add_ps(sm[a][0], sm[a][1]), sm[a][2]);
+							__m256 q1 = _mm256_sub_ps(_mm256_sub_ps(sm[a][1], sm[a][2]), sm[a][3]);
+							if (b)
+								q0 = _mm256_add_ps(q0, bias), q1 = _mm256_add_ps(q1, bias);
+							__m256 lo = _mm256_unpacklo_ps(q0, q1), hi = _mm256_unpackhi_ps(q0, q1);
+							float *yr = yo + oy * g.ow + c0;
+							astorem(yr, k0, _mm256_permute2f128_ps(lo, hi, 0x20));
+							if (k1)
+								astorem(yr + 8, k1, _mm256_permute2f128_ps(lo, hi, 0x31));
+						}
+					}
+			}
+		}
+	}
+	r = 0;
+done:
+	wino_free(&bf);
+	return r;
+}
+
 // ---- weight gradient by Winograd F(2×2, 3×3) ----
 //
 // dw = Gᵀ[Σ_tiles (A dY Aᵀ) ⊙ (Bᵀ d B)]G summed over every 2×2 tile of dy
@@ -1131,6 +1277,123 @@ __attribute__((target("avx512f,fma"))) static int conv_winow_avx512(gorun_cgeom 
 		}
 	}
 #undef NEG
+	winow_out(O, C, bf.du, dw, accumulate);
+	r = 0;
+done:
+	winow_free(&bf);
+	return r;
+}
+
+// transpose_a is transpose with AVX2 (level 1): 8 × 8 blocks through
+// registers.
+__attribute__((target("avx2,fma"))) static void transpose_a(const float *src, long rows, long cols, long lds, float *dst,
+                                                            long ldd) {
+	for (long i0 = 0; i0 < rows; i0 += 8) {
+		long ni = rows - i0 < 8 ? rows - i0 : 8;
+		for (long j0 = 0; j0 < cols; j0 += 8) {
+			long nj = cols - j0 < 8 ? cols - j0 : 8;
+			__m256i lm = amask(outmask(nj, 0, 8));
+			__m256 r[8], t[8], q[8];
+			for (int i = 0; i < 8; i++) {
+				const float *sr = src + (i0 + i) * lds + j0;
+				r[i] = i >= ni ? _mm256_setzero_ps() : nj == 8 ? _mm256_loadu_ps(sr) : _mm256_maskload_ps(sr, lm);
+			}
+			for (int i = 0; i < 8; i += 2)
+				t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+			for (int i = 0; i < 8; i += 4) {
+				q[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), q[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+				q[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), q[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+			}
+			for (int j = 0; j < 4; j++)
+				r[j] = _mm256_permute2f128_ps(q[j], q[j + 4], 0x20), r[j + 4] = _mm256_permute2f128_ps(q[j], q[j + 4], 0x31);
+			unsigned sm = outmask(ni, 0, 8);
+			for (int j = 0; j < nj; j++)
+				astorem(dst + (j0 + j) * ldd + i0, sm, r[j]);
+		}
+	}
+}
+
+// winow_gemm_a adds Σ_t dM·V of one ξ over nt tiles to du with AVX2
+// (level 1): 4 output channels × 16 input channels in registers.
+__attribute__((target("avx2,fma"))) static void winow_gemm_a(long o, long c, long nt, const float *m, const float *v,
+                                                             float *du) {
+	for (long o0 = 0; o0 < o; o0 += 4)
+		for (long c0 = 0; c0 < c; c0 += 16) {
+			__m256 acc[4][2];
+			_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+			for (long t = 0; t < nt; t++) {
+				__m256 v0 = _mm256_loadu_ps(v + t * c + c0), v1 = _mm256_loadu_ps(v + t * c + c0 + 8);
+				_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+					__m256 mb = _mm256_set1_ps(m[t * o + o0 + i]);
+					acc[i][0] = _mm256_fmadd_ps(mb, v0, acc[i][0]);
+					acc[i][1] = _mm256_fmadd_ps(mb, v1, acc[i][1]);
+				}
+			}
+			_Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) for (int k = 0; k < 2; k++) {
+				float *u = du + (o0 + i) * c + c0 + 8 * k;
+				_mm256_storeu_ps(u, _mm256_add_ps(_mm256_loadu_ps(u), acc[i][k]));
+			}
+		}
+}
+
+// conv_winow_a is winow_c with AVX2 (level 1): conv_winow_avx512 with
+// vectors of 8 channels.
+__attribute__((target("avx2,fma"))) static int conv_winow_a(gorun_cgeom g, const float *dy, const float *x, float *dw,
+                                                            int accumulate) {
+	winow_dims d = winow_plan(&g);
+	winow_bufs bf;
+	int r = -1;
+	long hw = g.h * g.w, plane = g.oh * g.ow, C = g.c, O = g.o;
+	if (winow_alloc(&g, &d, &bf))
+		goto done;
+	const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+#define NEGA(v) _mm256_xor_ps(v, sign)
+	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
+		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * d.per;
+		for (long s = 0; s < nb; s++) {
+			for (long iy = 0; iy < g.h; iy++)
+				transpose_a(x + (n0 + s) * C * hw + iy * g.w, C, g.w, hw, bf.xq + ((s * d.ph + iy + 1) * d.pw + 1) * C, C);
+			for (long oy = 0; oy < g.oh; oy++)
+				transpose_a(dy + (n0 + s) * O * plane + oy * g.ow, O, g.ow, plane, bf.dq + (s * d.qh + oy) * d.qw * O, O);
+		}
+		for (long s = 0; s < nb; s++)
+			for (long th = 0; th < d.th; th++)
+				for (long tw = 0; tw < d.tw; tw++) {
+					long t = s * d.per + th * d.tw + tw;
+					for (long c = 0; c < C; c += 8) {
+						const float *p = bf.xq + ((s * d.ph + 2 * th) * d.pw + 2 * tw) * C + c;
+						__m256 u[4][4];
+						for (int j = 0; j < 4; j++) {
+							__m256 d0 = _mm256_loadu_ps(p + j * C), d1 = _mm256_loadu_ps(p + (d.pw + j) * C);
+							__m256 d2 = _mm256_loadu_ps(p + (2 * d.pw + j) * C), d3 = _mm256_loadu_ps(p + (3 * d.pw + j) * C);
+							u[0][j] = _mm256_sub_ps(d0, d2), u[1][j] = _mm256_add_ps(d1, d2);
+							u[2][j] = _mm256_sub_ps(d2, d1), u[3][j] = _mm256_sub_ps(d1, d3);
+						}
+						for (int a = 0; a < 4; a++) {
+							__m256 e[4] = {_mm256_sub_ps(u[a][0], u[a][2]), _mm256_add_ps(u[a][1], u[a][2]),
+							               _mm256_sub_ps(u[a][2], u[a][1]), _mm256_sub_ps(u[a][1], u[a][3])};
+							for (int q = 0; q < 4; q++)
+								_mm256_storeu_ps(bf.v + ((a * 4 + q) * nt + t) * C + c, e[q]);
+						}
+					}
+					for (long o = 0; o < O; o += 8) {
+						const float *q = bf.dq + ((s * d.qh + 2 * th) * d.qw + 2 * tw) * O + o;
+						__m256 a = _mm256_loadu_ps(q), b = _mm256_loadu_ps(q + O), c = _mm256_loadu_ps(q + d.qw * O),
+						       e = _mm256_loadu_ps(q + (d.qw + 1) * O);
+						__m256 rw[4][2] = {{a, b}, {_mm256_add_ps(a, c), _mm256_add_ps(b, e)},
+						                   {_mm256_sub_ps(a, c), _mm256_sub_ps(b, e)}, {NEGA(c), NEGA(e)}};
+						for (int i = 0; i < 4; i++) {
+							__m256 f[4] = {rw[i][0], _mm256_add_ps(rw[i][0], rw[i][1]), _mm256_sub_ps(rw[i][0], rw[i][1]),
+							               NEGA(rw[i][1])};
+							for (int j = 0; j < 4; j++)
+								_mm256_storeu_ps(bf.m + ((i * 4 + j) * nt + t) * O + o, f[j]);
+						}
+					}
+				}
+		for (long xi = 0; xi < 16; xi++)
+			winow_gemm_a(O, C, nt, bf.m + xi * nt * O, bf.v + xi * nt * C, bf.du + xi * O * C);
+	}
+#undef NEGA
 	winow_out(O, C, bf.du, dw, accumulate);
 	r = 0;
 done:
@@ -2543,16 +2806,17 @@ static inline int wgrad_a(const gorun_cgeom *g) {
 static inline int wgrad_flat_a(const gorun_cgeom *g) { return wgrad_flat(g) && !winow_ok(g) && !wgrad_by_o(g); }
 
 // Level 1 (AVX2 with FMA) runs the AVX2 bodies where they take g: the
-// forward of every geometry strided_ok takes but Winograd's, the stride-1
-// weight gradient of kernels 3 or 5 wide (by columns, wgrad_a, or over
-// flattened planes, wgrad_flat_a), the input gradient of dgrad_scatter's
-// geometries and, through the forward, of same convolutions; elsewhere the
-// plain loops compiled for AVX2 (fmaf becomes one instruction). Level 0
-// runs the plain loops for any x86-64 (fmaf from libm, exact but slow).
+// forward of every geometry strided_ok takes (Winograd's by conv_wino_a),
+// the weight gradient by Winograd (conv_winow_a) and at stride 1 for
+// kernels 3 or 5 wide (by columns, wgrad_a, or over flattened planes,
+// wgrad_flat_a), the input gradient of dgrad_scatter's geometries and,
+// through the forward, of same convolutions; elsewhere the plain loops
+// compiled for AVX2 (fmaf becomes one instruction). Level 0 runs the plain
+// loops for any x86-64 (fmaf from libm, exact but slow).
 __attribute__((target("avx2,fma"))) static int conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
                                                              const float *b, float *y) {
 	if (wino_ok(&g))
-		return wino_c(g, x, w, b, y);
+		return conv_wino_a(g, x, w, b, y);
 	if (strided_ok(&g)) {
 		long og;
 		int i = fwd_pick_avx2(&g, &og);
@@ -2569,6 +2833,8 @@ static int conv_fwd_plain(gorun_cgeom g, const float *x, const float *w, const f
 }
 __attribute__((target("avx2,fma"))) static int conv_wgrad_avx2(gorun_cgeom g, const float *dy, const float *x,
                                                                float *dw, int accumulate) {
+	if (winow_ok(&g))
+		return conv_winow_a(g, dy, x, dw, accumulate);
 	if (wgrad_a(&g))
 		return conv_wgrad_a(g, dy, x, dw, accumulate);
 	if (wgrad_flat_a(&g)) {
@@ -2617,28 +2883,30 @@ static inline int strided_ok(const gorun_cgeom *g) { return g->s == 1 || g->s <=
 #define AVX2_DEPTH 512
 
 // fwd_fast_avx2 reports whether conv_fwd_avx2 runs g's forward pass with
-// the AVX2 bodies and faster than lowering: stride 1, not Winograd's
-// geometries (wino_c runs those), kernels wider than one column (1×1
-// kernels lower to a matrix product anyway), depth up to AVX2_DEPTH.
+// the AVX2 bodies and faster than lowering: Winograd's geometries (the
+// ResNet's 28- and 14-column layers: 0.55× lowering's time, input gradients
+// 0.52–0.59×); stride 1, kernels wider than one column (1×1 kernels lower
+// to a matrix product anyway) and depth up to AVX2_DEPTH.
 static int fwd_fast_avx2(const gorun_cgeom *g) {
-	return g->s == 1 && !wino_ok(g) && g->kw > 1 && g->c * g->kh * g->kw <= AVX2_DEPTH;
+	return g->s == 1 && g->kw > 1 && (wino_ok(g) || g->c * g->kh * g->kw <= AVX2_DEPTH);
 }
 
 // conv_fast_avx2 is gorun_vec_conv_fast at level 1: the forward where
-// fwd_fast_avx2 says; the weight gradient of stride 1 and kernels 3 or 5
-// wide by columns (wgrad_a) or over flattened planes (wgrad_flat_a), depth
-// up to AVX2_DEPTH; the input gradient of the geometries dgrad_scatter
-// takes, and of same convolutions whose transposed forward fwd_fast_avx2
-// takes.
+// fwd_fast_avx2 says; the weight gradient by Winograd (the ResNet's 28- and
+// 14-column layers: 0.52–0.64× lowering's time), and of stride 1 and
+// kernels 3 or 5 wide by columns (wgrad_a) or over flattened planes
+// (wgrad_flat_a) with depth up to AVX2_DEPTH; the input gradient of the
+// geometries dgrad_scatter takes (depth up to AVX2_DEPTH), and of same
+// convolutions whose transposed forward fwd_fast_avx2 takes.
 static int conv_fast_avx2(const gorun_cgeom *g) {
 	int r = 0;
 	if (fwd_fast_avx2(g))
 		r |= 1;
-	if ((wgrad_a(g) || wgrad_flat_a(g)) && g->c * g->kh * g->kw <= AVX2_DEPTH)
+	if ((wgrad_a(g) || wgrad_flat_a(g)) && g->c * g->kh * g->kw <= AVX2_DEPTH || winow_ok(g))
 		r |= 2;
 	gorun_cgeom gt = *g;
 	gt.c = g->o, gt.o = g->c, gt.h = g->oh, gt.w = g->ow, gt.oh = g->h, gt.ow = g->w;
-	if ((dgrad_scatter(g) || dgrad_same(g) && fwd_fast_avx2(&gt)) && g->o * g->kh * g->kw <= AVX2_DEPTH)
+	if (dgrad_scatter(g) && g->o * g->kh * g->kw <= AVX2_DEPTH || dgrad_same(g) && fwd_fast_avx2(&gt))
 		r |= 4;
 	return r;
 }

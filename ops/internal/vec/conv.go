@@ -54,15 +54,16 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // without padding (output channels by 8s) run as a matrix product a sample
 // over the pixels they read.
 //
-// With AVX2 and FMA alone (Level 1), for convolutions of depth (the terms
+// With AVX2 and FMA alone (Level 1): the 3×3 convolutions that
+// ConvForward and ConvGradWeight run by Winograd, all three passes (the
+// input gradient as the forward); and for convolutions of depth (the terms
 // of each output's sum: C·KH·KW, or O·KH·KW for the input gradient) up to
-// 512, where lowering's matrix multiply has not caught up: the forward at
-// stride 1 of kernels wider than one column, but not the 3×3 convolutions
-// ConvForward runs by Winograd; the weight gradient at stride 1 of kernels
-// 3 or 5 wide, by columns or over flattened planes (not one sum per tap,
-// not by Winograd: see ConvGradWeight); the input gradient of kernels 3 or
-// 5 wide with output planes up to 8 columns and input planes up to 16, and
-// of "same" convolutions through the forward body.
+// 512, where lowering's matrix multiply has not caught up, the forward at
+// stride 1 of kernels wider than one column, the weight gradient at stride
+// 1 of kernels 3 or 5 wide by columns or over flattened planes (not one sum
+// per tap: see ConvGradWeight), the input gradient of kernels 3 or 5 wide
+// with output planes up to 8 columns and input planes up to 16, and of
+// "same" convolutions through the forward body.
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)
