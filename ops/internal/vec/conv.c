@@ -1401,10 +1401,74 @@ done:
 	return r;
 }
 
+// DEF_FWDOA is DEF_FWDO with AVX2 (level 1): PIX pixels × 16 output
+// channels (two vectors) in registers, so that each tap's two vectors of
+// weights feed 2·PIX fused multiply-adds.
+#define DEF_FWDOA(NAME, PIX)                                                                                        \
+	__attribute__((target("avx2,fma"))) static void NAME(gorun_cgeom g, const float *x, long pw, long cs,          \
+	                                                     const float *wt, const float *b, float *yt) {             \
+		long plane = g.oh * g.ow;                                                                                 \
+		for (long p0 = 0; p0 < plane; p0 += PIX) {                                                                \
+			const float *px[PIX];                                                                                 \
+			for (int i = 0; i < PIX; i++) {                                                                       \
+				long q = p0 + i < plane ? p0 + i : p0;                                                            \
+				px[i] = x + (q / g.ow) * g.s * pw + (q % g.ow) * g.s;                                             \
+			}                                                                                                     \
+			for (long o0 = 0; o0 < g.o; o0 += 16) {                                                               \
+				__m256 b0 = b ? _mm256_loadu_ps(b + o0) : _mm256_setzero_ps(),                                    \
+				       b1 = b ? _mm256_loadu_ps(b + o0 + 8) : _mm256_setzero_ps();                                \
+				__m256 acc[PIX][2];                                                                               \
+				_Pragma("GCC unroll 8") for (int i = 0; i < PIX; i++) acc[i][0] = b0, acc[i][1] = b1;             \
+				const float *wk = wt + o0;                                                                        \
+				for (long c = 0; c < g.c; c++)                                                                    \
+					for (long ki = 0; ki < g.kh; ki++) {                                                          \
+						long t = c * cs + ki * pw;                                                                \
+						for (long kj = 0; kj < g.kw; kj++, wk += g.o) {                                           \
+							__m256 w0 = _mm256_loadu_ps(wk), w1 = _mm256_loadu_ps(wk + 8);                        \
+							_Pragma("GCC unroll 8") for (int i = 0; i < PIX; i++) {                               \
+								__m256 xv = _mm256_set1_ps(px[i][t + kj]);                                        \
+								acc[i][0] = _mm256_fmadd_ps(w0, xv, acc[i][0]);                                   \
+								acc[i][1] = _mm256_fmadd_ps(w1, xv, acc[i][1]);                                   \
+							}                                                                                     \
+						}                                                                                         \
+					}                                                                                             \
+				_Pragma("GCC unroll 8") for (int i = 0; i < PIX; i++) if (p0 + i < plane) {                       \
+					_mm256_storeu_ps(yt + (p0 + i) * g.o + o0, acc[i][0]);                                        \
+					_mm256_storeu_ps(yt + (p0 + i) * g.o + o0 + 8, acc[i][1]);                                    \
+				}                                                                                                 \
+			}                                                                                                     \
+		}                                                                                                         \
+	}
+
+DEF_FWDOA(fwdo_a5, 5)
+DEF_FWDOA(fwdo_a6, 6)
+
+// fwdo_a runs the DEF_FWDOA body for g: tiles of 5 pixels where they idle
+// fewer than 6 would (7×7 planes: 1 of 50 against 5 of 54).
+static void fwdo_a(gorun_cgeom g, const float *x, long pw, long cs, const float *wt, const float *b, float *yt) {
+	long plane = g.oh * g.ow;
+	if ((5 - plane % 5) % 5 * 6 < (6 - plane % 6) % 6 * 5)
+		fwdo_a5(g, x, pw, cs, wt, b, yt);
+	else
+		fwdo_a6(g, x, pw, cs, wt, b, yt);
+}
+
+static int fwd_by_o_run(gorun_cgeom g, const float *x, const float *w, const float *b, float *y,
+                        void (*fwdo)(gorun_cgeom, const float *, long, long, const float *, const float *, float *),
+                        void (*tr)(const float *, long, long, long, float *, long));
+
 // conv_fwd_by_o runs fwdo per sample over a zero-bordered copy (padding
 // and stride both read through it) and transposes its outputs into y.
 __attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const float *x, const float *w,
                                                              const float *b, float *y) {
+	return fwd_by_o_run(g, x, w, b, y, fwdo, transpose);
+}
+
+// fwd_by_o_run is conv_fwd_by_o with the body fwdo (or fwdo_a) and the
+// transposition tr.
+static int fwd_by_o_run(gorun_cgeom g, const float *x, const float *w, const float *b, float *y,
+                        void (*fwdo)(gorun_cgeom, const float *, long, long, const float *, const float *, float *),
+                        void (*tr)(const float *, long, long, long, float *, long)) {
 	long taps = g.c * g.kh * g.kw, plane = g.oh * g.ow, hw = g.h * g.w;
 	long pw = g.w + 2 * g.p, ph0 = g.h + 2 * g.p, need = (g.oh - 1) * g.s + g.kh, ph = need > ph0 ? need : ph0;
 	float *wt = tap_major(g.o, taps, w), *xp = calloc(g.c * ph * pw + 16, sizeof(float)),
@@ -1416,7 +1480,7 @@ __attribute__((target("avx512f"))) static int conv_fwd_by_o(gorun_cgeom g, const
 		border_copy(&g, x + n * g.c * hw, xp, ph, pw);
 		fwdo(g, xp, pw, ph * pw, wt, b, yt);
 		float *yn = y + n * g.o * plane;
-		transpose(yt, plane, g.o, g.o, yn, plane);
+		tr(yt, plane, g.o, g.o, yn, plane);
 	}
 	r = 0;
 done:
@@ -2184,11 +2248,85 @@ __attribute__((target("avx512f,fma"))) static void wgrado16(gorun_cgeom g, const
 	}
 }
 
+// DEF_WGRADOA is DEF_WGRADO with AVX2 (level 1) for kernels 3 wide: the
+// sums of KHC kernel rows (from ki0) × 3 columns × OBV vectors of 8 output
+// channels of one input channel in registers, each output pixel loading
+// OBV vectors of dy and 3·KHC broadcasts of x.
+#define DEF_WGRADOA(NAME, KHC, OBV)                                                                                 \
+	__attribute__((target("avx2,fma"))) static void NAME(gorun_cgeom g, const float *dt, const float *xp, long ph, \
+	                                                     long pw, float *pt, long ki0) {                           \
+		long plane = g.oh * g.ow;                                                                                 \
+		for (long c = 0; c < g.c; c++)                                                                            \
+			for (long o0 = 0; o0 < g.o; o0 += 8 * OBV) {                                                          \
+				float *pk = pt + (c * g.kh + ki0) * 3 * g.o + o0;                                                 \
+				__m256 acc[KHC][3][OBV];                                                                          \
+				_Pragma("GCC unroll 3") for (int r = 0; r < KHC; r++)                                             \
+					_Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++)                                        \
+						_Pragma("GCC unroll 4") for (int b = 0; b < OBV; b++)                                     \
+							acc[r][kj][b] = _mm256_loadu_ps(pk + (r * 3 + kj) * g.o + 8 * b);                     \
+				for (long n = 0; n < g.n; n++) {                                                                  \
+					const float *dn = dt + n * plane * g.o + o0;                                                  \
+					for (long oy = 0; oy < g.oh; oy++) {                                                          \
+						const float *xr = xp + ((n * g.c + c) * ph + oy * g.s + ki0) * pw;                        \
+						for (long ox = 0; ox < g.ow; ox++, dn += g.o) {                                           \
+							__m256 d[OBV];                                                                        \
+							_Pragma("GCC unroll 4") for (int b = 0; b < OBV; b++) {                               \
+								d[b] = _mm256_loadu_ps(dn + 8 * b);                                               \
+								__asm__("" : "+x"(d[b])); /* one load, not one folded into each product */       \
+							}                                                                                     \
+							const float *xq = xr + ox * g.s;                                                      \
+							_Pragma("GCC unroll 3") for (int r = 0; r < KHC; r++)                                 \
+								_Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++) {                          \
+									__m256 xv = _mm256_set1_ps(xq[r * pw + kj]);                                  \
+									_Pragma("GCC unroll 4") for (int b = 0; b < OBV; b++)                         \
+										acc[r][kj][b] = _mm256_fmadd_ps(d[b], xv, acc[r][kj][b]);                 \
+								}                                                                                 \
+						}                                                                                         \
+					}                                                                                             \
+				}                                                                                                 \
+				_Pragma("GCC unroll 3") for (int r = 0; r < KHC; r++)                                             \
+					_Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++)                                        \
+						_Pragma("GCC unroll 4") for (int b = 0; b < OBV; b++)                                     \
+							_mm256_storeu_ps(pk + (r * 3 + kj) * g.o + 8 * b, acc[r][kj][b]);                     \
+			}                                                                                                     \
+	}
+
+// Two rows × 16 channels (12 sums): the ResNet's layers measured 64, 47 and
+// 37 µs a sample (7 columns; 14, stride 2; 7, stride 2) against 68, 52 and
+// 43 with all three rows × 8 channels and 104, 60 and 53 with one row × 32.
+DEF_WGRADOA(wgrado_a2, 2, 2)
+DEF_WGRADOA(wgrado_a1, 1, 2)
+
+// wgrado_a runs the DEF_WGRADOA bodies over g's kernel rows, two at a time.
+static void wgrado_a(gorun_cgeom g, const float *dt, const float *xp, long ph, long pw, float *pt) {
+	long ki = 0;
+	for (; ki + 2 <= g.kh; ki += 2)
+		wgrado_a2(g, dt, xp, ph, pw, pt, ki);
+	if (ki < g.kh)
+		wgrado_a1(g, dt, xp, ph, pw, pt, ki);
+}
+
+static int wgrad_by_o_run(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate,
+                          void (*body)(gorun_cgeom, const float *, const float *, long, long, float *), long nb,
+                          void (*tr)(const float *, long, long, long, float *, long));
+
 // conv_wgrad_by_o runs DEF_WGRADO over chunks of NB samples: dy transposed
 // pixel-major and x copied into zero-bordered planes (with the rows a
 // stride skips past the end, so that row s·oy + ki always exists).
 __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, const float *dy, const float *x, float *dw,
                                                                int accumulate) {
+	int b4 = g.o % 64 == 0;
+	void (*body)(gorun_cgeom, const float *, const float *, long, long, float *) =
+	    wgrad_o16(&g) ? wgrado16 : b4 ? wgrado_k3b4 : wgrado_k3b2;
+	long nb = wgrad_o16(&g) ? WO16 : NB; // samples a chunk
+	return wgrad_by_o_run(g, dy, x, dw, accumulate, body, nb, transpose);
+}
+
+// wgrad_by_o_run is conv_wgrad_by_o with the body, chunk size nb and
+// transposition tr given.
+static int wgrad_by_o_run(gorun_cgeom g, const float *dy, const float *x, float *dw, int accumulate,
+                          void (*body)(gorun_cgeom, const float *, const float *, long, long, float *), long nb,
+                          void (*tr)(const float *, long, long, long, float *, long)) {
 	long plane = g.oh * g.ow, hw = g.h * g.w, taps = g.c * g.kh * g.kw;
 	long pw = g.w + 2 * g.p, ph0 = g.h + 2 * g.p, need = (g.oh - 1) * g.s + g.kh, ph = need > ph0 ? need : ph0;
 	float *pt = calloc(taps * g.o, sizeof(float)), *dt = malloc(NB * plane * g.o * sizeof(float));
@@ -2199,16 +2337,12 @@ __attribute__((target("avx512f"))) static int conv_wgrad_by_o(gorun_cgeom g, con
 		free(xp);
 		return -1;
 	}
-	int b4 = g.o % 64 == 0;
-	void (*body)(gorun_cgeom, const float *, const float *, long, long, float *) =
-	    wgrad_o16(&g) ? wgrado16 : b4 ? wgrado_k3b4 : wgrado_k3b2;
-	long nb = wgrad_o16(&g) ? WO16 : NB; // samples a chunk
 	for (long n0 = 0; n0 < g.n; n0 += nb) {
 		gorun_cgeom gc = g;
 		gc.n = g.n - n0 < nb ? g.n - n0 : nb;
 		for (long i = 0; i < gc.n; i++) {
 			const float *dyn = dy + (n0 + i) * g.o * plane;
-			transpose(dyn, g.o, plane, plane, dt + i * plane * g.o, g.o);
+			tr(dyn, g.o, plane, plane, dt + i * plane * g.o, g.o);
 			border_copy(&g, x + (n0 + i) * g.c * hw, xp + i * g.c * ph * pw, ph, pw);
 		}
 		body(gc, dt, xp, ph, pw, pt);
@@ -2806,17 +2940,20 @@ static inline int wgrad_a(const gorun_cgeom *g) {
 static inline int wgrad_flat_a(const gorun_cgeom *g) { return wgrad_flat(g) && !winow_ok(g) && !wgrad_by_o(g); }
 
 // Level 1 (AVX2 with FMA) runs the AVX2 bodies where they take g: the
-// forward of every geometry strided_ok takes (Winograd's by conv_wino_a),
-// the weight gradient by Winograd (conv_winow_a) and at stride 1 for
-// kernels 3 or 5 wide (by columns, wgrad_a, or over flattened planes,
-// wgrad_flat_a), the input gradient of dgrad_scatter's geometries and,
-// through the forward, of same convolutions; elsewhere the plain loops
-// compiled for AVX2 (fmaf becomes one instruction). Level 0 runs the plain
-// loops for any x86-64 (fmaf from libm, exact but slow).
+// forward of every geometry strided_ok takes (Winograd's by conv_wino_a,
+// fwd_by_o's by fwdo_a), the weight gradient by Winograd (conv_winow_a),
+// over the output channels (wgrad_by_o's but 16 output channels: wgrado_a)
+// and at stride 1 for kernels 3 or 5 wide (by columns, wgrad_a, or over
+// flattened planes, wgrad_flat_a), the input gradient of dgrad_scatter's
+// geometries and, through the forward, of same convolutions; elsewhere the
+// plain loops compiled for AVX2 (fmaf becomes one instruction). Level 0
+// runs the plain loops for any x86-64 (fmaf from libm, exact but slow).
 __attribute__((target("avx2,fma"))) static int conv_fwd_avx2(gorun_cgeom g, const float *x, const float *w,
                                                              const float *b, float *y) {
 	if (wino_ok(&g))
 		return conv_wino_a(g, x, w, b, y);
+	if (fwd_by_o(&g))
+		return fwd_by_o_run(g, x, w, b, y, fwdo_a, transpose_a);
 	if (strided_ok(&g)) {
 		long og;
 		int i = fwd_pick_avx2(&g, &og);
@@ -2835,6 +2972,8 @@ __attribute__((target("avx2,fma"))) static int conv_wgrad_avx2(gorun_cgeom g, co
                                                                float *dw, int accumulate) {
 	if (winow_ok(&g))
 		return conv_winow_a(g, dy, x, dw, accumulate);
+	if (wgrad_by_o(&g) && !wgrad_o16(&g))
+		return wgrad_by_o_run(g, dy, x, dw, accumulate, wgrado_a, NB, transpose_a);
 	if (wgrad_a(&g))
 		return conv_wgrad_a(g, dy, x, dw, accumulate);
 	if (wgrad_flat_a(&g)) {
@@ -2885,24 +3024,29 @@ static inline int strided_ok(const gorun_cgeom *g) { return g->s == 1 || g->s <=
 // fwd_fast_avx2 reports whether conv_fwd_avx2 runs g's forward pass with
 // the AVX2 bodies and faster than lowering: Winograd's geometries (the
 // ResNet's 28- and 14-column layers: 0.55× lowering's time, input gradients
-// 0.52–0.59×); stride 1, kernels wider than one column (1×1 kernels lower
-// to a matrix product anyway) and depth up to AVX2_DEPTH.
+// 0.52–0.59×); fwd_by_o's (its 7-column layer 0.74×, input gradient
+// 0.64–0.79×; its stride-2 layers 0.54–0.63×); stride 1, kernels wider
+// than one column (1×1 kernels lower to a matrix product anyway) and depth
+// up to AVX2_DEPTH.
 static int fwd_fast_avx2(const gorun_cgeom *g) {
-	return g->s == 1 && g->kw > 1 && (wino_ok(g) || g->c * g->kh * g->kw <= AVX2_DEPTH);
+	return g->s == 1 && g->kw > 1 && (wino_ok(g) || g->c * g->kh * g->kw <= AVX2_DEPTH) || fwd_by_o(g);
 }
 
 // conv_fast_avx2 is gorun_vec_conv_fast at level 1: the forward where
 // fwd_fast_avx2 says; the weight gradient by Winograd (the ResNet's 28- and
-// 14-column layers: 0.52–0.64× lowering's time), and of stride 1 and
+// 14-column layers: 0.52–0.64× lowering's time), and with depth up to
+// AVX2_DEPTH over the output channels (wgrado_a: its stride-2 layers
+// 0.62–0.68×; its 7-column layer, depth 576, 1.0×) and of stride 1 and
 // kernels 3 or 5 wide by columns (wgrad_a) or over flattened planes
-// (wgrad_flat_a) with depth up to AVX2_DEPTH; the input gradient of the
-// geometries dgrad_scatter takes (depth up to AVX2_DEPTH), and of same
-// convolutions whose transposed forward fwd_fast_avx2 takes.
+// (wgrad_flat_a); the input gradient of the geometries dgrad_scatter takes
+// (depth up to AVX2_DEPTH), and of same convolutions whose transposed
+// forward fwd_fast_avx2 takes.
 static int conv_fast_avx2(const gorun_cgeom *g) {
 	int r = 0;
 	if (fwd_fast_avx2(g))
 		r |= 1;
-	if ((wgrad_a(g) || wgrad_flat_a(g)) && g->c * g->kh * g->kw <= AVX2_DEPTH || winow_ok(g))
+	int by_o = wgrad_by_o(g) && !wgrad_o16(g);
+	if ((wgrad_a(g) || wgrad_flat_a(g) || by_o) && g->c * g->kh * g->kw <= AVX2_DEPTH || winow_ok(g))
 		r |= 2;
 	gorun_cgeom gt = *g;
 	gt.c = g->o, gt.o = g->c, gt.h = g->oh, gt.w = g->ow, gt.oh = g->h, gt.ow = g->w;

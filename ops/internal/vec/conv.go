@@ -56,14 +56,19 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 //
 // With AVX2 and FMA alone (Level 1): the 3×3 convolutions that
 // ConvForward and ConvGradWeight run by Winograd, all three passes (the
-// input gradient as the forward); and for convolutions of depth (the terms
-// of each output's sum: C·KH·KW, or O·KH·KW for the input gradient) up to
-// 512, where lowering's matrix multiply has not caught up, the forward at
-// stride 1 of kernels wider than one column, the weight gradient at stride
-// 1 of kernels 3 or 5 wide by columns or over flattened planes (not one sum
-// per tap: see ConvGradWeight), the input gradient of kernels 3 or 5 wide
-// with output planes up to 8 columns and input planes up to 16, and of
-// "same" convolutions through the forward body.
+// input gradient as the forward); the forward with vectors over the output
+// channels (output planes under 16 columns, output channels by 32s, any
+// stride up to 16), and so the input gradient of such "same" convolutions;
+// and for convolutions of depth (the terms of each output's sum: C·KH·KW,
+// or O·KH·KW for the input gradient) up to 512, where lowering's matrix
+// multiply has not caught up, the forward at stride 1 of kernels wider than
+// one column, the weight gradient of kernels 3 or 5 wide at stride 1 by
+// columns or over flattened planes and of kernels 3 wide over the output
+// channels (planes under 16 columns, output channels by 32s, any stride up
+// to 16; not the sums of 16 output channels by chunks: see ConvGradWeight),
+// the input gradient of kernels 3 or 5 wide with output planes up to 8
+// columns and input planes up to 16, and of "same" convolutions through the
+// forward body.
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)
