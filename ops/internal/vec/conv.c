@@ -2617,25 +2617,31 @@ DEF_DGRAD(dgrad_k5, 5, 4)
 DEF_DGRAD(dgrad_k5c5, 5, 5)
 
 // DEF_DGRADA is DEF_DGRAD with AVX2's eight lanes (level 1): sixteen
-// registers hold the CG × KWC sums of fewer channels than AVX-512's 32, and
-// kernel column kj's sums are placed on a row of dx (up to sixteen columns)
-// by two permutes, one for each half, whose lanes without a sum are cleared
-// (+0, as the AVX-512 body's masked permutes give).
-#define DEF_DGRADA(NAME, KWC, CG)                                                                                   \
+// registers hold RB rows of dx × CG channels × KWC kernel columns of sums
+// (each weight broadcast feeds RB rows), and kernel column kj's sums are
+// placed on a row of dx (up to sixteen columns) by two permutes, one for
+// each half, whose lanes without a sum are cleared (+0, as the AVX-512
+// body's masked permutes give). dy is copied a sample at a time into rows
+// of eight floats (zeros past ow) with kh - 1 zero rows above and more
+// below, so that every load is plain: a row of dy outside the plane reads
+// zeros, which add w·0 to a sum that is never -0.
+#define DEF_DGRADA(NAME, KWC, CG, RB)                                                                              \
 	__attribute__((target("avx2,fma"))) static int NAME(gorun_cgeom g, const float *dy, const float *w, float *dx) { \
-		long plane = g.oh * g.ow, hw = g.h * g.w, groups = (g.c + CG - 1) / CG;                                   \
-		/* w regrouped: (o, ki, group) then channel q and column kj, zero past C. */                              \
-		float *wp = calloc(g.o * g.kh * groups * CG * KWC, sizeof(float));                                        \
-		if (!wp)                                                                                                  \
+		long plane = g.oh * g.ow, hw = g.h * g.w, groups = (g.c + CG - 1) / CG, top = g.kh - 1;                   \
+		long qh = top + g.h + RB + g.p; /* rows of the copy: row r holds dy row r - top */                        \
+		float *wp = calloc(g.o * g.kh * groups * CG * KWC, sizeof(float)), *dq = calloc(g.o * qh * 8, sizeof(float)); \
+		if (!wp || !dq) {                                                                                         \
+			free(wp);                                                                                             \
+			free(dq);                                                                                             \
 			return -1;                                                                                            \
+		}                                                                                                         \
 		for (long o = 0; o < g.o; o++)                                                                            \
 			for (long c = 0; c < g.c; c++)                                                                        \
 				for (long ki = 0; ki < g.kh; ki++)                                                                \
 					for (long kj = 0; kj < KWC; kj++)                                                             \
 						wp[(((o * g.kh + ki) * groups + c / CG) * CG + c % CG) * KWC + kj] =                      \
 						    w[((o * g.c + c) * g.kh + ki) * KWC + kj];                                            \
-		/* dx columns l and 8 + l take dy columns l + p - kj and 8 + l + p - kj of kernel column kj */             \
-		__m256i outm = amask(outmask(g.ow, 0, 8)), ilo[KWC], ihi[KWC];                                            \
+		__m256i ilo[KWC], ihi[KWC];                                                                               \
 		__m256 mlo[KWC], mhi[KWC];                                                                                \
 		for (long kj = 0; kj < KWC; kj++) {                                                                       \
 			int il[8], ih[8], ml[8], mh[8];                                                                       \
@@ -2649,51 +2655,62 @@ DEF_DGRAD(dgrad_k5c5, 5, 5)
 			mhi[kj] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)mh));                               \
 		}                                                                                                         \
 		unsigned slo = outmask(g.w, 0, 8), shi = g.w > 8 ? outmask(g.w, 8, 8) : 0;                                \
-		for (long n = 0; n < g.n; n++)                                                                            \
+		for (long n = 0; n < g.n; n++) {                                                                          \
+			for (long o = 0; o < g.o; o++)                                                                        \
+				for (long oy = 0; oy < g.oh; oy++)                                                                \
+					memcpy(dq + (o * qh + top + oy) * 8, dy + (n * g.o + o) * plane + oy * g.ow, g.ow * sizeof(float)); \
 			for (long gi = 0; gi < groups; gi++) {                                                                \
 				long c0 = gi * CG, cg = g.c - c0 < CG ? g.c - c0 : CG;                                            \
-				for (long iy = 0; iy < g.h; iy++) {                                                               \
-					__m256 acc[CG][KWC];                                                                          \
-					_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                          \
-						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                                  \
-							acc[q][kj] = _mm256_setzero_ps();                                                     \
+				for (long iy0 = 0; iy0 < g.h; iy0 += RB) {                                                        \
+					__m256 acc[RB][CG][KWC];                                                                      \
+					_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                          \
+						_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                      \
+							_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                              \
+								acc[r][q][kj] = _mm256_setzero_ps();                                              \
+					/* ki's rows: dy rows iy0 + r + p - ki, at copy rows iy0 + r + p - ki + top */                \
+					long k0 = iy0 + g.p - g.oh + 1 > 0 ? iy0 + g.p - g.oh + 1 : 0; /* below: rows past dy */      \
+					long k1 = iy0 + RB - 1 + g.p < g.kh - 1 ? iy0 + RB - 1 + g.p : g.kh - 1; /* above */          \
 					for (long o = 0; o < g.o; o++)                                                                \
-						for (long ki = 0; ki < g.kh; ki++) {                                                      \
-							long oy = iy + g.p - ki;                                                              \
-							if (oy < 0 || oy >= g.oh)                                                             \
-								continue;                                                                         \
-							const float *dr = dy + (n * g.o + o) * plane + oy * g.ow;                             \
-							__m256 d = g.ow == 8 ? _mm256_loadu_ps(dr) : _mm256_maskload_ps(dr, outm);             \
+						for (long ki = k0; ki <= k1; ki++) {                                                      \
+							const float *dr = dq + (o * qh + iy0 + g.p - ki + top) * 8;                           \
+							__m256 d[RB];                                                                         \
+							_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) d[r] = _mm256_loadu_ps(dr + 8 * r); \
 							const float *wk = wp + ((o * g.kh + ki) * groups + gi) * CG * KWC;                    \
 							_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++)                                  \
-								_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++)                          \
-									acc[q][kj] = _mm256_fmadd_ps(_mm256_set1_ps(wk[q * KWC + kj]), d, acc[q][kj]); \
+								_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) {                        \
+									__m256 wv = _mm256_set1_ps(wk[q * KWC + kj]);                                 \
+									_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                          \
+										acc[r][q][kj] = _mm256_fmadd_ps(wv, d[r], acc[r][q][kj]);                 \
+								}                                                                                 \
 						}                                                                                         \
-					_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++) {                                        \
-						if (q >= cg)                                                                              \
-							break;                                                                                \
-						__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();                                \
-						_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) {                                \
-							lo = _mm256_add_ps(lo, _mm256_and_ps(_mm256_permutevar8x32_ps(acc[q][kj], ilo[kj]), mlo[kj])); \
-							hi = _mm256_add_ps(hi, _mm256_and_ps(_mm256_permutevar8x32_ps(acc[q][kj], ihi[kj]), mhi[kj])); \
+					_Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)                                          \
+						_Pragma("GCC unroll 8") for (int q = 0; q < CG; q++) {                                    \
+							if (q >= cg || iy0 + r >= g.h)                                                        \
+								break;                                                                            \
+							__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();                            \
+							_Pragma("GCC unroll 8") for (int kj = 0; kj < KWC; kj++) {                            \
+								lo = _mm256_add_ps(lo, _mm256_and_ps(_mm256_permutevar8x32_ps(acc[r][q][kj], ilo[kj]), mlo[kj])); \
+								hi = _mm256_add_ps(hi, _mm256_and_ps(_mm256_permutevar8x32_ps(acc[r][q][kj], ihi[kj]), mhi[kj])); \
+							}                                                                                     \
+							float *dr = dx + (n * g.c + c0 + q) * hw + (iy0 + r) * g.w;                           \
+							astorem(dr, slo, lo);                                                                 \
+							if (shi)                                                                              \
+								astorem(dr + 8, shi, hi);                                                         \
 						}                                                                                         \
-						float *dr = dx + (n * g.c + c0 + q) * hw + iy * g.w;                                      \
-						astorem(dr, slo, lo);                                                                     \
-						if (shi)                                                                                  \
-							astorem(dr + 8, shi, hi);                                                             \
-					}                                                                                             \
 				}                                                                                                 \
 			}                                                                                                     \
+		}                                                                                                         \
+		free(dq);                                                                                                 \
 		free(wp);                                                                                                 \
 		return 0;                                                                                                 \
 	}
 
-// 4 channels × 3 columns, 2 × 5 (two rows of dx a tile, each broadcast
-// feeding both, measured 4.8 and 14.7 µs a sample against 4.9 and 11.7 with
-// one row: 10 output channels over 10 input on 8×8 planes, 3 wide; the
-// MNIST Net's conv2, 5 wide).
-DEF_DGRADA(dgrad_a3, 3, 4)
-DEF_DGRADA(dgrad_a5, 5, 2)
+// 2 rows × 1 channel × 5 columns; 2 × 2 × 3 (the MNIST Net's conv2, 5
+// wide, and 10 output channels over 10 input on 8×8 planes, 3 wide: 0.63
+// and 0.70 of the time of one row × 2 channels × 5 columns and 1 × 4 × 3
+// without the copy, medians of 60 alternating calls).
+DEF_DGRADA(dgrad_a5, 5, 1, 2)
+DEF_DGRADA(dgrad_a3, 3, 2, 2)
 
 // ---- input gradient with stride s > 1: dx[n,c,iy,ix] = Σ_o Σ_{ki,kj}
 // w[o,c,ki,kj]·dy[n,o,(iy+p-ki)/s,(ix+p-kj)/s] over the taps whose
@@ -3017,8 +3034,9 @@ static inline int strided_ok(const gorun_cgeom *g) { return g->s == 1 || g->s <=
 // catches up. BenchmarkConv's medians over 60 alternating calls here (AMD
 // EPYC Zen 3, AVX2 without AVX-512): the MNIST Net's conv2 (depth 250 and
 // 500) forward 0.42–0.49× lowering's time, weight gradient 0.78–0.83×,
-// input gradient 0.92–0.95× (best calls 0.70×); the ResNet's 7-column
-// layer (576) forward 1.11–1.13×, input gradient 1.15–1.27×.
+// input gradient 0.54–0.60×; the ResNet's 7-column layer (576) forward by
+// DEF_FWD 1.11–1.13×, input gradient 1.15–1.27× (fwdo_a takes both now),
+// weight gradient by wgrado_a 1.0×.
 #define AVX2_DEPTH 512
 
 // fwd_fast_avx2 reports whether conv_fwd_avx2 runs g's forward pass with
