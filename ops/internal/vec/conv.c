@@ -1884,9 +1884,12 @@ DEF_WGRAD(wgrad_y5, Y, 5, 4)
 // With sixteen partials a tap (wgrad_lanes), partials 0–7 and 8–15 are two
 // passes, over the blocks of columns 16k … 16k+7 and 16k+8 … 16k+15 of
 // every row, so that partial l still adds the columns ox ≡ l (mod 16) in
-// order. In a row's last, partial block the lanes past the plane load
-// zeros from dy and from x both (whatever lies there, a NaN even, adds
-// nothing); output channels past o load zeros from dy. HOLDX keeps the KWC
+// order. Planes a whole number of blocks wide run a tight loop over the
+// rows (the MNIST Net's conv2 and conv1: 0.70 and 0.77 of the time of the
+// general loop, medians of 60 alternating calls). In a row's last, partial
+// block the lanes past the plane load zeros from dy and from x both
+// (whatever lies there, a NaN even, adds nothing); output channels past o
+// load zeros from dy. HOLDX keeps the KWC
 // windows of x in registers and loads each row of dy once for its KWC
 // products (KWC + 1 registers besides the tile), else the WG rows of dy
 // are kept and each window loaded once for its WG products (WG + 1).
@@ -1927,6 +1930,16 @@ DEF_WGRAD(wgrad_y5, Y, 5, 4)
 						__m256 acc[WG][KWC];                                                                      \
 						WGRAD_ACC(A, KWC, WG, acc[q][kj] = q < og ? _mm256_loadu_ps(WGRAD_PART(KWC, q, kj) + 8 * h) \
 						                                          : _mm256_setzero_ps())                          \
+						if (full == nbk && og == WG) /* whole blocks, every channel: a tight loop */           \
+							for (long n = 0; n < g.n; n++) {                                                      \
+								const float *row = x + (n * g.c + c) * hw + ki * g.w;                             \
+								const float *dyb = dy + (n * g.o + o0) * plane;                                   \
+								for (long oy = 0; oy < g.oh; oy++, row += g.w, dyb += g.ow)                       \
+									for (long c0 = 8 * h; c0 < g.ow; c0 += 8 * hs)                                \
+										WGRADA_BLOCK(KWC, WG, HOLDX, _mm256_loadu_ps(dyb + q * plane + c0),      \
+										             _mm256_loadu_ps(row + c0 + kj))                              \
+							}                                                                                     \
+						else                                                                                      \
 						for (long n = 0; n < g.n; n++) {                                                          \
 							const float *row = x + (n * g.c + c) * hw + ki * g.w;                                 \
 							const float *dyb = dy + (n * g.o + o0) * plane;                                       \
