@@ -287,9 +287,10 @@ func convChunk(g *convGeom) int {
 // kernels (no im2col buffer, no matrix multiply) where they beat lowering:
 // inputs of one channel with stride 1 (a first layer on greyscale images,
 // where im2col would copy each input element KH·KW times for a product with
-// k = KH·KW), and, where vec runs them with AVX-512, the passes that
-// BenchmarkConv measured faster (see direct). BenchmarkConv turns it off to
-// compare both in one run.
+// k = KH·KW), and, where vec runs them with vector bodies (AVX-512, or AVX2
+// on CPUs without it), the passes that BenchmarkConv measured faster
+// (vec.ConvFast; see direct). BenchmarkConv turns it off to compare both in
+// one run.
 var directConv = true
 
 // direct returns g as vec's geometry, and which passes the direct kernels

@@ -33,10 +33,13 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 	return g.N * g.C * g.H * g.W, g.O * g.C * g.KH * g.KW, g.N * g.O * g.OH * g.OW
 }
 
-// ConvFast reports which passes of g this process runs through AVX-512
-// bodies (the others run the plain loops, far slower than im2col and a
-// matrix multiply on more than one input channel): the forward at any
-// geometry with a stride up to 16; the weight gradient for kernels 3 or 5
+// ConvFast reports which passes of g this process runs through vector
+// bodies that beat lowering (im2col and a matrix multiply); the others run
+// plain loops, far slower than lowering on more than one input channel, or
+// bodies that lowering beats.
+//
+// With AVX-512 (Level 2): the forward at
+// any geometry with a stride up to 16; the weight gradient for kernels 3 or 5
 // wide and output planes from 8 to 128 columns, and for kernels 3 wide on
 // narrower planes with output channels by 32s (vectors over the channels;
 // other narrow planes run an AVX-512 body too, but slower than lowering);
@@ -50,6 +53,22 @@ func (g *ConvGeom) lens() (nx, nw, ny int) {
 // matrix product a sample scattered into dx. Forward passes of 1×1 kernels
 // without padding (output channels by 8s) run as a matrix product a sample
 // over the pixels they read.
+//
+// With AVX2 and FMA alone (Level 1): the 3×3 convolutions that
+// ConvForward and ConvGradWeight run by Winograd, all three passes (the
+// input gradient as the forward); the forward with vectors over the output
+// channels (output planes under 16 columns, output channels by 32s, any
+// stride up to 16), and so the input gradient of such "same" convolutions;
+// and for convolutions of depth (the terms of each output's sum: C·KH·KW,
+// or O·KH·KW for the input gradient) up to 512, where lowering's matrix
+// multiply has not caught up, the forward at stride 1 of kernels wider than
+// one column, the weight gradient of kernels 3 or 5 wide at stride 1 by
+// columns or over flattened planes and of kernels 3 wide over the output
+// channels (planes under 16 columns, output channels by 32s, any stride up
+// to 16; not the sums of 16 output channels by chunks: see ConvGradWeight),
+// the input gradient of kernels 3 or 5 wide with output planes up to 8
+// columns and input planes up to 16, and of "same" convolutions through the
+// forward body.
 func ConvFast(g *ConvGeom) (fwd, wgrad, dgrad bool) {
 	g.check()
 	r := convFast(level, g)

@@ -23,6 +23,12 @@ var convGeoms = []ConvGeom{
 	{N: 1, C: 1, O: 2, H: 2, W: 3, KH: 5, KW: 5, P: 3}, // windows mostly padding
 	{N: 2, C: 2, O: 1, H: 17, W: 33, KH: 1, KW: 1, P: 0},
 	{N: 2, C: 4, O: 6, H: 9, W: 20, KH: 2, KW: 4, P: 1}, // kernels the fast bodies leave to the plain ones
+	// the AVX2 bodies' tails (level 1): eight lanes, sixteen registers
+	{N: 1, C: 3, O: 10, H: 9, W: 15, KH: 3, KW: 3, P: 0}, // 13 columns unpadded: masked loads at the row's end, an odd row count
+	{N: 2, C: 3, O: 5, H: 10, W: 34, KH: 5, KW: 5, P: 0}, // 30 columns: sixteen partials as two passes of eight lanes, the second's last block partial
+	{N: 18, C: 2, O: 3, H: 9, W: 14, KH: 5, KW: 5, P: 1}, // 12 columns padded, two sample chunks, partials 8–15 from a partial block
+	{N: 2, C: 2, O: 6, H: 5, W: 16, KH: 3, KW: 3, P: 1},  // 16 columns: both passes whole
+	{N: 2, C: 3, O: 4, H: 6, W: 9, KH: 5, KW: 5, P: 1},   // input gradient: dy 7 wide (masked), dx 9 (one lane in the upper half)
 	{N: 0, C: 3, O: 4, H: 5, W: 5, KH: 3, KW: 3, P: 1},
 	// strides: phase-split copies, input gradients by phases
 	{N: 2, C: 16, O: 32, H: 28, W: 28, KH: 3, KW: 3, P: 1, S: 2}, // resnet_fashion.star's second stage
@@ -234,11 +240,79 @@ func TestConv(t *testing.T) {
 	}
 }
 
-// TestConvFastShapes pins which passes the AVX-512 bodies take on the
-// MNIST Net's conv2 (the ops package's direct convolutions count on them).
+// ringSample returns planes of h×w normal values whose first and last rows
+// and columns hold NaN, ±Inf or -0 at every other element or so. A sum
+// over a kernel column or row that reads none of them stays finite (of a
+// weight gradient without padding: the taps of the kernel's inner rows and
+// columns), so that a lane past a plane which multiplies one of them into
+// such a sum shows.
+func ringSample(r *rand.Rand, planes, h, w int) []float32 {
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1))}
+	s := make([]float32, planes*h*w)
+	for i := range s {
+		if iy, ix := i/w%h, i%w; (iy == 0 || iy == h-1 || ix == 0 || ix == w-1) && r.IntN(2) == 0 {
+			s[i] = special[r.IntN(len(special))]
+		} else {
+			s[i] = float32(r.NormFloat64())
+		}
+	}
+	return s
+}
+
+// TestConvNonFinite compares levels 0 and 1 bit for bit (NaN with NaN) on
+// inputs with NaN, ±Inf and -0 on the planes' borders (ringSample): the
+// forward pass and the weight gradient of such an x, the input gradient of
+// such a dy. The AVX2 bodies load zeros in the lanes past a plane, from x
+// and dy both, so that whatever lies there (a NaN of the next row, say)
+// adds nothing; the products of the zero-bordered copies' padding are w·0
+// or dy·0, with finite weights and a finite dy there, as the plain loops'
+// skipped taps. (The AVX-512 bodies multiply dy's zeros past a plane by what
+// x holds there, so level 2 is not held to this.)
+func TestConvNonFinite(t *testing.T) {
+	if Level() < 1 {
+		t.Skip("SKIP: no AVX2 here (or no cgo): level 1 does not run")
+	}
+	r := rand.New(rand.NewPCG(19, 20))
+	randn := func(n int) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(r.NormFloat64())
+		}
+		return s
+	}
+	for _, g0 := range convGeoms {
+		g := convFill(g0)
+		nx, nw, ny := g.lens()
+		if ny == 0 {
+			continue
+		}
+		x, dy := ringSample(r, g.N*g.C, g.H, g.W), ringSample(r, g.N*g.O, g.OH, g.OW)
+		w, b, dyw := randn(nw), randn(g.O), randn(ny)
+		var ys, dws, dxs [2][]float32
+		for lv := range 2 {
+			ys[lv], dws[lv], dxs[lv] = make([]float32, ny), make([]float32, nw), make([]float32, nx)
+			convForward(lv, &g, x, w, b, ys[lv])
+			convGradWeight(lv, &g, dyw, x, dws[lv], false)
+			convGradInput(lv, &g, dy, w, dxs[lv])
+		}
+		if !same(ys[0], ys[1]) {
+			t.Errorf("%+v: forward at level 1 differs from level 0", g)
+		}
+		if !same(dws[0], dws[1]) {
+			t.Errorf("%+v: weight gradient at level 1 differs from level 0", g)
+		}
+		if !same(dxs[0], dxs[1]) {
+			t.Errorf("%+v: input gradient at level 1 differs from level 0", g)
+		}
+	}
+}
+
+// TestConvFastShapes pins which passes the AVX-512 bodies (level 2) and
+// the AVX2 bodies (level 1) take on the MNIST Net's conv2 (the ops
+// package's direct convolutions count on them).
 func TestConvFastShapes(t *testing.T) {
-	if Level() < 2 {
-		t.Skip("SKIP: this CPU lacks AVX-512: the direct convolutions run their plain bodies")
+	if Level() < 1 {
+		t.Skip("SKIP: this CPU lacks AVX2 (or no cgo): the direct convolutions run their plain bodies")
 	}
 	g := convFill(ConvGeom{N: 64, C: 10, O: 20, H: 12, W: 12, KH: 5, KW: 5})
 	if f, w, d := ConvFast(&g); !f || !w || !d {

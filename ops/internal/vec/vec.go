@@ -1,10 +1,11 @@
 // Package vec owns gorun's vectorised float32 CPU kernels: the
 // memory-bound ops (ReLU and its gradient, add, sums and bias gradients,
 // 2×2 max pooling, GELU's tanh form and its gradient, batch and layer
-// normalisation) and direct convolutions with stride 1 (forward, weight and
-// input gradients without im2col; ConvFast says which geometries run
-// AVX-512 bodies). Each is C with AVX-512 intrinsics, an AVX2 body and a
-// plain-C body, the level chosen once per process by what the CPU has
+// normalisation) and direct convolutions (forward, weight and input
+// gradients without im2col; ConvFast says which geometries run vector
+// bodies that beat lowering). Each is C with AVX-512 intrinsics, an AVX2
+// body (intrinsics for the convolutions, else the plain loop compiled for
+// AVX2) and a plain-C body, the level chosen once per process by what the CPU has
 // (Level); without cgo, or with the purego tag, the Go loops of this
 // package run instead. Levels
 // agree bit for bit (elementwise results use the same float32 operations in
