@@ -363,9 +363,28 @@ __attribute__((target("avx512f"))) static float sum_avx512(const float *x, long 
 	return combine16(p);
 }
 
+// sum_avx2 is sum_avx512 with the sixteen partials in two vectors (level
+// 1: the plain loop, even compiled for AVX2, adds one element at a time;
+// this is 3–5× faster on 576- and 4096-float planes, Conv2DPoolGrad's bias
+// sums among them).
+__attribute__((target("avx2"))) static float sum_avx2(const float *x, long n) {
+	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+	long i = 0;
+	for (; i + 16 <= n; i += 16)
+		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i)), a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+	float p[16];
+	_mm256_storeu_ps(p, a0);
+	_mm256_storeu_ps(p + 8, a1);
+	for (long k = 0; i < n; i++, k++) // the tail into partials 0 … n-i-1
+		p[k] += x[i];
+	return combine16(p);
+}
+
 float gorun_vec_sum(int level, const float *x, long n) {
 	if (level == 2)
 		return sum_avx512(x, n);
+	if (level == 1)
+		return sum_avx2(x, n);
 	return sum_c(x, n);
 }
 
