@@ -6,10 +6,10 @@
 // the AVX2 bodies (level 1: eight lanes, sixteen registers, maskload and
 // maskstore for AVX-512's mask registers) take what conv.go's ConvFast
 // says. All use fused multiply-adds in the same order (fmaf in plain C),
-// so the levels agree bit for bit. Strides above 1 run
-// the stride-1 bodies' register tiles over copies of the input whose
-// columns are split by phase (column j at j mod s), so that every tap of a
-// vector of output columns reads consecutive floats.
+// so the levels agree bit for bit. Strides above 1 run the stride-1
+// bodies' register tiles over copies of the input whose columns are split
+// by phase (column j at j mod s), so that every tap of a vector of output
+// columns reads consecutive floats.
 
 #include <immintrin.h>
 #include <math.h>

@@ -4,8 +4,9 @@
 // normalisation) and direct convolutions (forward, weight and input
 // gradients without im2col; ConvFast says which geometries run vector
 // bodies that beat lowering). Each is C with AVX-512 intrinsics, an AVX2
-// body (intrinsics for the convolutions, else the plain loop compiled for
-// AVX2) and a plain-C body, the level chosen once per process by what the CPU has
+// body (intrinsics for the convolutions and the sums, else the plain loop
+// compiled for AVX2) and a plain-C body, the level chosen once per process
+// by what the CPU has
 // (Level); without cgo, or with the purego tag, the Go loops of this
 // package run instead. Levels
 // agree bit for bit (elementwise results use the same float32 operations in
