@@ -273,13 +273,7 @@ func TestConvNonFinite(t *testing.T) {
 		t.Skip("SKIP: no AVX2 here (or no cgo): level 1 does not run")
 	}
 	r := rand.New(rand.NewPCG(19, 20))
-	randn := func(n int) []float32 {
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = float32(r.NormFloat64())
-		}
-		return s
-	}
+	randn := func(n int) []float32 { return normals(r, n, 0, 1) }
 	for _, g0 := range convGeoms {
 		g := convFill(g0)
 		nx, nw, ny := g.lens()
