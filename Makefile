@@ -99,7 +99,7 @@ test-cluster:
 	set -x; flock /tmp/testhosts.lock $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
 	flock /tmp/testhosts.lock $(GO) test -count=1 -v -timeout 10m -run '^(TestCluster|TestElasticCluster)$$' ./cmd/gorun/ -cluster
 
-## predict-check: as root, gorun plan --predict against gorun launch on the test hosts of test-cluster, their links shaped with tc's tbf (unshaped, 1gbit, 200mbit, 50mbit): the MNIST Net and the GPT on 2 and 3 hosts, each prediction from the links that gorun launch --probe-links measures and a sync.none run's step; prints the table of docs/scaling.md and fails for a step predicted more than 20% off; about 15 minutes (each model and host count alone: -predict-models, -predict-hosts). The hosts are shared: run it under flock /tmp/testhosts.lock where another test may use them.
+## predict-check: as root, gorun plan --predict against gorun launch on the test hosts of test-cluster, their links shaped with tc's tbf (unshaped, 1gbit, 200mbit, 50mbit): the MNIST Net and the GPT on 2 and 3 hosts, each prediction from the links that gorun launch --probe-links measures and a sync.none run's step; prints the table of docs/scaling.md and fails for a step predicted more than 20% off; about 30 minutes (each model and host count alone: -predict-models, -predict-hosts). The hosts are shared: run it under flock /tmp/testhosts.lock where another test may use them.
 .PHONY: predict-check
 predict-check:
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP predict-check: not root (network namespaces, veth pairs and sshd need root)"; exit 0; fi; \
@@ -107,7 +107,7 @@ predict-check:
 	[ -x /usr/sbin/sshd ] || missing="$$missing sshd"; \
 	if [ -n "$$missing" ]; then echo "SKIP predict-check: missing$$missing: apt-get install openssh-server openssh-client iproute2 nftables openmpi-bin libopenmpi-dev"; exit 0; fi; \
 	$(MPI_CHECK); \
-	set -x; $(GO) test -count=1 -v -timeout 30m -run '^TestPredictScaling$$' ./cmd/gorun/ -predict-check
+	set -x; $(GO) test -count=1 -v -timeout 50m -run '^TestPredictScaling$$' ./cmd/gorun/ -predict-check
 
 ## build-cuda: bin/gorun-cuda, gorun with the cuda backend (-tags cuda; needs cgo and CUDA's cuda.h and libcuda.so from nvidia-cuda-dev to build, an NVIDIA GPU and driver to run)
 ## cuda-check: with cuda.h, go vet and build gorun with -tags cuda and run the tests of package cuda (the GPU ones skip without a GPU) and engine/backend (the op coverage of every backend, cuda's included); without, skip. The kernels' host check (cuda/kernels/hostcheck, no build tag) runs once, in make test's go test ./...; with OpenMPI's development files too, go vet (cuda, comm, cmd/gorun) and build gorun with -tags 'cuda mpi' (transport = "nccl" across processes)

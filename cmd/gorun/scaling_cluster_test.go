@@ -25,7 +25,7 @@ var (
 	predictModels = flag.String("predict-models", "mnist,gpt", "TestPredictScaling: the models (mnist, gpt)")
 	predictHosts  = flag.String("predict-hosts", "2,3", "TestPredictScaling: host counts")
 	predictRates  = flag.String("predict-rates", "full,1gbit,200mbit,50mbit", "TestPredictScaling: link rates (tc's units; full: unshaped)")
-	predictRepeat = flag.Int("predict-repeat", 2, "TestPredictScaling: runs of each kind (sync.none, then the model) at each rate, alternating; the medians count")
+	predictRepeat = flag.Int("predict-repeat", 3, "TestPredictScaling: runs of each kind (sync.none, then the model) at each rate, alternating; the medians count")
 	predictTable  = flag.String("predict-table", "", "TestPredictScaling: also write the table to this file")
 )
 
