@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -507,35 +508,8 @@ func (ct *clusterTest) fault(t *testing.T, fault string) faultRow {
 	}()
 	ct.waitCheckpoint(t, l, out)
 	time.Sleep(500 * time.Millisecond) // well inside an epoch's collectives
-	var victim int
-	for _, p := range ct.h.Procs(2) {
-		if strings.HasPrefix(p.Cmd, ct.bin+" ") {
-			victim = p.Pid
-		}
-	}
-	if victim == 0 {
-		t.Fatalf("host 3 runs no rank: %v", ct.h.Procs(2))
-	}
-
 	begin := time.Now()
-	restore := func() {}
-	switch fault {
-	case "link cut":
-		if err := ct.h.CutLink(2, true); err != nil {
-			t.Fatal(err)
-		}
-		restore = func() { ct.h.CutLink(2, false) }
-	case "packets dropped":
-		if err := ct.h.Drop(2, true); err != nil {
-			t.Fatal(err)
-		}
-		restore = func() { ct.h.Drop(2, false) }
-	case "rank killed":
-		syscall.Kill(victim, syscall.SIGKILL)
-	case "host stopped":
-		ct.h.Signal(2, syscall.SIGSTOP)
-		restore = func() { ct.h.Signal(2, syscall.SIGCONT) }
-	}
+	restore := ct.induce(t, fault)
 	defer restore()
 	limit := clusterTimeout + 10*time.Second
 	select {
@@ -568,7 +542,6 @@ func (ct *clusterTest) fault(t *testing.T, fault string) faultRow {
 	}
 	if fault == "host stopped" {
 		restore()
-		restore = func() {}
 		cont := time.Now()
 		for len(left([]int{2})) > 0 && time.Since(cont) < 30*time.Second {
 			time.Sleep(50 * time.Millisecond)
@@ -580,7 +553,6 @@ func (ct *clusterTest) fault(t *testing.T, fault string) faultRow {
 		t.Logf("host 3's processes ended %v after it resumed", row.afterCont.Round(100*time.Millisecond))
 	}
 	restore()
-	restore = func() {}
 
 	log := l.out.String()
 	row.code = l.code
@@ -623,6 +595,50 @@ func (ct *clusterTest) fault(t *testing.T, fault string) faultRow {
 		t.Errorf("%s: resuming from step %d: exit %d\n%s", fault, step, r.code, r.out.String())
 	}
 	return row
+}
+
+// induce makes fault on host 3 while one of the run's ranks runs there:
+// "link cut", "packets dropped" (nftables), "host stopped" (SIGSTOP to
+// every process of the host, its sshd too) or "rank killed" (SIGKILL to
+// each of its ranks). restore undoes it (nothing for a kill) and may be
+// called more than once.
+func (ct *clusterTest) induce(t *testing.T, fault string) (restore func()) {
+	t.Helper()
+	var ranks []int
+	for _, p := range ct.h.Procs(2) {
+		if strings.HasPrefix(p.Cmd, ct.bin+" ") {
+			ranks = append(ranks, p.Pid)
+		}
+	}
+	if len(ranks) == 0 {
+		t.Fatalf("host 3 runs no rank: %v", ct.h.Procs(2))
+	}
+	var undo func()
+	switch fault {
+	case "link cut":
+		if err := ct.h.CutLink(2, true); err != nil {
+			t.Fatal(err)
+		}
+		undo = func() { ct.h.CutLink(2, false) }
+	case "packets dropped":
+		if err := ct.h.Drop(2, true); err != nil {
+			t.Fatal(err)
+		}
+		undo = func() { ct.h.Drop(2, false) }
+	case "host stopped":
+		ct.h.Signal(2, syscall.SIGSTOP)
+		undo = func() { ct.h.Signal(2, syscall.SIGCONT) }
+	case "rank killed":
+		for _, pid := range ranks {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatalf("killing rank process %d on host 3: %v", pid, err)
+			}
+		}
+		return func() {}
+	default:
+		t.Fatalf("no fault %q", fault)
+	}
+	return sync.OnceFunc(undo)
 }
 
 // tail is the last n lines of s.

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -172,33 +171,8 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string, slots int) {
 	ct.waitCheckpoint(t, l, own)
 	time.Sleep(200 * time.Millisecond) // inside the next epoch
 	began := time.Now()
-	restore := func() {} // host 3 back as it was, for the planned run
-	defer func() { restore() }()
-	switch fault {
-	case "link cut":
-		if err := ct.h.CutLink(2, true); err != nil {
-			t.Fatal(err)
-		}
-		restore = func() { ct.h.CutLink(2, false) }
-	case "packets dropped":
-		if err := ct.h.Drop(2, true); err != nil {
-			t.Fatal(err)
-		}
-		restore = func() { ct.h.Drop(2, false) }
-	case "host stopped": // every process of host 3, its sshd too
-		ct.h.Signal(2, syscall.SIGSTOP)
-		restore = func() { ct.h.Signal(2, syscall.SIGCONT) }
-	case "rank killed":
-		killed := false
-		for _, p := range ct.h.Procs(2) {
-			if strings.HasPrefix(p.Cmd, ct.bin+" ") {
-				killed = syscall.Kill(p.Pid, syscall.SIGKILL) == nil
-			}
-		}
-		if !killed {
-			t.Fatalf("host 3 runs no rank: %v", ct.h.Procs(2))
-		}
-	}
+	restore := ct.induce(t, fault) // host 3 back as it was, for the planned run
+	defer restore()
 	// The times: the restart decided (launch's line), the run resumed
 	// (rank 0's restart line in metrics.jsonl), the run finished.
 	var restarted, resumed time.Duration
@@ -269,7 +243,6 @@ func (ct *clusterTest) elastic(t *testing.T, fault, sync string, slots int) {
 	planned := filepath.Join(ct.local, name)
 	ownPlanned := filepath.Join(ct.h.PrivateDir(0), name)
 	restore()
-	restore = func() {}
 	// The lost run's processes on host 3 (a stopped host's go on once
 	// it runs again) end before the planned run starts there.
 	for wait := time.Now(); len(ours(ct.h.Procs(2))) > 0; time.Sleep(50 * time.Millisecond) {
