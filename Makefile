@@ -99,7 +99,7 @@ test-cluster:
 	set -x; flock /tmp/testhosts.lock $(GO) test -count=1 -timeout 5m ./cmd/gorun/internal/testhosts/ -cluster && \
 	flock /tmp/testhosts.lock $(GO) test -count=1 -v -timeout 10m -run '^(TestCluster|TestElasticCluster)$$' ./cmd/gorun/ -cluster
 
-## predict-check: as root, gorun plan --predict against gorun launch on the test hosts of test-cluster, their links shaped with tc's tbf (unshaped, 1gbit, 200mbit, 50mbit): the MNIST Net and the GPT on 2 and 3 hosts, each prediction from the links that gorun launch --probe-links measures and a sync.none run's step; prints the table of docs/scaling.md and fails for a step predicted more than 20% off; about 30 minutes (each model and host count alone: -predict-models, -predict-hosts). The hosts are shared: run it under flock /tmp/testhosts.lock where another test may use them.
+## predict-check: as root, gorun plan --predict against gorun launch on the test hosts of test-cluster, their links shaped with tc's tbf (unshaped, 1gbit, 200mbit, 50mbit): the MNIST Net and the GPT on 2 and 3 hosts, each prediction from the links that gorun launch --probe-links measures and a sync.none run's step; prints the table of docs/scaling.md and fails for a step predicted more than 20% off; about 35 minutes (each model and host count alone: -predict-models, -predict-hosts). The hosts are shared: run it under flock /tmp/testhosts.lock where another test may use them.
 .PHONY: predict-check
 predict-check:
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP predict-check: not root (network namespaces, veth pairs and sshd need root)"; exit 0; fi; \
