@@ -104,6 +104,9 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 #define Z_STORE _mm512_store_ps
 #define Z_STOREM _mm512_mask_storeu_ps
 #define Z_FMA _mm512_fmadd_ps
+#define Z_ADD _mm512_add_ps
+#define Z_SUB _mm512_sub_ps
+#define Z_STOREU _mm512_storeu_ps
 #define Y_TARGET "avx512f,avx512vl,fma"
 #define Y_VT __m256
 #define Y_MT __mmask8
@@ -128,6 +131,9 @@ static inline unsigned outmask(long ow, long c0, long lanes) {
 #define A_STORE _mm256_store_ps
 #define A_STOREM astorem
 #define A_FMA _mm256_fmadd_ps
+#define A_ADD _mm256_add_ps
+#define A_SUB _mm256_sub_ps
+#define A_STOREU _mm256_storeu_ps
 
 // amask returns bit set m's eight lanes (bit i, lane i) as the vector mask
 // of _mm256_maskload_ps and _mm256_maskstore_ps.
@@ -1214,6 +1220,53 @@ done:
 DEF_WINOW_GEMM(winow_gemm16, 16, 1)
 DEF_WINOW_GEMM(winow_gemm8x2, 8, 2)
 
+// WINOW_TILES transforms one batch of nb samples for the Winograd weight
+// gradient with V's vectors (conv_winow_avx512, conv_winow_a): the
+// samples' planes transposed to channels last by TRANSPOSE, then each
+// tile's input into bf.v and output gradient into bf.m, NEG negating a
+// vector. One body for both widths, as DEF_FWD's.
+#define WINOW_TILES(V, TRANSPOSE, NEG) \
+	for (long s = 0; s < nb; s++) {                                                                                    \
+		for (long iy = 0; iy < g.h; iy++)                                                                              \
+			TRANSPOSE(x + (n0 + s) * C * hw + iy * g.w, C, g.w, hw, bf.xq + ((s * d.ph + iy + 1) * d.pw + 1) * C, C);  \
+		for (long oy = 0; oy < g.oh; oy++)                                                                             \
+			TRANSPOSE(dy + (n0 + s) * O * plane + oy * g.ow, O, g.ow, plane, bf.dq + (s * d.qh + oy) * d.qw * O, O);   \
+	}                                                                                                                  \
+	for (long s = 0; s < nb; s++)                                                                                      \
+		for (long th = 0; th < d.th; th++)                                                                             \
+			for (long tw = 0; tw < d.tw; tw++) {                                                                       \
+				long t = s * d.per + th * d.tw + tw;                                                                   \
+				for (long c = 0; c < C; c += V##_LANES) {                                                              \
+					const float *p = bf.xq + ((s * d.ph + 2 * th) * d.pw + 2 * tw) * C + c;                            \
+					V##_VT u[4][4];                                                                                    \
+					for (int j = 0; j < 4; j++) {                                                                      \
+						V##_VT d0 = V##_LOADU(p + j * C), d1 = V##_LOADU(p + (d.pw + j) * C);                          \
+						V##_VT d2 = V##_LOADU(p + (2 * d.pw + j) * C), d3 = V##_LOADU(p + (3 * d.pw + j) * C);         \
+						u[0][j] = V##_SUB(d0, d2), u[1][j] = V##_ADD(d1, d2);                                          \
+						u[2][j] = V##_SUB(d2, d1), u[3][j] = V##_SUB(d1, d3);                                          \
+					}                                                                                                  \
+					for (int a = 0; a < 4; a++) {                                                                      \
+						V##_VT e[4] = {V##_SUB(u[a][0], u[a][2]), V##_ADD(u[a][1], u[a][2]),                           \
+						               V##_SUB(u[a][2], u[a][1]), V##_SUB(u[a][1], u[a][3])};                          \
+						for (int q = 0; q < 4; q++)                                                                    \
+							V##_STOREU(bf.v + ((a * 4 + q) * nt + t) * C + c, e[q]);                                   \
+					}                                                                                                  \
+				}                                                                                                      \
+				for (long o = 0; o < O; o += V##_LANES) {                                                              \
+					const float *q = bf.dq + ((s * d.qh + 2 * th) * d.qw + 2 * tw) * O + o;                            \
+					V##_VT a = V##_LOADU(q), b = V##_LOADU(q + O), c = V##_LOADU(q + d.qw * O),                        \
+					       e = V##_LOADU(q + (d.qw + 1) * O);                                                          \
+					V##_VT rw[4][2] = {{a, b}, {V##_ADD(a, c), V##_ADD(b, e)},                                         \
+					                   {V##_SUB(a, c), V##_SUB(b, e)}, {NEG(c), NEG(e)}};                              \
+					for (int i = 0; i < 4; i++) {                                                                      \
+						V##_VT f[4] = {rw[i][0], V##_ADD(rw[i][0], rw[i][1]), V##_SUB(rw[i][0], rw[i][1]),             \
+						               NEG(rw[i][1])};                                                                 \
+						for (int j = 0; j < 4; j++)                                                                    \
+							V##_STOREU(bf.m + ((i * 4 + j) * nt + t) * O + o, f[j]);                                   \
+					}                                                                                                  \
+				}                                                                                                      \
+			}
+
 // conv_winow_avx512 is winow_c with vectors over 16 channels.
 __attribute__((target("avx512f,fma"))) static int conv_winow_avx512(gorun_cgeom g, const float *dy, const float *x,
                                                                     float *dw, int accumulate) {
@@ -1227,46 +1280,7 @@ __attribute__((target("avx512f,fma"))) static int conv_winow_avx512(gorun_cgeom 
 #define NEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign))
 	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
 		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * d.per;
-		for (long s = 0; s < nb; s++) {
-			for (long iy = 0; iy < g.h; iy++)
-				transpose(x + (n0 + s) * C * hw + iy * g.w, C, g.w, hw, bf.xq + ((s * d.ph + iy + 1) * d.pw + 1) * C, C);
-			for (long oy = 0; oy < g.oh; oy++)
-				transpose(dy + (n0 + s) * O * plane + oy * g.ow, O, g.ow, plane, bf.dq + (s * d.qh + oy) * d.qw * O, O);
-		}
-		for (long s = 0; s < nb; s++)
-			for (long th = 0; th < d.th; th++)
-				for (long tw = 0; tw < d.tw; tw++) {
-					long t = s * d.per + th * d.tw + tw;
-					for (long c = 0; c < C; c += 16) {
-						const float *p = bf.xq + ((s * d.ph + 2 * th) * d.pw + 2 * tw) * C + c;
-						__m512 u[4][4];
-						for (int j = 0; j < 4; j++) {
-							__m512 d0 = _mm512_loadu_ps(p + j * C), d1 = _mm512_loadu_ps(p + (d.pw + j) * C);
-							__m512 d2 = _mm512_loadu_ps(p + (2 * d.pw + j) * C), d3 = _mm512_loadu_ps(p + (3 * d.pw + j) * C);
-							u[0][j] = _mm512_sub_ps(d0, d2), u[1][j] = _mm512_add_ps(d1, d2);
-							u[2][j] = _mm512_sub_ps(d2, d1), u[3][j] = _mm512_sub_ps(d1, d3);
-						}
-						for (int a = 0; a < 4; a++) {
-							__m512 e[4] = {_mm512_sub_ps(u[a][0], u[a][2]), _mm512_add_ps(u[a][1], u[a][2]),
-							               _mm512_sub_ps(u[a][2], u[a][1]), _mm512_sub_ps(u[a][1], u[a][3])};
-							for (int q = 0; q < 4; q++)
-								_mm512_storeu_ps(bf.v + ((a * 4 + q) * nt + t) * C + c, e[q]);
-						}
-					}
-					for (long o = 0; o < O; o += 16) {
-						const float *q = bf.dq + ((s * d.qh + 2 * th) * d.qw + 2 * tw) * O + o;
-						__m512 a = _mm512_loadu_ps(q), b = _mm512_loadu_ps(q + O), c = _mm512_loadu_ps(q + d.qw * O),
-						       e = _mm512_loadu_ps(q + (d.qw + 1) * O);
-						__m512 rw[4][2] = {{a, b}, {_mm512_add_ps(a, c), _mm512_add_ps(b, e)},
-						                   {_mm512_sub_ps(a, c), _mm512_sub_ps(b, e)}, {NEG(c), NEG(e)}};
-						for (int i = 0; i < 4; i++) {
-							__m512 f[4] = {rw[i][0], _mm512_add_ps(rw[i][0], rw[i][1]), _mm512_sub_ps(rw[i][0], rw[i][1]),
-							               NEG(rw[i][1])};
-							for (int j = 0; j < 4; j++)
-								_mm512_storeu_ps(bf.m + ((i * 4 + j) * nt + t) * O + o, f[j]);
-						}
-					}
-				}
+		WINOW_TILES(Z, transpose, NEG)
 		for (long xi = 0; xi < 16; xi++) {
 			const float *mx = bf.m + xi * nt * O, *vx = bf.v + xi * nt * C;
 			float *ux = bf.du + xi * O * C;
@@ -1350,46 +1364,7 @@ __attribute__((target("avx2,fma"))) static int conv_winow_a(gorun_cgeom g, const
 #define NEGA(v) _mm256_xor_ps(v, sign)
 	for (long n0 = 0; n0 < g.n; n0 += d.nb) {
 		long nb = g.n - n0 < d.nb ? g.n - n0 : d.nb, nt = nb * d.per;
-		for (long s = 0; s < nb; s++) {
-			for (long iy = 0; iy < g.h; iy++)
-				transpose_a(x + (n0 + s) * C * hw + iy * g.w, C, g.w, hw, bf.xq + ((s * d.ph + iy + 1) * d.pw + 1) * C, C);
-			for (long oy = 0; oy < g.oh; oy++)
-				transpose_a(dy + (n0 + s) * O * plane + oy * g.ow, O, g.ow, plane, bf.dq + (s * d.qh + oy) * d.qw * O, O);
-		}
-		for (long s = 0; s < nb; s++)
-			for (long th = 0; th < d.th; th++)
-				for (long tw = 0; tw < d.tw; tw++) {
-					long t = s * d.per + th * d.tw + tw;
-					for (long c = 0; c < C; c += 8) {
-						const float *p = bf.xq + ((s * d.ph + 2 * th) * d.pw + 2 * tw) * C + c;
-						__m256 u[4][4];
-						for (int j = 0; j < 4; j++) {
-							__m256 d0 = _mm256_loadu_ps(p + j * C), d1 = _mm256_loadu_ps(p + (d.pw + j) * C);
-							__m256 d2 = _mm256_loadu_ps(p + (2 * d.pw + j) * C), d3 = _mm256_loadu_ps(p + (3 * d.pw + j) * C);
-							u[0][j] = _mm256_sub_ps(d0, d2), u[1][j] = _mm256_add_ps(d1, d2);
-							u[2][j] = _mm256_sub_ps(d2, d1), u[3][j] = _mm256_sub_ps(d1, d3);
-						}
-						for (int a = 0; a < 4; a++) {
-							__m256 e[4] = {_mm256_sub_ps(u[a][0], u[a][2]), _mm256_add_ps(u[a][1], u[a][2]),
-							               _mm256_sub_ps(u[a][2], u[a][1]), _mm256_sub_ps(u[a][1], u[a][3])};
-							for (int q = 0; q < 4; q++)
-								_mm256_storeu_ps(bf.v + ((a * 4 + q) * nt + t) * C + c, e[q]);
-						}
-					}
-					for (long o = 0; o < O; o += 8) {
-						const float *q = bf.dq + ((s * d.qh + 2 * th) * d.qw + 2 * tw) * O + o;
-						__m256 a = _mm256_loadu_ps(q), b = _mm256_loadu_ps(q + O), c = _mm256_loadu_ps(q + d.qw * O),
-						       e = _mm256_loadu_ps(q + (d.qw + 1) * O);
-						__m256 rw[4][2] = {{a, b}, {_mm256_add_ps(a, c), _mm256_add_ps(b, e)},
-						                   {_mm256_sub_ps(a, c), _mm256_sub_ps(b, e)}, {NEGA(c), NEGA(e)}};
-						for (int i = 0; i < 4; i++) {
-							__m256 f[4] = {rw[i][0], _mm256_add_ps(rw[i][0], rw[i][1]), _mm256_sub_ps(rw[i][0], rw[i][1]),
-							               NEGA(rw[i][1])};
-							for (int j = 0; j < 4; j++)
-								_mm256_storeu_ps(bf.m + ((i * 4 + j) * nt + t) * O + o, f[j]);
-						}
-					}
-				}
+		WINOW_TILES(A, transpose_a, NEGA)
 		for (long xi = 0; xi < 16; xi++)
 			winow_gemm_a(O, C, nt, bf.m + xi * nt * O, bf.v + xi * nt * C, bf.du + xi * O * C);
 	}
