@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ var (
 	predictRates  = flag.String("predict-rates", "full,1gbit,200mbit,50mbit", "TestPredictScaling: link rates (tc's units; full: unshaped)")
 	predictRepeat = flag.Int("predict-repeat", 0, "TestPredictScaling: runs of each kind (sync.none, then the model) at each rate, alternating; the medians count (0: each model's own, 5 for the MNIST Net, 3 for the GPT)")
 	predictTable  = flag.String("predict-table", "", "TestPredictScaling: also write the table to this file")
+	predictPin    = flag.String("predict-pin", "auto", "TestPredictScaling: keep host i on CPU i mod the machine's cores: always, never, or auto (when the hosts outnumber the cores)")
 )
 
 // predictModel is a model TestPredictScaling measures: its script, the
@@ -65,7 +68,9 @@ const predictTolerance = 0.20
 //   - the bandwidth β: the probe's on the links as shaped (tbf's bucket
 //     and queue: testhosts.RateLimit), with its rate at each size;
 //   - the one-device step: a run of the same script with sync.none on
-//     the same hosts just before (the hosts share this machine's cores).
+//     the same hosts just before (the hosts share this machine's cores;
+//     when they outnumber them, each host is pinned to one, host 1
+//     sharing its, -predict-pin).
 //
 // It prints the table and fails for every row beyond predictTolerance.
 // As root: make predict-check (go test -run TestPredictScaling
@@ -76,6 +81,9 @@ func TestPredictScaling(t *testing.T) {
 	}
 	if m := testhosts.Missing(); m != "" {
 		t.Skip("SKIP: " + m)
+	}
+	if !slices.Contains([]string{"auto", "always", "never"}, *predictPin) {
+		t.Fatalf("-predict-pin %q: want auto, always or never", *predictPin)
 	}
 	bin := mpiGorun(t)
 	// The hosts share this machine's cores, more ranks than cores on 3
@@ -149,7 +157,27 @@ func TestPredictScaling(t *testing.T) {
 	}
 	var rows []row
 	loadStart, started := loadAverage(), time.Now().UTC()
+	var pinned []string // the host counts run pinned
 	for _, n := range hostCounts {
+		// Hosts that outnumber the cores take turns on them as the
+		// scheduler moves them: pinned, host i on core i mod cores, so
+		// that host 1 (rank 0) shares its core, its one-device step
+		// (sync.none) is the slowest host's, and a synchronized step
+		// cannot beat it.
+		pin := *predictPin == "always" || *predictPin == "auto" && n > runtime.NumCPU()
+		for i := range h.Addrs {
+			cpus := ""
+			if pin && i < n {
+				cpus = strconv.Itoa(i % runtime.NumCPU())
+			}
+			if err := h.PinCPU(i, cpus); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if pin {
+			t.Logf("%d hosts: host i on CPU i mod %d", n, runtime.NumCPU())
+			pinned = append(pinned, strconv.Itoa(n))
+		}
 		// α (and the unshaped β) from the probe on the unshaped links.
 		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
 		hostLink := probe(n, plain)
@@ -226,6 +254,9 @@ func TestPredictScaling(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
 	fmt.Fprintf(&b, "%s to %s; load average (1, 5, 15 min) %s at the start, %s at the end\n\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 MST"), loadStart, loadAverage())
+	if len(pinned) > 0 {
+		fmt.Fprintf(&b, "on %s hosts each host's processes pinned, host i to CPU i mod %d (host 1, rank 0, shares its CPU)\n\n", strings.Join(pinned, " and "), runtime.NumCPU())
+	}
 	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed (4 MiB) | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		e := (r.predicted.Seconds() - r.measured.Seconds()) / r.measured.Seconds()

@@ -9,10 +9,12 @@
 //
 // It belongs to the tests of cmd/gorun (make test-cluster) and needs
 // root, ip (iproute2), sshd, ssh and ssh-keygen (openssh-server,
-// openssh-client), unshare, nft and tc: Missing says what is not there.
+// openssh-client), unshare and taskset (util-linux), nft and tc: Missing
+// says what is not there.
 // Faults are made here too: a host's link cut (CutLink), all its packets
 // dropped (Drop, nftables in its namespace), its processes stopped
-// (Stop), its link slowed (RateLimit, tc's tbf).
+// (Stop), its link slowed (RateLimit, tc's tbf); its processes kept on
+// given CPUs (PinCPU, taskset).
 //
 // Everything Up makes — namespaces, veth pairs, the bridge, processes,
 // keys — Close removes, and Up first removes what a killed earlier run
@@ -30,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +95,7 @@ func Missing() string {
 	}
 	var missing []string
 	for _, p := range []struct{ prog, pkg string }{
-		{"ip", "iproute2"}, {"tc", "iproute2"}, {"nft", "nftables"}, {"unshare", "util-linux"},
+		{"ip", "iproute2"}, {"tc", "iproute2"}, {"nft", "nftables"}, {"unshare", "util-linux"}, {"taskset", "util-linux"},
 		{"/usr/sbin/sshd", "openssh-server"}, {"ssh", "openssh-client"}, {"ssh-keygen", "openssh-client"},
 	} {
 		if _, err := exec.LookPath(p.prog); err != nil {
@@ -478,6 +481,26 @@ func (h *Hosts) RateLimitTBF(i int, rate, burst, latency string) error {
 	} {
 		if _, err := run(s...); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// PinCPU keeps host i's (0-based) processes, and those it starts later
+// through its sshd (they inherit it), on the CPUs listed (taskset's
+// list, "0" or "0,2-3"); "" lets them run on every CPU again. Hosts that
+// outnumber the machine's cores then share them in a fixed way rather
+// than as the scheduler moves them.
+func (h *Hosts) PinCPU(i int, cpus string) error {
+	if cpus == "" {
+		cpus = fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+	}
+	for _, pid := range nsPids(h.Names[i]) {
+		if out, err := run("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)); err != nil {
+			if _, gone := os.Stat(fmt.Sprintf("/proc/%d", pid)); gone != nil {
+				continue // it ended meanwhile
+			}
+			return fmt.Errorf("testhosts: pinning host %s's process %d to CPUs %s: %w %s", h.Names[i], pid, cpus, err, out)
 		}
 	}
 	return nil

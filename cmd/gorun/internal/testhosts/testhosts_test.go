@@ -2,8 +2,10 @@ package testhosts
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +44,27 @@ func TestUpClose(t *testing.T) {
 		if want := h.Names[i] + "\n" + h.Names[i]; err != nil || strings.TrimSpace(out) != want {
 			t.Errorf("host %d: %q, %v; want %q", i+1, out, err, want)
 		}
+	}
+	// Pinned, what host 2 starts through its sshd runs on CPU 0 only;
+	// unpinned, on every CPU again.
+	allowed := func() string {
+		out, err := h.runIn(h.Launcher, 20*time.Second, append([]string{"ssh"}, append(h.SSHArgs(), h.Addrs[1], "grep Cpus_allowed_list /proc/self/status")...)...)
+		if err != nil {
+			t.Fatalf("host 2: %v %s", err, out)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "Cpus_allowed_list:"))
+	}
+	if err := h.PinCPU(1, "0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := allowed(); got != "0" {
+		t.Errorf("host 2 pinned to CPU 0: a command it starts may run on %q", got)
+	}
+	if err := h.PinCPU(1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := allowed(), fmt.Sprintf("0-%d", runtime.NumCPU()-1); runtime.NumCPU() > 1 && got != want {
+		t.Errorf("host 2 unpinned: a command it starts may run on %q, want %q", got, want)
 	}
 	// A cut link: host 2 no longer answers; back up, it does.
 	if err := h.CutLink(1, true); err != nil {
