@@ -157,7 +157,7 @@ func TestPredictScaling(t *testing.T) {
 	}
 	var rows []row
 	loadStart, started := loadAverage(), time.Now().UTC()
-	var pinned []string // the host counts run pinned
+	var pinned []string // the host counts run pinned, as the table says
 	for _, n := range hostCounts {
 		// Hosts that outnumber the cores take turns on them as the
 		// scheduler moves them: pinned, host i on core i mod cores, so
@@ -176,7 +176,11 @@ func TestPredictScaling(t *testing.T) {
 		}
 		if pin {
 			t.Logf("%d hosts: host i on CPU i mod %d", n, runtime.NumCPU())
-			pinned = append(pinned, strconv.Itoa(n))
+			how := fmt.Sprintf("%d hosts", n)
+			if n > runtime.NumCPU() {
+				how += " (host 1, rank 0, sharing its CPU)"
+			}
+			pinned = append(pinned, how)
 		}
 		// α (and the unshaped β) from the probe on the unshaped links.
 		plain := clusterFile(n, fmt.Sprintf("probe%d.toml", n), "")
@@ -255,7 +259,7 @@ func TestPredictScaling(t *testing.T) {
 	fmt.Fprintf(&b, "predicted vs measured step time, namespace hosts on one machine (2 cores shared), links shaped with tc tbf on every host; α from --probe-links on the unshaped links, β from --probe-links on the shaped ones, the one-device step from a sync.none run on the same hosts:\n\n")
 	fmt.Fprintf(&b, "%s to %s; load average (1, 5, 15 min) %s at the start, %s at the end\n\n", started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 MST"), loadStart, loadAverage())
 	if len(pinned) > 0 {
-		fmt.Fprintf(&b, "on %s hosts each host's processes pinned, host i to CPU i mod %d (host 1, rank 0, shares its CPU)\n\n", strings.Join(pinned, " and "), runtime.NumCPU())
+		fmt.Fprintf(&b, "on %s each host's processes pinned, host i to CPU i mod %d\n\n", strings.Join(pinned, " and "), runtime.NumCPU())
 	}
 	fmt.Fprintf(&b, "| model | hosts | tbf rate | α | β probed (4 MiB) | one-device step | predicted step | measured step | measured comm (rank 0) | error |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
