@@ -33,6 +33,12 @@ type Cluster struct {
 	BucketMB float64
 	// Timeout bounds every collective (default 60s).
 	Timeout time.Duration
+	// TCPFragment is [comm] tcp_fragment: how much of a message Open
+	// MPI's TCP transport puts on a connection at a time (its put
+	// fragments and its sockets' send buffers), for `gorun launch`:
+	// 0 "auto" (the default; TCPFragmentBytes), -1 "off" (Open MPI's own),
+	// else a size in bytes. See TCPFragmentBytes.
+	TCPFragment int64
 	// MemoryLimit bounds the memory the devices of this process may plan,
 	// in bytes (default 0: the memory the host has available, for a
 	// backend whose memory is the host's, target.Target.HostMemory; a
@@ -381,4 +387,60 @@ func oneOf(vals []string) string {
 		return q[0]
 	}
 	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
+
+// Bounds and the auto rule of [comm] tcp_fragment (TCPFragmentBytes).
+const (
+	MinTCPFragment  = 4 << 10  // the smallest size the key takes
+	MaxTCPFragment  = 1 << 30  // the largest
+	AutoTCPFragment = 32 << 10 // auto's least
+	// TCPFragmentTime is how long auto's fragment takes on the host link.
+	TCPFragmentTime = 250 * time.Microsecond
+)
+
+// TCPFragmentBytes is how many bytes of a message `gorun launch` lets
+// Open MPI's TCP transport put on a connection at a time: its put
+// fragments (btl_tcp_rdma_pipeline_frag_size) and its sockets' send
+// buffers (btl_tcp_sndbuf); 0 leaves Open MPI's own (the whole message
+// one fragment, buffers as large as the kernel's autotuning makes them).
+//
+// Open MPI's TCP transport carries a rendezvous's control messages (the
+// receiver's go-ahead) on the same connection as the other direction's
+// data, behind whatever of it is queued. In an exchange whose two ranks
+// come to it apart, the later one's go-ahead then waits behind the
+// earlier one's whole message, and the two directions run one after
+// the other instead of at once. On the namespace hosts at 200 Mbit/s
+// (docs/scaling.md) two chained exchanges of 1.59 MiB took 208 ms with
+// Open MPI's own sizes, 142 ms (both directions at once) now and then,
+// and 142–148 ms every time with 32 KiB; at 1 Gbit/s 40 ms (28 ms now
+// and then) against 28 ms. Fragments that small cost CPU on a fast link
+// (unshaped, 3.7–4.7 ms against 1.3–2.4 ms; 128 KiB and 640 KiB as
+// Open MPI's own), so auto takes TCPFragmentTime of the host link's
+// rate, at least AutoTCPFragment, rounded up to a power of two.
+//
+// "auto" (TCPFragment 0) sizes it from the [[link]] table of class
+// "host" (its one_way rate, else its bandwidth): 32 KiB up to 1 Gbit/s,
+// 256 KiB at 8 Gbit/s, 4 MiB at 100 Gbit/s; without one, 0. "off" (−1):
+// 0. A size: that size.
+func (c *Cluster) TCPFragmentBytes() int64 {
+	switch {
+	case c.TCPFragment > 0:
+		return c.TCPFragment
+	case c.TCPFragment < 0:
+		return 0
+	}
+	l, ok := c.Link(LinkHost)
+	if !ok {
+		return 0
+	}
+	rate := l.OneWay
+	if rate <= 0 {
+		rate = l.Bandwidth
+	}
+	want := rate * TCPFragmentTime.Seconds()
+	n := int64(AutoTCPFragment)
+	for float64(n) < want && n < MaxTCPFragment {
+		n *= 2
+	}
+	return n
 }

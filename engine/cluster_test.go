@@ -120,6 +120,10 @@ func TestParseClusterErrors(t *testing.T) {
 		{"timeout without unit", "[comm]\ntimeout = \"60\"\n", `comm.timeout: "60" is not a duration`},
 		{"zero timeout", "[comm]\ntimeout = \"0s\"\n", `c.toml:2: comm.timeout: must be positive, got "0s"`},
 		{"zero bucket", "[comm]\nbucket_mb = 0\n", "c.toml:2: comm.bucket_mb: must be positive, got 0"},
+		{"tcp_fragment word", "[comm]\ntcp_fragment = \"fast\"\n", `c.toml:2: comm.tcp_fragment: want "auto", "off" or a size such as "64KiB" or a number of bytes, found string "fast"`},
+		{"tcp_fragment small", "[comm]\ntcp_fragment = \"1KiB\"\n", `c.toml:2: comm.tcp_fragment: 1024 bytes is too small: want at least 4096 (4KiB), or "auto"`},
+		{"tcp_fragment large", "[comm]\ntcp_fragment = 4e9\n", `c.toml:2: comm.tcp_fragment: 4000000000 bytes is too large: want at most 1073741824 (1GiB), or "off" for Open MPI's own`},
+		{"tcp_fragment bool", "[comm]\ntcp_fragment = true\n", `c.toml:2: comm.tcp_fragment: want "auto", "off" or a size such as "64KiB" or a number of bytes, found boolean true`},
 		{"negative weight", "[cluster]\ndevices = 2\nweights = [1.0, -1.0]\n", "c.toml:3: cluster.weights: weight 1 must be a positive finite number, got -1"},
 		{"weights count", "[cluster]\ndevices = 2\nweights = [1.0]\n", "c.toml:3: cluster.weights: 1 weights for 2 devices: give one per device"},
 		{"weights count, processes", "[cluster]\ntransport = \"mpi\"\nprocesses = 2\nweights = [1.0, 2.0]\ndevices = 2\n",
@@ -222,6 +226,7 @@ func TestClusterSet(t *testing.T) {
 		{"comm.algorithm", "tree"},
 		{"comm.bucket_mb", "0.5"},
 		{"comm.timeout", "30s"},
+		{"comm.tcp_fragment", "64KiB"},
 		{"node", "a:2,b"},
 	} {
 		if err := c.Set(kv[0], kv[1]); err != nil {
@@ -229,7 +234,7 @@ func TestClusterSet(t *testing.T) {
 		}
 	}
 	want := Cluster{Backend: "cpu", Transport: "mpi", Devices: 2, Processes: 3, Algorithm: "tree", BucketMB: 0.5,
-		Timeout: 30 * time.Second, Weights: []float64{1, 2, 3, 4, 5, 6}, Nodes: []Host{{"a", 2}, {"b", 1}}}
+		Timeout: 30 * time.Second, TCPFragment: 64 << 10, Weights: []float64{1, 2, 3, 4, 5, 6}, Nodes: []Host{{"a", 2}, {"b", 1}}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("cluster = %+v\nwant      %+v", c, want)
 	}
@@ -260,6 +265,8 @@ func TestClusterSetErrors(t *testing.T) {
 		{"cluster", "2", "cluster: is a table: set one of its keys, e.g. cluster.devices"},
 		{"comm.timeout", "soon", `comm.timeout: "soon" is not a duration`},
 		{"comm.timeout", "-1s", `comm.timeout: must be positive, got "-1s"`},
+		{"comm.tcp_fragment", "100", "comm.tcp_fragment: 100 bytes is too small"},
+		{"comm.tcp_fragment", "of", `comm.tcp_fragment: want "auto", "off" or a size such as "64KiB" or a number of bytes, found string "of"`},
 		{"comm.algorithm", "rign", `comm.algorithm: must be "auto", "ring", "tree" or "direct", got "rign"; did you mean "ring"?`},
 		{"cluster.backend", "tpu", `cluster.backend: must be "cpu" or "cuda", got "tpu"`},
 		{"cluster.weights", "1,x", "cluster.weights: "},
@@ -431,5 +438,45 @@ func TestClusterMemoryAndCUDAKeys(t *testing.T) {
 	}
 	if err := c.Set("cuda.eager", "true"); err != nil || c.Settings["cuda.eager"] != true {
 		t.Errorf("Set cuda.eager: %v", err)
+	}
+}
+
+// TestTCPFragmentBytes checks [comm] tcp_fragment's three forms and auto's
+// sizes from the host link: TCPFragmentTime of its one-way rate (else its
+// bandwidth), at least 32 KiB, rounded up to a power of two.
+func TestTCPFragmentBytes(t *testing.T) {
+	parse := func(src string) Cluster {
+		t.Helper()
+		c, err := ParseCluster("c.toml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	host := func(extra string) string {
+		return "[[link]]\nclass = \"host\"\nbandwidth = \"1Gbit/s\"\n" + extra
+	}
+	cases := []struct {
+		name, src string
+		want      int64
+	}{
+		{"no host link", "", 0},
+		{"only an inproc link", "[[link]]\nclass = \"inproc\"\nbandwidth = \"100Gbit/s\"\n", 0},
+		{"off", "[comm]\ntcp_fragment = \"off\"\n" + host(""), 0},
+		{"a size", "[comm]\ntcp_fragment = \"64KiB\"\n", 64 << 10},
+		{"bytes", "[comm]\ntcp_fragment = 5000\n", 5000},
+		{"a size over auto's", "[comm]\ntcp_fragment = \"1MiB\"\n" + host(""), 1 << 20},
+		{"auto, 1 Gbit/s", host(""), 32 << 10},
+		{"auto said", "[comm]\ntcp_fragment = \"auto\"\n" + host(""), 32 << 10},
+		{"auto, 200 Mbit/s", "[[link]]\nclass = \"host\"\nbandwidth = \"200Mbit/s\"\n", 32 << 10},
+		{"auto, 8 Gbit/s", "[[link]]\nclass = \"host\"\nbandwidth = \"8Gbit/s\"\n", 256 << 10},
+		{"auto, 10 Gbit/s", "[[link]]\nclass = \"host\"\nbandwidth = \"10Gbit/s\"\n", 512 << 10},
+		{"auto, 100 Gbit/s", "[[link]]\nclass = \"host\"\nbandwidth = \"100Gbit/s\"\n", 4 << 20},
+		{"auto, one_way first", host("one_way = \"10Gbit/s\"\n"), 512 << 10},
+	}
+	for _, tc := range cases {
+		if c := parse(tc.src); c.TCPFragmentBytes() != tc.want {
+			t.Errorf("%s: TCPFragmentBytes = %d, want %d", tc.name, c.TCPFragmentBytes(), tc.want)
+		}
 	}
 }

@@ -46,6 +46,9 @@ const MaxClusterFileBytes = 1 << 20
 //	bucket_mb = 0          # all-reduce bucket size in MB, > 0; 0 (left out): the script's
 //	timeout   = "60s"      # the longest any collective waits, a Go duration, ≥ 100ms
 //	                       # (MinTimeout)
+//	tcp_fragment = "auto"  # gorun launch: Open MPI's TCP put fragments and socket
+//	                       # send buffers: auto | off | a size ≥ 4KiB
+//	                       # (Cluster.TCPFragmentBytes)
 //
 //	[cpu]                  # a table per backend, named after it, holding the keys
 //	help = true            # that backend registers (target.Target.Keys), such as
@@ -219,6 +222,33 @@ var clusterKeys = []clusterKey{
 				s, MinTimeout, MinTimeout, DefaultCluster().Timeout)
 		}
 		c.Timeout = d
+		return ""
+	}},
+	{"comm.tcp_fragment", func(c *Cluster, v any) string {
+		switch v {
+		case "auto":
+			c.TCPFragment = 0
+			return ""
+		case "off":
+			c.TCPFragment = -1
+			return ""
+		}
+		if s, ok := v.(string); ok { // --set comm.tcp_fragment=65536
+			if i, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
+				v = i
+			}
+		}
+		n, msg := byteSize(v)
+		if msg != "" {
+			return `want "auto", "off" or a size such as "64KiB" or a number of bytes, found ` + target.Found(v)
+		}
+		if n < MinTCPFragment {
+			return fmt.Sprintf("%d bytes is too small: want at least %d (4KiB), or \"auto\"", n, MinTCPFragment)
+		}
+		if n > MaxTCPFragment {
+			return fmt.Sprintf("%d bytes is too large: want at most %d (1GiB), or \"off\" for Open MPI's own", n, MaxTCPFragment)
+		}
+		c.TCPFragment = n
 		return ""
 	}},
 	{"ssh.user", func(c *Cluster, v any) string { return setSSHWord(&c.SSH.User, "ssh.user", v) }},
@@ -462,7 +492,7 @@ func setValue(key, value string) (any, error) {
 // stringKey reports whether key holds a string, which Set takes unquoted.
 func stringKey(key string) bool {
 	switch key {
-	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "cluster.memory_limit",
+	case "cluster.backend", "cluster.transport", "comm.algorithm", "comm.timeout", "comm.tcp_fragment", "cluster.memory_limit",
 		"cluster.network", "cluster.bind", "ssh.user", "ssh.key", "ssh.connect_timeout", "ssh.program":
 		return true
 	}
@@ -530,6 +560,7 @@ type (
 		Algorithm rawValue `toml:"algorithm"`
 		BucketMB  rawValue `toml:"bucket_mb"`
 		Timeout   rawValue `toml:"timeout"`
+		Fragment  rawValue `toml:"tcp_fragment"`
 	}
 	nodeTable struct {
 		Host  rawValue `toml:"host"`
@@ -615,7 +646,7 @@ func ParseCluster(path string, src []byte) (Cluster, error) {
 	}
 	var mt commTable
 	if table("comm", &mt) {
-		applyTable("comm", []field{{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout}})
+		applyTable("comm", []field{{"algorithm", mt.Algorithm}, {"bucket_mb", mt.BucketMB}, {"timeout", mt.Timeout}, {"tcp_fragment", mt.Fragment}})
 	}
 	var st sshTable
 	if table("ssh", &st) {

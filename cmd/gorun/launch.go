@@ -407,6 +407,7 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 //	  --mca oob_tcp_keepalive_time 2H --mca oob_tcp_keepalive_intvl H
 //	  --mca oob_tcp_keepalive_probes 3
 //	  [--mca btl_tcp_if_include NET --mca oob_tcp_if_include NET]
+//	  [--mca btl_tcp_sndbuf F --mca btl_tcp_rdma_pipeline_frag_size F]
 //	  [--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 …]
 //	  GORUN SCRIPT FLAGS
 //
@@ -422,7 +423,12 @@ func writeHostfile(c engine.Cluster, clusterFile, outDir string) (string, error)
 // send TCP keepalives after 2H idle, every H, 3 probes: a cut link or a
 // host that is gone ends the job within 5H instead of TCP's default
 // (hours). H is heartbeat(comm.timeout). NET is cluster.network, for
-// OpenMPI's daemons and the ranks' TCP data alike. A [comm] algorithm
+// OpenMPI's daemons and the ranks' TCP data alike. F is
+// engine.Cluster.TCPFragmentBytes ([comm] tcp_fragment; auto sizes it
+// from the host [[link]] table, none without one): how much of a message
+// the TCP transport puts on a connection at a time, so that a
+// rendezvous's go-ahead does not wait behind the other direction's
+// whole message. A [comm] algorithm
 // other than "auto" with transport "mpi" forces Open MPI's collectives
 // to match (mpiForced), so that `gorun plan --predict` knows which run.
 func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags []string, root bool) []string {
@@ -447,6 +453,10 @@ func launchArgv(c engine.Cluster, mpirun, hostfile, self, script string, flags [
 	if c.Network != "" {
 		mca("btl_tcp_if_include", c.Network)
 		mca("oob_tcp_if_include", c.Network)
+	}
+	if n := c.TCPFragmentBytes(); n > 0 {
+		mca("btl_tcp_sndbuf", strconv.FormatInt(n, 10))
+		mca("btl_tcp_rdma_pipeline_frag_size", strconv.FormatInt(n, 10))
 	}
 	for i, f := range mpiForced(c) {
 		if i == 0 {

@@ -114,7 +114,36 @@ slots = 2
 			t.Errorf("printed %s\nwant it to hold %q", stdout, want)
 		}
 	}
+	if strings.Contains(stdout, "btl_tcp_sndbuf") || strings.Contains(stdout, "frag_size") {
+		t.Errorf("printed %s\nwant no TCP fragment without a host [[link]] table", stdout)
+	}
 	os.Remove(strings.Fields(stdout)[2])
+	// [comm] tcp_fragment: auto sizes it from the host link (1 Gbit/s:
+	// 32 KiB, 10 Gbit/s: 512 KiB), a size is passed as it is, off passes
+	// none.
+	for _, c := range []struct{ set, link, want string }{
+		{"", "1Gbit/s", " --mca btl_tcp_sndbuf 32768 --mca btl_tcp_rdma_pipeline_frag_size 32768 "},
+		{"", "10Gbit/s", " --mca btl_tcp_sndbuf 524288 --mca btl_tcp_rdma_pipeline_frag_size 524288 "},
+		{"comm.tcp_fragment=64KiB", "", " --mca btl_tcp_sndbuf 65536 --mca btl_tcp_rdma_pipeline_frag_size 65536 "},
+		{"comm.tcp_fragment=off", "1Gbit/s", ""},
+	} {
+		src := twoHosts
+		if c.link != "" {
+			src += "\n[[link]]\nclass = \"host\"\nbandwidth = \"" + c.link + "\"\n"
+		}
+		args := []string{"launch", "--cluster", writeCluster(t, src), "--dry-run", "--mpirun", "mpirun"}
+		if c.set != "" {
+			args = append(args, "--set", c.set)
+		}
+		code, stdout, stderr := gorun(t, append(args, "x.star")...)
+		if code != 0 {
+			t.Fatalf("%s %s: exit %d: %s", c.set, c.link, code, stderr)
+		}
+		os.Remove(strings.Fields(stdout)[2])
+		if c.want == "" && strings.Contains(stdout, "btl_tcp_sndbuf") || c.want != "" && !strings.Contains(stdout, c.want) {
+			t.Errorf("%s %s: printed %s\nwant %q", c.set, c.link, stdout, c.want)
+		}
+	}
 	// The heartbeat: a tenth of comm.timeout, 1 to 10 s.
 	for _, c := range []struct{ timeout, want time.Duration }{{time.Second, time.Second}, {10 * time.Second, time.Second},
 		{60 * time.Second, 6 * time.Second}, {time.Hour, 10 * time.Second}} {

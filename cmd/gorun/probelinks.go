@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -127,7 +128,11 @@ func wantsProbeLinks(args []string) bool {
 // (class "inproc"). Rank 0 prints each one-way time (half the round
 // trip) and the fitted alpha–beta figures as [[link]] tables to paste
 // into the cluster file. With several host pairs the slowest sets the
-// host class (a ring runs at its slowest link's pace).
+// host class (a ring runs at its slowest link's pace). When the cluster's
+// comm.tcp_fragment is "auto" and the measured host link sizes Open MPI's
+// TCP fragments otherwise than the pass ran with
+// (engine.Cluster.TCPFragmentBytes), it measures again with the new size,
+// as a run with those tables will use it, and prints those tables last.
 func probeLinksCmd(args []string, stdout, stderr io.Writer) error {
 	var f flags
 	fs := newFlagSet(&f, stderr)
@@ -209,6 +214,37 @@ func probeLinksCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, shellJoin(argv))
 		return nil
 	}
+	var out bytes.Buffer
+	if err := runProbe(argv, io.MultiWriter(stdout, &out), stderr); err != nil {
+		return err
+	}
+	// A run with the tables in its cluster file sizes Open MPI's TCP
+	// fragments from them (tcp_fragment "auto"): when that differs from
+	// what this pass ran with, the exchanges are measured again with it.
+	if c.TCPFragment != 0 {
+		return nil
+	}
+	measured, err := probedLinks(out.String())
+	if err != nil {
+		return fmt.Errorf("launch --probe-links: %w", err)
+	}
+	next := c
+	next.Links = measured
+	was, now := c.TCPFragmentBytes(), next.TCPFragmentBytes()
+	if was == now {
+		return nil
+	}
+	wasName := "Open MPI's own"
+	if was > 0 {
+		wasName = bytesName(int(was))
+	}
+	fmt.Fprintf(stdout, "\nprobe-links: with these tables, a run sizes Open MPI's TCP fragments at %s (comm.tcp_fragment \"auto\"; this pass ran with %s): measuring again with %s, as a run will; paste the tables below\n\n",
+		bytesName(int(now)), wasName, bytesName(int(now)))
+	return runProbe(launchArgv(next, mpirun, hostfile, self, probeRankCmd, []string{"--cluster", f.cluster}, os.Geteuid() == 0), stdout, stderr)
+}
+
+// runProbe runs the probe's mpirun command line.
+func runProbe(argv []string, stdout, stderr io.Writer) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
@@ -219,6 +255,22 @@ func probeLinksCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("launch --probe-links: %w", err)
 	}
 	return nil
+}
+
+// probeTablesHeader starts the [[link]] tables the probe prints (writeProbe).
+const probeTablesHeader = "\n# [[link]] tables for "
+
+// probedLinks reads the last [[link]] tables the probe printed in out.
+func probedLinks(out string) ([]engine.Link, error) {
+	i := strings.LastIndex(out, probeTablesHeader)
+	if i < 0 {
+		return nil, errors.New("the probe printed no [[link]] tables")
+	}
+	pc, err := engine.ParseCluster("the probe's tables", []byte(out[i:]))
+	if err != nil {
+		return nil, err
+	}
+	return pc.Links, nil
 }
 
 // probePair is two ranks whose link the probe measures.
@@ -565,7 +617,7 @@ func writeProbe(w io.Writer, c *engine.Cluster, file string, pairs []probePair, 
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(&b, "\n# [[link]] tables for %s (gorun plan --predict); measured by gorun launch --probe-links\n", file)
+	fmt.Fprintf(&b, probeTablesHeader+"%s (gorun plan --predict); measured by gorun launch --probe-links\n", file)
 	for _, class := range slices.Backward(engine.LinkClasses) {
 		if l, ok := best[class]; ok {
 			fmt.Fprintf(&b, "[[link]]\nclass = %q\nbandwidth = %q\nlatency = %q\n", l.Class, engine.FormatBandwidth(l.Bandwidth), l.Latency.String())
