@@ -414,8 +414,8 @@ const (
 // Open MPI's own sizes, 142 ms (both directions at once) now and then,
 // and 142–148 ms every time with 32 KiB; at 1 Gbit/s 40 ms (28 ms now
 // and then) against 28 ms. Fragments that small cost CPU on a fast link
-// (unshaped, 3.7–4.7 ms against 1.3–2.4 ms; 128 KiB and 640 KiB as
-// Open MPI's own), so auto takes TCPFragmentTime of the host link's
+// (unshaped, 3.7–5.2 ms against 1.3–2.4 ms; 128 KiB 1.7–3.0 ms, 640
+// KiB 1.5–2.6 ms), so auto takes TCPFragmentTime of the host link's
 // rate, at least AutoTCPFragment, rounded up to a power of two.
 //
 // "auto" (TCPFragment 0) sizes it from the [[link]] table of class

@@ -209,7 +209,10 @@ func probeLinksCmd(args []string, stdout, stderr io.Writer) error {
 		defer os.Remove(hostfile)
 	}
 	c.Processes = c.Slots()
-	argv := launchArgv(c, mpirun, hostfile, self, probeRankCmd, []string{"--cluster", f.cluster}, os.Geteuid() == 0)
+	argvFor := func(c engine.Cluster) []string {
+		return launchArgv(c, mpirun, hostfile, self, probeRankCmd, []string{"--cluster", f.cluster}, os.Geteuid() == 0)
+	}
+	argv := argvFor(c)
 	if *dryRun {
 		fmt.Fprintln(stdout, shellJoin(argv))
 		return nil
@@ -240,7 +243,7 @@ func probeLinksCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\nprobe-links: with these tables, a run sizes Open MPI's TCP fragments at %s (comm.tcp_fragment \"auto\"; this pass ran with %s): measuring again with %s, as a run will; paste the tables below\n\n",
 		bytesName(int(now)), wasName, bytesName(int(now)))
-	return runProbe(launchArgv(next, mpirun, hostfile, self, probeRankCmd, []string{"--cluster", f.cluster}, os.Geteuid() == 0), stdout, stderr)
+	return runProbe(argvFor(next), stdout, stderr)
 }
 
 // runProbe runs the probe's mpirun command line.
